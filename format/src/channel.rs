@@ -1,0 +1,338 @@
+//! The channel document: which client releases get which pack, signed with minisign.
+//!
+//! The document is JSON; its signature is a standard minisign signature file over the exact
+//! document bytes, prehashed Ed25519 (`ED`) only. The trusted comment (covered by the
+//! signature) repeats the channel, pack, sequence and expiry so `minisign -V` shows them.
+
+use std::io::Cursor;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::keys::key_id_hex;
+use crate::{FormatError, Limits, SigningKey, TrustedKeys, sha256_hex, validate_name};
+
+/// Version of the channel document layout.
+pub const CHANNEL_FORMAT: u32 = 1;
+
+/// A channel document. Rolling out, pinning and rolling back are all a new document with a
+/// higher `sequence`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelDocument {
+    pub format: u32,
+    pub channel: String,
+    pub pack: String,
+    pub sequence: u64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub issued_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    /// Tried in order; the first that matches the client's version (and rollout bucket) wins.
+    pub entries: Vec<ChannelEntry>,
+}
+
+/// One rule: clients whose version matches `clients` get `target`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelEntry {
+    /// A semver range such as `>=1.4.0, <1.5.0`, or `*`.
+    pub clients: semver::VersionReq,
+    pub target: EntryTarget,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+}
+
+/// What an entry sends clients to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum EntryTarget {
+    /// A sealed pack on the server.
+    Pack(PackRef),
+    /// The pack compiled into the client (the rollback-to-embedded directive).
+    Builtin,
+}
+
+/// A sealed pack, pinned by content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackRef {
+    pub version: semver::Version,
+    pub sha256: String,
+    pub size: u64,
+    pub schema: u32,
+}
+
+/// A staged rollout: an install is in when its bucket (0-99, from the salt and its install
+/// id) is below `percent`. Lowering `percent` with the same salt only takes installs out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rollout {
+    pub percent: u8,
+    pub salt: String,
+}
+
+/// The stable rollout bucket (0-99) of an install for a salt.
+pub fn rollout_bucket(salt: &str, install_id: &str) -> u8 {
+    let digest = sha2::Sha256::new()
+        .chain_update(salt.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(install_id.as_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(first) % 100) as u8
+}
+
+/// A document whose signature, trusted comment and expiry were checked.
+#[derive(Debug, Clone)]
+pub struct VerifiedChannel {
+    pub document: ChannelDocument,
+    /// The minisign key id that signed it.
+    pub key_id: String,
+    /// SHA-256 of the document bytes.
+    pub sha256: String,
+}
+
+/// A document's bytes and its minisign signature file text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedChannel {
+    pub document: Vec<u8>,
+    pub signature: String,
+}
+
+impl ChannelDocument {
+    /// The canonical bytes that get signed: pretty JSON and a final newline.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // A struct of strings, numbers and dates always serialises.
+        let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// The trusted comment the signature carries.
+    pub fn trusted_comment(&self) -> String {
+        format!(
+            "promptpack channel={} pack={} sequence={} expires_at={}",
+            self.channel,
+            self.pack,
+            self.sequence,
+            format_time(self.expires_at)
+        )
+    }
+
+    /// Checks what the signature cannot: names, ranges, percentages and dates make sense.
+    pub fn validate(&self) -> Result<(), FormatError> {
+        if self.format != CHANNEL_FORMAT {
+            return Err(FormatError::UnsupportedVersion {
+                what: "channel document",
+                expected: CHANNEL_FORMAT,
+                found: self.format,
+            });
+        }
+        validate_name("channel", &self.channel)?;
+        validate_name("pack", &self.pack)?;
+        if self.expires_at <= self.issued_at {
+            return Err(FormatError::malformed(
+                "channel document",
+                format!(
+                    "expires_at {} is not after issued_at {}",
+                    format_time(self.expires_at),
+                    format_time(self.issued_at)
+                ),
+            ));
+        }
+        if self.entries.len() > 1024 {
+            return Err(FormatError::malformed(
+                "channel document",
+                format!("expected at most 1024 entries, found {}", self.entries.len()),
+            ));
+        }
+        for (i, entry) in self.entries.iter().enumerate() {
+            if let Some(rollout) = &entry.rollout {
+                if rollout.percent > 100 {
+                    return Err(FormatError::malformed(
+                        "channel entry",
+                        format!("entry {i}: rollout percent must be 0-100, found {}", rollout.percent),
+                    ));
+                }
+                if rollout.salt.is_empty() || rollout.salt.len() > 128 {
+                    return Err(FormatError::malformed(
+                        "channel entry",
+                        format!("entry {i}: rollout salt must be 1-128 bytes"),
+                    ));
+                }
+            }
+            match &entry.target {
+                EntryTarget::Pack(pack) => {
+                    if pack.sha256.len() != 64 || !pack.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+                        return Err(FormatError::malformed(
+                            "channel entry",
+                            format!("entry {i}: sha256 must be 64 lowercase hex digits, found {:?}", pack.sha256),
+                        ));
+                    }
+                }
+                EntryTarget::Builtin => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry for a client at `client_version` with `install_id`: the first whose range
+    /// matches and whose rollout (if any) includes the install.
+    pub fn select(&self, client_version: &semver::Version, install_id: &str) -> Option<&ChannelEntry> {
+        self.entries.iter().find(|entry| {
+            entry.clients.matches(client_version)
+                && entry
+                    .rollout
+                    .as_ref()
+                    .is_none_or(|r| rollout_bucket(&r.salt, install_id) < r.percent)
+        })
+    }
+
+    /// Signs the canonical bytes with `key`.
+    pub fn sign(&self, key: &SigningKey) -> Result<SignedChannel, FormatError> {
+        self.validate()?;
+        let document = self.to_bytes();
+        let comment = self.trusted_comment();
+        let signature = minisign::sign(
+            Some(&key.public),
+            &key.secret,
+            Cursor::new(&document),
+            Some(&comment),
+            Some(&format!("promptpack channel {} sequence {}", self.channel, self.sequence)),
+        )
+        .map_err(|e| FormatError::Signing(e.to_string()))?;
+        Ok(SignedChannel {
+            document,
+            signature: signature.into_string(),
+        })
+    }
+}
+
+pub fn format_time(t: OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_else(|_| t.unix_timestamp().to_string())
+}
+
+/// The minisign signature algorithm bytes: `Ed` is legacy (signs the raw data), `ED`
+/// signs a BLAKE2b-512 prehash.
+const ALG_LEGACY: &[u8; 2] = b"Ed";
+const ALG_PREHASHED: &[u8; 2] = b"ED";
+
+/// Verifies a channel document: sizes, signature syntax, prehashed algorithm, trusted key,
+/// signature, document syntax, trusted comment, then expiry against `now`.
+pub fn verify(
+    document: &[u8],
+    signature: &str,
+    trusted: &TrustedKeys,
+    now: OffsetDateTime,
+    limits: &Limits,
+) -> Result<VerifiedChannel, FormatError> {
+    let verified = verify_ignoring_expiry(document, signature, trusted, limits)?;
+    if verified.document.expires_at <= now {
+        return Err(FormatError::Expired {
+            expires_at: format_time(verified.document.expires_at),
+            now: format_time(now),
+        });
+    }
+    Ok(verified)
+}
+
+/// [`verify`] without the expiry check, for tools that show old documents (history).
+pub fn verify_ignoring_expiry(
+    document: &[u8],
+    signature: &str,
+    trusted: &TrustedKeys,
+    limits: &Limits,
+) -> Result<VerifiedChannel, FormatError> {
+    if document.len() > limits.max_channel_len {
+        return Err(FormatError::TooLarge {
+            what: "channel document",
+            found: document.len() as u64,
+            limit: limits.max_channel_len as u64,
+        });
+    }
+    if signature.len() > limits.max_signature_len {
+        return Err(FormatError::TooLarge {
+            what: "channel signature",
+            found: signature.len() as u64,
+            limit: limits.max_signature_len as u64,
+        });
+    }
+    let (alg, keynum) = signature_alg_and_keynum(signature)?;
+    if &alg == ALG_LEGACY {
+        return Err(FormatError::LegacySignature);
+    }
+    if &alg != ALG_PREHASHED {
+        return Err(FormatError::malformed(
+            "channel signature",
+            format!("expected algorithm ED, found {:?}", String::from_utf8_lossy(&alg)),
+        ));
+    }
+    let key_id = key_id_hex(&keynum);
+    let Some(public) = trusted.get(&key_id) else {
+        return Err(FormatError::UntrustedKey {
+            key_id,
+            trusted: trusted.ids().join(", "),
+        });
+    };
+    let sig_box = minisign::SignatureBox::from_string(signature)
+        .map_err(|e| FormatError::malformed("channel signature", e))?;
+    minisign::verify(public, &sig_box, Cursor::new(document), true, false, false)
+        .map_err(|_| FormatError::BadSignature { key_id: key_id.clone() })?;
+    let found_comment = sig_box
+        .trusted_comment()
+        .map_err(|e| FormatError::malformed("channel signature", e))?;
+    let parsed: ChannelDocument = serde_json::from_slice(document)
+        .map_err(|e| FormatError::malformed("channel document", e))?;
+    let expected_comment = parsed.trusted_comment();
+    if found_comment != expected_comment {
+        return Err(FormatError::CommentMismatch {
+            expected: expected_comment,
+            found: found_comment,
+        });
+    }
+    parsed.validate()?;
+    Ok(VerifiedChannel {
+        document: parsed,
+        key_id,
+        sha256: sha256_hex(document),
+    })
+}
+
+/// Reads the algorithm and key number out of a minisign signature file without trusting it:
+/// four lines, the usual prefixes, a 74-byte signature and a 64-byte global signature.
+fn signature_alg_and_keynum(signature: &str) -> Result<([u8; 2], [u8; 8]), FormatError> {
+    let bad = |reason: &str| FormatError::malformed("channel signature", reason);
+    let lines: Vec<&str> = signature.lines().collect();
+    if lines.len() != 4 {
+        return Err(bad(&format!("expected 4 lines, found {}", lines.len())));
+    }
+    if !lines[0].starts_with("untrusted comment: ") {
+        return Err(bad("line 1 must start with 'untrusted comment: '"));
+    }
+    if !lines[2].starts_with("trusted comment: ") {
+        return Err(bad("line 3 must start with 'trusted comment: '"));
+    }
+    let sig = B64
+        .decode(lines[1].trim().as_bytes())
+        .map_err(|_| bad("line 2 is not base64"))?;
+    if sig.len() != 74 {
+        return Err(bad(&format!("expected a 74-byte signature, found {} bytes", sig.len())));
+    }
+    let global = B64
+        .decode(lines[3].trim().as_bytes())
+        .map_err(|_| bad("line 4 is not base64"))?;
+    if global.len() != 64 {
+        return Err(bad(&format!("expected a 64-byte global signature, found {} bytes", global.len())));
+    }
+    let mut alg = [0u8; 2];
+    alg.copy_from_slice(&sig[..2]);
+    let mut keynum = [0u8; 8];
+    keynum.copy_from_slice(&sig[2..10]);
+    Ok((alg, keynum))
+}

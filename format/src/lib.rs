@@ -1,0 +1,54 @@
+//! `pack-format`: the bytes a publisher ships and a client trusts.
+//!
+//! Bytes in, bytes out. Nothing here touches the network or reads the clock: callers pass
+//! the current time in. Every untrusted size is checked against [`Limits`] before anything
+//! is allocated for it.
+//!
+//! - [`pack`]: the sealed pack (header + AES-256-GCM ciphertext of a `tar.zst` payload).
+//! - [`payload`]: the `tar.zst` payload with its index of every file's size and SHA-256.
+//! - [`channel`]: the channel document and its minisign (prehashed Ed25519) signature.
+//! - [`keys`]: content keys, signing keys and the trusted-key set.
+
+pub mod channel;
+pub mod error;
+pub mod keys;
+pub mod limits;
+pub mod pack;
+pub mod payload;
+
+pub use channel::{
+    ChannelDocument, ChannelEntry, EntryTarget, PackRef, Rollout, VerifiedChannel, rollout_bucket,
+};
+pub use error::FormatError;
+pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
+pub use limits::Limits;
+pub use pack::{KeySlot, OpenedPack, PackHeader, SealInput, open, read_header, seal};
+pub use payload::{IndexEntry, Payload, PayloadFile};
+
+/// Version of the sealed-pack container this crate writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Checks a pack or channel name: 1–64 characters of `a-z`, `0-9`, `-`, `_`, `.`, not
+/// starting with `.`. Names end up in file names and URLs, so the alphabet is small.
+pub fn validate_name(what: &'static str, name: &str) -> Result<(), FormatError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(FormatError::InvalidName {
+            what,
+            found: name.chars().take(80).collect(),
+        })
+    }
+}

@@ -1,0 +1,295 @@
+//! The sealed pack: `MAGIC | u32 LE header length | header JSON | ciphertext | tag`.
+//!
+//! The ciphertext is AES-256-GCM over the `tar.zst` payload with a fresh random data key and
+//! a fresh random 96-bit nonce; the exact header bytes (magic, length and JSON) are the
+//! associated data, so no header field can be changed without the pack failing to open.
+//! The data key is wrapped (AES-256-GCM again) once per content key, in a key slot named by
+//! the content key's id.
+
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::{Aes256Gcm, Key, Nonce, Tag};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::payload::Payload;
+use crate::{ContentKey, ContentKeyRing, FORMAT_VERSION, FormatError, Limits, sha256_hex, validate_name};
+
+/// The first eight bytes of every sealed pack.
+pub const MAGIC: &[u8; 8] = b"PROMPTPK";
+/// Magic plus the header-length field.
+pub const PREFIX_LEN: usize = MAGIC.len() + 4;
+const TAG_LEN: usize = 16;
+const MAX_KEY_SLOTS: usize = 16;
+const SLOT_AAD_PREFIX: &[u8] = b"promptpack key slot v1:";
+
+/// One wrapped copy of the data key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeySlot {
+    pub key_id: String,
+    /// Base64 of the 12-byte nonce used to wrap the data key.
+    pub nonce: String,
+    /// Base64 of the 32-byte data key encrypted under the content key, plus its 16-byte tag.
+    pub wrapped_key: String,
+}
+
+/// The plaintext header: everything a server or client may look at before decrypting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackHeader {
+    pub format: u32,
+    pub name: String,
+    pub version: semver::Version,
+    /// The runtime variable-contract version the templates were validated against.
+    pub schema: u32,
+    pub key_slots: Vec<KeySlot>,
+    /// Base64 of the 12-byte payload nonce.
+    pub nonce: String,
+    /// Bytes of the compressed payload (the ciphertext, without its tag).
+    pub plaintext_len: u64,
+}
+
+/// What to seal.
+pub struct SealInput<'a> {
+    pub name: &'a str,
+    pub version: &'a semver::Version,
+    pub schema: u32,
+    pub payload: &'a Payload,
+    /// Modification time written into every tar header (`SOURCE_DATE_EPOCH`).
+    pub mtime: u64,
+    /// zstd level; 3 is zstd's own default.
+    pub zstd_level: i32,
+}
+
+/// A pack that opened: its header, its verified files and the SHA-256 of the sealed bytes.
+#[derive(Debug, Clone)]
+pub struct OpenedPack {
+    pub header: PackHeader,
+    pub payload: Payload,
+    pub sha256: String,
+}
+
+/// Seals `input` for every key in `keys` (at least one).
+pub fn seal(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<Vec<u8>, FormatError> {
+    let compressed = input.payload.to_tar_zst(input.mtime, input.zstd_level)?;
+    seal_compressed(input, compressed, keys)
+}
+
+/// Seals an already-built `tar.zst` payload.
+pub fn seal_compressed(
+    input: &SealInput<'_>,
+    mut compressed: Vec<u8>,
+    keys: &[&ContentKey],
+) -> Result<Vec<u8>, FormatError> {
+    validate_name("pack", input.name)?;
+    if keys.is_empty() || keys.len() > MAX_KEY_SLOTS {
+        return Err(FormatError::malformed(
+            "key slots",
+            format!("expected 1-{MAX_KEY_SLOTS} content keys, found {}", keys.len()),
+        ));
+    }
+    let data_key = Zeroizing::new(rand::random::<[u8; 32]>());
+    let mut key_slots = Vec::with_capacity(keys.len());
+    for key in keys {
+        let slot_nonce: [u8; 12] = rand::random();
+        let mut wrapped = data_key.to_vec();
+        let cipher = Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key.bytes()));
+        let tag = cipher
+            .encrypt_in_place_detached(Nonce::from_slice(&slot_nonce), &slot_aad(key.id()), &mut wrapped)
+            .map_err(|_| FormatError::Signing("wrapping the data key failed".to_string()))?;
+        wrapped.extend_from_slice(&tag);
+        key_slots.push(KeySlot {
+            key_id: key.id().to_string(),
+            nonce: B64.encode(slot_nonce),
+            wrapped_key: B64.encode(&wrapped),
+        });
+    }
+    let nonce: [u8; 12] = rand::random();
+    let header = PackHeader {
+        format: FORMAT_VERSION,
+        name: input.name.to_string(),
+        version: input.version.clone(),
+        schema: input.schema,
+        key_slots,
+        nonce: B64.encode(nonce),
+        plaintext_len: compressed.len() as u64,
+    };
+    let json = serde_json::to_vec(&header).map_err(|e| FormatError::malformed("pack header", e))?;
+    let mut out = Vec::with_capacity(PREFIX_LEN + json.len() + compressed.len() + TAG_LEN);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    let cipher = Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(&data_key[..]));
+    let tag = cipher
+        .encrypt_in_place_detached(Nonce::from_slice(&nonce), &out, &mut compressed)
+        .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
+    out.extend_from_slice(&compressed);
+    out.extend_from_slice(&tag);
+    Ok(out)
+}
+
+fn slot_aad(key_id: &str) -> Vec<u8> {
+    [SLOT_AAD_PREFIX, key_id.as_bytes()].concat()
+}
+
+/// Parses and checks the header of a sealed pack without decrypting anything. Returns the
+/// header and the header's length in bytes (where the ciphertext starts).
+pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize), FormatError> {
+    if bytes.len() as u64 > limits.max_sealed_len {
+        return Err(FormatError::TooLarge {
+            what: "sealed pack",
+            found: bytes.len() as u64,
+            limit: limits.max_sealed_len,
+        });
+    }
+    if bytes.len() < PREFIX_LEN {
+        return Err(FormatError::Truncated {
+            what: "sealed pack header",
+            expected: PREFIX_LEN as u64,
+            found: bytes.len() as u64,
+        });
+    }
+    if &bytes[..MAGIC.len()] != MAGIC {
+        return Err(FormatError::BadMagic {
+            expected: String::from_utf8_lossy(MAGIC).into_owned(),
+            found: String::from_utf8_lossy(&bytes[..MAGIC.len()]).into_owned(),
+        });
+    }
+    let mut len_bytes = [0u8; 4];
+    len_bytes.copy_from_slice(&bytes[MAGIC.len()..PREFIX_LEN]);
+    let json_len = u32::from_le_bytes(len_bytes) as usize;
+    if json_len > limits.max_header_len {
+        return Err(FormatError::TooLarge {
+            what: "sealed pack header",
+            found: json_len as u64,
+            limit: limits.max_header_len as u64,
+        });
+    }
+    let header_len = PREFIX_LEN + json_len;
+    if bytes.len() < header_len {
+        return Err(FormatError::Truncated {
+            what: "sealed pack header",
+            expected: header_len as u64,
+            found: bytes.len() as u64,
+        });
+    }
+    let header: PackHeader = serde_json::from_slice(&bytes[PREFIX_LEN..header_len])
+        .map_err(|e| FormatError::malformed("pack header", e))?;
+    if header.format != FORMAT_VERSION {
+        return Err(FormatError::UnsupportedVersion {
+            what: "sealed pack",
+            expected: FORMAT_VERSION,
+            found: header.format,
+        });
+    }
+    validate_name("pack", &header.name)?;
+    if header.key_slots.is_empty() || header.key_slots.len() > MAX_KEY_SLOTS {
+        return Err(FormatError::malformed(
+            "pack header",
+            format!("expected 1-{MAX_KEY_SLOTS} key slots, found {}", header.key_slots.len()),
+        ));
+    }
+    decode_fixed::<12>("payload nonce", &header.nonce)?;
+    for slot in &header.key_slots {
+        decode_fixed::<12>("key slot nonce", &slot.nonce)?;
+        decode_fixed::<48>("wrapped key", &slot.wrapped_key)?;
+    }
+    if header.plaintext_len > limits.max_sealed_len {
+        return Err(FormatError::TooLarge {
+            what: "payload claimed by the header",
+            found: header.plaintext_len,
+            limit: limits.max_sealed_len,
+        });
+    }
+    let expected = header_len as u64 + header.plaintext_len + TAG_LEN as u64;
+    if bytes.len() as u64 != expected {
+        return Err(if (bytes.len() as u64) < expected {
+            FormatError::Truncated {
+                what: "sealed pack",
+                expected,
+                found: bytes.len() as u64,
+            }
+        } else {
+            FormatError::SizeMismatch {
+                what: "sealed pack".to_string(),
+                expected,
+                found: bytes.len() as u64,
+            }
+        });
+    }
+    Ok((header, header_len))
+}
+
+fn decode_fixed<const N: usize>(what: &'static str, text: &str) -> Result<[u8; N], FormatError> {
+    if text.len() > 4 * N {
+        return Err(FormatError::malformed(what, format!("expected {N} bytes of base64")));
+    }
+    let raw = B64
+        .decode(text.as_bytes())
+        .map_err(|e| FormatError::malformed(what, e))?;
+    raw.as_slice()
+        .try_into()
+        .map_err(|_| FormatError::malformed(what, format!("expected {N} bytes, found {}", raw.len())))
+}
+
+/// Checks the header, unwraps the data key with one of `keys` and decrypts: returns the
+/// header and the compressed payload (a standard `tar.zst`).
+pub fn decrypt(bytes: &[u8], keys: &ContentKeyRing, limits: &Limits) -> Result<(PackHeader, Vec<u8>), FormatError> {
+    let (header, header_len) = read_header(bytes, limits)?;
+    let Some((slot, key)) = header
+        .key_slots
+        .iter()
+        .find_map(|slot| keys.get(&slot.key_id).map(|key| (slot, key)))
+    else {
+        return Err(FormatError::UnknownContentKey {
+            available: header
+                .key_slots
+                .iter()
+                .map(|s| s.key_id.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            held: keys.ids().join(", "),
+        });
+    };
+    let slot_nonce = decode_fixed::<12>("key slot nonce", &slot.nonce)?;
+    let wrapped = decode_fixed::<48>("wrapped key", &slot.wrapped_key)?;
+    let mut data_key = Zeroizing::new([0u8; 32]);
+    data_key.copy_from_slice(&wrapped[..32]);
+    Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key.bytes()))
+        .decrypt_in_place_detached(
+            Nonce::from_slice(&slot_nonce),
+            &slot_aad(&slot.key_id),
+            &mut data_key[..],
+            Tag::from_slice(&wrapped[32..]),
+        )
+        .map_err(|_| FormatError::WrongContentKey {
+            key_id: slot.key_id.clone(),
+        })?;
+    let nonce = decode_fixed::<12>("payload nonce", &header.nonce)?;
+    let body = &bytes[header_len..];
+    let (ciphertext, tag) = body.split_at(body.len() - TAG_LEN);
+    let mut plain = ciphertext.to_vec();
+    Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(&data_key[..]))
+        .decrypt_in_place_detached(
+            Nonce::from_slice(&nonce),
+            &bytes[..header_len],
+            &mut plain,
+            Tag::from_slice(tag),
+        )
+        .map_err(|_| FormatError::Tampered)?;
+    Ok((header, plain))
+}
+
+/// Opens a sealed pack: header, key, authenticated decryption, bounded decompression,
+/// safe untar and a check of every file against the index.
+pub fn open(bytes: &[u8], keys: &ContentKeyRing, limits: &Limits) -> Result<OpenedPack, FormatError> {
+    let (header, compressed) = decrypt(bytes, keys, limits)?;
+    let payload = Payload::from_tar_zst(&compressed, limits)?;
+    Ok(OpenedPack {
+        header,
+        payload,
+        sha256: sha256_hex(bytes),
+    })
+}
