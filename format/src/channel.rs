@@ -149,7 +149,10 @@ impl ChannelDocument {
         if self.entries.len() > 1024 {
             return Err(FormatError::malformed(
                 "channel document",
-                format!("expected at most 1024 entries, found {}", self.entries.len()),
+                format!(
+                    "expected at most 1024 entries, found {}",
+                    self.entries.len()
+                ),
             ));
         }
         for (i, entry) in self.entries.iter().enumerate() {
@@ -157,7 +160,10 @@ impl ChannelDocument {
                 if rollout.percent > 100 {
                     return Err(FormatError::malformed(
                         "channel entry",
-                        format!("entry {i}: rollout percent must be 0-100, found {}", rollout.percent),
+                        format!(
+                            "entry {i}: rollout percent must be 0-100, found {}",
+                            rollout.percent
+                        ),
                     ));
                 }
                 if rollout.salt.is_empty() || rollout.salt.len() > 128 {
@@ -169,10 +175,18 @@ impl ChannelDocument {
             }
             match &entry.target {
                 EntryTarget::Pack(pack) => {
-                    if pack.sha256.len() != 64 || !pack.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+                    if pack.sha256.len() != 64
+                        || !pack
+                            .sha256
+                            .bytes()
+                            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                    {
                         return Err(FormatError::malformed(
                             "channel entry",
-                            format!("entry {i}: sha256 must be 64 lowercase hex digits, found {:?}", pack.sha256),
+                            format!(
+                                "entry {i}: sha256 must be 64 lowercase hex digits, found {:?}",
+                                pack.sha256
+                            ),
                         ));
                     }
                 }
@@ -184,7 +198,11 @@ impl ChannelDocument {
 
     /// The entry for a client at `client_version` with `install_id`: the first whose range
     /// matches and whose rollout (if any) includes the install.
-    pub fn select(&self, client_version: &semver::Version, install_id: &str) -> Option<&ChannelEntry> {
+    pub fn select(
+        &self,
+        client_version: &semver::Version,
+        install_id: &str,
+    ) -> Option<&ChannelEntry> {
         self.entries.iter().find(|entry| {
             entry.clients.matches(client_version)
                 && entry
@@ -204,7 +222,10 @@ impl ChannelDocument {
             &key.secret,
             Cursor::new(&document),
             Some(&comment),
-            Some(&format!("promptpack channel {} sequence {}", self.channel, self.sequence)),
+            Some(&format!(
+                "promptpack channel {} sequence {}",
+                self.channel, self.sequence
+            )),
         )
         .map_err(|e| FormatError::Signing(e.to_string()))?;
         Ok(SignedChannel {
@@ -215,7 +236,8 @@ impl ChannelDocument {
 }
 
 pub fn format_time(t: OffsetDateTime) -> String {
-    t.format(&Rfc3339).unwrap_or_else(|_| t.unix_timestamp().to_string())
+    t.format(&Rfc3339)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
 }
 
 /// The minisign signature algorithm bytes: `Ed` is legacy (signs the raw data), `ED`
@@ -270,7 +292,10 @@ pub fn verify_ignoring_expiry(
     if &alg != ALG_PREHASHED {
         return Err(FormatError::malformed(
             "channel signature",
-            format!("expected algorithm ED, found {:?}", String::from_utf8_lossy(&alg)),
+            format!(
+                "expected algorithm ED, found {:?}",
+                String::from_utf8_lossy(&alg)
+            ),
         ));
     }
     let key_id = key_id_hex(&keynum);
@@ -282,8 +307,11 @@ pub fn verify_ignoring_expiry(
     };
     let sig_box = minisign::SignatureBox::from_string(signature)
         .map_err(|e| FormatError::malformed("channel signature", e))?;
-    minisign::verify(public, &sig_box, Cursor::new(document), true, false, false)
-        .map_err(|_| FormatError::BadSignature { key_id: key_id.clone() })?;
+    minisign::verify(public, &sig_box, Cursor::new(document), true, false, false).map_err(
+        |_| FormatError::BadSignature {
+            key_id: key_id.clone(),
+        },
+    )?;
     let found_comment = sig_box
         .trusted_comment()
         .map_err(|e| FormatError::malformed("channel signature", e))?;
@@ -322,13 +350,19 @@ fn signature_alg_and_keynum(signature: &str) -> Result<([u8; 2], [u8; 8]), Forma
         .decode(lines[1].trim().as_bytes())
         .map_err(|_| bad("line 2 is not base64"))?;
     if sig.len() != 74 {
-        return Err(bad(&format!("expected a 74-byte signature, found {} bytes", sig.len())));
+        return Err(bad(&format!(
+            "expected a 74-byte signature, found {} bytes",
+            sig.len()
+        )));
     }
     let global = B64
         .decode(lines[3].trim().as_bytes())
         .map_err(|_| bad("line 4 is not base64"))?;
     if global.len() != 64 {
-        return Err(bad(&format!("expected a 64-byte global signature, found {} bytes", global.len())));
+        return Err(bad(&format!(
+            "expected a 64-byte global signature, found {} bytes",
+            global.len()
+        )));
     }
     let mut alg = [0u8; 2];
     alg.copy_from_slice(&sig[..2]);

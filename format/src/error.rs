@@ -30,7 +30,9 @@ pub enum FormatError {
     Malformed { what: &'static str, reason: String },
     #[error("invalid {what} name {found:?}: expected 1-64 of a-z 0-9 - _ . (not starting with .)")]
     InvalidName { what: &'static str, found: String },
-    #[error("no content key for this pack: it is sealed for key ids [{available}], we hold [{held}]")]
+    #[error(
+        "no content key for this pack: it is sealed for key ids [{available}], we hold [{held}]"
+    )]
     UnknownContentKey { available: String, held: String },
     #[error("content key {key_id:?} does not open this pack (wrong key or tampered key slot)")]
     WrongContentKey { key_id: String },
@@ -60,7 +62,9 @@ pub enum FormatError {
     UntrustedKey { key_id: String, trusted: String },
     #[error("legacy (non-prehashed) minisign signature refused: expected algorithm ED, found Ed")]
     LegacySignature,
-    #[error("signature does not verify against trusted key {key_id}: the document or signature was modified")]
+    #[error(
+        "signature does not verify against trusted key {key_id}: the document or signature was modified"
+    )]
     BadSignature { key_id: String },
     #[error("trusted comment does not match the document: expected {expected:?}, found {found:?}")]
     CommentMismatch { expected: String, found: String },

@@ -88,7 +88,10 @@ impl ContentKey {
             reason,
         };
         if text.len() > 4096 {
-            return Err(bad(format!("{} bytes, expected a small JSON file", text.len())));
+            return Err(bad(format!(
+                "{} bytes, expected a small JSON file",
+                text.len()
+            )));
         }
         let file: ContentKeyFile = serde_json::from_str(text)
             .map_err(|e| bad(format!("expected a content key JSON file: {e}")))?;
@@ -115,7 +118,12 @@ impl ContentKey {
 }
 
 fn validate_key_id(id: &str) -> Result<(), FormatError> {
-    if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+    if id.is_empty()
+        || id.len() > 64
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
         return Err(FormatError::malformed(
             "content key id",
             format!("expected 1-64 of A-Z a-z 0-9 - _, found {id:?}"),
@@ -125,7 +133,8 @@ fn validate_key_id(id: &str) -> Result<(), FormatError> {
 }
 
 fn read_small(path: &Path) -> Result<Zeroizing<String>, FormatError> {
-    let meta = std::fs::metadata(path).map_err(|e| FormatError::io(format!("reading {}", path.display()), e))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| FormatError::io(format!("reading {}", path.display()), e))?;
     if meta.len() > 64 * 1024 {
         return Err(FormatError::KeyFile {
             path: path.to_path_buf(),
@@ -218,16 +227,33 @@ impl SigningKey {
     }
 
     /// Parses a minisign secret key file. A password-protected key needs `password`.
-    pub fn from_file_text(path: &Path, text: &str, password: Option<&str>) -> Result<Self, FormatError> {
+    pub fn from_file_text(
+        path: &Path,
+        text: &str,
+        password: Option<&str>,
+    ) -> Result<Self, FormatError> {
         let bad = |reason: String| FormatError::KeyFile {
             path: path.to_path_buf(),
             reason,
         };
         let boxed = || {
-            minisign::SecretKeyBox::from_string(text).map_err(|e| bad(format!("not a minisign secret key: {e}")))
+            minisign::SecretKeyBox::from_string(text)
+                .map_err(|e| bad(format!("not a minisign secret key: {e}")))
         };
+        let encrypted = boxed()?
+            .to_bytes()
+            .split(|&b| b == b'\n')
+            .nth(1)
+            .and_then(|line| B64.decode(line.trim_ascii()).ok())
+            .is_some_and(|raw| raw.get(2..4) != Some(&[0, 0]));
         let secret = match minisign::SecretKey::from_unencrypted_box(boxed()?) {
             Ok(sk) => sk,
+            Err(e) if !encrypted => {
+                return Err(bad(format!(
+                    "unencrypted key rejected ({e}); keys made by `minisign -G -W` carry no checksum, \
+                     so make the key with `packer keygen` or give it a password"
+                )));
+            }
             Err(_) => {
                 let Some(pw) = password else {
                     return Err(bad(
@@ -239,7 +265,8 @@ impl SigningKey {
                     .map_err(|e| bad(format!("cannot decrypt the key: {e}")))?
             }
         };
-        let public = minisign::PublicKey::from_secret_key(&secret).map_err(|e| bad(e.to_string()))?;
+        let public =
+            minisign::PublicKey::from_secret_key(&secret).map_err(|e| bad(e.to_string()))?;
         Ok(SigningKey { secret, public })
     }
 

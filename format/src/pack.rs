@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use crate::payload::Payload;
-use crate::{ContentKey, ContentKeyRing, FORMAT_VERSION, FormatError, Limits, sha256_hex, validate_name};
+use crate::{
+    ContentKey, ContentKeyRing, FORMAT_VERSION, FormatError, Limits, sha256_hex, validate_name,
+};
 
 /// The first eight bytes of every sealed pack.
 pub const MAGIC: &[u8; 8] = b"PROMPTPK";
@@ -87,7 +89,10 @@ pub fn seal_compressed(
     if keys.is_empty() || keys.len() > MAX_KEY_SLOTS {
         return Err(FormatError::malformed(
             "key slots",
-            format!("expected 1-{MAX_KEY_SLOTS} content keys, found {}", keys.len()),
+            format!(
+                "expected 1-{MAX_KEY_SLOTS} content keys, found {}",
+                keys.len()
+            ),
         ));
     }
     let data_key = Zeroizing::new(rand::random::<[u8; 32]>());
@@ -97,7 +102,11 @@ pub fn seal_compressed(
         let mut wrapped = data_key.to_vec();
         let cipher = Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key.bytes()));
         let tag = cipher
-            .encrypt_in_place_detached(Nonce::from_slice(&slot_nonce), &slot_aad(key.id()), &mut wrapped)
+            .encrypt_in_place_detached(
+                Nonce::from_slice(&slot_nonce),
+                &slot_aad(key.id()),
+                &mut wrapped,
+            )
             .map_err(|_| FormatError::Signing("wrapping the data key failed".to_string()))?;
         wrapped.extend_from_slice(&tag);
         key_slots.push(KeySlot {
@@ -188,7 +197,10 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
     if header.key_slots.is_empty() || header.key_slots.len() > MAX_KEY_SLOTS {
         return Err(FormatError::malformed(
             "pack header",
-            format!("expected 1-{MAX_KEY_SLOTS} key slots, found {}", header.key_slots.len()),
+            format!(
+                "expected 1-{MAX_KEY_SLOTS} key slots, found {}",
+                header.key_slots.len()
+            ),
         ));
     }
     decode_fixed::<12>("payload nonce", &header.nonce)?;
@@ -224,19 +236,26 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
 
 fn decode_fixed<const N: usize>(what: &'static str, text: &str) -> Result<[u8; N], FormatError> {
     if text.len() > 4 * N {
-        return Err(FormatError::malformed(what, format!("expected {N} bytes of base64")));
+        return Err(FormatError::malformed(
+            what,
+            format!("expected {N} bytes of base64"),
+        ));
     }
     let raw = B64
         .decode(text.as_bytes())
         .map_err(|e| FormatError::malformed(what, e))?;
-    raw.as_slice()
-        .try_into()
-        .map_err(|_| FormatError::malformed(what, format!("expected {N} bytes, found {}", raw.len())))
+    raw.as_slice().try_into().map_err(|_| {
+        FormatError::malformed(what, format!("expected {N} bytes, found {}", raw.len()))
+    })
 }
 
 /// Checks the header, unwraps the data key with one of `keys` and decrypts: returns the
 /// header and the compressed payload (a standard `tar.zst`).
-pub fn decrypt(bytes: &[u8], keys: &ContentKeyRing, limits: &Limits) -> Result<(PackHeader, Vec<u8>), FormatError> {
+pub fn decrypt(
+    bytes: &[u8],
+    keys: &ContentKeyRing,
+    limits: &Limits,
+) -> Result<(PackHeader, Vec<u8>), FormatError> {
     let (header, header_len) = read_header(bytes, limits)?;
     let Some((slot, key)) = header
         .key_slots
@@ -284,7 +303,11 @@ pub fn decrypt(bytes: &[u8], keys: &ContentKeyRing, limits: &Limits) -> Result<(
 
 /// Opens a sealed pack: header, key, authenticated decryption, bounded decompression,
 /// safe untar and a check of every file against the index.
-pub fn open(bytes: &[u8], keys: &ContentKeyRing, limits: &Limits) -> Result<OpenedPack, FormatError> {
+pub fn open(
+    bytes: &[u8],
+    keys: &ContentKeyRing,
+    limits: &Limits,
+) -> Result<OpenedPack, FormatError> {
     let (header, compressed) = decrypt(bytes, keys, limits)?;
     let payload = Payload::from_tar_zst(&compressed, limits)?;
     Ok(OpenedPack {

@@ -270,7 +270,11 @@ fn entry_kind_reason(kind: tar::EntryType) -> &'static str {
 fn check_index(index: &[IndexEntry], files: &BTreeMap<String, Vec<u8>>) -> Result<(), FormatError> {
     if index.len() != files.len() {
         return Err(FormatError::IndexMismatch {
-            reason: format!("index lists {} files, archive holds {}", index.len(), files.len()),
+            reason: format!(
+                "index lists {} files, archive holds {}",
+                index.len(),
+                files.len()
+            ),
         });
     }
     for entry in index {
@@ -301,7 +305,11 @@ fn check_index(index: &[IndexEntry], files: &BTreeMap<String, Vec<u8>>) -> Resul
 fn check_file_len(path: &str, len: u64, limits: &Limits) -> Result<(), FormatError> {
     if len > limits.max_file_len {
         return Err(FormatError::TooLarge {
-            what: if path == INDEX_PATH { "payload index" } else { "payload file" },
+            what: if path == INDEX_PATH {
+                "payload index"
+            } else {
+                "payload file"
+            },
             found: len,
             limit: limits.max_file_len,
         });
@@ -349,9 +357,14 @@ pub fn compress(bytes: &[u8], level: i32) -> Result<Vec<u8>, FormatError> {
     encoder
         .multithread(workers)
         .map_err(|e| FormatError::io("starting zstd workers", e))?;
-    encoder.include_checksum(true).map_err(|e| FormatError::io("configuring zstd", e))?;
-    std::io::Write::write_all(&mut encoder, bytes).map_err(|e| FormatError::io("compressing the payload", e))?;
-    encoder.finish().map_err(|e| FormatError::io("finishing zstd", e))
+    encoder
+        .include_checksum(true)
+        .map_err(|e| FormatError::io("configuring zstd", e))?;
+    std::io::Write::write_all(&mut encoder, bytes)
+        .map_err(|e| FormatError::io("compressing the payload", e))?;
+    encoder
+        .finish()
+        .map_err(|e| FormatError::io("finishing zstd", e))
 }
 
 /// Decompresses, refusing to produce more than the limits' budget for this input.

@@ -1,0 +1,126 @@
+//! A lying header is rejected before anything is allocated for what it claims. This file
+//! counts heap allocations, so it keeps every check in one test function.
+
+// A counting global allocator is the one place the workspace needs `unsafe`.
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::*;
+use pack_format::pack::{MAGIC, PREFIX_LEN};
+use pack_format::{ContentKey, FormatError, Limits, pack};
+
+struct Counting;
+
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+// Forwards every call to the system allocator unchanged and remembers the largest request.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn with_header_json(json: &serde_json::Value, tail: usize) -> Vec<u8> {
+    let text = serde_json::to_vec(json).unwrap();
+    let mut out = MAGIC.to_vec();
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    out.extend_from_slice(&text);
+    out.extend(std::iter::repeat_n(0u8, tail));
+    out
+}
+
+#[test]
+fn lying_headers_are_rejected_without_large_allocations() {
+    let key = ContentKey::from_parts("k", [3u8; 32]).unwrap();
+    let sealed = seal_with(&small_payload(), &[&key]);
+    let (header, _) = pack::read_header(&sealed, &Limits::DEFAULT).unwrap();
+    let mut claim = serde_json::to_value(&header).unwrap();
+
+    LARGEST.store(0, Ordering::Relaxed);
+
+    // The payload length field claims 4 GiB.
+    claim["plaintext_len"] = serde_json::json!(4u64 * 1024 * 1024 * 1024);
+    let bytes = with_header_json(&claim, 64);
+    let err = pack::open(&bytes, &ring(&key), &Limits::DEFAULT).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FormatError::TooLarge {
+                found: 4_294_967_296,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // The header length field claims 4 GiB.
+    let mut bytes = sealed.clone();
+    bytes[MAGIC.len()..PREFIX_LEN].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = pack::open(&bytes, &ring(&key), &Limits::DEFAULT).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FormatError::TooLarge {
+                what: "sealed pack header",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // A payload length that does not match the bytes present.
+    claim["plaintext_len"] = serde_json::json!(1_000_000);
+    let bytes = with_header_json(&claim, 10);
+    let err = pack::open(&bytes, &ring(&key), &Limits::DEFAULT).unwrap_err();
+    assert!(matches!(err, FormatError::Truncated { .. }), "{err}");
+
+    // Truncated packs of every length fail cleanly.
+    for cut in [0, 3, PREFIX_LEN - 1, PREFIX_LEN + 5, sealed.len() - 1] {
+        assert!(
+            pack::open(&sealed[..cut], &ring(&key), &Limits::DEFAULT).is_err(),
+            "cut at {cut}"
+        );
+    }
+
+    let largest = LARGEST.load(Ordering::Relaxed);
+    assert!(
+        largest < 1024 * 1024,
+        "largest allocation was {largest} bytes"
+    );
+
+    // Not a pack at all.
+    let err = pack::open(b"GIF89a....................", &ring(&key), &Limits::DEFAULT).unwrap_err();
+    assert!(matches!(err, FormatError::BadMagic { .. }), "{err}");
+
+    // A pack larger than the sealed-size limit is refused before parsing.
+    let tight = Limits {
+        max_sealed_len: 100,
+        ..Limits::DEFAULT
+    };
+    let err = pack::open(&sealed, &ring(&key), &tight).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FormatError::TooLarge {
+                what: "sealed pack",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
