@@ -822,7 +822,7 @@ impl<'a, 'c> Checker<'a, 'c> {
                         let known: Vec<&str> = fields.keys().map(String::as_str).collect();
                         let hint = if self.frames.len() > 1 && !from_root && up == 0 {
                             format!(
-                                "here you can use: {} (or ../name for the enclosing context)",
+                                "here you can use: {} (or ../VARIABLE for the enclosing context)",
                                 known.join(", ")
                             )
                         } else {

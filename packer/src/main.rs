@@ -1,1 +1,98 @@
-fn main() {}
+//! `packer`: the publisher's tool. Generates keys, seals a directory of templates into a
+//! pack (validating every template against the runtime's variable contract first), looks
+//! inside packs, and signs channel documents.
+
+// The binary owns the terminal: results go to stdout, progress and errors to stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod build;
+mod channel;
+mod fsio;
+mod keygen;
+mod keys;
+mod read;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "packer",
+    version,
+    about = "Seal prompt templates into signed, encrypted promptpack packs",
+    long_about = "Seal a directory of Handlebars prompt templates into an encrypted pack, look \
+                  inside packs, and sign the channel documents that tell clients which pack to use.\n\n\
+                  Typical flow:\n  \
+                  packer keygen --dir keys\n  \
+                  packer build packs/builtin --version 1.0.0 --keys keys -o dist/builtin-1.0.0.pack\n  \
+                  packer verify dist/builtin-1.0.0.pack --keys keys\n  \
+                  packer channel --keys keys --channel stable --pack builtin --sequence 1 \
+                  --expires 30d --entry '*=dist/builtin-1.0.0.pack' -o dist/channel.json"
+)]
+struct Cli {
+    /// Print the result as JSON on stdout (progress and errors stay on stderr).
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a signing key pair (minisign format) and a content key.
+    Keygen(keygen::KeygenArgs),
+    /// Validate every template and seal a directory into a pack.
+    Build(build::BuildArgs),
+    /// Show a pack's header, and with a content key its file list.
+    Inspect(read::InspectArgs),
+    /// Open a pack completely and check its templates against the contract.
+    Verify(read::VerifyArgs),
+    /// Open a pack and write its files into a new directory.
+    Extract(read::ExtractArgs),
+    /// Write and sign a channel document (channel.json + channel.json.minisig).
+    Channel(channel::ChannelArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Keygen(args) => keygen::run(&args, cli.json),
+        Command::Build(args) => build::run(&args, cli.json),
+        Command::Inspect(args) => read::inspect(&args, cli.json),
+        Command::Verify(args) => read::verify(&args, cli.json),
+        Command::Extract(args) => read::extract(&args, cli.json),
+        Command::Channel(args) => channel::run(&args, cli.json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints a JSON value on stdout, pretty, with a final newline.
+fn print_json(value: &serde_json::Value) {
+    // A `Value` always serialises.
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+/// A path as the user should see it in a message.
+fn shown(path: &std::path::Path) -> String {
+    path.display().to_string()
+}
+
+/// Common shape of `--keys DIR` plus extra `--content-key FILE` options.
+#[derive(clap::Args, Debug, Clone)]
+struct ContentKeyArgs {
+    /// Extra content key file(s), in addition to KEYS/content.key. Repeatable.
+    #[arg(long = "content-key", value_name = "FILE")]
+    content_keys: Vec<PathBuf>,
+}

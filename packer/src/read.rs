@@ -1,0 +1,275 @@
+//! Commands that read a sealed pack: `inspect`, `verify`, `extract`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use pack_format::contract::{Contract, validate_template_all};
+use pack_format::{Limits, OpenedPack, PackHeader, sha256_hex};
+use serde_json::json;
+
+use crate::fsio::{self, read_limited, spinner};
+use crate::keys::content_key_ring;
+use crate::{ContentKeyArgs, print_json, shown};
+
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// The sealed pack.
+    #[arg(value_name = "PACK")]
+    pack: PathBuf,
+
+    /// Key directory; with a content key the file list is shown too.
+    #[arg(long, value_name = "DIR")]
+    keys: Option<PathBuf>,
+
+    #[command(flatten)]
+    extra_keys: ContentKeyArgs,
+}
+
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    /// The sealed pack.
+    #[arg(value_name = "PACK")]
+    pack: PathBuf,
+
+    /// Key directory holding content.key.
+    #[arg(long, value_name = "DIR")]
+    keys: PathBuf,
+
+    #[command(flatten)]
+    extra_keys: ContentKeyArgs,
+}
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "OUT_DIR must not exist or be empty. Files are written into a \
+    temporary directory next to it, which is renamed to OUT_DIR only when everything is written."
+)]
+pub struct ExtractArgs {
+    /// The sealed pack.
+    #[arg(value_name = "PACK")]
+    pack: PathBuf,
+
+    /// Key directory holding content.key.
+    #[arg(long, value_name = "DIR")]
+    keys: PathBuf,
+
+    /// Directory to create with the pack's files.
+    #[arg(short = 'o', long = "output", value_name = "OUT_DIR")]
+    output: PathBuf,
+
+    #[command(flatten)]
+    extra_keys: ContentKeyArgs,
+}
+
+fn read_pack(path: &Path) -> Result<Vec<u8>> {
+    read_limited(path, Limits::DEFAULT.max_sealed_len, "pack")
+}
+
+/// Reads and fully opens a pack; returns it with the sealed size.
+fn open_pack(path: &Path, keys: Option<&Path>, extra: &[PathBuf]) -> Result<(OpenedPack, usize)> {
+    let bytes = read_pack(path)?;
+    let ring = content_key_ring(keys, extra)?;
+    let progress = spinner("decrypting and checking");
+    let opened = pack_format::open(&bytes, &ring, &Limits::DEFAULT);
+    progress.finish_and_clear();
+    Ok((
+        opened.with_context(|| format!("{} does not open", shown(path)))?,
+        bytes.len(),
+    ))
+}
+
+fn header_json(header: &PackHeader, sha256: &str, size: usize) -> serde_json::Value {
+    json!({
+        "name": header.name,
+        "version": header.version.to_string(),
+        "schema": header.schema,
+        "format": header.format,
+        "sha256": sha256,
+        "size": size,
+        "payload_len": header.plaintext_len,
+        "key_ids": header.key_slots.iter().map(|s| s.key_id.as_str()).collect::<Vec<_>>(),
+    })
+}
+
+pub fn inspect(args: &InspectArgs, json: bool) -> Result<()> {
+    let bytes = read_pack(&args.pack)?;
+    let (header, _) = pack_format::read_header(&bytes, &Limits::DEFAULT)
+        .with_context(|| format!("{} is not a readable pack", shown(&args.pack)))?;
+    let sha256 = sha256_hex(&bytes);
+    let wants_files = args.keys.is_some() || !args.extra_keys.content_keys.is_empty();
+    let opened = if wants_files {
+        let ring = content_key_ring(args.keys.as_deref(), &args.extra_keys.content_keys)?;
+        let progress = spinner("decrypting and checking");
+        let opened = pack_format::open(&bytes, &ring, &Limits::DEFAULT);
+        progress.finish_and_clear();
+        Some(opened.with_context(|| format!("{} does not open", shown(&args.pack)))?)
+    } else {
+        None
+    };
+    let index = opened.as_ref().map(|o| o.payload.index());
+
+    if json {
+        let mut value = header_json(&header, &sha256, bytes.len());
+        value["files"] = match &index {
+            Some(index) => index
+                .iter()
+                .map(|e| json!({"path": e.path, "size": e.size, "sha256": e.sha256}))
+                .collect(),
+            None => serde_json::Value::Null,
+        };
+        print_json(&value);
+        return Ok(());
+    }
+    let key_ids: Vec<&str> = header.key_slots.iter().map(|s| s.key_id.as_str()).collect();
+    println!("pack      {}", shown(&args.pack));
+    println!("name      {}", header.name);
+    println!("version   {}", header.version);
+    println!("schema    {}", header.schema);
+    println!("format    {}", header.format);
+    println!(
+        "size      {} bytes (payload {} bytes compressed)",
+        bytes.len(),
+        header.plaintext_len
+    );
+    println!("sha256    {sha256}");
+    println!("key ids   {}", key_ids.join(", "));
+    match &index {
+        Some(index) => {
+            let total: u64 = index.iter().map(|e| e.size).sum();
+            println!("files     {} ({total} bytes)", index.len());
+            let width = index.iter().map(|e| e.path.len()).max().unwrap_or(0);
+            for entry in index {
+                println!(
+                    "  {:width$}  {:>8}  {}",
+                    entry.path, entry.size, entry.sha256
+                );
+            }
+        }
+        None => println!("files     (give --keys DIR to decrypt and list them)"),
+    }
+    Ok(())
+}
+
+pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
+    let (opened, size) = open_pack(&args.pack, Some(&args.keys), &args.extra_keys.content_keys)?;
+    let header = &opened.header;
+    // What a client does before installing: the templates must fit the contract the pack
+    // claims, not just decrypt.
+    let Some(contract) = Contract::builtin(header.schema) else {
+        bail!(
+            "{} targets schema {}, which this packer does not know; its templates cannot be checked",
+            shown(&args.pack),
+            header.schema
+        );
+    };
+    let mut problems = Vec::new();
+    for (path, bytes) in opened.payload.files() {
+        if !path.ends_with(".hbs") {
+            continue;
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(source) => problems.extend(
+                validate_template_all(path, source, &contract)
+                    .iter()
+                    .map(ToString::to_string),
+            ),
+            Err(_) => problems.push(format!("{path}: not UTF-8")),
+        }
+    }
+    if !problems.is_empty() {
+        for problem in &problems {
+            eprintln!("{problem}");
+        }
+        bail!(
+            "{} opens, but {} template problem(s) against schema {}; a client would refuse it",
+            shown(&args.pack),
+            problems.len(),
+            header.schema
+        );
+    }
+    let files = opened.payload.len();
+    if json {
+        let mut value = header_json(header, &opened.sha256, size);
+        value["ok"] = json!(true);
+        value["files"] = json!(files);
+        print_json(&value);
+    } else {
+        println!(
+            "ok: {} {} (schema {}), {files} files, sha256 {}",
+            header.name, header.version, header.schema, opened.sha256
+        );
+    }
+    Ok(())
+}
+
+pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
+    let out = &args.output;
+    if out.exists() {
+        if !out.is_dir() {
+            bail!(
+                "{} exists and is not a directory; choose a new directory",
+                shown(out)
+            );
+        }
+        let not_empty = std::fs::read_dir(out)
+            .with_context(|| format!("reading {}", shown(out)))?
+            .next()
+            .is_some();
+        if not_empty {
+            bail!(
+                "{} exists and is not empty; extract into a new or empty directory",
+                shown(out)
+            );
+        }
+    }
+    let (opened, _) = open_pack(&args.pack, Some(&args.keys), &args.extra_keys.content_keys)?;
+
+    let parent = fsio::parent_dir(out);
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", shown(&parent)))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".packer-extract-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a temporary directory in {}", shown(&parent)))?;
+    for (path, bytes) in opened.payload.files() {
+        // Payload paths are relative with no `..` (checked when the pack opened), so they
+        // stay inside the staging directory.
+        let dest = staging.path().join(path);
+        if let Some(dir) = dest.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", shown(dir)))?;
+        }
+        std::fs::write(&dest, bytes)
+            .and_then(|()| std::fs::File::open(&dest)?.sync_all())
+            .with_context(|| format!("writing {path}"))?;
+    }
+    // A temporary directory is private (0700); the result should look like any directory.
+    fsio::set_mode(staging.path(), 0o755)?;
+    if out.exists() {
+        std::fs::remove_dir(out)
+            .with_context(|| format!("replacing empty directory {}", shown(out)))?;
+    }
+    let staged = staging.keep();
+    if let Err(e) = std::fs::rename(&staged, out) {
+        let _ = std::fs::remove_dir_all(&staged);
+        return Err(e).with_context(|| format!("moving the extracted files to {}", shown(out)));
+    }
+    fsio::sync_dir(&parent);
+
+    if json {
+        print_json(&json!({
+            "name": opened.header.name,
+            "version": opened.header.version.to_string(),
+            "sha256": opened.sha256,
+            "files": opened.payload.len(),
+            "output": shown(out),
+        }));
+    } else {
+        println!(
+            "extracted {} files of {} {} into {}",
+            opened.payload.len(),
+            opened.header.name,
+            opened.header.version,
+            shown(out)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,594 @@
+//! Drives the real `packer` binary the way a publisher does.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pack_format::{ContentKey, ContentKeyRing, EntryTarget, Limits, TrustedKeys};
+use tempfile::TempDir;
+
+const GOOD_TEMPLATE: &str = "\
+You are {{persona}}.
+{{#if tools.read}}Read before you write.{{else}}You cannot read files.{{/if}}
+{{#each skills}}- {{name}}: {{description}}
+{{/each}}";
+
+fn packer(args: &[&str]) -> Output {
+    packer_env(args, &[])
+}
+
+fn packer_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_packer"));
+    command
+        .args(args)
+        .env_remove("PROMPTPACK_KEY_PASSWORD")
+        .env_remove("SOURCE_DATE_EPOCH");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("packer runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_ok(output: &Output) {
+    assert!(
+        output.status.success(),
+        "packer failed\nstdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+#[track_caller]
+fn assert_fails(output: &Output) {
+    assert!(
+        !output.status.success(),
+        "packer should have failed\nstdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().expect("temp paths are UTF-8")
+}
+
+struct Fixture {
+    dir: TempDir,
+}
+
+impl Fixture {
+    /// A key directory and a pack directory `prompts/` with a few files.
+    fn new() -> Fixture {
+        let fixture = Fixture {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        assert_ok(&packer(&["keygen", "--dir", s(&fixture.keys())]));
+        fixture.write("prompts/agents/mavis/system.hbs", GOOD_TEMPLATE.as_bytes());
+        fixture.write(
+            "prompts/shared/rules.hbs",
+            b"{{#unless surface.interactive}}Work alone.{{/unless}}\n",
+        );
+        fixture.write(
+            "prompts/notes.txt",
+            b"not a template: {{anything}} is fine here\n",
+        );
+        fixture.write("prompts/data.bin", &[0, 159, 146, 150, 255]);
+        fixture
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    fn keys(&self) -> PathBuf {
+        self.path("keys")
+    }
+
+    fn pack_dir(&self) -> PathBuf {
+        self.path("prompts")
+    }
+
+    fn write(&self, relative: &str, bytes: &[u8]) {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn build(&self, out: &str, env: &[(&str, &str)]) -> Output {
+        let out = self.path(out);
+        packer_env(
+            &[
+                "build",
+                s(&self.pack_dir()),
+                "--version",
+                "1.2.0",
+                "--keys",
+                s(&self.keys()),
+                "-o",
+                s(&out),
+            ],
+            env,
+        )
+    }
+
+    fn ring(&self) -> ContentKeyRing {
+        ContentKeyRing::new([ContentKey::load(&self.keys().join("content.key")).unwrap()])
+    }
+}
+
+fn files_under(root: &Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                let name = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                out.push((name, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn keygen_writes_private_keys_and_refuses_to_overwrite() {
+    let fixture = Fixture::new();
+    let keys = fixture.keys();
+    let before = files_under(&keys);
+    let names: Vec<&str> = before.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["content.key", "signing.key", "signing.pub"]);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for secret in ["signing.key", "content.key"] {
+            let mode = std::fs::metadata(keys.join(secret))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{secret} must be private");
+        }
+    }
+
+    let again = packer(&["keygen", "--dir", s(&keys)]);
+    assert_fails(&again);
+    let message = stderr(&again);
+    assert!(message.contains("signing.key already exists"), "{message}");
+    assert!(message.contains("--force"), "{message}");
+    assert_eq!(
+        files_under(&keys),
+        before,
+        "a refused keygen must not touch the keys"
+    );
+
+    assert_ok(&packer(&["keygen", "--dir", s(&keys), "--force"]));
+    let after = files_under(&keys);
+    assert_ne!(after, before, "--force writes new keys");
+}
+
+#[test]
+fn build_verify_inspect_extract_round_trip() {
+    let fixture = Fixture::new();
+    let build = fixture.build("out/prompts-1.2.0.pack", &[]);
+    assert_ok(&build);
+    let built = stdout(&build);
+    assert!(
+        built.contains("prompts"),
+        "pack name defaults to the directory name: {built}"
+    );
+    assert!(built.contains("1.2.0"), "{built}");
+    let pack = fixture.path("out/prompts-1.2.0.pack");
+    let sha = pack_format::sha256_hex(&std::fs::read(&pack).unwrap());
+    assert!(built.contains(&sha), "build prints the sha256: {built}");
+
+    let verify = packer(&["verify", s(&pack), "--keys", s(&fixture.keys())]);
+    assert_ok(&verify);
+    assert!(
+        stdout(&verify).starts_with("ok: prompts 1.2.0"),
+        "{}",
+        stdout(&verify)
+    );
+
+    // Without a key: header only.
+    let header = packer(&["inspect", s(&pack), "--json"]);
+    assert_ok(&header);
+    let header: serde_json::Value = serde_json::from_slice(&header.stdout).unwrap();
+    assert_eq!(header["name"], "prompts");
+    assert_eq!(header["version"], "1.2.0");
+    assert_eq!(header["schema"], 1);
+    assert_eq!(header["sha256"], sha.as_str());
+    assert!(header["files"].is_null());
+
+    // With a key: the file list, matching the source files.
+    let listed = packer(&["inspect", s(&pack), "--keys", s(&fixture.keys()), "--json"]);
+    assert_ok(&listed);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let source = files_under(&fixture.pack_dir());
+    let listed_files: Vec<(String, u64, String)> = listed["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["size"].as_u64().unwrap(),
+                f["sha256"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, u64, String)> = source
+        .iter()
+        .map(|(path, bytes)| {
+            (
+                path.clone(),
+                bytes.len() as u64,
+                pack_format::sha256_hex(bytes),
+            )
+        })
+        .collect();
+    assert_eq!(listed_files, expected);
+
+    let out = fixture.path("extracted");
+    assert_ok(&packer(&[
+        "extract",
+        s(&pack),
+        "--keys",
+        s(&fixture.keys()),
+        "-o",
+        s(&out),
+    ]));
+    assert_eq!(
+        files_under(&out),
+        source,
+        "extract gives back the exact bytes"
+    );
+
+    // A non-empty output directory is refused and left alone.
+    let refused = packer(&[
+        "extract",
+        s(&pack),
+        "--keys",
+        s(&fixture.keys()),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails(&refused);
+    assert!(
+        stderr(&refused).contains("not empty"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(files_under(&out), source);
+}
+
+#[test]
+fn verify_rejects_a_tampered_pack_and_a_wrong_key() {
+    let fixture = Fixture::new();
+    assert_ok(&fixture.build("p.pack", &[]));
+    let pack = fixture.path("p.pack");
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let last = bytes.len() - 20;
+    bytes[last] ^= 1;
+    let tampered = fixture.path("tampered.pack");
+    std::fs::write(&tampered, &bytes).unwrap();
+    let result = packer(&["verify", s(&tampered), "--keys", s(&fixture.keys())]);
+    assert_fails(&result);
+    assert!(stderr(&result).contains("modified"), "{}", stderr(&result));
+
+    let other_keys = fixture.path("other-keys");
+    assert_ok(&packer(&["keygen", "--dir", s(&other_keys)]));
+    let result = packer(&["verify", s(&pack), "--keys", s(&other_keys)]);
+    assert_fails(&result);
+    assert!(
+        stderr(&result).contains("no content key"),
+        "{}",
+        stderr(&result)
+    );
+}
+
+#[test]
+fn build_reports_every_undeclared_variable_with_file_and_line() {
+    let fixture = Fixture::new();
+    fixture.write(
+        "prompts/agents/mavis/system.hbs",
+        b"You are {{persona}}.\n{{#if tools.read}}ok{{else}}\n{{nope}}{{/if}}\n",
+    );
+    fixture.write(
+        "prompts/shared/rules.hbs",
+        b"{{#each skills}}{{name}} {{version}}{{/each}}\n",
+    );
+    let result = fixture.build("p.pack", &[]);
+    assert_fails(&result);
+    let message = stderr(&result);
+    let mavis = fixture.path("prompts/agents/mavis/system.hbs");
+    let rules = fixture.path("prompts/shared/rules.hbs");
+    assert!(
+        message.contains(&format!("{}:3: unknown variable 'nope'", s(&mavis))),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("{}:1: unknown variable 'version'", s(&rules))),
+        "{message}"
+    );
+    assert!(
+        !fixture.path("p.pack").exists(),
+        "nothing is written on failure"
+    );
+}
+
+#[test]
+fn build_rejects_a_symlink_and_names_it() {
+    let fixture = Fixture::new();
+    let link = fixture.path("prompts/agents/alias.hbs");
+    std::os::unix::fs::symlink(fixture.path("prompts/shared/rules.hbs"), &link).unwrap();
+    let result = fixture.build("p.pack", &[]);
+    assert_fails(&result);
+    let message = stderr(&result);
+    assert!(message.contains(s(&link)), "{message}");
+    assert!(message.contains("symbolic link"), "{message}");
+    assert!(!fixture.path("p.pack").exists());
+}
+
+#[test]
+fn build_rejects_a_template_that_is_not_utf8() {
+    let fixture = Fixture::new();
+    fixture.write("prompts/bad.hbs", b"caf\xe9 {{persona}}");
+    let result = fixture.build("p.pack", &[]);
+    assert_fails(&result);
+    assert!(
+        stderr(&result).contains("bad.hbs: not UTF-8"),
+        "{}",
+        stderr(&result)
+    );
+}
+
+#[test]
+fn builds_with_the_same_source_date_epoch_have_identical_payloads() {
+    let fixture = Fixture::new();
+    let epoch = [("SOURCE_DATE_EPOCH", "1700000000")];
+    assert_ok(&fixture.build("a.pack", &epoch));
+    assert_ok(&fixture.build("b.pack", &epoch));
+    assert_ok(&fixture.build("c.pack", &[("SOURCE_DATE_EPOCH", "1700000001")]));
+    let read = |name: &str| std::fs::read(fixture.path(name)).unwrap();
+    let payload = |name: &str| {
+        let (header, plain) =
+            pack_format::pack::decrypt(&read(name), &fixture.ring(), &Limits::DEFAULT).unwrap();
+        (header.name, header.version, plain)
+    };
+    // Every seal uses a fresh data key and nonce, so the sealed bytes differ...
+    assert_ne!(read("a.pack"), read("b.pack"));
+    // ...but what was sealed is the same, byte for byte.
+    assert_eq!(payload("a.pack"), payload("b.pack"));
+    // And the mtime really is taken from SOURCE_DATE_EPOCH.
+    assert_ne!(payload("a.pack").2, payload("c.pack").2);
+}
+
+#[test]
+fn channel_document_verifies_with_pack_format_and_with_minisign() {
+    let fixture = Fixture::new();
+    assert_ok(&fixture.build("prompts-1.2.0.pack", &[]));
+    let pack = fixture.path("prompts-1.2.0.pack");
+    let pack_bytes = std::fs::read(&pack).unwrap();
+    let document_path = fixture.path("dist/channel.json");
+    let first_entry = format!(">=1.4.0, <1.5.0={}@10%", s(&pack));
+    let result = packer(&[
+        "channel",
+        "--keys",
+        s(&fixture.keys()),
+        "--channel",
+        "stable",
+        "--pack",
+        "prompts",
+        "--sequence",
+        "7",
+        "--expires",
+        "30d",
+        "--entry",
+        &first_entry,
+        "--entry",
+        "<1.4.0=builtin",
+        "-o",
+        s(&document_path),
+    ]);
+    assert_ok(&result);
+
+    let document = std::fs::read(&document_path).unwrap();
+    let signature = std::fs::read_to_string(fixture.path("dist/channel.json.minisig")).unwrap();
+    let mut trusted = TrustedKeys::new();
+    trusted
+        .add_file(&fixture.keys().join("signing.pub"))
+        .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let verified =
+        pack_format::channel::verify(&document, &signature, &trusted, now, &Limits::DEFAULT)
+            .unwrap();
+    let doc = verified.document;
+    assert_eq!(
+        (doc.channel.as_str(), doc.pack.as_str(), doc.sequence),
+        ("stable", "prompts", 7)
+    );
+    let days = (doc.expires_at - doc.issued_at).whole_days();
+    assert_eq!(days, 30);
+    assert_eq!(doc.entries.len(), 2);
+    let EntryTarget::Pack(pack_ref) = &doc.entries[0].target else {
+        panic!("first entry should be a pack: {:?}", doc.entries[0]);
+    };
+    assert_eq!(pack_ref.version, semver::Version::new(1, 2, 0));
+    assert_eq!(pack_ref.sha256, pack_format::sha256_hex(&pack_bytes));
+    assert_eq!(pack_ref.size, pack_bytes.len() as u64);
+    assert_eq!(pack_ref.schema, 1);
+    assert_eq!(doc.entries[0].rollout.as_ref().map(|r| r.percent), Some(10));
+    assert_eq!(doc.entries[1].target, EntryTarget::Builtin);
+    assert!(
+        doc.entries[1]
+            .clients
+            .matches(&semver::Version::new(1, 3, 9))
+    );
+
+    let minisign = Path::new("/usr/bin/minisign");
+    if minisign.exists() {
+        let stock = Command::new(minisign)
+            .args([
+                "-Vm",
+                s(&document_path),
+                "-p",
+                s(&fixture.keys().join("signing.pub")),
+            ])
+            .output()
+            .unwrap();
+        assert_ok(&stock);
+        // The same check must fail on a modified document, or it proves nothing.
+        let mut tampered = document.clone();
+        let at = tampered.iter().position(|&b| b == b'7').unwrap();
+        tampered[at] = b'8';
+        std::fs::write(&document_path, &tampered).unwrap();
+        let stock = Command::new(minisign)
+            .args([
+                "-Vm",
+                s(&document_path),
+                "-p",
+                s(&fixture.keys().join("signing.pub")),
+            ])
+            .output()
+            .unwrap();
+        assert_fails(&stock);
+    }
+}
+
+#[test]
+fn channel_refuses_a_sequence_that_does_not_increase() {
+    let fixture = Fixture::new();
+    let out = fixture.path("channel.json");
+    let channel = |sequence: &str| {
+        packer(&[
+            "channel",
+            "--keys",
+            s(&fixture.keys()),
+            "--channel",
+            "stable",
+            "--pack",
+            "prompts",
+            "--sequence",
+            sequence,
+            "--expires",
+            "2h",
+            "--entry",
+            "*=builtin",
+            "-o",
+            s(&out),
+        ])
+    };
+    assert_ok(&channel("5"));
+    let before = std::fs::read(&out).unwrap();
+    let again = channel("5");
+    assert_fails(&again);
+    assert!(
+        stderr(&again).contains("--sequence 6"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), before);
+    assert_ok(&channel("6"));
+}
+
+#[test]
+fn channel_rejects_a_pack_of_another_name_and_a_bad_entry() {
+    let fixture = Fixture::new();
+    assert_ok(&fixture.build("p.pack", &[]));
+    let entry = format!("*={}", s(&fixture.path("p.pack")));
+    let (keys, out) = (fixture.keys(), fixture.path("c.json"));
+    let base = [
+        "channel",
+        "--keys",
+        s(&keys),
+        "--channel",
+        "stable",
+        "--pack",
+        "other",
+        "--sequence",
+        "1",
+        "--expires",
+        "1d",
+        "-o",
+        s(&out),
+    ];
+    let result = packer(&[&base[..], &["--entry", &entry]].concat());
+    assert_fails(&result);
+    assert!(
+        stderr(&result).contains("is pack \"prompts\""),
+        "{}",
+        stderr(&result)
+    );
+    let result = packer(&[&base[..], &["--entry", "builtin"]].concat());
+    assert_fails(&result);
+    assert!(
+        stderr(&result).contains("RANGE=TARGET"),
+        "{}",
+        stderr(&result)
+    );
+    assert!(!fixture.path("c.json").exists());
+}
+
+#[test]
+fn a_password_protected_signing_key_needs_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, "correct horse\n").unwrap();
+    assert_ok(&packer(&[
+        "keygen",
+        "--dir",
+        s(&keys),
+        "--password-file",
+        s(&password_file),
+    ]));
+    let secret = std::fs::read_to_string(keys.join("signing.key")).unwrap();
+    assert!(secret.starts_with("untrusted comment:"), "{secret}");
+
+    let channel = |env: &[(&str, &str)]| {
+        packer_env(
+            &[
+                "channel",
+                "--keys",
+                s(&keys),
+                "--channel",
+                "stable",
+                "--pack",
+                "prompts",
+                "--sequence",
+                "1",
+                "--expires",
+                "1d",
+                "--entry",
+                "*=builtin",
+                "-o",
+                s(&dir.path().join("channel.json")),
+            ],
+            env,
+        )
+    };
+    let without = channel(&[]);
+    assert_fails(&without);
+    assert!(
+        stderr(&without).contains("PROMPTPACK_KEY_PASSWORD"),
+        "{}",
+        stderr(&without)
+    );
+    assert_ok(&channel(&[("PROMPTPACK_KEY_PASSWORD", "correct horse")]));
+}
