@@ -24,6 +24,10 @@
 //! indexing into a list (`skills.0`) are rejected: a prompt pack is a flat set of files
 //! the runtime assembles itself, and every feature left out is one a broken pack cannot
 //! misuse.
+//!
+//! Line numbers come from the parsed template's source mapping, which handlebars 6 always
+//! records (there is no switch to turn it on); the head of an `{{else if}}` is the one
+//! element it keeps no position for, so problems there are reported at the `{{#if}}`.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -947,6 +951,11 @@ You are {{persona}}.
         assert_eq!(
             error("{{#if tools.read}}a{{else if tools.write}}b{{else}}\n{{missing}}{{/if}}"),
             "t.hbs:2: unknown variable 'missing'"
+        );
+        // The condition of an `else if` is checked too (reported at its `#if`).
+        assert_eq!(
+            error("\n{{#if tools.read}}a\n{{else if tools.nope}}b{{/if}}"),
+            "t.hbs:2: unknown variable 'tools.nope'"
         );
     }
 
