@@ -140,6 +140,8 @@ fn join(at: &str, name: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contract {
     schema: u32,
+    /// Pack files every pack of this schema must contain: the templates the runtime renders.
+    templates: Vec<String>,
     /// Always [`Shape::Object`]: the template's root context.
     root: Shape,
 }
@@ -192,11 +194,32 @@ impl Contract {
                 root.describe()
             )));
         }
-        Ok(Contract { schema, root })
+        let templates = match doc.get("templates") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| {
+                    item.as_str().map(str::to_string).ok_or_else(|| {
+                        bad(format!("\"templates\" must hold strings, found {item}"))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => return Err(bad(format!("\"templates\" must be a list, found {other}"))),
+        };
+        Ok(Contract {
+            schema,
+            templates,
+            root,
+        })
     }
 
     pub fn schema(&self) -> u32 {
         self.schema
+    }
+
+    /// Pack files the runtime needs (the contract's optional `templates` list).
+    pub fn required_templates(&self) -> &[String] {
+        &self.templates
     }
 
     /// The top-level variables.

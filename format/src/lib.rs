@@ -42,9 +42,9 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), FormatError> 
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'));
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        });
     if ok {
         Ok(())
     } else {

@@ -1,0 +1,168 @@
+//! The router: every route, its OpenAPI description, and the middleware that bounds and
+//! measures each request.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{Method, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::config::Settings;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::routes::{blobs, channels, ops, packs};
+use crate::storage::Storage;
+
+/// Everything a handler can reach. Nothing in here changes after start-up except metrics:
+/// all state that matters lives in [`Storage`].
+#[derive(Debug)]
+pub struct AppState {
+    pub settings: Settings,
+    pub storage: Storage,
+    pub metrics: Metrics,
+    pub uploads: Semaphore,
+    pub openapi: serde_json::Value,
+}
+
+pub type SharedState = Arc<AppState>;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "packd",
+        description = "Hosts sealed prompt packs (content-addressed blobs) and signed channel documents. \
+                       Errors are `{\"error\": {\"code\": \"stable_code\", \"message\": \"…\"}}`."
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "blobs", description = "Sealed packs by SHA-256"),
+        (name = "packs", description = "Uploaded pack names and versions"),
+        (name = "channels", description = "Signed channel documents"),
+        (name = "ops", description = "Health, readiness, metrics"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Every route, registered together with its OpenAPI path so the two cannot drift apart.
+fn api_routes() -> OpenApiRouter<SharedState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(blobs::put_blob, blobs::get_blob, blobs::head_blob))
+        .routes(routes!(packs::list_packs))
+        .routes(routes!(packs::pack_versions))
+        .routes(routes!(channels::list_channels))
+        .routes(routes!(channels::publish, channels::get_channel))
+        .routes(routes!(channels::get_signature))
+        .routes(routes!(channels::history))
+        .routes(routes!(channels::history_document))
+        .routes(routes!(channels::history_signature))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(ops::openapi))
+}
+
+/// The OpenAPI description of every route.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().split_for_parts().1
+}
+
+/// The application with its state.
+pub fn router(settings: Settings, storage: Storage) -> Result<axum::Router, prometheus::Error> {
+    let (routes, api) = api_routes().split_for_parts();
+    let state = Arc::new(AppState {
+        uploads: Semaphore::new(settings.max_concurrent_uploads),
+        settings,
+        storage,
+        metrics: Metrics::new()?,
+        openapi: serde_json::to_value(&api).unwrap_or_default(),
+    });
+    Ok(routes
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state))
+}
+
+async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound {
+        what: format!("route {method} {}", uri.path()),
+    }
+}
+
+/// Bounds each request by the request timeout (body upload included; a download streams
+/// after this returns), then counts and logs it.
+async fn observe(State(state): State<SharedState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_string();
+    let method = match *request.method() {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        _ => "OTHER",
+    };
+    let start = Instant::now();
+    let timeout = state.settings.request_timeout;
+    let response = match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Timeout {
+            secs: timeout.as_secs(),
+        }
+        .into_response(),
+    };
+    let elapsed = start.elapsed();
+    let status = response.status();
+    let bytes = response
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    state.metrics.request(
+        &route,
+        method,
+        status.as_u16(),
+        bytes,
+        elapsed.as_secs_f64(),
+    );
+    let elapsed_ms = elapsed.as_millis() as u64;
+    if method == "GET" || method == "HEAD" {
+        tracing::debug!(
+            method,
+            route,
+            status = status.as_u16(),
+            elapsed_ms,
+            "request"
+        );
+    } else {
+        tracing::info!(
+            method,
+            route,
+            status = status.as_u16(),
+            elapsed_ms,
+            "request"
+        );
+    }
+    response
+}

@@ -1,0 +1,225 @@
+//! Bearer tokens with scopes. The server only ever holds the SHA-256 of a token; a presented
+//! token is hashed and compared against every configured hash in constant time.
+
+use std::fmt;
+
+use axum::http::{HeaderMap, header};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Read channels and blobs when the deployment is private (some token has this scope).
+    Read,
+    /// Upload packs and publish channel documents. Implies `read`.
+    Publish,
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::Read => "read",
+            Scope::Publish => "publish",
+        })
+    }
+}
+
+/// One `[[tokens]]` entry of the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// A label for logs; never the token itself.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Lowercase hex SHA-256 of the token (`packd hash-token`).
+    pub sha256: String,
+    pub scopes: Vec<Scope>,
+}
+
+#[derive(Debug, Clone)]
+struct Token {
+    name: String,
+    hash: [u8; 32],
+    scopes: Vec<Scope>,
+}
+
+/// The configured tokens.
+#[derive(Debug, Clone, Default)]
+pub struct Tokens {
+    tokens: Vec<Token>,
+}
+
+/// Why a token entry of the config was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("token {index} ({name}): expected sha256 as 64 hex digits, found {found_len} characters")]
+pub struct BadTokenHash {
+    pub index: usize,
+    pub name: String,
+    pub found_len: usize,
+}
+
+impl Tokens {
+    pub fn new(configs: &[TokenConfig]) -> Result<Self, BadTokenHash> {
+        let mut tokens = Vec::with_capacity(configs.len());
+        for (index, config) in configs.iter().enumerate() {
+            let name = config
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("token-{index}"));
+            let mut hash = [0u8; 32];
+            hex::decode_to_slice(config.sha256.trim().to_ascii_lowercase(), &mut hash).map_err(
+                |_| BadTokenHash {
+                    index,
+                    name: name.clone(),
+                    found_len: config.sha256.trim().len(),
+                },
+            )?;
+            tokens.push(Token {
+                name,
+                hash,
+                scopes: config.scopes.clone(),
+            });
+        }
+        Ok(Tokens { tokens })
+    }
+
+    /// Reads are open unless some token carries the `read` scope (a private deployment).
+    pub fn reads_need_token(&self) -> bool {
+        self.tokens.iter().any(|t| t.scopes.contains(&Scope::Read))
+    }
+
+    /// Checks the request's bearer token for `needed`. Returns the token's name.
+    pub fn authorize(&self, headers: &HeaderMap, needed: Scope) -> Result<String, ApiError> {
+        let presented = bearer(headers).ok_or(ApiError::Unauthorized)?;
+        let hash = sha256(presented.as_bytes());
+        // Compare against every token, without stopping at the first match, so the time
+        // taken does not tell which (or whether a) prefix matched.
+        let mut found: Option<&Token> = None;
+        for token in &self.tokens {
+            if bool::from(token.hash.ct_eq(&hash)) {
+                found = Some(token);
+            }
+        }
+        let token = found.ok_or(ApiError::Unauthorized)?;
+        let allowed = match needed {
+            Scope::Read => {
+                token.scopes.contains(&Scope::Read) || token.scopes.contains(&Scope::Publish)
+            }
+            Scope::Publish => token.scopes.contains(&Scope::Publish),
+        };
+        if !allowed {
+            return Err(ApiError::Forbidden { needed });
+        }
+        Ok(token.name.clone())
+    }
+
+    /// For read routes: nothing to check on a public deployment.
+    pub fn authorize_read(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        if self.reads_need_token() {
+            self.authorize(headers, Scope::Read)?;
+        }
+        Ok(())
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    (!token.is_empty()).then_some(token)
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// The hash to put in the config for `token` (surrounding whitespace ignored).
+pub fn hash_token(token: &str) -> String {
+    hex::encode(sha256(token.trim().as_bytes()))
+}
+
+/// A fresh random token: `ppt_` and 32 random bytes in hex.
+pub fn new_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    format!("ppt_{}", hex::encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn tokens() -> Tokens {
+        Tokens::new(&[
+            TokenConfig {
+                name: Some("ci".into()),
+                sha256: hash_token("publish-token"),
+                scopes: vec![Scope::Publish],
+            },
+            TokenConfig {
+                name: None,
+                sha256: hash_token("read-token"),
+                scopes: vec![Scope::Read],
+            },
+        ])
+        .unwrap()
+    }
+
+    fn headers(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    #[test]
+    fn scopes_are_enforced() {
+        let t = tokens();
+        assert_eq!(
+            t.authorize(&headers("Bearer publish-token"), Scope::Publish)
+                .unwrap(),
+            "ci"
+        );
+        assert!(
+            t.authorize(&headers("bearer publish-token"), Scope::Read)
+                .is_ok()
+        );
+        assert!(matches!(
+            t.authorize(&headers("Bearer read-token"), Scope::Publish),
+            Err(ApiError::Forbidden {
+                needed: Scope::Publish
+            })
+        ));
+        assert!(matches!(
+            t.authorize(&headers("Bearer nope"), Scope::Read),
+            Err(ApiError::Unauthorized)
+        ));
+        assert!(matches!(
+            t.authorize(&HeaderMap::new(), Scope::Read),
+            Err(ApiError::Unauthorized)
+        ));
+        assert!(matches!(
+            t.authorize(&headers("Basic publish-token"), Scope::Publish),
+            Err(ApiError::Unauthorized)
+        ));
+        assert!(t.reads_need_token());
+    }
+
+    #[test]
+    fn bad_hash_is_refused() {
+        let err = Tokens::new(&[TokenConfig {
+            name: None,
+            sha256: "abc".into(),
+            scopes: vec![],
+        }])
+        .unwrap_err();
+        assert_eq!(err.found_len, 3);
+    }
+}

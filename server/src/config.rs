@@ -1,0 +1,265 @@
+//! The server configuration: an optional TOML file, overridden by command-line flags.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8470"
+//! data_dir = "/var/lib/packd"
+//! # storage = "s3://bucket/prefix"        # instead of data_dir
+//! publisher_keys = ["keys/signing.pub"]    # files (relative to this file) or inline base64 keys
+//!
+//! [[tokens]]
+//! name = "release-ci"
+//! sha256 = "…"                             # packd hash-token
+//! scopes = ["publish"]
+//!
+//! [limits]
+//! request_timeout_secs = 60
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pack_format::{FormatError, Limits, TrustedKeys};
+use serde::Deserialize;
+
+use crate::auth::{BadTokenHash, TokenConfig, Tokens};
+
+/// The default port: `127.0.0.1:8470`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8470";
+/// The default data directory, relative to the working directory.
+pub const DEFAULT_DATA_DIR: &str = "packd-data";
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("publisher key {entry:?}: {source}")]
+    PublisherKey {
+        entry: String,
+        #[source]
+        source: FormatError,
+    },
+    #[error(transparent)]
+    Token(#[from] BadTokenHash),
+    #[error("invalid listen address {found:?}: expected HOST:PORT such as 127.0.0.1:8470")]
+    Listen { found: String },
+    #[error("give either data_dir or storage, not both")]
+    StorageConflict,
+}
+
+/// The TOML file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub storage: Option<String>,
+    #[serde(default)]
+    pub publisher_keys: Vec<String>,
+    #[serde(default)]
+    pub tokens: Vec<TokenConfig>,
+    #[serde(default)]
+    pub limits: LimitsFile,
+}
+
+/// `[limits]`: every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsFile {
+    /// Largest sealed pack accepted, in bytes (at most the format's own limit).
+    pub max_blob_bytes: Option<u64>,
+    /// Whole-request deadline (headers to response headers, uploads included).
+    pub request_timeout_secs: Option<u64>,
+    /// How long a client may take to send its request headers.
+    pub header_timeout_secs: Option<u64>,
+    /// How long in-flight requests get to finish after SIGTERM.
+    pub shutdown_grace_secs: Option<u64>,
+    /// Uploads buffered in memory at once (each at most `max_blob_bytes`).
+    pub max_concurrent_uploads: Option<usize>,
+    /// Open connections at once.
+    pub max_connections: Option<usize>,
+}
+
+/// Where data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageConfig {
+    Local(PathBuf),
+    S3(String),
+}
+
+/// Resolved settings the server runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub storage: StorageConfig,
+    pub trusted_keys: TrustedKeys,
+    pub tokens: Tokens,
+    pub limits: Limits,
+    pub max_blob_bytes: u64,
+    pub request_timeout: Duration,
+    pub header_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub max_concurrent_uploads: usize,
+    pub max_connections: usize,
+}
+
+/// Command-line overrides.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub storage: Option<String>,
+}
+
+impl Settings {
+    /// Loads `config` (if any) and applies `overrides`.
+    pub fn load(config: Option<&Path>, overrides: Overrides) -> Result<Self, ConfigError> {
+        let (file, base) = match config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                let file: ConfigFile =
+                    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
+                (
+                    file,
+                    path.parent().map(Path::to_path_buf).unwrap_or_default(),
+                )
+            }
+            None => (ConfigFile::default(), PathBuf::new()),
+        };
+        Self::from_file(file, &base, overrides)
+    }
+
+    /// Resolves a parsed file; relative paths in it are relative to `base`.
+    pub fn from_file(
+        file: ConfigFile,
+        base: &Path,
+        overrides: Overrides,
+    ) -> Result<Self, ConfigError> {
+        let listen_text = overrides
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen = listen_text
+            .parse()
+            .map_err(|_| ConfigError::Listen { found: listen_text })?;
+
+        let storage = match (overrides.storage, overrides.data_dir) {
+            (Some(_), Some(_)) => return Err(ConfigError::StorageConflict),
+            (Some(url), None) => StorageConfig::S3(url),
+            (None, Some(dir)) => StorageConfig::Local(dir),
+            (None, None) => match (file.storage, file.data_dir) {
+                (Some(_), Some(_)) => return Err(ConfigError::StorageConflict),
+                (Some(url), None) => StorageConfig::S3(url),
+                (None, Some(dir)) => StorageConfig::Local(base.join(dir)),
+                (None, None) => StorageConfig::Local(PathBuf::from(DEFAULT_DATA_DIR)),
+            },
+        };
+
+        let mut trusted_keys = TrustedKeys::new();
+        for entry in &file.publisher_keys {
+            let as_path = base.join(entry);
+            let added = if as_path.is_file() {
+                trusted_keys.add_file(&as_path)
+            } else {
+                trusted_keys.add_text(Path::new("config publisher_keys"), entry)
+            };
+            added.map_err(|source| ConfigError::PublisherKey {
+                entry: entry.clone(),
+                source,
+            })?;
+        }
+
+        let limits = Limits::default();
+        let l = &file.limits;
+        Ok(Settings {
+            listen,
+            storage,
+            trusted_keys,
+            tokens: Tokens::new(&file.tokens)?,
+            max_blob_bytes: l
+                .max_blob_bytes
+                .unwrap_or(limits.max_sealed_len)
+                .min(limits.max_sealed_len),
+            limits,
+            request_timeout: Duration::from_secs(l.request_timeout_secs.unwrap_or(60).max(1)),
+            header_timeout: Duration::from_secs(l.header_timeout_secs.unwrap_or(15).max(1)),
+            shutdown_grace: Duration::from_secs(l.shutdown_grace_secs.unwrap_or(30)),
+            max_concurrent_uploads: l.max_concurrent_uploads.unwrap_or(4).max(1),
+            max_connections: l.max_connections.unwrap_or(4096).max(1),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_config_listens_on_loopback_and_stores_on_disk() {
+        let s = Settings::from_file(ConfigFile::default(), Path::new(""), Overrides::default())
+            .unwrap();
+        assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(
+            s.storage,
+            StorageConfig::Local(PathBuf::from(DEFAULT_DATA_DIR))
+        );
+        assert!(s.trusted_keys.is_empty());
+        assert!(!s.tokens.reads_need_token());
+    }
+
+    #[test]
+    fn file_is_parsed_and_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = pack_format::SigningKey::generate(None).unwrap();
+        std::fs::write(dir.path().join("signing.pub"), &key.public_file).unwrap();
+        let text = format!(
+            r#"
+listen = "127.0.0.1:9000"
+data_dir = "data"
+publisher_keys = ["signing.pub"]
+[[tokens]]
+sha256 = "{}"
+scopes = ["publish"]
+[limits]
+max_blob_bytes = 1000
+"#,
+            crate::auth::hash_token("t")
+        );
+        let file: ConfigFile = toml::from_str(&text).unwrap();
+        let s = Settings::from_file(
+            file,
+            dir.path(),
+            Overrides {
+                listen: Some("127.0.0.1:0".into()),
+                ..Overrides::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(s.listen.port(), 0);
+        assert_eq!(s.storage, StorageConfig::Local(dir.path().join("data")));
+        assert_eq!(s.trusted_keys.ids(), vec![key.key.key_id().as_str()]);
+        assert_eq!(s.max_blob_bytes, 1000);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        assert!(toml::from_str::<ConfigFile>("listn = \"x\"").is_err());
+    }
+}

@@ -1,0 +1,229 @@
+//! The one error type of the HTTP API. Every variant maps to a status code and a stable
+//! machine-readable `code`; the message says what was expected and what was found.
+//!
+//! On the wire: `{"error": {"code": "stable_code", "message": "human text", ...details}}`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use pack_format::FormatError;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::auth::Scope;
+use crate::storage::StorageError;
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("expected a SHA-256 as 64 lowercase hex digits, found {found:?}")]
+    InvalidSha256 { found: String },
+    #[error("{0}")]
+    InvalidName(FormatError),
+    #[error("invalid request body: {reason}")]
+    InvalidBody { reason: String },
+    #[error("missing or unknown bearer token")]
+    Unauthorized,
+    #[error("this token lacks the {needed} scope")]
+    Forbidden { needed: Scope },
+    #[error("{what} not found")]
+    NotFound { what: String },
+    #[error("request took longer than {secs} s")]
+    Timeout { secs: u64 },
+    #[error("request body is over the limit of {limit} bytes")]
+    PayloadTooLarge { limit: u64 },
+    #[error("range not satisfiable: the blob is {size} bytes")]
+    RangeNotSatisfiable { size: u64 },
+    #[error("sha256 mismatch: the URL says {expected}, the body hashes to {found}")]
+    HashMismatch { expected: String, found: String },
+    #[error("not a valid sealed pack: {0}")]
+    InvalidPack(FormatError),
+    #[error("pack {name} {version} already exists with sha256 {existing}; this upload is {found}")]
+    VersionExists {
+        name: String,
+        version: String,
+        existing: String,
+        found: String,
+    },
+    #[error("signature check failed: {0}")]
+    InvalidSignature(FormatError),
+    #[error("invalid channel document: {0}")]
+    InvalidDocument(FormatError),
+    #[error("{0}")]
+    Expired(FormatError),
+    #[error("the URL names channel {path:?}, the signed document is for {document:?}")]
+    ChannelMismatch { path: String, document: String },
+    #[error("the document references blobs that were not uploaded: {}", missing.join(", "))]
+    MissingBlobs { missing: Vec<String> },
+    #[error("the document does not match the uploaded pack: {reason}")]
+    PackMismatch { reason: String },
+    #[error("sequence {found} is not greater than the current sequence {current}")]
+    StaleSequence { found: u64, current: u64 },
+    #[error("sequence {sequence} was already published with a different document")]
+    SequenceTaken { sequence: u64 },
+    #[error("publishing is disabled: no publisher keys are configured")]
+    PublishingDisabled,
+    #[error("{what} is busy: another publisher holds it; retry")]
+    Busy { what: String },
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The JSON error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `stale_sequence`.
+    pub code: String,
+    /// Human-readable explanation.
+    pub message: String,
+    /// For `missing_blobs`: the SHA-256 of every referenced blob that is not on the server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<Vec<String>>,
+    /// For `stale_sequence`: the current sequence of the channel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_sequence: Option<u64>,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidSha256 { .. }
+            | ApiError::InvalidName(_)
+            | ApiError::InvalidBody { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Timeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            ApiError::HashMismatch { .. }
+            | ApiError::InvalidPack(_)
+            | ApiError::InvalidSignature(_)
+            | ApiError::InvalidDocument(_)
+            | ApiError::Expired(_)
+            | ApiError::ChannelMismatch { .. }
+            | ApiError::MissingBlobs { .. }
+            | ApiError::PackMismatch { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::VersionExists { .. }
+            | ApiError::StaleSequence { .. }
+            | ApiError::SequenceTaken { .. } => StatusCode::CONFLICT,
+            ApiError::PublishingDisabled | ApiError::Busy { .. } | ApiError::Storage(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidSha256 { .. } => "invalid_sha256",
+            ApiError::InvalidName(_) => "invalid_name",
+            ApiError::InvalidBody { .. } => "invalid_body",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden { .. } => "forbidden",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::Timeout { .. } => "timeout",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::RangeNotSatisfiable { .. } => "range_not_satisfiable",
+            ApiError::HashMismatch { .. } => "hash_mismatch",
+            ApiError::InvalidPack(_) => "invalid_pack",
+            ApiError::VersionExists { .. } => "version_exists",
+            ApiError::InvalidSignature(_) => "invalid_signature",
+            ApiError::InvalidDocument(_) => "invalid_document",
+            ApiError::Expired(_) => "expired",
+            ApiError::ChannelMismatch { .. } => "channel_mismatch",
+            ApiError::MissingBlobs { .. } => "missing_blobs",
+            ApiError::PackMismatch { .. } => "pack_mismatch",
+            ApiError::StaleSequence { .. } => "stale_sequence",
+            ApiError::SequenceTaken { .. } => "sequence_taken",
+            ApiError::PublishingDisabled => "publishing_disabled",
+            ApiError::Busy { .. } => "busy",
+            ApiError::Storage(_) => "storage_unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// Sorts a failed channel verification into what the publisher has to fix.
+    pub fn from_verify(err: FormatError) -> Self {
+        match err {
+            FormatError::Expired { .. } => ApiError::Expired(err),
+            FormatError::UntrustedKey { .. }
+            | FormatError::LegacySignature
+            | FormatError::BadSignature { .. }
+            | FormatError::CommentMismatch { .. } => ApiError::InvalidSignature(err),
+            FormatError::Malformed {
+                what: "channel signature",
+                ..
+            } => ApiError::InvalidSignature(err),
+            FormatError::TooLarge { .. }
+            | FormatError::Truncated { .. }
+            | FormatError::BadMagic { .. }
+            | FormatError::UnsupportedVersion { .. }
+            | FormatError::Malformed { .. }
+            | FormatError::InvalidName { .. }
+            | FormatError::UnknownContentKey { .. }
+            | FormatError::WrongContentKey { .. }
+            | FormatError::Tampered
+            | FormatError::HashMismatch { .. }
+            | FormatError::SizeMismatch { .. }
+            | FormatError::UnsafeEntry { .. }
+            | FormatError::TooManyFiles { .. }
+            | FormatError::IndexMismatch { .. }
+            | FormatError::DecompressionBomb { .. }
+            | FormatError::KeyFile { .. }
+            | FormatError::Signing(_)
+            | FormatError::Io { .. } => ApiError::InvalidDocument(err),
+        }
+    }
+
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code().to_string(),
+                message: self.to_string(),
+                missing: if let ApiError::MissingBlobs { missing } = self {
+                    Some(missing.clone())
+                } else {
+                    None
+                },
+                current_sequence: if let ApiError::StaleSequence { current, .. } = self {
+                    Some(*current)
+                } else {
+                    None
+                },
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(code = self.code(), error = %self, "request failed");
+        } else {
+            tracing::debug!(code = self.code(), error = %self, "request refused");
+        }
+        let mut response = (status, Json(self.body())).into_response();
+        let headers = response.headers_mut();
+        if let ApiError::Unauthorized = &self {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let ApiError::RangeNotSatisfiable { size } = &self
+            && let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}"))
+        {
+            headers.insert(header::CONTENT_RANGE, value);
+        }
+        if let ApiError::Busy { .. } = &self {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}

@@ -1,0 +1,169 @@
+//! `packd`: serve packs and channel documents; hash and mint tokens.
+#![allow(clippy::print_stdout)] // the binary owns stdout
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use pack_server::auth::{hash_token, new_token};
+use pack_server::{Overrides, Server, Settings};
+
+#[derive(Parser)]
+#[command(
+    name = "packd",
+    version,
+    about = "Hosts sealed prompt packs and signed channel documents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server. With no flags: 127.0.0.1:8470, data in ./packd-data.
+    Serve {
+        /// Address to listen on (HOST:PORT; port 0 picks a free one).
+        #[arg(long, env = "PACKD_LISTEN")]
+        listen: Option<String>,
+        /// Directory for data on local disk.
+        #[arg(long, env = "PACKD_DATA_DIR", conflicts_with = "storage")]
+        data_dir: Option<PathBuf>,
+        /// TOML config file (tokens, publisher keys, limits).
+        #[arg(long, env = "PACKD_CONFIG")]
+        config: Option<PathBuf>,
+        /// S3-compatible storage, s3://bucket/prefix (endpoint and credentials from AWS_* variables).
+        #[arg(long, env = "PACKD_STORAGE")]
+        storage: Option<String>,
+    },
+    /// Read a token from stdin and print the SHA-256 to put in the config.
+    HashToken,
+    /// Token management.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Print a fresh random token and its config entry.
+    New {
+        /// Scopes to grant: publish, read.
+        #[arg(long = "scope", default_value = "publish")]
+        scopes: Vec<String>,
+        /// Label for the config entry.
+        #[arg(long, default_value = "publisher")]
+        name: String,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            listen,
+            data_dir,
+            config,
+            storage,
+        } => serve(
+            config,
+            Overrides {
+                listen,
+                data_dir,
+                storage,
+            },
+        ),
+        Command::HashToken => {
+            let mut token = String::new();
+            std::io::stdin()
+                .take(64 * 1024)
+                .read_to_string(&mut token)
+                .context("reading the token from stdin")?;
+            anyhow::ensure!(!token.trim().is_empty(), "no token on stdin");
+            println!("{}", hash_token(&token));
+            Ok(())
+        }
+        Command::Token {
+            command: TokenCommand::New { scopes, name },
+        } => {
+            for scope in &scopes {
+                anyhow::ensure!(
+                    scope == "publish" || scope == "read",
+                    "unknown scope {scope:?}: expected publish or read"
+                );
+            }
+            let token = new_token();
+            let scopes = scopes
+                .iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            println!("{token}");
+            println!();
+            println!("# add to the packd config; the token itself is not stored:");
+            println!("[[tokens]]");
+            println!("name = {name:?}");
+            println!("sha256 = \"{}\"", hash_token(&token));
+            println!("scopes = [{scopes}]");
+            Ok(())
+        }
+    }
+}
+
+fn serve(config: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(log_level())
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let settings =
+        Settings::load(config.as_deref(), overrides).context("loading the configuration")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let keys = settings.trusted_keys.ids().join(", ");
+        let server = Server::bind(settings).await.context("starting packd")?;
+        let addr = server.local_addr().context("reading the bound address")?;
+        tracing::info!(%addr, storage = server.storage(), publisher_keys = keys, "packd started");
+        // Tests and scripts read this line to find the port.
+        println!("listening on http://{addr}");
+        std::io::stdout().flush().ok();
+        server.run(shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+/// `PACKD_LOG=debug|info|warn|error` (default info).
+fn log_level() -> tracing::Level {
+    match std::env::var("PACKD_LOG").as_deref() {
+        Ok("trace") => tracing::Level::TRACE,
+        Ok("debug") => tracing::Level::DEBUG,
+        Ok("warn") => tracing::Level::WARN,
+        Ok("error") => tracing::Level::ERROR,
+        Ok(_) | Err(_) => tracing::Level::INFO,
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,606 @@
+//! `/v1/channels`: signed channel documents, the live one per channel and every one ever
+//! published.
+//!
+//! A publish runs under the channel's lock (see [`crate::lock`]) and, inside it:
+//! 1. reads the live document (`head.json`) and the highest sequence in the history;
+//! 2. rolls `head.json` forward if the history is ahead of it (a publisher that died between
+//!    its two writes);
+//! 3. refuses a sequence that is not above both (`409 stale_sequence`);
+//! 4. writes `history/{sequence}` create-only (a sequence is published at most once);
+//! 5. replaces `head.json` with a compare-and-swap against the version read in step 1.
+
+use std::collections::BTreeSet;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
+use pack_format::{EntryTarget, VerifiedChannel};
+use serde::Deserialize;
+use time::OffsetDateTime;
+use utoipa::IntoParams;
+
+use crate::app::SharedState;
+use crate::auth::Scope;
+use crate::error::{ApiError, ErrorBody};
+use crate::metrics::FetchResult;
+use crate::model::{
+    ChannelHistory, ChannelList, ChannelRecord, ChannelSummary, PackRecord, PublishRequest,
+    PublishResponse, rfc3339,
+};
+use crate::range::if_none_match;
+use crate::routes::blobs::lock_wait;
+use crate::routes::{
+    CLIENT_VERSION_HEADER, INSTALLED_PACK_HEADER, SEQUENCE_HEADER, check_name, etag, header_str,
+    read_body,
+};
+use crate::storage::{Created, Swapped, Versioned, keys};
+
+/// Room for a document at its limit plus a signature, JSON-escaped.
+fn publish_limit(state: &SharedState) -> u64 {
+    let l = &state.settings.limits;
+    (2 * l.max_channel_len + 2 * l.max_signature_len + 4096) as u64
+}
+
+/// Publish a signed channel document.
+///
+/// Body: `{"document": "<document text exactly as signed>", "signature": "<minisign signature text>"}`.
+/// The signature must verify against one of the server's publisher keys, the document must
+/// name this channel and not be expired, every pack it references must have been uploaded
+/// (same pack name, version, SHA-256, size and schema), and its sequence must be greater
+/// than every sequence published on this channel before. Re-publishing the live document is
+/// a no-op (200).
+#[utoipa::path(
+    put,
+    path = "/v1/channels/{channel}",
+    tag = "channels",
+    params(("channel" = String, Path, description = "Channel name")),
+    request_body(content = PublishRequest, content_type = "application/json"),
+    security(("bearer" = ["publish"])),
+    responses(
+        (status = 201, description = "Published: now live", body = PublishResponse),
+        (status = 200, description = "This exact document is already live (no-op)", body = PublishResponse),
+        (status = 400, description = "`invalid_name` or `invalid_body`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 403, description = "`forbidden`", body = ErrorBody),
+        (status = 409, description = "`stale_sequence` (not above the current one) or `sequence_taken`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`invalid_signature`, `invalid_document`, `expired`, `channel_mismatch`, `missing_blobs` or `pack_mismatch`", body = ErrorBody),
+        (status = 503, description = "`publishing_disabled`, `busy` or `storage_unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn publish(
+    State(state): State<SharedState>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<
+    (
+        StatusCode,
+        [(header::HeaderName, HeaderValue); 1],
+        Json<PublishResponse>,
+    ),
+    ApiError,
+> {
+    let token = state.settings.tokens.authorize(&headers, Scope::Publish)?;
+    check_name("channel", &channel)?;
+    let bytes = read_body(&headers, body, publish_limit(&state)).await?;
+    let request: PublishRequest =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidBody {
+            reason: format!("expected {{\"document\": string, \"signature\": string}}: {e}"),
+        })?;
+    if state.settings.trusted_keys.is_empty() {
+        return Err(ApiError::PublishingDisabled);
+    }
+    let verified = pack_format::channel::verify(
+        request.document.as_bytes(),
+        &request.signature,
+        &state.settings.trusted_keys,
+        OffsetDateTime::now_utc(),
+        &state.settings.limits,
+    )
+    .map_err(ApiError::from_verify)?;
+    if verified.document.channel != channel {
+        return Err(ApiError::ChannelMismatch {
+            path: channel,
+            document: verified.document.channel,
+        });
+    }
+    check_packs(&state, &verified).await?;
+
+    let record = ChannelRecord {
+        summary: summary(&verified),
+        document: request.document,
+        signature: request.signature,
+    };
+    let Some(guard) = state
+        .storage
+        .lock(&format!("channel.{channel}"), lock_wait(&state))
+        .await?
+    else {
+        return Err(ApiError::Busy {
+            what: format!("channel {channel}"),
+        });
+    };
+    let result = publish_locked(&state, &record).await;
+    guard.release().await;
+    let created = result?;
+    if created {
+        tracing::info!(
+            token,
+            channel,
+            sequence = record.summary.sequence,
+            sha256 = record.summary.sha256,
+            key_id = record.summary.key_id,
+            "channel document published"
+        );
+    }
+    let tag = etag(&record.summary.sha256);
+    let location = HeaderValue::from_str(&format!("/v1/channels/{channel}"))
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok((
+        if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
+        [(header::LOCATION, location)],
+        Json(PublishResponse {
+            created,
+            channel: record.summary,
+            etag: tag,
+        }),
+    ))
+}
+
+fn summary(verified: &VerifiedChannel) -> ChannelSummary {
+    let doc = &verified.document;
+    ChannelSummary {
+        channel: doc.channel.clone(),
+        pack: doc.pack.clone(),
+        sequence: doc.sequence,
+        sha256: verified.sha256.clone(),
+        key_id: verified.key_id.clone(),
+        issued_at: rfc3339(doc.issued_at),
+        expires_at: rfc3339(doc.expires_at),
+        published_at: rfc3339(OffsetDateTime::now_utc()),
+    }
+}
+
+/// Every pack the document points at was uploaded as that pack, version, size and schema.
+async fn check_packs(state: &SharedState, verified: &VerifiedChannel) -> Result<(), ApiError> {
+    let doc = &verified.document;
+    let refs: BTreeSet<_> = doc
+        .entries
+        .iter()
+        .filter_map(|e| match &e.target {
+            EntryTarget::Pack(r) => {
+                Some((r.version.to_string(), r.sha256.clone(), r.size, r.schema))
+            }
+            EntryTarget::Builtin => None,
+        })
+        .collect();
+    let mut missing = Vec::new();
+    for (version, sha256, size, schema) in refs {
+        if state.storage.head(&keys::blob(&sha256)).await?.is_none() {
+            missing.push(sha256);
+            continue;
+        }
+        let record_key = keys::pack_record(&doc.pack, &version);
+        let Some(stored) = state.storage.get(&record_key).await? else {
+            return Err(ApiError::PackMismatch {
+                reason: format!(
+                    "blob {sha256} is on the server but no upload recorded it as pack {} {version}; upload it again",
+                    doc.pack
+                ),
+            });
+        };
+        let record: PackRecord = serde_json::from_slice(&stored.bytes).map_err(|e| {
+            ApiError::Internal(format!("stored record {record_key} is corrupt: {e}"))
+        })?;
+        if record.sha256 != sha256 {
+            return Err(ApiError::PackMismatch {
+                reason: format!(
+                    "pack {} {version} is blob {}, the document says {sha256}",
+                    doc.pack, record.sha256
+                ),
+            });
+        }
+        if record.size != size || record.schema != schema {
+            return Err(ApiError::PackMismatch {
+                reason: format!(
+                    "pack {} {version}: uploaded size {} schema {}, the document says size {size} schema {schema}",
+                    doc.pack, record.size, record.schema
+                ),
+            });
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::MissingBlobs { missing })
+    }
+}
+
+/// The body of [`publish`] that runs under the channel lock. `Ok(true)`: now live.
+async fn publish_locked(state: &SharedState, record: &ChannelRecord) -> Result<bool, ApiError> {
+    let channel = &record.summary.channel;
+    let sequence = record.summary.sequence;
+    let head_key = keys::head(channel);
+    let mut head = load_versioned(state, &head_key).await?;
+    let history_max = history_sequences(state, channel).await?.last().copied();
+
+    // A publisher that died after writing the history but before the head left the head
+    // behind; the history is the log, the head follows it.
+    if let Some(max) = history_max
+        && head.as_ref().is_none_or(|(h, _)| h.summary.sequence < max)
+    {
+        let newest = load_record(state, &keys::history(channel, max))
+            .await?
+            .ok_or_else(|| ApiError::Internal(format!("history {max} of {channel} vanished")))?;
+        tracing::warn!(
+            channel,
+            sequence = max,
+            "rolling head forward to the newest history entry"
+        );
+        let expected = head.as_ref().map(|(_, v)| v.version.clone());
+        match state
+            .storage
+            .swap(&head_key, encode(&newest)?, expected)
+            .await?
+        {
+            Swapped::Swapped => {}
+            Swapped::Conflict => return Err(lock_violated(channel)),
+        }
+        head = load_versioned(state, &head_key).await?;
+    }
+
+    if let Some((live, _)) = &head {
+        if live.summary.sha256 == record.summary.sha256 {
+            return Ok(false);
+        }
+        if sequence <= live.summary.sequence {
+            return Err(ApiError::StaleSequence {
+                found: sequence,
+                current: live.summary.sequence,
+            });
+        }
+    }
+
+    match state
+        .storage
+        .create(&keys::history(channel, sequence), encode(record)?)
+        .await?
+    {
+        Created::Created => {}
+        Created::AlreadyExists => return Err(ApiError::SequenceTaken { sequence }),
+    }
+    let expected = head.map(|(_, v)| v.version);
+    match state
+        .storage
+        .swap(&head_key, encode(record)?, expected)
+        .await?
+    {
+        Swapped::Swapped => Ok(true),
+        Swapped::Conflict => Err(lock_violated(channel)),
+    }
+}
+
+/// The head changed while we held the lock: another writer ignored it, or a lease ran out.
+fn lock_violated(channel: &str) -> ApiError {
+    tracing::error!(channel, "channel head changed under the lock");
+    ApiError::Busy {
+        what: format!("channel {channel}"),
+    }
+}
+
+fn encode(record: &ChannelRecord) -> Result<Bytes, ApiError> {
+    serde_json::to_vec(record)
+        .map(Bytes::from)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+fn decode(key: &str, stored: &Versioned) -> Result<ChannelRecord, ApiError> {
+    serde_json::from_slice(&stored.bytes)
+        .map_err(|e| ApiError::Internal(format!("stored record {key} is corrupt: {e}")))
+}
+
+async fn load_versioned(
+    state: &SharedState,
+    key: &str,
+) -> Result<Option<(ChannelRecord, Versioned)>, ApiError> {
+    let Some(stored) = state.storage.get(key).await? else {
+        return Ok(None);
+    };
+    Ok(Some((decode(key, &stored)?, stored)))
+}
+
+async fn load_record(state: &SharedState, key: &str) -> Result<Option<ChannelRecord>, ApiError> {
+    Ok(load_versioned(state, key).await?.map(|(r, _)| r))
+}
+
+/// Every published sequence of `channel`, ascending.
+async fn history_sequences(state: &SharedState, channel: &str) -> Result<Vec<u64>, ApiError> {
+    let mut sequences: Vec<u64> = state
+        .storage
+        .list(&keys::history_dir(channel))
+        .await?
+        .iter()
+        .filter_map(|m| keys::history_sequence(m.location.as_ref()))
+        .collect();
+    sequences.sort_unstable();
+    Ok(sequences)
+}
+
+async fn live(state: &SharedState, channel: &str) -> Result<ChannelRecord, ApiError> {
+    check_name("channel", channel)?;
+    load_record(state, &keys::head(channel))
+        .await?
+        .ok_or_else(|| ApiError::NotFound {
+            what: format!("channel {channel}"),
+        })
+}
+
+/// Builds a `200` (or `304` when `If-None-Match` matches) for a document or signature.
+fn revalidated(
+    headers: &HeaderMap,
+    body: String,
+    tag: &str,
+    content_type: &'static str,
+    summary: &ChannelSummary,
+) -> Result<(Response, FetchResult), ApiError> {
+    let mut out = HeaderMap::new();
+    out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    out.insert(
+        header::ETAG,
+        HeaderValue::from_str(tag).map_err(|e| ApiError::Internal(e.to_string()))?,
+    );
+    out.insert(SEQUENCE_HEADER, HeaderValue::from(summary.sequence));
+    if if_none_match(header_str(headers, "if-none-match"), tag) {
+        return Ok((
+            (StatusCode::NOT_MODIFIED, out).into_response(),
+            FetchResult::NotModified,
+        ));
+    }
+    out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok((
+        (StatusCode::OK, out, body).into_response(),
+        FetchResult::Sent,
+    ))
+}
+
+/// The live channel document, byte for byte as signed.
+///
+/// Strong ETag (the document's SHA-256 in quotes); `If-None-Match` → 304;
+/// `Cache-Control: no-cache`; `X-Promptpack-Sequence` carries the sequence. Clients may send
+/// `X-Promptpack-Client-Version` and `X-Promptpack-Installed-Pack` (`name@version`) for the
+/// metrics. Fetch the matching signature from `/v1/channels/{channel}/history/{sequence}/signature`
+/// to be immune to a publish landing between the two requests.
+#[utoipa::path(
+    get,
+    path = "/v1/channels/{channel}",
+    tag = "channels",
+    params(
+        ("channel" = String, Path, description = "Channel name"),
+        ("If-None-Match" = Option<String>, Header, description = "ETag from an earlier answer"),
+        ("X-Promptpack-Client-Version" = Option<String>, Header, description = "Client version, for metrics"),
+        ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "Installed pack `name@version`, for metrics"),
+    ),
+    responses(
+        (status = 200, description = "The document", content_type = "application/json", body = String),
+        (status = 304, description = "Not modified"),
+        (status = 404, description = "`not_found`: nothing published on this channel", body = ErrorBody),
+    )
+)]
+pub async fn get_channel(
+    State(state): State<SharedState>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    state.settings.tokens.authorize_read(&headers)?;
+    let record = live(&state, &channel).await?;
+    let tag = etag(&record.summary.sha256);
+    let (response, result) = revalidated(
+        &headers,
+        record.document,
+        &tag,
+        "application/json",
+        &record.summary,
+    )?;
+    state.metrics.channel_fetch(
+        &channel,
+        result,
+        header_str(&headers, CLIENT_VERSION_HEADER),
+        header_str(&headers, INSTALLED_PACK_HEADER),
+    );
+    Ok(response)
+}
+
+/// The minisign signature of the live channel document.
+#[utoipa::path(
+    get,
+    path = "/v1/channels/{channel}/signature",
+    tag = "channels",
+    params(("channel" = String, Path, description = "Channel name")),
+    responses(
+        (status = 200, description = "The minisign signature file text", content_type = "text/plain", body = String),
+        (status = 304, description = "Not modified"),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn get_signature(
+    State(state): State<SharedState>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    state.settings.tokens.authorize_read(&headers)?;
+    let record = live(&state, &channel).await?;
+    let tag = etag(&pack_format::sha256_hex(record.signature.as_bytes()));
+    Ok(revalidated(
+        &headers,
+        record.signature,
+        &tag,
+        "text/plain; charset=utf-8",
+        &record.summary,
+    )?
+    .0)
+}
+
+/// The live document of every channel.
+#[utoipa::path(
+    get,
+    path = "/v1/channels",
+    tag = "channels",
+    responses((status = 200, description = "Channels, sorted by name", body = ChannelList))
+)]
+pub async fn list_channels(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+) -> Result<Json<ChannelList>, ApiError> {
+    state.settings.tokens.authorize_read(&headers)?;
+    let mut names = state.storage.list_dirs(keys::CHANNELS).await?;
+    names.sort();
+    let mut channels = Vec::with_capacity(names.len());
+    for name in names {
+        if let Some(record) = load_record(&state, &keys::head(&name)).await? {
+            channels.push(record.summary);
+        }
+    }
+    Ok(Json(ChannelList { channels }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// Return only the newest `limit` documents.
+    pub limit: Option<usize>,
+}
+
+/// Every document ever published on a channel, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/channels/{channel}/history",
+    tag = "channels",
+    params(("channel" = String, Path, description = "Channel name"), HistoryQuery),
+    responses(
+        (status = 200, description = "The history", body = ChannelHistory),
+        (status = 404, description = "`not_found`: nothing published on this channel", body = ErrorBody),
+    )
+)]
+pub async fn history(
+    State(state): State<SharedState>,
+    Path(channel): Path<String>,
+    Query(query): Query<HistoryQuery>,
+    headers: HeaderMap,
+) -> Result<Json<ChannelHistory>, ApiError> {
+    state.settings.tokens.authorize_read(&headers)?;
+    check_name("channel", &channel)?;
+    let sequences = history_sequences(&state, &channel).await?;
+    if sequences.is_empty() {
+        return Err(ApiError::NotFound {
+            what: format!("channel {channel}"),
+        });
+    }
+    let total = sequences.len();
+    let skip = total.saturating_sub(query.limit.unwrap_or(total));
+    let entries: Vec<ChannelSummary> =
+        futures_util::stream::iter(sequences[skip..].iter().copied())
+            .map(|sequence| {
+                let state = state.clone();
+                let key = keys::history(&channel, sequence);
+                async move {
+                    load_record(&state, &key)
+                        .await?
+                        .map(|r| r.summary)
+                        .ok_or_else(|| ApiError::Internal(format!("{key} vanished")))
+                }
+            })
+            .buffered(8)
+            .try_collect()
+            .await?;
+    let live_sequence = load_record(&state, &keys::head(&channel))
+        .await?
+        .map(|r| r.summary.sequence);
+    Ok(Json(ChannelHistory {
+        channel,
+        live_sequence,
+        total,
+        entries,
+    }))
+}
+
+async fn historic(
+    state: &SharedState,
+    channel: &str,
+    sequence: u64,
+) -> Result<ChannelRecord, ApiError> {
+    check_name("channel", channel)?;
+    load_record(state, &keys::history(channel, sequence))
+        .await?
+        .ok_or_else(|| ApiError::NotFound {
+            what: format!("channel {channel} sequence {sequence}"),
+        })
+}
+
+/// One published document, byte for byte as signed.
+#[utoipa::path(
+    get,
+    path = "/v1/channels/{channel}/history/{sequence}",
+    tag = "channels",
+    params(("channel" = String, Path, description = "Channel name"), ("sequence" = u64, Path, description = "Sequence")),
+    responses(
+        (status = 200, description = "The document", content_type = "application/json", body = String),
+        (status = 304, description = "Not modified"),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn history_document(
+    State(state): State<SharedState>,
+    Path((channel, sequence)): Path<(String, u64)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    state.settings.tokens.authorize_read(&headers)?;
+    let record = historic(&state, &channel, sequence).await?;
+    let tag = etag(&record.summary.sha256);
+    Ok(revalidated(
+        &headers,
+        record.document,
+        &tag,
+        "application/json",
+        &record.summary,
+    )?
+    .0)
+}
+
+/// The signature of one published document.
+#[utoipa::path(
+    get,
+    path = "/v1/channels/{channel}/history/{sequence}/signature",
+    tag = "channels",
+    params(("channel" = String, Path, description = "Channel name"), ("sequence" = u64, Path, description = "Sequence")),
+    responses(
+        (status = 200, description = "The minisign signature file text", content_type = "text/plain", body = String),
+        (status = 304, description = "Not modified"),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn history_signature(
+    State(state): State<SharedState>,
+    Path((channel, sequence)): Path<(String, u64)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    state.settings.tokens.authorize_read(&headers)?;
+    let record = historic(&state, &channel, sequence).await?;
+    let tag = etag(&pack_format::sha256_hex(record.signature.as_bytes()));
+    Ok(revalidated(
+        &headers,
+        record.signature,
+        &tag,
+        "text/plain; charset=utf-8",
+        &record.summary,
+    )?
+    .0)
+}

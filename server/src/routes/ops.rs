@@ -1,0 +1,68 @@
+//! Operations: liveness, readiness, metrics and the OpenAPI description.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::app::SharedState;
+use crate::error::{ApiError, ErrorBody};
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "ok", body = String)))]
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Readiness: the storage answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "ops",
+    responses(
+        (status = 200, description = "ready", body = String),
+        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn readyz(State(state): State<SharedState>) -> Result<&'static str, ApiError> {
+    state.storage.probe().await?;
+    Ok("ready\n")
+}
+
+/// Prometheus metrics (text exposition format).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "ops",
+    responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String))
+)]
+pub async fn metrics(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    state.settings.tokens.authorize_read(&headers)?;
+    let text = state
+        .metrics
+        .render()
+        .map_err(|e| ApiError::Internal(format!("rendering metrics: {e}")))?;
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response())
+}
+
+/// This OpenAPI description.
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    tag = "ops",
+    responses((status = 200, description = "OpenAPI 3.1 JSON", content_type = "application/json", body = Object))
+)]
+pub async fn openapi(State(state): State<SharedState>) -> Json<serde_json::Value> {
+    Json(state.openapi.clone())
+}

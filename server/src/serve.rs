@@ -1,0 +1,132 @@
+//! The accept loop: HTTP/1.1 with a header-read timeout, a cap on open connections, and a
+//! graceful shutdown that lets in-flight requests finish.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::config::{Settings, StorageConfig};
+use crate::storage::{Storage, StorageError};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("setting up metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// A bound, not yet running server.
+pub struct Server {
+    listener: TcpListener,
+    app: axum::Router,
+    header_timeout: Duration,
+    shutdown_grace: Duration,
+    max_connections: usize,
+    storage: String,
+}
+
+impl Server {
+    /// Opens the storage and binds the listening socket.
+    pub async fn bind(settings: Settings) -> Result<Self, ServeError> {
+        let storage = match &settings.storage {
+            StorageConfig::Local(dir) => Storage::local(dir)?,
+            StorageConfig::S3(url) => Storage::s3(url)?,
+        };
+        let listener =
+            TcpListener::bind(settings.listen)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: settings.listen,
+                    source,
+                })?;
+        Ok(Server {
+            listener,
+            header_timeout: settings.header_timeout,
+            shutdown_grace: settings.shutdown_grace,
+            max_connections: settings.max_connections,
+            storage: storage.describe().to_string(),
+            app: crate::app::router(settings, storage)?,
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn storage(&self) -> &str {
+        &self.storage
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting and gives in-flight requests
+    /// up to the shutdown grace period to finish.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Server {
+            listener,
+            app,
+            header_timeout,
+            shutdown_grace,
+            max_connections,
+            ..
+        } = self;
+        let graceful = GracefulShutdown::new();
+        let connections = Arc::new(Semaphore::new(max_connections));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        tokio::pin!(shutdown);
+        loop {
+            let permit = tokio::select! {
+                permit = connections.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                () = &mut shutdown => break,
+            };
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(err) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(%err, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let service = TowerToHyperService::new(app.clone());
+            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(err) = connection.await {
+                    tracing::debug!(%peer, %err, "connection ended with an error");
+                }
+                drop(permit);
+            });
+        }
+        drop(listener);
+        tracing::info!(
+            grace_secs = shutdown_grace.as_secs(),
+            "shutting down: finishing in-flight requests"
+        );
+        tokio::select! {
+            () = graceful.shutdown() => tracing::info!("all connections closed"),
+            () = tokio::time::sleep(shutdown_grace) => tracing::warn!("grace period over; closing remaining connections"),
+        }
+    }
+}
