@@ -1,1 +1,27 @@
-//! Placeholder until its issue lands.
+//! `pack-client`: the promise to the end user. Prompts are never half-updated, never
+//! unsigned, and the agent keeps working offline.
+//!
+//! - [`PromptStore`] hands out immutable [`Snapshot`]s: capture once, read many.
+//! - [`Client`] refreshes from `packd` following the state machine in DESIGN.md, installs
+//!   crash-safely into a [`cache`] directory, and swaps the snapshot atomically.
+//! - [`schedule`] runs the refresh every six hours with a per-install offset.
+//! - When anything is wrong the store serves the pack compiled into the binary, whole.
+
+pub mod builtin;
+pub mod cache;
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod schedule;
+pub mod snapshot;
+pub mod store;
+
+pub use client::{Client, ClientStatus, RefreshOutcome};
+pub use config::ClientConfig;
+pub use error::ClientError;
+pub use snapshot::{Snapshot, SnapshotError, Source};
+pub use store::{PromptStore, Served};
+
+/// Request headers the client sends with every channel fetch: the server's fleet view.
+pub const HEADER_CLIENT_VERSION: &str = "x-promptpack-client-version";
+pub const HEADER_INSTALLED_PACK: &str = "x-promptpack-installed-pack";

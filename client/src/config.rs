@@ -1,0 +1,211 @@
+//! Client configuration: where to refresh from, what to trust, and what the user chose
+//! (auto-update, a local pin).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pack_format::{ContentKey, ContentKeyRing, Limits, TrustedKeys};
+use serde::Deserialize;
+
+use crate::ClientError;
+
+/// Everything a [`crate::Client`] needs.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Base URL of packd, e.g. `http://127.0.0.1:8470`. `None`: never refresh.
+    pub server: Option<String>,
+    pub channel: String,
+    /// The pack name the channel must be for.
+    pub pack: String,
+    pub auto_update: bool,
+    /// Stay on this pack version: refreshes install nothing else.
+    pub pin: Option<semver::Version>,
+    pub trusted_keys: TrustedKeys,
+    pub content_keys: ContentKeyRing,
+    /// This client release, matched against channel entry ranges.
+    pub client_version: semver::Version,
+    /// Where installed packs and the state file live.
+    pub cache_dir: PathBuf,
+    pub connect_timeout: Duration,
+    /// The whole refresh (channel, signature, pack) must finish within this.
+    pub deadline: Duration,
+    /// Attempts per request for transient failures (network errors, 429, 5xx).
+    pub attempts: u32,
+    /// First retry delay; doubles each time, with jitter.
+    pub backoff: Duration,
+    pub limits: Limits,
+}
+
+impl ClientConfig {
+    /// Defaults for `cache_dir`: no server, channel `stable`, pack `builtin`, auto-update on,
+    /// the compiled-in keys (if the build had any), 5 s connect, 60 s deadline, 3 attempts.
+    pub fn new(cache_dir: impl Into<PathBuf>, client_version: semver::Version) -> Self {
+        ClientConfig {
+            server: None,
+            channel: "stable".to_string(),
+            pack: "builtin".to_string(),
+            auto_update: true,
+            pin: None,
+            trusted_keys: compiled_in_trusted_keys(),
+            content_keys: compiled_in_content_keys(),
+            client_version,
+            cache_dir: cache_dir.into(),
+            connect_timeout: Duration::from_secs(5),
+            deadline: Duration::from_secs(60),
+            attempts: 3,
+            backoff: Duration::from_millis(250),
+            limits: Limits::DEFAULT,
+        }
+    }
+
+    /// Reads a TOML config file on top of the defaults. Paths in it are relative to the
+    /// file's directory.
+    pub fn load(
+        path: &Path,
+        cache_dir: PathBuf,
+        client_version: semver::Version,
+    ) -> Result<Self, ClientError> {
+        let bad = |reason: String| ClientError::Config {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let file: ConfigFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut config = ClientConfig::new(cache_dir, client_version);
+        file.apply(base, &mut config).map_err(bad)?;
+        Ok(config)
+    }
+}
+
+/// The `[updates]` table of a config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub updates: UpdatesSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdatesSection {
+    pub server: Option<String>,
+    pub channel: Option<String>,
+    pub pack: Option<String>,
+    pub auto_update: Option<bool>,
+    pub pin: Option<String>,
+    /// minisign public key files or bare base64 keys, trusted in addition to compiled-in ones.
+    #[serde(default)]
+    pub trusted_keys: Vec<String>,
+    /// `content.key` files, added to the compiled-in ones.
+    #[serde(default)]
+    pub content_keys: Vec<String>,
+    pub deadline_secs: Option<u64>,
+    pub connect_timeout_secs: Option<u64>,
+    pub attempts: Option<u32>,
+}
+
+impl ConfigFile {
+    pub fn apply(self, base: &Path, config: &mut ClientConfig) -> Result<(), String> {
+        let u = self.updates;
+        if let Some(server) = u.server {
+            if !(server.starts_with("http://") || server.starts_with("https://")) {
+                return Err(format!(
+                    "server must be an http:// or https:// URL, found {server:?}"
+                ));
+            }
+            config.server = Some(server.trim_end_matches('/').to_string());
+        }
+        if let Some(channel) = u.channel {
+            pack_format::validate_name("channel", &channel).map_err(|e| e.to_string())?;
+            config.channel = channel;
+        }
+        if let Some(pack) = u.pack {
+            pack_format::validate_name("pack", &pack).map_err(|e| e.to_string())?;
+            config.pack = pack;
+        }
+        if let Some(auto) = u.auto_update {
+            config.auto_update = auto;
+        }
+        if let Some(pin) = u.pin {
+            config.pin = Some(
+                pin.parse()
+                    .map_err(|e| format!("pin must be a semver version, found {pin:?}: {e}"))?,
+            );
+        }
+        for key in u.trusted_keys {
+            let path = base.join(&key);
+            if path.is_file() {
+                config
+                    .trusted_keys
+                    .add_file(&path)
+                    .map_err(|e| e.to_string())?;
+            } else {
+                config
+                    .trusted_keys
+                    .add_text(Path::new("config"), &key)
+                    .map_err(|e| format!("trusted key {key:?} is neither a readable file nor a minisign public key: {e}"))?;
+            }
+        }
+        for key in u.content_keys {
+            let path = base.join(&key);
+            config
+                .content_keys
+                .add(ContentKey::load(&path).map_err(|e| e.to_string())?);
+        }
+        if let Some(s) = u.deadline_secs {
+            config.deadline = Duration::from_secs(s);
+        }
+        if let Some(s) = u.connect_timeout_secs {
+            config.connect_timeout = Duration::from_secs(s);
+        }
+        if let Some(n) = u.attempts {
+            config.attempts = n.max(1);
+        }
+        Ok(())
+    }
+}
+
+/// Signing keys compiled in with `PROMPTPACK_TRUSTED_KEYS` (base64 minisign public keys,
+/// comma-separated) at build time. None by default: a build must not trust the demo keys.
+fn compiled_in_trusted_keys() -> TrustedKeys {
+    let mut keys = TrustedKeys::new();
+    for key in option_env!("PROMPTPACK_TRUSTED_KEYS")
+        .unwrap_or("")
+        .split(',')
+    {
+        let key = key.trim();
+        if !key.is_empty()
+            && keys
+                .add_text(Path::new("PROMPTPACK_TRUSTED_KEYS"), key)
+                .is_err()
+        {
+            tracing::error!("ignoring a malformed compiled-in trusted key");
+        }
+    }
+    keys
+}
+
+/// Content keys compiled in with `PROMPTPACK_CONTENT_KEYS` (`id:base64`, comma-separated).
+fn compiled_in_content_keys() -> ContentKeyRing {
+    use base64::Engine as _;
+    let mut ring = ContentKeyRing::default();
+    for item in option_env!("PROMPTPACK_CONTENT_KEYS")
+        .unwrap_or("")
+        .split(',')
+    {
+        let Some((id, b64)) = item.trim().split_once(':') else {
+            continue;
+        };
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .ok()
+            .and_then(|raw| <[u8; 32]>::try_from(raw.as_slice()).ok())
+            .and_then(|raw| ContentKey::from_parts(id, raw).ok());
+        match key {
+            Some(key) => ring.add(key),
+            None => tracing::error!("ignoring a malformed compiled-in content key {id:?}"),
+        }
+    }
+    ring
+}

@@ -1,0 +1,86 @@
+//! Why a refresh or a start-up load did not install anything. Each variant says what was
+//! expected and what was found; the previous snapshot keeps serving in every case.
+
+use pack_format::FormatError;
+
+use crate::snapshot::SnapshotError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no server configured: set `server` in the client config")]
+    NoServer,
+    #[error("request to {url} failed: {reason}")]
+    Http { url: String, reason: String },
+    #[error("{url} answered {status}")]
+    Status { url: String, status: u16 },
+    #[error("{what} from {url} is longer than the {limit} bytes allowed")]
+    BodyTooLong {
+        what: &'static str,
+        url: String,
+        limit: u64,
+    },
+    #[error("{what} from {url} is truncated: expected {expected} bytes, got {found}")]
+    Truncated {
+        what: &'static str,
+        url: String,
+        expected: u64,
+        found: u64,
+    },
+    #[error("refresh did not finish within its {seconds}s deadline")]
+    Deadline { seconds: u64 },
+    #[error("channel document rejected: {0}")]
+    Document(#[source] FormatError),
+    #[error("channel document is for channel {found:?}, expected {expected:?}")]
+    WrongChannel { expected: String, found: String },
+    #[error("channel document is for pack {found:?}, expected {expected:?}")]
+    WrongPack { expected: String, found: String },
+    #[error("rollback refused: channel sequence {found} is older than installed {installed}")]
+    Rollback { found: u64, installed: u64 },
+    #[error("pack {sha256} failed before and is not retried")]
+    KnownBad { sha256: String },
+    #[error("downloaded pack has sha256 {found}, but the signed entry says {expected}")]
+    HashMismatch { expected: String, found: String },
+    #[error("pack header {field} is {found:?}, but the signed entry says {expected:?}")]
+    HeaderMismatch {
+        field: &'static str,
+        expected: String,
+        found: String,
+    },
+    #[error("pack targets template schema {schema}; this client knows {known:?}")]
+    IncompatibleSchema { schema: u32, known: Vec<u32> },
+    #[error("pack rejected: {0}")]
+    Pack(#[source] FormatError),
+    #[error("pack is not usable: {0}")]
+    Snapshot(#[source] SnapshotError),
+    #[error("cache {path}: {reason}")]
+    Cache { path: String, reason: String },
+    #[error("config {path}: {reason}")]
+    Config { path: String, reason: String },
+}
+
+impl ClientError {
+    /// Whether trying again later may succeed without anything changing on the publisher's
+    /// side (network trouble, server errors).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Http { .. }
+            | ClientError::Deadline { .. }
+            | ClientError::Truncated { .. } => true,
+            ClientError::Status { status, .. } => *status == 429 || *status >= 500,
+            ClientError::NoServer
+            | ClientError::BodyTooLong { .. }
+            | ClientError::Document(_)
+            | ClientError::WrongChannel { .. }
+            | ClientError::WrongPack { .. }
+            | ClientError::Rollback { .. }
+            | ClientError::KnownBad { .. }
+            | ClientError::HashMismatch { .. }
+            | ClientError::HeaderMismatch { .. }
+            | ClientError::IncompatibleSchema { .. }
+            | ClientError::Pack(_)
+            | ClientError::Snapshot(_)
+            | ClientError::Cache { .. }
+            | ClientError::Config { .. } => false,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! `pack-client`: drive a prompt-pack client from the command line — refresh, status, and
+//! reading what a captured snapshot serves. The agent embeds the same library.
+
+// The binary owns the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use pack_client::{Client, ClientConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "pack-client",
+    version,
+    about = "Refresh and inspect a promptpack client cache"
+)]
+struct Cli {
+    /// Cache directory (installed packs and state).
+    #[arg(long, env = "PROMPTPACK_CACHE")]
+    cache: PathBuf,
+    /// Client config file (TOML, `[updates]` table).
+    #[arg(long, env = "PROMPTPACK_CONFIG")]
+    config: Option<PathBuf>,
+    /// The client release to match channel entries against.
+    #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+    client_version: semver::Version,
+    /// Machine-readable output.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check the channel now and install what it selects for this client.
+    Refresh,
+    /// What the client serves and how the last refresh went.
+    Status,
+    /// Print one file of the snapshot the client serves.
+    Show { key: String },
+    /// Every file of one captured snapshot with its SHA-256 (one capture, so never a mix).
+    Dump,
+    /// Run the six-hour schedule in the foreground until interrupted.
+    Run,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .init();
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    let config = match &cli.config {
+        Some(path) => ClientConfig::load(path, cli.cache.clone(), cli.client_version.clone())?,
+        None => ClientConfig::new(cli.cache.clone(), cli.client_version.clone()),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let client = Client::new(config)?;
+    match cli.command {
+        Command::Refresh => {
+            let result = runtime.block_on(client.refresh_now());
+            let status = client.status();
+            match result {
+                Ok(outcome) => {
+                    if cli.json {
+                        println!(
+                            "{}",
+                            serde_json::to_string(
+                                &serde_json::json!({"ok": true, "outcome": outcome, "status": status})
+                            )?
+                        );
+                    } else {
+                        println!("{}", serde_json::to_string(&outcome)?);
+                        println!(
+                            "serving {} {} ({}, sha256 {})",
+                            status.serving.name,
+                            status.serving.version,
+                            status.serving.source,
+                            status.serving.sha256
+                        );
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    if cli.json {
+                        println!(
+                            "{}",
+                            serde_json::to_string(
+                                &serde_json::json!({"ok": false, "error": e.to_string(), "status": status})
+                            )?
+                        );
+                    } else {
+                        eprintln!("refresh failed: {e}");
+                        eprintln!(
+                            "still serving {} {} ({})",
+                            status.serving.name, status.serving.version, status.serving.source
+                        );
+                    }
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+        Command::Status => {
+            let status = client.status();
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                println!(
+                    "serving   {} {} ({}, sequence {})",
+                    status.serving.name,
+                    status.serving.version,
+                    status.serving.source,
+                    status.serving.sequence
+                );
+                println!("sha256    {}", status.serving.sha256);
+                println!(
+                    "channel   {} (sequence {})",
+                    status.channel, status.sequence
+                );
+                if let Some(e) = &status.last_error {
+                    println!("last error: {e}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { key } => {
+            let snapshot = client.store().capture();
+            let bytes = snapshot.read(&key)?;
+            use std::io::Write;
+            std::io::stdout().write_all(bytes)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dump => {
+            let snapshot = client.store().capture();
+            let files: Vec<serde_json::Value> = snapshot
+                .keys()
+                .into_iter()
+                .map(|k| serde_json::json!({"key": k, "sha256": pack_format::sha256_hex(snapshot.get(k).unwrap_or_default())}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string(
+                    &serde_json::json!({"meta": snapshot.meta(), "files": files})
+                )?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run => runtime.block_on(async {
+            let client = std::sync::Arc::new(client);
+            let mut scheduler = pack_client::schedule::start(client).await?;
+            tokio::signal::ctrl_c().await?;
+            scheduler.shutdown().await?;
+            Ok(ExitCode::SUCCESS)
+        }),
+    }
+}

@@ -1,0 +1,63 @@
+//! The six-hour refresh: a cron job with a per-install offset so a fleet does not poll at
+//! the same second, plus a refresh at start-up when the last success is over six hours old.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio_cron_scheduler::{Job, JobScheduler};
+
+use crate::Client;
+
+/// How often a client checks.
+pub const INTERVAL: Duration = Duration::from_secs(6 * 60 * 60);
+
+/// The cron expression (`sec min hour day month weekday`) for an install: every six hours,
+/// offset within the six-hour window by the install id.
+pub fn cron_for(install_id: &str) -> String {
+    let offset = offset_for(install_id) % (6 * 60 * 60);
+    let (hour, minute, second) = (offset / 3600, offset / 60 % 60, offset % 60);
+    format!("{second} {minute} {hour}/6 * * *")
+}
+
+/// A stable spread value from the install id (FNV-1a; no secrecy needed).
+fn offset_for(install_id: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in install_id.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// Starts the schedule. Returns the running scheduler; drop or `shutdown` it to stop.
+pub async fn start(
+    client: Arc<Client>,
+) -> Result<JobScheduler, tokio_cron_scheduler::JobSchedulerError> {
+    let scheduler = JobScheduler::new().await?;
+    let cron = cron_for(client.install_id());
+    let job_client = client.clone();
+    scheduler
+        .add(Job::new_async(cron.as_str(), move |_, _| {
+            let client = job_client.clone();
+            Box::pin(async move {
+                if let Err(e) = client.refresh().await {
+                    tracing::warn!("scheduled refresh failed: {e}");
+                }
+            })
+        })?)
+        .await?;
+    scheduler.start().await?;
+    tracing::info!("refresh scheduled as '{cron}' (UTC)");
+    if client
+        .since_last_success(OffsetDateTime::now_utc())
+        .is_none_or(|age| age > INTERVAL)
+    {
+        tokio::spawn(async move {
+            if let Err(e) = client.refresh().await {
+                tracing::warn!("start-up refresh failed: {e}");
+            }
+        });
+    }
+    Ok(scheduler)
+}

@@ -1,0 +1,199 @@
+//! An immutable snapshot of one pack: its identity, its files, and its templates compiled
+//! once.
+
+use std::collections::HashMap;
+
+use pack_format::contract::{Contract, strict_registry, validate_template_all};
+use serde::Serialize;
+
+/// Where a snapshot came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Remote,
+    Builtin,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Source::Remote => "remote",
+            Source::Builtin => "builtin",
+        })
+    }
+}
+
+/// Identity of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SnapshotMeta {
+    pub name: String,
+    pub version: semver::Version,
+    /// The channel sequence that installed it (0 for the built-in pack).
+    pub sequence: u64,
+    pub source: Source,
+    /// SHA-256 of the sealed pack (remote) or of the canonical tar (built-in).
+    pub sha256: String,
+    pub schema: u32,
+}
+
+/// Reading or rendering from a snapshot failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("pack {pack} has no file {key:?}")]
+    Missing { pack: String, key: String },
+    #[error("pack {pack}: template {key:?} failed to render: {reason}")]
+    Render {
+        pack: String,
+        key: String,
+        reason: String,
+    },
+    #[error("pack {pack} targets template schema {schema}, which this build does not know")]
+    UnknownSchema { pack: String, schema: u32 },
+    #[error("pack {pack} has invalid templates:\n{problems}")]
+    Invalid { pack: String, problems: String },
+    #[error("pack {pack} lacks templates the runtime needs: {missing}")]
+    Incomplete { pack: String, missing: String },
+}
+
+/// One pack, immutable. Cheap to share: callers hold it in an `Arc`.
+pub struct Snapshot {
+    meta: SnapshotMeta,
+    files: HashMap<String, Box<[u8]>>,
+    templates: handlebars::Handlebars<'static>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("meta", &self.meta)
+            .field("files", &self.files.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Snapshot {
+    /// Builds a snapshot, compiling every `.hbs` file once after checking it against the
+    /// contract of the pack's schema.
+    pub fn new(
+        meta: SnapshotMeta,
+        files: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) -> Result<Self, SnapshotError> {
+        let pack = format!("{} {}", meta.name, meta.version);
+        let contract =
+            Contract::builtin(meta.schema).ok_or_else(|| SnapshotError::UnknownSchema {
+                pack: pack.clone(),
+                schema: meta.schema,
+            })?;
+        let files: HashMap<String, Box<[u8]>> = files
+            .into_iter()
+            .map(|(k, v)| (k, v.into_boxed_slice()))
+            .collect();
+        let mut templates = strict_registry();
+        let mut problems = Vec::new();
+        let mut names: Vec<&String> = files.keys().filter(|k| k.ends_with(".hbs")).collect();
+        names.sort();
+        for name in names {
+            let Ok(source) = std::str::from_utf8(&files[name]) else {
+                problems.push(format!("{name}: not UTF-8"));
+                continue;
+            };
+            let errors = validate_template_all(name, source, &contract);
+            if !errors.is_empty() {
+                problems.extend(errors.iter().map(ToString::to_string));
+                continue;
+            }
+            if let Err(e) = templates.register_template_string(name, source) {
+                problems.push(format!("{name}: {e}"));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(SnapshotError::Invalid {
+                pack,
+                problems: problems.join("\n"),
+            });
+        }
+        Ok(Snapshot {
+            meta,
+            files,
+            templates,
+        })
+    }
+
+    pub fn meta(&self) -> &SnapshotMeta {
+        &self.meta
+    }
+
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    pub fn version(&self) -> &semver::Version {
+        &self.meta.version
+    }
+
+    pub fn source(&self) -> Source {
+        self.meta.source
+    }
+
+    pub fn sha256(&self) -> &str {
+        &self.meta.sha256
+    }
+
+    /// The bytes of one file.
+    pub fn get(&self, key: &str) -> Option<&[u8]> {
+        self.files.get(key).map(|b| &b[..])
+    }
+
+    /// The bytes of one file, or an error naming the pack and the key.
+    pub fn read(&self, key: &str) -> Result<&[u8], SnapshotError> {
+        self.get(key).ok_or_else(|| SnapshotError::Missing {
+            pack: format!("{} {}", self.meta.name, self.meta.version),
+            key: key.to_string(),
+        })
+    }
+
+    /// Every file key, sorted.
+    pub fn keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.files.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    pub fn has_template(&self, key: &str) -> bool {
+        self.templates.has_template(key)
+    }
+
+    /// Renders a compiled template in strict mode with no escaping.
+    pub fn render(&self, key: &str, context: &impl Serialize) -> Result<String, SnapshotError> {
+        if !self.templates.has_template(key) {
+            return Err(SnapshotError::Missing {
+                pack: format!("{} {}", self.meta.name, self.meta.version),
+                key: key.to_string(),
+            });
+        }
+        self.templates
+            .render(key, context)
+            .map_err(|e| SnapshotError::Render {
+                pack: format!("{} {}", self.meta.name, self.meta.version),
+                key: key.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Checks that every key in `required` exists.
+    pub fn require(&self, required: &[&str]) -> Result<(), SnapshotError> {
+        let missing: Vec<&str> = required
+            .iter()
+            .copied()
+            .filter(|k| !self.files.contains_key(*k))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(SnapshotError::Incomplete {
+                pack: format!("{} {}", self.meta.name, self.meta.version),
+                missing: missing.join(", "),
+            })
+        }
+    }
+}
