@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::HttpBody;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, header};
 use axum::middleware::{self, Next};
@@ -134,11 +135,13 @@ async fn observe(State(state): State<SharedState>, request: Request, next: Next)
     };
     let elapsed = start.elapsed();
     let status = response.status();
+    // Blobs carry an explicit Content-Length; other bodies know their exact size.
     let bytes = response
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
+        .and_then(|v| v.parse().ok())
+        .or_else(|| HttpBody::size_hint(response.body()).exact());
     state.metrics.request(
         &route,
         method,
