@@ -416,6 +416,28 @@ mod tests {
         assert!(!is_loopback_http("https://127.0.0.1:9000"));
     }
 
+    /// LocalFileSystem writes `{key}#{n}` and renames it into place; a crash in between
+    /// leaves that staging file, which must never be visible as the object.
+    #[tokio::test]
+    async fn a_staging_file_left_by_a_crash_is_invisible() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::local(dir.path()).unwrap();
+        let sha = "ab".repeat(32);
+        std::fs::create_dir_all(dir.path().join("blobs")).unwrap();
+        std::fs::write(dir.path().join(format!("blobs/{sha}#3")), b"half a pa").unwrap();
+        assert!(storage.head(&keys::blob(&sha)).await.unwrap().is_none());
+        assert!(storage.get(&keys::blob(&sha)).await.unwrap().is_none());
+        assert!(storage.list("blobs").await.unwrap().is_empty());
+        assert_eq!(
+            storage
+                .create(&keys::blob(&sha), Bytes::from_static(b"whole"))
+                .await
+                .unwrap(),
+            Created::Created
+        );
+        assert_eq!(storage.list("blobs").await.unwrap().len(), 1);
+    }
+
     #[tokio::test]
     async fn local_create_never_replaces_and_swap_checks_the_version() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine with only the Rust toolchain.
+# Installs what the tests need when it is missing (and leaves it installed for next time),
+# then runs every test in the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v minisign >/dev/null 2>&1 || need_apt+=(minisign)
+command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${need_apt[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+# s3s-fs: the S3-compatible server the packd tests start (under CI they fail without it).
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if ! command -v s3s-fs >/dev/null 2>&1; then
+  echo "installing s3s-fs (S3-compatible test server for packd, a few minutes)"
+  cargo install s3s-fs@0.14.1 --locked --features binary
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
