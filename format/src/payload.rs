@@ -188,7 +188,7 @@ impl Payload {
                     });
                 }
                 check_file_len(&path, size, limits)?;
-                let bytes = read_entry(&mut entry, &path, size)?;
+                let bytes = read_entry(&mut entry, &path, size, tar_bytes.len())?;
                 let parsed: Index = serde_json::from_slice(&bytes)
                     .map_err(|e| FormatError::malformed("payload index", e))?;
                 if parsed.format != INDEX_FORMAT {
@@ -215,7 +215,7 @@ impl Payload {
                     limit: limits.max_file_count,
                 });
             }
-            let bytes = read_entry(&mut entry, &path, size)?;
+            let bytes = read_entry(&mut entry, &path, size, tar_bytes.len())?;
             if files.insert(path.clone(), bytes).is_some() {
                 return Err(FormatError::UnsafeEntry {
                     path,
@@ -239,10 +239,15 @@ impl Payload {
     }
 }
 
-fn read_entry(entry: &mut impl Read, path: &str, size: u64) -> Result<Vec<u8>, FormatError> {
-    // `size` was checked against the limits, and the archive is an in-memory slice, so
-    // this allocation is bounded by both.
-    let mut bytes = Vec::with_capacity(size as usize);
+fn read_entry(
+    entry: &mut impl Read,
+    path: &str,
+    size: u64,
+    archive_len: usize,
+) -> Result<Vec<u8>, FormatError> {
+    // `size` is only what the tar header claims (already checked against the limits): an
+    // entry cannot hold more bytes than the whole archive, so never reserve more than that.
+    let mut bytes = Vec::with_capacity((size as usize).min(archive_len));
     entry
         .read_to_end(&mut bytes)
         .map_err(|e| FormatError::io(format!("reading {path} from the payload"), e))?;
