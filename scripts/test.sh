@@ -26,3 +26,7 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+
+# A short run of every pack-format fuzz target (fails on a crash); a few minutes, most of it
+# building the instrumented targets.
+bash scripts/fuzz-smoke.sh
