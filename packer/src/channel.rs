@@ -170,7 +170,7 @@ fn signature_path(document: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn describe(entry: &ChannelEntry) -> String {
+pub(crate) fn describe(entry: &ChannelEntry) -> String {
     let target = match &entry.target {
         EntryTarget::Pack(pack) => format!(
             "pack {} (schema {}, sha256 {})",
@@ -206,7 +206,7 @@ fn check_sequence(output: &Path, channel: &str, sequence: u64) -> Result<()> {
     Ok(())
 }
 
-fn parse_expires(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime> {
+pub(crate) fn parse_expires(text: &str, now: OffsetDateTime) -> Result<OffsetDateTime> {
     let text = text.trim();
     let expires = if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
         at

@@ -1,6 +1,6 @@
 //! `packer`: the publisher's tool. Generates keys, seals a directory of templates into a
 //! pack (validating every template against the runtime's variable contract first), looks
-//! inside packs, and signs channel documents.
+//! inside packs, signs channel documents, and publishes packs and releases to packd.
 
 // The binary owns the terminal: results go to stdout, progress and errors to stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -10,7 +10,11 @@ mod channel;
 mod fsio;
 mod keygen;
 mod keys;
+mod publish;
 mod read;
+mod release;
+mod remote;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,13 +27,17 @@ use clap::{Parser, Subcommand};
     version,
     about = "Seal prompt templates into signed, encrypted promptpack packs",
     long_about = "Seal a directory of Handlebars prompt templates into an encrypted pack, look \
-                  inside packs, and sign the channel documents that tell clients which pack to use.\n\n\
+                  inside packs, and sign and publish the channel documents that tell clients which pack to use.\n\n\
                   Typical flow:\n  \
                   packer keygen --dir keys\n  \
                   packer build packs/builtin --version 1.0.0 --keys keys -o dist/builtin-1.0.0.pack\n  \
                   packer verify dist/builtin-1.0.0.pack --keys keys\n  \
                   packer channel --keys keys --channel stable --pack builtin --sequence 1 \
-                  --expires 30d --entry '*=dist/builtin-1.0.0.pack' -o dist/channel.json"
+                  --expires 30d --entry '*=dist/builtin-1.0.0.pack' -o dist/channel.json\n\n\
+                  With a packd server (token in PROMPTPACK_TOKEN):\n  \
+                  packer publish dist/builtin-1.0.0.pack --server http://127.0.0.1:8470\n  \
+                  packer release stable --server http://127.0.0.1:8470 --keys keys --pack builtin --pin '*=1.0.0'\n  \
+                  packer status --server http://127.0.0.1:8470"
 )]
 struct Cli {
     /// Print the result as JSON on stdout (progress and errors stay on stderr).
@@ -54,6 +62,12 @@ enum Command {
     Extract(read::ExtractArgs),
     /// Write and sign a channel document (channel.json + channel.json.minisig).
     Channel(channel::ChannelArgs),
+    /// Upload a sealed pack to packd.
+    Publish(publish::PublishArgs),
+    /// Pin, roll out, roll back: sign and publish the next document of a channel on packd.
+    Release(release::ReleaseArgs),
+    /// Show what is live where on packd: channels, their entries, and the packs.
+    Status(status::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +79,9 @@ fn main() -> ExitCode {
         Command::Verify(args) => read::verify(&args, cli.json),
         Command::Extract(args) => read::extract(&args, cli.json),
         Command::Channel(args) => channel::run(&args, cli.json),
+        Command::Publish(args) => publish::run(&args, cli.json),
+        Command::Release(args) => release::run(&args, cli.json),
+        Command::Status(args) => status::run(&args, cli.json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

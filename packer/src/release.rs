@@ -1,0 +1,724 @@
+//! `packer release`: fetch a channel's live document from packd, change its entries (pin,
+//! staged rollout, rollback, remove), sign the next sequence and publish it.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use pack_format::channel::{CHANNEL_FORMAT, format_time};
+use pack_format::keys::SIGNING_PUB_FILE;
+use pack_format::{
+    ChannelDocument, ChannelEntry, EntryTarget, Limits, PackRef, Rollout, TrustedKeys, sha256_hex,
+    validate_name,
+};
+use reqwest::StatusCode;
+use semver::{Version, VersionReq};
+use serde_json::json;
+use time::{Duration, OffsetDateTime};
+
+use crate::channel::{describe, parse_expires};
+use crate::keys::signing_key;
+use crate::print_json;
+use crate::remote::model::{PackRecord, PackVersions, PublishResponse};
+use crate::remote::{Remote, ServerArgs, ServerError};
+
+const RELEASE_HELP: &str = "\
+Fetches the live document of CHANNEL, checks its signature against KEYS/signing.pub (and \
+any --trusted-key), applies the changes below, signs the result as sequence = live + 1 and \
+publishes it. A channel that does not exist yet starts from nothing (sequence 1) and needs \
+--pack. Every VERSION must already be on the server (`packer publish`); its SHA-256, size \
+and schema are taken from the server's pack list.
+
+Changes, combinable and repeatable; applied in this order: --remove, --rollback, --pin, \
+--rollout (each in the order given). A RANGE is a semver range of client releases such as \
+'*', '>=1.4.0, <1.5.0' or '^1.2'; ranges are compared by meaning, so '>=1.4, <1.5' and \
+'>=1.4,<1.5' are the same.
+
+  --pin 'RANGE=VERSION'          clients in RANGE get VERSION. Replaces the range's entry, \
+or adds one before the catch-all '*'. A staged rollout of the same range to the same \
+VERSION is finished and removed.
+  --rollout 'RANGE=VERSION@PCT'  stage VERSION to PCT% (0-100) of the installs in RANGE: an \
+entry placed just before the range's own entry, so the others keep what they have. Raising \
+or lowering PCT for the same VERSION keeps the salt, so raising only adds installs and \
+lowering only takes some out. Finish it with --pin.
+  --rollback 'RANGE=VERSION'     emergency: every entry of RANGE (rollouts included) is \
+replaced by one pointing at VERSION, or at 'builtin' (the pack compiled into the client).
+  --remove 'RANGE'               drop every entry of RANGE.
+  --expires 30d|RFC3339          validity of the new document. Default: as long as the \
+live one was valid for, or 30d for a new channel.
+
+Shows the old and new entries and asks before publishing; --yes skips the question (needed \
+when stdin is not a terminal). The token (publish scope) comes from --token-file or \
+PROMPTPACK_TOKEN; a password-protected signing key reads its password from --password-file \
+or PROMPTPACK_KEY_PASSWORD.
+
+Examples:
+  packer release stable --server URL --keys keys --pack prompts --pin '*=1.1.0'
+  packer release stable --server URL --keys keys --rollout '>=1.4.0, <1.5.0=1.2.0@10'
+  packer release stable --server URL --keys keys --rollout '>=1.4.0, <1.5.0=1.2.0@50'
+  packer release stable --server URL --keys keys --pin '>=1.4.0, <1.5.0=1.2.0'
+  packer release stable --server URL --keys keys --rollback '>=1.4.0, <1.5.0=builtin'";
+
+#[derive(clap::Args)]
+#[command(after_long_help = RELEASE_HELP)]
+pub struct ReleaseArgs {
+    /// Channel name, e.g. stable.
+    #[arg(value_name = "CHANNEL")]
+    channel: String,
+
+    #[command(flatten)]
+    server: ServerArgs,
+
+    /// Key directory holding signing.key (and signing.pub, trusted for the live document).
+    #[arg(long, value_name = "DIR")]
+    keys: PathBuf,
+
+    /// Another public key the live document may be signed with (after a key rotation).
+    #[arg(long = "trusted-key", value_name = "FILE")]
+    trusted_keys: Vec<PathBuf>,
+
+    /// Pack name of the channel; needed only when the channel does not exist yet.
+    #[arg(long = "pack", value_name = "NAME")]
+    pack: Option<String>,
+
+    /// Pin: clients in RANGE get VERSION ('RANGE=VERSION').
+    #[arg(long = "pin", value_name = "RANGE=VERSION")]
+    pins: Vec<String>,
+
+    /// Staged rollout of VERSION to PERCENT of RANGE ('RANGE=VERSION@PERCENT').
+    #[arg(long = "rollout", value_name = "RANGE=VERSION@PERCENT")]
+    rollouts: Vec<String>,
+
+    /// Replace every entry of RANGE with VERSION or 'builtin' ('RANGE=VERSION|builtin').
+    #[arg(long = "rollback", value_name = "RANGE=VERSION|builtin")]
+    rollbacks: Vec<String>,
+
+    /// Drop every entry of RANGE.
+    #[arg(long = "remove", value_name = "RANGE")]
+    removes: Vec<String>,
+
+    /// Expiry: a duration from now (30d, 12h) or an RFC 3339 time.
+    #[arg(long, value_name = "DURATION_OR_RFC3339")]
+    expires: Option<String>,
+
+    /// Publish without asking.
+    #[arg(long, short = 'y')]
+    yes: bool,
+
+    /// File whose first line is the signing key's password.
+    #[arg(long, value_name = "FILE")]
+    password_file: Option<PathBuf>,
+}
+
+/// What an operation points clients at, before it is looked up on the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Wanted {
+    Version(Version),
+    Builtin,
+}
+
+pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
+    validate_name("channel", &args.channel).context("CHANNEL")?;
+    if args.pins.is_empty()
+        && args.rollouts.is_empty()
+        && args.rollbacks.is_empty()
+        && args.removes.is_empty()
+        && args.expires.is_none()
+    {
+        bail!(
+            "nothing to release: give at least one of --pin, --rollout, --rollback, --remove or --expires (see `packer release --help`)"
+        );
+    }
+    // Parse everything before touching the network or the key.
+    let removes = args
+        .removes
+        .iter()
+        .map(|spec| parse_range(spec).with_context(|| format!("--remove {spec:?}")))
+        .collect::<Result<Vec<_>>>()?;
+    let rollbacks = args
+        .rollbacks
+        .iter()
+        .map(|spec| parse_target(spec, true).with_context(|| format!("--rollback {spec:?}")))
+        .collect::<Result<Vec<_>>>()?;
+    let pins = args
+        .pins
+        .iter()
+        .map(|spec| parse_target(spec, false).with_context(|| format!("--pin {spec:?}")))
+        .collect::<Result<Vec<_>>>()?;
+    let rollouts = args
+        .rollouts
+        .iter()
+        .map(|spec| parse_rollout(spec).with_context(|| format!("--rollout {spec:?}")))
+        .collect::<Result<Vec<_>>>()?;
+
+    let remote = Remote::new(&args.server, true)?;
+    let key = signing_key(&args.keys, args.password_file.as_deref())?;
+    let mut trusted = TrustedKeys::new();
+    let signing_pub = args.keys.join(SIGNING_PUB_FILE);
+    if signing_pub.exists() {
+        trusted.add_file(&signing_pub)?;
+    }
+    trusted.add_signing_key(&key);
+    for path in &args.trusted_keys {
+        trusted.add_file(path)?;
+    }
+
+    let now = OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .unwrap_or_else(|_| OffsetDateTime::now_utc());
+    let live = fetch_live(&remote, &args.channel, &trusted)?;
+    let pack = match (&live, &args.pack) {
+        (Some(live), Some(pack)) if live.pack != *pack => bail!(
+            "channel {} on {} is for pack {:?}, not {pack:?}; drop --pack or pick another channel",
+            args.channel,
+            remote.base(),
+            live.pack
+        ),
+        (Some(live), _) => live.pack.clone(),
+        (None, Some(pack)) => {
+            validate_name("pack", pack).context("--pack")?;
+            pack.clone()
+        }
+        (None, None) => bail!(
+            "channel {} does not exist on {} yet: give --pack NAME to create it",
+            args.channel,
+            remote.base()
+        ),
+    };
+
+    let needs_versions = rollbacks
+        .iter()
+        .chain(&pins)
+        .any(|(_, w)| matches!(w, Wanted::Version(_)))
+        || !rollouts.is_empty();
+    let versions = if needs_versions {
+        remote
+            .get_json_opt::<PackVersions>(&format!("/v1/packs/{pack}"))?
+            .map(|p| p.versions)
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let lookup = |wanted: &Wanted| -> Result<EntryTarget> {
+        match wanted {
+            Wanted::Builtin => Ok(EntryTarget::Builtin),
+            Wanted::Version(version) => {
+                pack_ref(&versions, &pack, version, remote.base()).map(EntryTarget::Pack)
+            }
+        }
+    };
+
+    let old_entries = live.as_ref().map(|l| l.entries.clone()).unwrap_or_default();
+    let mut entries = old_entries.clone();
+    for (range, spec) in removes.iter().zip(&args.removes) {
+        let before = entries.len();
+        entries.retain(|e| e.clients != *range);
+        if entries.len() == before {
+            bail!(
+                "--remove {spec:?}: channel {} has no entry for clients {range}",
+                args.channel
+            );
+        }
+    }
+    for (range, wanted) in &rollbacks {
+        rollback(&mut entries, range, lookup(wanted)?);
+    }
+    for (range, wanted) in &pins {
+        pin(&mut entries, range, lookup(wanted)?);
+    }
+    for (range, version, percent) in &rollouts {
+        let EntryTarget::Pack(target) = lookup(&Wanted::Version(version.clone()))? else {
+            unreachable!("a version always looks up to a pack")
+        };
+        rollout(&mut entries, range, target, *percent, &pack);
+    }
+
+    let expires_at = match (&args.expires, &live) {
+        (Some(text), _) => parse_expires(text, now)?,
+        (None, Some(live)) => {
+            let validity = live.expires_at - live.issued_at;
+            now.checked_add(validity.max(Duration::hours(1)))
+                .context("the live document's validity is too long to repeat; give --expires")?
+        }
+        (None, None) => now + Duration::days(30),
+    };
+    let sequence = live.as_ref().map_or(0, |l| l.sequence) + 1;
+    let document = ChannelDocument {
+        format: CHANNEL_FORMAT,
+        channel: args.channel.clone(),
+        pack: pack.clone(),
+        sequence,
+        issued_at: now,
+        expires_at,
+        entries,
+    };
+
+    eprint!(
+        "{}",
+        diff(
+            &args.channel,
+            remote.base(),
+            live.as_ref(),
+            &document,
+            &old_entries
+        )
+    );
+    if !args.yes {
+        confirm(&args.channel, sequence, remote.base())?;
+    }
+
+    let signed = document.sign(&key)?;
+    pack_format::channel::verify(
+        &signed.document,
+        &signed.signature,
+        &trusted,
+        now,
+        &Limits::DEFAULT,
+    )
+    .context("the freshly signed document does not verify")?;
+    let text = String::from_utf8(signed.document.clone())
+        .context("the signed document is not UTF-8 text")?;
+    let body = json!({ "document": text, "signature": signed.signature });
+    let answer = match remote
+        .put_json::<PublishResponse>(&format!("/v1/channels/{}", args.channel), &body)
+    {
+        Ok(answer) => answer,
+        Err(error) => {
+            if let Some(server) = error.downcast_ref::<ServerError>()
+                && server.status == StatusCode::CONFLICT
+            {
+                return Err(error.context(format!(
+                    "someone else released channel {} after this run read sequence {}; nothing \
+                     was published. Re-run the same command to apply the change on top of theirs",
+                    args.channel,
+                    sequence - 1
+                )));
+            }
+            return Err(error);
+        }
+    };
+
+    if json {
+        print_json(&json!({
+            "server": remote.base(),
+            "channel": document.channel,
+            "pack": document.pack,
+            "sequence": document.sequence,
+            "previous_sequence": live.as_ref().map(|l| l.sequence),
+            "issued_at": format_time(document.issued_at),
+            "expires_at": format_time(document.expires_at),
+            "sha256": sha256_hex(&signed.document),
+            "key_id": key.key_id(),
+            "created": answer.created,
+            "entries": crate::status::entries_json(&document.entries),
+        }));
+    } else {
+        println!(
+            "released  {} sequence {} on {}",
+            answer.channel.channel,
+            answer.channel.sequence,
+            remote.base()
+        );
+        println!("expires   {}", answer.channel.expires_at);
+        println!("sha256    {}", answer.channel.sha256);
+        println!("signed by {}", answer.channel.key_id);
+    }
+    Ok(())
+}
+
+/// The live document, signature checked (expiry is not: an expired channel is exactly
+/// what a release fixes). `None` when nothing was published on the channel yet.
+fn fetch_live(
+    remote: &Remote,
+    channel: &str,
+    trusted: &TrustedKeys,
+) -> Result<Option<ChannelDocument>> {
+    let limits = Limits::DEFAULT;
+    let Some((document, headers)) = remote.get_bytes_opt(
+        &format!("/v1/channels/{channel}"),
+        limits.max_channel_len as u64,
+    )?
+    else {
+        return Ok(None);
+    };
+    // The signature of exactly this sequence, so a publish landing between the two
+    // requests cannot pair a document with another one's signature.
+    let sequence = headers
+        .get("x-promptpack-sequence")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let signature_path = match sequence {
+        Some(sequence) => format!("/v1/channels/{channel}/history/{sequence}/signature"),
+        None => format!("/v1/channels/{channel}/signature"),
+    };
+    let Some((signature, _)) =
+        remote.get_bytes_opt(&signature_path, limits.max_signature_len as u64)?
+    else {
+        bail!(
+            "{} serves channel {channel} but not its signature ({}); re-run, or ask the operator to check packd",
+            remote.base(),
+            remote.url(&signature_path)
+        );
+    };
+    let signature = String::from_utf8(signature).with_context(|| {
+        format!(
+            "the signature at {} is not text",
+            remote.url(&signature_path)
+        )
+    })?;
+    let verified =
+        pack_format::channel::verify_ignoring_expiry(&document, &signature, trusted, &limits)
+            .with_context(|| {
+                format!(
+                    "the live document of channel {channel} on {} does not verify against the trusted keys ({}); if the signing key was rotated, pass the old public key with --trusted-key FILE. Nothing was changed",
+                    remote.base(),
+                    trusted.ids().join(", ")
+                )
+            })?;
+    if verified.document.channel != channel {
+        bail!(
+            "{} answered channel {channel} with a document for channel {:?}; nothing was changed",
+            remote.base(),
+            verified.document.channel
+        );
+    }
+    Ok(Some(verified.document))
+}
+
+fn pack_ref(
+    versions: &[PackRecord],
+    pack: &str,
+    version: &Version,
+    server: &str,
+) -> Result<PackRef> {
+    let wanted = version.to_string();
+    let Some(record) = versions
+        .iter()
+        .find(|r| r.version == wanted || Version::parse(&r.version).is_ok_and(|v| v == *version))
+    else {
+        let available = if versions.is_empty() {
+            "none".to_string()
+        } else {
+            versions
+                .iter()
+                .map(|r| r.version.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        bail!(
+            "pack {pack} {version} is not on {server} (versions there: {available}); upload it first with `packer publish FILE --server {server}`"
+        );
+    };
+    Ok(PackRef {
+        version: version.clone(),
+        sha256: record.sha256.clone(),
+        size: record.size,
+        schema: record.schema,
+    })
+}
+
+/// Where a new full entry goes: before the first catch-all, else at the end.
+fn catch_all_position(entries: &[ChannelEntry]) -> usize {
+    entries
+        .iter()
+        .position(|e| e.clients == VersionReq::STAR && e.rollout.is_none())
+        .unwrap_or(entries.len())
+}
+
+fn pin(entries: &mut Vec<ChannelEntry>, range: &VersionReq, target: EntryTarget) {
+    // Pinning the version a rollout was staging finishes that rollout.
+    entries.retain(|e| !(e.clients == *range && e.rollout.is_some() && e.target == target));
+    let entry = ChannelEntry {
+        clients: range.clone(),
+        target,
+        rollout: None,
+    };
+    match entries
+        .iter()
+        .position(|e| e.clients == *range && e.rollout.is_none())
+    {
+        Some(i) => entries[i] = entry,
+        None if *range == VersionReq::STAR => entries.push(entry),
+        None => {
+            let at = catch_all_position(entries);
+            entries.insert(at, entry);
+        }
+    }
+}
+
+fn rollback(entries: &mut Vec<ChannelEntry>, range: &VersionReq, target: EntryTarget) {
+    let first = entries.iter().position(|e| e.clients == *range);
+    entries.retain(|e| e.clients != *range);
+    let entry = ChannelEntry {
+        clients: range.clone(),
+        target,
+        rollout: None,
+    };
+    let at = match first {
+        Some(i) => i.min(entries.len()),
+        None if *range == VersionReq::STAR => entries.len(),
+        None => catch_all_position(entries),
+    };
+    entries.insert(at, entry);
+}
+
+fn rollout(
+    entries: &mut Vec<ChannelEntry>,
+    range: &VersionReq,
+    target: PackRef,
+    percent: u8,
+    pack: &str,
+) {
+    let target = EntryTarget::Pack(target);
+    let existing = entries
+        .iter()
+        .position(|e| e.clients == *range && e.rollout.is_some());
+    // Same version: keep the salt, so the same installs stay in as the percent moves.
+    let salt = existing
+        .and_then(|i| {
+            let e = &entries[i];
+            (e.target == target).then(|| e.rollout.as_ref().map(|r| r.salt.clone()))
+        })
+        .flatten()
+        .unwrap_or_else(|| match &target {
+            EntryTarget::Pack(p) => format!("{pack}@{}", p.version),
+            EntryTarget::Builtin => "builtin".to_string(),
+        });
+    let entry = ChannelEntry {
+        clients: range.clone(),
+        target,
+        rollout: Some(Rollout { percent, salt }),
+    };
+    if let Some(i) = existing {
+        entries[i] = entry;
+        return;
+    }
+    let at = entries
+        .iter()
+        .position(|e| e.clients == *range)
+        .unwrap_or_else(|| catch_all_position(entries));
+    entries.insert(at, entry);
+}
+
+fn parse_range(text: &str) -> Result<VersionReq> {
+    VersionReq::parse(text.trim()).with_context(|| {
+        format!(
+            "expected a semver range of client releases such as '*', '>=1.4.0, <1.5.0' or '^1.2', found {:?}",
+            text.trim()
+        )
+    })
+}
+
+/// Splits `RANGE=VALUE` at the first `=` after which the left side is a whole range, so
+/// `>=1.4.0=1.2.0` and `=1.4.2=builtin` work.
+fn split_range<'a>(spec: &'a str, example: &str) -> Result<(VersionReq, &'a str)> {
+    spec.char_indices()
+        .filter(|&(_, c)| c == '=')
+        .find_map(|(i, _)| {
+            let (range, value) = (spec[..i].trim(), spec[i + 1..].trim());
+            if range.is_empty() || value.is_empty() {
+                return None;
+            }
+            VersionReq::parse(range).ok().map(|req| (req, value))
+        })
+        .with_context(|| format!("expected {example}"))
+}
+
+fn parse_version(text: &str) -> Result<Version> {
+    Version::parse(text.trim()).with_context(|| {
+        format!(
+            "expected a pack version such as 1.2.0, found {:?}",
+            text.trim()
+        )
+    })
+}
+
+fn parse_target(spec: &str, builtin_allowed: bool) -> Result<(VersionReq, Wanted)> {
+    let example = if builtin_allowed {
+        "RANGE=VERSION or RANGE=builtin, e.g. '>=1.4.0, <1.5.0=1.1.0' or '*=builtin'"
+    } else {
+        "RANGE=VERSION, e.g. '>=1.4.0, <1.5.0=1.2.0' or '*=1.2.0'"
+    };
+    let (range, value) = split_range(spec, example)?;
+    if value == "builtin" {
+        if !builtin_allowed {
+            bail!("to send clients to the built-in pack use --rollback 'RANGE=builtin'");
+        }
+        return Ok((range, Wanted::Builtin));
+    }
+    Ok((range, Wanted::Version(parse_version(value)?)))
+}
+
+fn parse_rollout(spec: &str) -> Result<(VersionReq, Version, u8)> {
+    let example = "RANGE=VERSION@PERCENT, e.g. '>=1.4.0, <1.5.0=1.2.0@10'";
+    let Some((body, percent)) = spec.rsplit_once('@') else {
+        bail!("expected {example}");
+    };
+    let (range, version) = split_range(body, example)?;
+    let number = percent.trim().trim_end_matches('%');
+    let percent = match number.parse::<u8>() {
+        Ok(p) if p <= 100 => p,
+        _ => bail!("rollout percent must be a whole number 0-100, found {percent:?}"),
+    };
+    Ok((range, parse_version(version)?, percent))
+}
+
+/// The old and new entries, with `-` for entries that go, `+` for entries that come.
+fn diff(
+    channel: &str,
+    server: &str,
+    live: Option<&ChannelDocument>,
+    new: &ChannelDocument,
+    old_entries: &[ChannelEntry],
+) -> String {
+    let mut out = String::new();
+    match live {
+        Some(live) => out.push_str(&format!(
+            "channel {channel} on {server}: pack {}, sequence {} -> {}\n",
+            new.pack, live.sequence, new.sequence
+        )),
+        None => out.push_str(&format!(
+            "channel {channel} on {server}: new, pack {}, sequence {}\n",
+            new.pack, new.sequence
+        )),
+    }
+    if let Some(live) = live {
+        out.push_str(&format!(
+            "  expires {} -> {}\n",
+            format_time(live.expires_at),
+            format_time(new.expires_at)
+        ));
+    } else {
+        out.push_str(&format!("  expires {}\n", format_time(new.expires_at)));
+    }
+    out.push_str("  entries (first match wins):\n");
+    for old in old_entries {
+        if !new.entries.contains(old) {
+            out.push_str(&format!("  - {}\n", describe(old)));
+        }
+    }
+    for entry in &new.entries {
+        let mark = if old_entries.contains(entry) {
+            ' '
+        } else {
+            '+'
+        };
+        out.push_str(&format!("  {mark} {}\n", describe(entry)));
+    }
+    if new.entries.is_empty() {
+        out.push_str("    (none: every client uses its built-in pack)\n");
+    }
+    if new.entries == old_entries {
+        out.push_str("  (entries unchanged; only the dates change)\n");
+    }
+    out
+}
+
+fn confirm(channel: &str, sequence: u64, server: &str) -> Result<()> {
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "not publishing: stdin is not a terminal, so there is no one to confirm the change above; re-run with --yes to publish it"
+        );
+    }
+    eprint!("publish channel {channel} sequence {sequence} to {server}? [y/N] ");
+    std::io::stderr().flush().ok();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    if matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+        Ok(())
+    } else {
+        bail!("not published: the answer was not yes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pack(version: &str) -> PackRef {
+        PackRef {
+            version: Version::parse(version).unwrap(),
+            sha256: "a".repeat(64),
+            size: 10,
+            schema: 1,
+        }
+    }
+
+    fn req(text: &str) -> VersionReq {
+        VersionReq::parse(text).unwrap()
+    }
+
+    #[test]
+    fn specs_split_at_the_right_equals_sign() {
+        let (range, wanted) = parse_target(">=1.4.0, <1.5.0=1.2.0", false).unwrap();
+        assert_eq!(range, req(">=1.4.0, <1.5.0"));
+        assert_eq!(wanted, Wanted::Version(Version::new(1, 2, 0)));
+        let (range, wanted) = parse_target("=1.4.2=builtin", true).unwrap();
+        assert_eq!(range, req("=1.4.2"));
+        assert_eq!(wanted, Wanted::Builtin);
+        assert!(parse_target("*=builtin", false).is_err());
+        assert!(parse_target("*=latest", false).is_err());
+        let (range, version, percent) = parse_rollout("^1.4=1.2.0@10%").unwrap();
+        assert_eq!(
+            (range, version, percent),
+            (req("^1.4"), Version::new(1, 2, 0), 10)
+        );
+        assert!(parse_rollout("*=1.2.0@101").is_err());
+        assert!(parse_rollout("*=1.2.0").is_err());
+    }
+
+    #[test]
+    fn pin_replaces_the_same_range_or_goes_before_the_catch_all() {
+        let mut entries = Vec::new();
+        pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.0.0")));
+        pin(&mut entries, &req("<1.4"), EntryTarget::Builtin);
+        pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.1.0")));
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].clients, req("<1.4"));
+        assert_eq!(entries[1].target, EntryTarget::Pack(pack("1.1.0")));
+    }
+
+    #[test]
+    fn rollout_keeps_its_salt_and_pin_finishes_it() {
+        let mut entries = Vec::new();
+        pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.0.0")));
+        rollout(&mut entries, &req("*"), pack("1.1.0"), 10, "p");
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].rollout.as_ref().unwrap().percent, 10);
+        let salt = entries[0].rollout.as_ref().unwrap().salt.clone();
+        entries[0].rollout.as_mut().unwrap().salt = "custom".into();
+        rollout(&mut entries, &req("*"), pack("1.1.0"), 50, "p");
+        assert_eq!(entries.len(), 2);
+        assert_eq!(
+            entries[0].rollout,
+            Some(Rollout {
+                percent: 50,
+                salt: "custom".into()
+            })
+        );
+        // A different version reshuffles.
+        rollout(&mut entries, &req("*"), pack("1.2.0"), 5, "p");
+        assert_ne!(entries[0].rollout.as_ref().unwrap().salt, "custom");
+        assert_ne!(entries[0].rollout.as_ref().unwrap().salt, salt);
+        pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.2.0")));
+        assert_eq!(entries.len(), 1);
+        assert!(entries[0].rollout.is_none());
+    }
+
+    #[test]
+    fn rollback_replaces_every_entry_of_the_range() {
+        let mut entries = Vec::new();
+        pin(&mut entries, &req("^1.4"), EntryTarget::Pack(pack("1.0.0")));
+        pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.0.0")));
+        rollout(&mut entries, &req("^1.4"), pack("1.1.0"), 10, "p");
+        assert_eq!(entries.len(), 3);
+        rollback(&mut entries, &req("^1.4"), EntryTarget::Builtin);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].clients, req("^1.4"));
+        assert_eq!(entries[0].target, EntryTarget::Builtin);
+        assert_eq!(entries[1].clients, req("*"));
+    }
+}

@@ -1,0 +1,347 @@
+//! Talking to `packd`: the server URL and token options shared by `publish`, `release` and
+//! `status`, and one blocking HTTP client that turns the server's JSON errors into messages
+//! that name the URL, the status, the server's error code and its explanation.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use reqwest::StatusCode;
+use reqwest::blocking::{Body, Client, RequestBuilder, Response};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use zeroize::Zeroizing;
+
+use crate::shown;
+
+/// Environment variable holding the publish token.
+pub const TOKEN_ENV: &str = "PROMPTPACK_TOKEN";
+
+/// Largest JSON answer read from the server (pack and channel lists included).
+const MAX_JSON_BYTES: u64 = 16 * 1024 * 1024;
+
+/// `--server` and `--token-file`, shared by every command that talks to packd.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Base URL of packd, e.g. http://127.0.0.1:8470.
+    #[arg(long, value_name = "URL", env = "PROMPTPACK_SERVER")]
+    pub server: String,
+
+    /// File whose first line is the bearer token (default: the PROMPTPACK_TOKEN variable).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// What the server said when it refused a request.
+#[derive(Debug)]
+pub struct ServerError {
+    pub method: &'static str,
+    pub url: String,
+    pub status: StatusCode,
+    /// The server's stable error code (`version_exists`, `stale_sequence`, ...), when the
+    /// body was the usual JSON error.
+    pub code: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self {
+            method,
+            url,
+            status,
+            code,
+            message,
+        } = self;
+        match code {
+            Some(code) => write!(f, "{method} {url}: {status}: {code}: {message}"),
+            None => write!(f, "{method} {url}: {status}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Deserialize)]
+struct ErrorDetail {
+    code: String,
+    message: String,
+}
+
+/// A connection to one packd.
+pub struct Remote {
+    base: String,
+    client: Client,
+    token: Option<Zeroizing<String>>,
+}
+
+impl Remote {
+    /// Checks the URL and loads the token. `need_token`: fail now, before any work, when
+    /// there is none (uploads and releases); otherwise it is sent only if present.
+    pub fn new(args: &ServerArgs, need_token: bool) -> Result<Remote> {
+        let base = args.server.trim().trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            bail!(
+                "--server {:?}: expected an http:// or https:// URL such as http://127.0.0.1:8470",
+                args.server
+            );
+        }
+        let token = token(args.token_file.as_deref())?;
+        if need_token && token.is_none() {
+            bail!(
+                "no token for {base}: set {TOKEN_ENV} or pass --token-file FILE with a token that has the publish scope (an operator makes one with `packd token new`)"
+            );
+        }
+        let client = Client::builder()
+            .connect_timeout(Duration::from_secs(15))
+            .timeout(Duration::from_secs(60))
+            .user_agent(concat!("packer/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("starting the HTTP client")?;
+        Ok(Remote {
+            base,
+            client,
+            token,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn authorized(&self, request: RequestBuilder) -> RequestBuilder {
+        match &self.token {
+            Some(token) => request.bearer_auth(token.as_str()),
+            None => request,
+        }
+    }
+
+    /// Sends a request; any status other than 2xx becomes a [`ServerError`].
+    fn send(&self, method: &'static str, url: &str, request: RequestBuilder) -> Result<Response> {
+        let response = self.authorized(request).send().map_err(|e| {
+            anyhow::anyhow!(
+                "{method} {url}: could not reach packd at {}: {}; check --server and that packd is running",
+                self.base,
+                error_chain(&e)
+            )
+        })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(server_error(method, url, response).into())
+    }
+
+    /// GET a JSON answer.
+    pub fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let url = self.url(path);
+        let response = self.send("GET", &url, self.client.get(&url))?;
+        json_body(&url, response)
+    }
+
+    /// GET a JSON answer, `None` on 404.
+    pub fn get_json_opt<T: DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
+        not_found_is_none(self.get_json(path))
+    }
+
+    /// GET a body as bytes (at most `limit`) with the response headers; `None` on 404.
+    pub fn get_bytes_opt(
+        &self,
+        path: &str,
+        limit: u64,
+    ) -> Result<Option<(Vec<u8>, reqwest::header::HeaderMap)>> {
+        let url = self.url(path);
+        let response = match self.send("GET", &url, self.client.get(&url)) {
+            Ok(response) => response,
+            Err(e) => return not_found_is_none(Err(e)),
+        };
+        let headers = response.headers().clone();
+        Ok(Some((read_limited(&url, response, limit)?, headers)))
+    }
+
+    /// PUT raw bytes; `progress` sees the bytes as they go out.
+    pub fn put_bytes<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        bytes: Vec<u8>,
+        progress: Option<indicatif::ProgressBar>,
+    ) -> Result<T> {
+        let url = self.url(path);
+        let len = bytes.len() as u64;
+        let body = match progress {
+            Some(bar) => Body::sized(bar.wrap_read(std::io::Cursor::new(bytes)), len),
+            None => Body::from(bytes),
+        };
+        // A large pack over a slow link takes longer than the default deadline.
+        let request = self
+            .client
+            .put(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .timeout(Duration::from_secs(600))
+            .body(body);
+        let response = self.send("PUT", &url, request)?;
+        json_body(&url, response)
+    }
+
+    /// PUT a JSON body.
+    pub fn put_json<T: DeserializeOwned>(&self, path: &str, body: &serde_json::Value) -> Result<T> {
+        let url = self.url(path);
+        let response = self.send("PUT", &url, self.client.put(&url).json(body))?;
+        json_body(&url, response)
+    }
+}
+
+/// Turns a 404 [`ServerError`] into `Ok(None)`.
+fn not_found_is_none<T>(result: Result<T>) -> Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) => match e.downcast_ref::<ServerError>() {
+            Some(server) if server.status == StatusCode::NOT_FOUND => Ok(None),
+            Some(_) | None => Err(e),
+        },
+    }
+}
+
+fn server_error(method: &'static str, url: &str, response: Response) -> ServerError {
+    let status = response.status();
+    let mut text = String::new();
+    let _ = response.take(64 * 1024).read_to_string(&mut text);
+    let (code, message) = match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(body) => (Some(body.error.code), body.error.message),
+        Err(_) => {
+            let snippet: String = text.trim().chars().take(300).collect();
+            let message = if snippet.is_empty() {
+                "no explanation in the answer (is this URL a packd?)".to_string()
+            } else {
+                snippet
+            };
+            (None, message)
+        }
+    };
+    ServerError {
+        method,
+        url: url.to_string(),
+        status,
+        code,
+        message,
+    }
+}
+
+fn read_limited(url: &str, response: Response, limit: u64) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    response
+        .take(limit + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("GET {url}: reading the answer"))?;
+    if bytes.len() as u64 > limit {
+        bail!("GET {url}: the answer is over the limit of {limit} bytes");
+    }
+    Ok(bytes)
+}
+
+fn json_body<T: DeserializeOwned>(url: &str, response: Response) -> Result<T> {
+    let bytes = read_limited(url, response, MAX_JSON_BYTES)?;
+    serde_json::from_slice(&bytes).with_context(|| {
+        format!("{url}: the answer is not the JSON packd sends (is --server a packd of the same version?)")
+    })
+}
+
+/// Every cause of a reqwest error on one line ("error sending request: connection refused").
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The token: the first line of `file`, or else `PROMPTPACK_TOKEN`.
+fn token(file: Option<&Path>) -> Result<Option<Zeroizing<String>>> {
+    let token = match file {
+        Some(path) => {
+            let text = Zeroizing::new(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("reading token file {}", shown(path)))?,
+            );
+            let line = text.lines().next().unwrap_or_default().trim();
+            if line.is_empty() {
+                bail!(
+                    "token file {} is empty: put the token on its first line",
+                    shown(path)
+                );
+            }
+            Zeroizing::new(line.to_string())
+        }
+        None => match std::env::var(TOKEN_ENV) {
+            Ok(value) if !value.trim().is_empty() => Zeroizing::new(value.trim().to_string()),
+            _ => return Ok(None),
+        },
+    };
+    Ok(Some(token))
+}
+
+/// The JSON shapes of packd's answers that packer reads (see `server/src/model.rs`).
+pub mod model {
+    use serde::Deserialize;
+
+    #[derive(Debug, Clone, Deserialize)]
+    pub struct PackRecord {
+        pub name: String,
+        pub version: String,
+        pub schema: u32,
+        pub sha256: String,
+        pub size: u64,
+        pub uploaded_at: String,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct UploadResponse {
+        pub created: bool,
+        pub pack: PackRecord,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct PackVersions {
+        pub name: String,
+        pub versions: Vec<PackRecord>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct PackList {
+        pub packs: Vec<PackVersions>,
+    }
+
+    #[derive(Debug, Clone, Deserialize)]
+    pub struct ChannelSummary {
+        pub channel: String,
+        pub sequence: u64,
+        pub sha256: String,
+        pub key_id: String,
+        pub expires_at: String,
+        pub published_at: String,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct ChannelList {
+        pub channels: Vec<ChannelSummary>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub struct PublishResponse {
+        pub created: bool,
+        pub channel: ChannelSummary,
+    }
+}
