@@ -1,1 +1,375 @@
-//! Placeholder until its issue lands.
+//! Harness for the end-to-end tests: find (or build) the real binaries, run `packd` on
+//! loopback, make keys and packs with the real `packer`, and publish through the API.
+
+#![allow(clippy::print_stderr)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Path of a workspace binary, built once if `cargo test` did not build it already.
+pub fn bin(package: &str, name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    // target/debug/deps/<test-binary> → target/debug/<name>
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let path = dir.join(name);
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "packer",
+                "-p",
+                "pack-server",
+                "-p",
+                "pack-client",
+                "--bins",
+            ])
+            .current_dir(workspace())
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "building the binaries for the end-to-end tests failed"
+        );
+    });
+    assert!(
+        path.exists(),
+        "{} of {package} is missing at {}",
+        name,
+        path.display()
+    );
+    path
+}
+
+pub fn packer() -> Command {
+    Command::new(bin("packer", "packer"))
+}
+
+/// Runs a command, panicking with its output if it fails.
+pub fn run(mut cmd: Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A publisher: key directory, token, and a scratch directory for packs and documents.
+pub struct Publisher {
+    pub dir: tempfile::TempDir,
+    pub token: String,
+    sequence: std::cell::Cell<u64>,
+}
+
+impl Publisher {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = packer();
+        cmd.arg("keygen").arg("--dir").arg(dir.path().join("keys"));
+        run(cmd);
+        Publisher {
+            dir,
+            token: format!("test-token-{}", hex::encode(rand::random::<[u8; 8]>())),
+            sequence: std::cell::Cell::new(0),
+        }
+    }
+
+    pub fn keys(&self) -> PathBuf {
+        self.dir.path().join("keys")
+    }
+
+    /// `packd` config: this publisher's key and token.
+    pub fn server_config(&self) -> PathBuf {
+        use sha2::Digest;
+        let hash = hex::encode(sha2::Sha256::digest(self.token.as_bytes()));
+        let path = self.dir.path().join("packd.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "publisher_keys = [{:?}]\n\n[[tokens]]\nname = \"tests\"\nsha256 = \"{hash}\"\nscopes = [\"publish\"]\n",
+                self.keys().join("signing.pub").display().to_string()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// A client config trusting this publisher.
+    pub fn client_config(&self, server: &str, extra: &str) -> PathBuf {
+        let path = self
+            .dir
+            .path()
+            .join(format!("client-{}.toml", rand::random::<u32>()));
+        std::fs::write(
+            &path,
+            format!(
+                "[updates]\nserver = {server:?}\nchannel = \"stable\"\npack = \"builtin\"\ntrusted_keys = [{:?}]\ncontent_keys = [{:?}]\nattempts = 1\n{extra}",
+                self.keys().join("signing.pub").display().to_string(),
+                self.keys().join("content.key").display().to_string(),
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Builds `packs/builtin` with `marker` appended to every template, as `version`.
+    pub fn build(&self, version: &str, marker: &str) -> PathBuf {
+        let src = self.dir.path().join(format!("src-{version}"));
+        copy_tree(&workspace().join("packs/builtin"), &src);
+        for path in walk(&src) {
+            if path.extension().is_some_and(|e| e == "hbs") {
+                let mut text = std::fs::read_to_string(&path).unwrap();
+                text.push_str(&format!("\n{marker}\n"));
+                std::fs::write(&path, text).unwrap();
+            }
+        }
+        let out = self.dir.path().join(format!("builtin-{version}.pack"));
+        let mut cmd = packer();
+        cmd.arg("build")
+            .arg(&src)
+            .args(["--name", "builtin", "--version", version, "--keys"]);
+        cmd.arg(self.keys()).arg("-o").arg(&out);
+        run(cmd);
+        out
+    }
+
+    /// Signs the next channel document with `entries` (packer channel `--entry` specs).
+    pub fn sign(&self, entries: &[String], expires: &str) -> (Vec<u8>, String) {
+        let sequence = self.sequence.get() + 1;
+        self.sequence.set(sequence);
+        self.sign_sequence(sequence, entries, expires)
+    }
+
+    pub fn sign_sequence(
+        &self,
+        sequence: u64,
+        entries: &[String],
+        expires: &str,
+    ) -> (Vec<u8>, String) {
+        let out = self
+            .dir
+            .path()
+            .join(format!("channel-{sequence}-{}.json", rand::random::<u32>()));
+        let mut cmd = packer();
+        cmd.arg("channel").arg("--keys").arg(self.keys());
+        cmd.args([
+            "--channel",
+            "stable",
+            "--pack",
+            "builtin",
+            "--sequence",
+            &sequence.to_string(),
+        ]);
+        cmd.args(["--expires", expires]);
+        for entry in entries {
+            cmd.arg("--entry").arg(entry);
+        }
+        cmd.arg("-o").arg(&out);
+        run(cmd);
+        let sig = std::fs::read_to_string(out.with_extension("json.minisig")).unwrap();
+        (std::fs::read(&out).unwrap(), sig)
+    }
+}
+
+impl Default for Publisher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// A `packd` process on loopback over a data directory; killed on drop.
+pub struct Packd {
+    child: Child,
+    pub url: String,
+    pub data_dir: PathBuf,
+    config: PathBuf,
+}
+
+impl Packd {
+    pub fn start(data_dir: &Path, config: &Path) -> Self {
+        Self::start_on(data_dir, config, "127.0.0.1:0")
+    }
+
+    pub fn start_on(data_dir: &Path, config: &Path, listen: &str) -> Self {
+        let mut child = Command::new(bin("pack-server", "packd"))
+            .arg("serve")
+            .args(["--listen", listen, "--data-dir"])
+            .arg(data_dir)
+            .arg("--config")
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("packd exited before listening")
+                .unwrap();
+            if let Some(rest) = line.strip_prefix("listening on ") {
+                break rest.trim().to_string();
+            }
+        };
+        // Keep draining stdout so packd never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Packd {
+            child,
+            url,
+            data_dir: data_dir.to_path_buf(),
+            config: config.to_path_buf(),
+        }
+    }
+
+    /// Stops the server (SIGKILL) and waits for it.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts again on the same address and data.
+    pub fn restart(&mut self) {
+        self.stop();
+        let addr = self.url.trim_start_matches("http://").to_string();
+        let mut last = None;
+        for _ in 0..50 {
+            match std::panic::catch_unwind(|| Packd::start_on(&self.data_dir, &self.config, &addr))
+            {
+                Ok(new) => {
+                    *self = new;
+                    return;
+                }
+                Err(e) => {
+                    last = Some(e);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        std::panic::resume_unwind(last.unwrap());
+    }
+
+    fn http() -> reqwest::blocking::Client {
+        reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    }
+
+    /// Uploads a sealed pack; returns its SHA-256.
+    pub fn upload(&self, publisher: &Publisher, pack: &Path) -> String {
+        let bytes = std::fs::read(pack).unwrap();
+        let sha = pack_format::sha256_hex(&bytes);
+        let response = Self::http()
+            .put(format!("{}/v1/blobs/{sha}", self.url))
+            .bearer_auth(&publisher.token)
+            .body(bytes)
+            .send()
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "upload: {} {}",
+            response.status(),
+            response.text().unwrap_or_default()
+        );
+        sha
+    }
+
+    /// Publishes a signed channel document.
+    pub fn publish(&self, publisher: &Publisher, signed: &(Vec<u8>, String)) {
+        let response = Self::http()
+            .put(format!("{}/v1/channels/stable", self.url))
+            .bearer_auth(&publisher.token)
+            .json(&serde_json::json!({
+                "document": String::from_utf8(signed.0.clone()).unwrap(),
+                "signature": signed.1,
+            }))
+            .send()
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "publish: {} {}",
+            response.status(),
+            response.text().unwrap_or_default()
+        );
+    }
+}
+
+impl Drop for Packd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A `pack-client` command for a cache and config.
+pub fn client_cmd(cache: &Path, config: &Path, client_version: &str) -> Command {
+    let mut cmd = Command::new(bin("pack-client", "pack-client"));
+    cmd.arg("--cache").arg(cache).arg("--config").arg(config);
+    cmd.args(["--client-version", client_version]);
+    cmd
+}
+
+/// Runs `pack-client … dump` and returns (version, source, {key: sha256}).
+pub fn dump(
+    cache: &Path,
+    config: &Path,
+    client_version: &str,
+) -> (String, String, serde_json::Map<String, serde_json::Value>) {
+    let mut cmd = client_cmd(cache, config, client_version);
+    cmd.arg("dump");
+    let out: serde_json::Value = serde_json::from_str(&run(cmd)).unwrap();
+    let files = out["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["key"].as_str().unwrap().to_string(), f["sha256"].clone()))
+        .collect();
+    (
+        out["meta"]["version"].as_str().unwrap().to_string(),
+        out["meta"]["source"].as_str().unwrap().to_string(),
+        files,
+    )
+}

@@ -1,0 +1,287 @@
+//! The whole story with real processes: packer builds and signs, packd serves, the client
+//! refreshes into snapshots that never change under a reader.
+
+use std::sync::Arc;
+
+use pack_client::{Client, ClientConfig, RefreshOutcome, Source};
+use promptpack_tests::*;
+
+fn client(cache: &std::path::Path, config: &std::path::Path, version: &str) -> Client {
+    let config = ClientConfig::load(config, cache.to_path_buf(), version.parse().unwrap()).unwrap();
+    Client::new(config).unwrap()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn publish_refresh_and_snapshots_that_do_not_change_under_a_reader() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let mut packd = Packd::start(data.path(), &publisher.server_config());
+    let cache = tempfile::tempdir().unwrap();
+    let config = publisher.client_config(&packd.url, "");
+    let rt = rt();
+
+    // Empty cache, nothing published: the built-in pack serves.
+    let c = client(cache.path(), &config, "1.4.2");
+    assert_eq!(c.store().capture().source(), Source::Builtin);
+    assert!(rt.block_on(c.refresh_now()).is_err(), "no channel yet");
+    assert_eq!(c.store().capture().source(), Source::Builtin);
+
+    // publish v1 → refresh → v1
+    let v1 = publisher.build("1.0.0", "MARKER-V1");
+    packd.upload(&publisher, &v1);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", v1.display())], "30d"),
+    );
+    let outcome = rt.block_on(c.refresh_now()).unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Installed { ref version, .. } if version == "1.0.0"),
+        "{outcome:?}"
+    );
+    let before: Arc<pack_client::Snapshot> = c.store().capture();
+    assert_eq!(before.source(), Source::Remote);
+    let template = before
+        .keys()
+        .into_iter()
+        .find(|k| k.ends_with(".hbs"))
+        .unwrap()
+        .to_string();
+    assert!(String::from_utf8_lossy(before.get(&template).unwrap()).contains("MARKER-V1"));
+
+    // Same document again: a 304.
+    assert_eq!(
+        rt.block_on(c.refresh_now()).unwrap(),
+        RefreshOutcome::NotModified
+    );
+
+    // publish v2 → a snapshot captured before still reads v1 for every key.
+    let v2 = publisher.build("2.0.0", "MARKER-V2");
+    packd.upload(&publisher, &v2);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", v2.display())], "30d"),
+    );
+    let outcome = rt.block_on(c.refresh_now()).unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Installed { ref version, .. } if version == "2.0.0"),
+        "{outcome:?}"
+    );
+    let after = c.store().capture();
+    for key in before.keys() {
+        if key.ends_with(".hbs") {
+            let old = String::from_utf8_lossy(before.get(key).unwrap()).into_owned();
+            let new = String::from_utf8_lossy(after.get(key).unwrap()).into_owned();
+            assert!(
+                old.contains("MARKER-V1") && !old.contains("MARKER-V2"),
+                "{key} changed under a reader"
+            );
+            assert!(
+                new.contains("MARKER-V2"),
+                "{key} not updated in the new capture"
+            );
+        }
+    }
+    assert_eq!(before.version().to_string(), "1.0.0");
+    assert_eq!(after.version().to_string(), "2.0.0");
+
+    // Server down → keeps v2 and says why.
+    packd.stop();
+    let err = rt.block_on(c.refresh_now()).unwrap_err();
+    assert!(err.to_string().contains("request to"), "{err}");
+    assert_eq!(c.store().capture().version().to_string(), "2.0.0");
+    let status = c.status();
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("request to"),
+        "{status:?}"
+    );
+
+    // A restart (new process) loads v2 from the cache, verified, while the server is down.
+    drop(c);
+    let c = client(cache.path(), &config, "1.4.2");
+    assert_eq!(c.store().capture().version().to_string(), "2.0.0");
+    assert_eq!(c.store().capture().source(), Source::Remote);
+    assert!(c.status().last_error.is_none());
+
+    // Empty cache offline → builtin.
+    let empty = tempfile::tempdir().unwrap();
+    let offline = client(empty.path(), &config, "1.4.2");
+    assert!(rt.block_on(offline.refresh_now()).is_err());
+    assert_eq!(offline.store().capture().source(), Source::Builtin);
+}
+
+#[test]
+fn clients_get_the_pack_pinned_to_their_release_and_builtin_sends_them_back() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let config = publisher.client_config(&packd.url, "");
+    let rt = rt();
+    let old = publisher.build("1.4.0", "FOR-1.4");
+    let new = publisher.build("1.5.0", "FOR-1.5");
+    packd.upload(&publisher, &old);
+    packd.upload(&publisher, &new);
+    packd.publish(
+        &publisher,
+        &publisher.sign(
+            &[
+                format!(">=1.4.0, <1.5.0={}", old.display()),
+                format!(">=1.5.0={}", new.display()),
+            ],
+            "30d",
+        ),
+    );
+    let (c142, c150) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = client(c142.path(), &config, "1.4.2");
+    let b = client(c150.path(), &config, "1.5.0");
+    rt.block_on(a.refresh_now()).unwrap();
+    rt.block_on(b.refresh_now()).unwrap();
+    assert_eq!(a.store().capture().version().to_string(), "1.4.0");
+    assert_eq!(b.store().capture().version().to_string(), "1.5.0");
+
+    // Roll 1.5 back to the built-in pack: a higher sequence.
+    packd.publish(
+        &publisher,
+        &publisher.sign(
+            &[
+                format!(">=1.4.0, <1.5.0={}", old.display()),
+                ">=1.5.0=builtin".to_string(),
+            ],
+            "30d",
+        ),
+    );
+    let outcome = rt.block_on(b.refresh_now()).unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Builtin { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(b.store().capture().source(), Source::Builtin);
+    assert!(matches!(
+        rt.block_on(a.refresh_now()).unwrap(),
+        RefreshOutcome::Unchanged { .. }
+    ));
+    assert_eq!(a.store().capture().version().to_string(), "1.4.0");
+}
+
+#[test]
+fn a_rollout_holds_per_install_and_a_lowered_percentage_takes_installs_back() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let config = publisher.client_config(&packd.url, "");
+    let rt = rt();
+    let base = publisher.build("1.0.0", "BASE");
+    let canary = publisher.build("2.0.0", "CANARY");
+    packd.upload(&publisher, &base);
+    packd.upload(&publisher, &canary);
+    let entries = |percent: u8| {
+        vec![
+            format!("*={}@{percent}%:canary-salt", canary.display()),
+            format!("*={}", base.display()),
+        ]
+    };
+    packd.publish(&publisher, &publisher.sign(&entries(50), "30d"));
+    let clients: Vec<(tempfile::TempDir, Client)> = (0..24)
+        .map(|_| {
+            let dir = tempfile::tempdir().unwrap();
+            let c = client(dir.path(), &config, "1.0.0");
+            (dir, c)
+        })
+        .collect();
+    let on_canary = |clients: &[(tempfile::TempDir, Client)]| -> Vec<String> {
+        clients
+            .iter()
+            .filter(|(_, c)| c.store().capture().version().major == 2)
+            .map(|(_, c)| c.install_id().to_string())
+            .collect()
+    };
+    for (_, c) in &clients {
+        rt.block_on(c.refresh_now()).unwrap();
+    }
+    let at_50 = on_canary(&clients);
+    // Each install lands where its bucket says.
+    for (_, c) in &clients {
+        let in_rollout = pack_format::rollout_bucket("canary-salt", c.install_id()) < 50;
+        assert_eq!(c.store().capture().version().major == 2, in_rollout);
+    }
+    packd.publish(&publisher, &publisher.sign(&entries(10), "30d"));
+    for (_, c) in &clients {
+        rt.block_on(c.refresh_now()).unwrap();
+    }
+    let at_10 = on_canary(&clients);
+    assert!(
+        at_10.iter().all(|id| at_50.contains(id)),
+        "lowering added installs"
+    );
+    for (_, c) in &clients {
+        let in_rollout = pack_format::rollout_bucket("canary-salt", c.install_id()) < 10;
+        assert_eq!(
+            c.store().capture().version().major == 2,
+            in_rollout,
+            "install not taken back"
+        );
+    }
+}
+
+#[test]
+fn a_corrupted_cache_serves_builtin_with_a_warning_and_the_next_refresh_repairs_it() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let config = publisher.client_config(&packd.url, "");
+    let cache = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let v1 = publisher.build("1.0.0", "V1");
+    packd.upload(&publisher, &v1);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", v1.display())], "30d"),
+    );
+    let c = client(cache.path(), &config, "1.0.0");
+    rt.block_on(c.refresh_now()).unwrap();
+    drop(c);
+
+    // Flip a byte in the installed pack.
+    let pack = walk(&cache.path().join("packs"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .unwrap();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&pack, bytes).unwrap();
+    let c = client(cache.path(), &config, "1.0.0");
+    assert_eq!(c.store().capture().source(), Source::Builtin);
+    let warning = c.status().last_error.unwrap();
+    assert!(warning.contains("start-up"), "{warning}");
+    let outcome = rt.block_on(c.refresh_now()).unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Installed { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(c.store().capture().version().to_string(), "1.0.0");
+    drop(c);
+
+    // Garbage in the state file.
+    std::fs::write(cache.path().join("state.json"), b"{ not json").unwrap();
+    let c = client(cache.path(), &config, "1.0.0");
+    assert_eq!(c.store().capture().source(), Source::Builtin);
+    assert!(
+        c.status()
+            .last_error
+            .unwrap()
+            .contains("corrupt state file")
+    );
+    rt.block_on(c.refresh_now()).unwrap();
+    assert_eq!(c.store().capture().source(), Source::Remote);
+}
