@@ -1,1 +1,32 @@
-//! Placeholder until its issue lands.
+//! `agent-runtime`: turns a captured prompt-pack snapshot into the system prompt of one
+//! turn.
+//!
+//! - [`agents`]: the built-in roster and custom agents from the data directory.
+//! - [`capabilities`]: tools and features, narrowed in layers (config defaults, the agent's
+//!   ceiling, the occasion, the host profile).
+//! - [`instructions`]: the global and project instruction files, read as data under byte
+//!   budgets.
+//! - [`assemble`]: the per-turn assembly, in a fixed order, from one snapshot, with
+//!   wholesale fallback to the built-in pack.
+//! - [`session`]: task sessions freeze their agent definition and prompt mode.
+//!
+//! The library logs with `tracing` and never prints; the `agent` binary owns stdout.
+
+pub mod agents;
+pub mod assemble;
+pub mod capabilities;
+pub mod config;
+pub mod context;
+pub mod data_dir;
+pub mod environment;
+pub mod error;
+pub mod instructions;
+pub mod metadata;
+pub mod mode;
+pub mod session;
+
+pub use assemble::{AssembledPrompt, TurnRequest, assemble, assemble_turn};
+pub use capabilities::{Capabilities, Ceiling, Feature, Features, Occasion, Profile, ToolId};
+pub use error::{AgentFileError, PromptError, RuntimeError};
+pub use metadata::PromptMetadata;
+pub use mode::PromptMode;

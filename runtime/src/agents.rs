@@ -1,0 +1,332 @@
+//! Agent definitions: the built-in roster (whose ceilings ship in the pack) and custom
+//! agents from `<data_dir>/agents/<name>/agent.md`.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use pack_client::Snapshot;
+use serde::{Deserialize, Serialize};
+
+use crate::capabilities::{Ceiling, Feature, ToolId};
+use crate::error::{AgentFileError, PromptError};
+use crate::mode::PromptMode;
+
+/// The built-in agents, orchestrator first.
+pub const BUILTIN_AGENTS: [&str; 4] = ["mavis", "explore", "worker", "verifier"];
+/// The agent that talks to the user.
+pub const ORCHESTRATOR: &str = "mavis";
+/// A custom agent file larger than this is refused.
+pub const AGENT_FILE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// What an agent is for, which decides the shared layers it gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Talks to the user and delegates.
+    Orchestrator,
+    /// Does delegated work and reports back.
+    Subagent,
+}
+
+/// Where an agent's core prompt comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CorePrompt {
+    /// A template in the pack: `agents/<name>/<mode>.hbs` for the orchestrator,
+    /// `agents/<name>/system.hbs` for the others.
+    Builtin,
+    /// The body of a custom agent file, used as written (it is data, not a template).
+    Custom { path: PathBuf, body: String },
+}
+
+/// One agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentDefinition {
+    pub name: String,
+    pub description: String,
+    pub role: Role,
+    pub model: Option<String>,
+    pub ceiling: Option<Ceiling>,
+    /// Skills this agent may see; `None` means every skill in the pack.
+    pub skills: Option<BTreeSet<String>>,
+    pub core: CorePrompt,
+}
+
+impl AgentDefinition {
+    /// The pack key of the core template, for built-in agents.
+    pub fn template_key(&self, mode: PromptMode) -> Option<String> {
+        match (&self.core, self.role) {
+            (CorePrompt::Custom { .. }, _) => None,
+            (CorePrompt::Builtin, Role::Orchestrator) => {
+                Some(format!("agents/{}/{mode}.hbs", self.name))
+            }
+            (CorePrompt::Builtin, Role::Subagent) => {
+                Some(format!("agents/{}/system.hbs", self.name))
+            }
+        }
+    }
+
+    /// A built-in agent as the snapshot describes it: its ceiling is the frontmatter of
+    /// `agents/<name>/agent.md`, and no such file means no ceiling.
+    pub fn builtin(
+        name: &str,
+        snapshot: &Snapshot,
+    ) -> Option<Result<AgentDefinition, PromptError>> {
+        if !BUILTIN_AGENTS.contains(&name) {
+            return None;
+        }
+        let role = if name == ORCHESTRATOR {
+            Role::Orchestrator
+        } else {
+            Role::Subagent
+        };
+        let key = format!("agents/{name}/agent.md");
+        let mut definition = AgentDefinition {
+            name: name.to_string(),
+            description: String::new(),
+            role,
+            model: None,
+            ceiling: None,
+            skills: None,
+            core: CorePrompt::Builtin,
+        };
+        let Some(bytes) = snapshot.get(&key) else {
+            return Some(Ok(definition));
+        };
+        let parsed = std::str::from_utf8(bytes)
+            .map_err(|_| PromptError::NotUtf8 { key: key.clone() })
+            .and_then(|text| {
+                parse_agent_file(text).map_err(|(field, reason)| PromptError::BadPackFile {
+                    key: key.clone(),
+                    reason: match field {
+                        Some(field) => format!("field `{field}`: {reason}"),
+                        None => reason,
+                    },
+                })
+            });
+        Some(parsed.map(|file| {
+            definition.description = file.frontmatter.description.unwrap_or_default();
+            definition.model = file.frontmatter.model;
+            definition.ceiling = Some(file.ceiling);
+            definition.skills = file.frontmatter.skills.map(|s| s.into_iter().collect());
+            definition
+        }))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Frontmatter {
+    name: Option<String>,
+    description: Option<String>,
+    model: Option<String>,
+    tools: Option<Vec<String>>,
+    disallowed_tools: Option<Vec<String>>,
+    disabled_features: Option<Vec<String>>,
+    skills: Option<Vec<String>>,
+}
+
+struct AgentFile {
+    frontmatter: Frontmatter,
+    ceiling: Ceiling,
+    body: String,
+}
+
+/// Splits `---\nYAML\n---\nbody` and checks the fields. Errors carry the field to blame.
+fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let no_frontmatter = || {
+        (
+            None,
+            "expected YAML frontmatter between `---` lines at the top of the file".to_string(),
+        )
+    };
+    let rest = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))
+        .ok_or_else(no_frontmatter)?;
+    let (yaml, body) = match rest.find("\n---") {
+        Some(end) => {
+            let after = &rest[end + 4..];
+            let body = after
+                .strip_prefix("\r\n")
+                .or_else(|| after.strip_prefix('\n'))
+                .unwrap_or(after);
+            (&rest[..end], body)
+        }
+        None => return Err(no_frontmatter()),
+    };
+    let frontmatter: Frontmatter = if yaml.trim().is_empty() {
+        Frontmatter::default()
+    } else {
+        serde_norway::from_str(yaml).map_err(|e| {
+            let message = e.to_string();
+            // serde reports unknown and mistyped fields by name; surface that name as the
+            // field so the error reads the same as the ones below.
+            let field = message
+                .split('`')
+                .nth(1)
+                .filter(|_| message.starts_with("unknown field"))
+                .map(str::to_string)
+                .or_else(|| {
+                    message
+                        .split_once(':')
+                        .map(|(f, _)| f.trim().to_string())
+                        .filter(|f| !f.contains(' '))
+                });
+            (field, message)
+        })?
+    };
+    let tools = frontmatter
+        .tools
+        .as_deref()
+        .map(ToolId::parse_list)
+        .transpose()
+        .map_err(|e| (Some("tools".to_string()), e))?;
+    let disallowed = frontmatter
+        .disallowed_tools
+        .as_deref()
+        .map(ToolId::parse_list)
+        .transpose()
+        .map_err(|e| (Some("disallowed_tools".to_string()), e))?;
+    let disabled_features = frontmatter
+        .disabled_features
+        .iter()
+        .flatten()
+        .map(|f| Feature::parse(f))
+        .collect::<Result<BTreeSet<_>, _>>()
+        .map_err(|e| (Some("disabled_features".to_string()), e))?;
+    // A deny list alone still narrows: start from every tool and take it away.
+    let tools = match (tools, disallowed) {
+        (tools, None) => tools,
+        (tools, Some(deny)) => {
+            let base = tools.unwrap_or_else(|| ToolId::ALL.into_iter().collect());
+            Some(base.difference(&deny).copied().collect())
+        }
+    };
+    Ok(AgentFile {
+        ceiling: Ceiling {
+            tools,
+            disabled_features,
+        },
+        frontmatter,
+        body: body.to_string(),
+    })
+}
+
+/// Custom agents found in `agents_dir`, sorted by name, and one error per file that could
+/// not be loaded. A bad file never stops the others from loading.
+pub fn load_custom_agents(agents_dir: &Path) -> (Vec<AgentDefinition>, Vec<AgentFileError>) {
+    let mut agents = Vec::new();
+    let mut errors = Vec::new();
+    let entries = match std::fs::read_dir(agents_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (agents, errors),
+        Err(e) => {
+            errors.push(AgentFileError {
+                path: agents_dir.to_path_buf(),
+                field: None,
+                reason: e.to_string(),
+            });
+            return (agents, errors);
+        }
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let Some(dir_name) = dir.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        // `.builtin` and other dot directories belong to the runtime, not the user.
+        if dir_name.starts_with('.') {
+            continue;
+        }
+        let path = dir.join("agent.md");
+        if !path.exists() {
+            continue;
+        }
+        match load_custom_agent(&path, dir_name) {
+            Ok(agent) => agents.push(agent),
+            Err(e) => {
+                tracing::warn!("{e}");
+                errors.push(e);
+            }
+        }
+    }
+    (agents, errors)
+}
+
+/// Loads one custom agent file; `dir_name` is the name of the directory holding it.
+pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition, AgentFileError> {
+    let fail = |field: Option<&str>, reason: String| AgentFileError {
+        path: path.to_path_buf(),
+        field: field.map(str::to_string),
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(None, e.to_string()))?;
+    let mut bytes = Vec::new();
+    // Read one byte past the cap so an oversize file is detected without reading it all.
+    file.take(AGENT_FILE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(None, e.to_string()))?;
+    if bytes.len() as u64 > AGENT_FILE_MAX_BYTES {
+        return Err(fail(
+            None,
+            format!("larger than the {AGENT_FILE_MAX_BYTES}-byte limit for agent files"),
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| fail(None, "not UTF-8".to_string()))?;
+    let file = parse_agent_file(&text).map_err(|(field, reason)| fail(field.as_deref(), reason))?;
+    let fm = file.frontmatter;
+    if fm.disabled_features.is_some() {
+        return Err(fail(
+            Some("disabled_features"),
+            "only built-in agents set features; use `tools` and `disallowed_tools`".to_string(),
+        ));
+    }
+    let name = fm.name.unwrap_or_else(|| dir_name.to_string());
+    if name != dir_name {
+        return Err(fail(
+            Some("name"),
+            format!("{name:?} does not match the directory name {dir_name:?}"),
+        ));
+    }
+    if BUILTIN_AGENTS.contains(&name.as_str()) {
+        return Err(fail(
+            Some("name"),
+            format!("{name:?} is the name of a built-in agent"),
+        ));
+    }
+    let description = fm
+        .description
+        .filter(|d| !d.trim().is_empty())
+        .ok_or_else(|| {
+            fail(
+                Some("description"),
+                "required and must not be empty".to_string(),
+            )
+        })?;
+    if file.body.trim().is_empty() {
+        return Err(fail(
+            None,
+            "the body (the agent's system prompt) is empty".to_string(),
+        ));
+    }
+    Ok(AgentDefinition {
+        name,
+        description,
+        role: Role::Subagent,
+        model: fm.model,
+        ceiling: Some(file.ceiling),
+        skills: fm.skills.map(|s| s.into_iter().collect()),
+        core: CorePrompt::Custom {
+            path: path.to_path_buf(),
+            body: file.body,
+        },
+    })
+}

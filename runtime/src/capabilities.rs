@@ -1,0 +1,278 @@
+//! Tools and features an agent may use, and how they narrow.
+//!
+//! Four steps, each of which can only take things away:
+//! 1. config defaults (`[agents.default]`): a missing list means everything, an empty list
+//!    means nothing;
+//! 2. the agent's ceiling (its `agent.md` frontmatter): tools are intersected, features
+//!    AND-ed, so a ceiling never grants what the config withheld;
+//! 3. the occasion: a delegated child loses delegation, so helpers never fan out;
+//! 4. the host profile: the command-line host has no memory and no scheduling.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// A built-in tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolId {
+    Read,
+    Write,
+    Edit,
+    Bash,
+    TaskQuery,
+    TaskOutput,
+    TaskStop,
+    Grep,
+    Glob,
+    Todowrite,
+    WebFetch,
+    Skill,
+}
+
+impl ToolId {
+    pub const ALL: [ToolId; 12] = [
+        ToolId::Read,
+        ToolId::Write,
+        ToolId::Edit,
+        ToolId::Bash,
+        ToolId::TaskQuery,
+        ToolId::TaskOutput,
+        ToolId::TaskStop,
+        ToolId::Grep,
+        ToolId::Glob,
+        ToolId::Todowrite,
+        ToolId::WebFetch,
+        ToolId::Skill,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolId::Read => "read",
+            ToolId::Write => "write",
+            ToolId::Edit => "edit",
+            ToolId::Bash => "bash",
+            ToolId::TaskQuery => "task_query",
+            ToolId::TaskOutput => "task_output",
+            ToolId::TaskStop => "task_stop",
+            ToolId::Grep => "grep",
+            ToolId::Glob => "glob",
+            ToolId::Todowrite => "todowrite",
+            ToolId::WebFetch => "web_fetch",
+            ToolId::Skill => "skill",
+        }
+    }
+
+    /// Parses a tool id; the error lists the valid ones.
+    pub fn parse(name: &str) -> Result<ToolId, String> {
+        ToolId::ALL
+            .into_iter()
+            .find(|t| t.as_str() == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = ToolId::ALL.iter().map(|t| t.as_str()).collect();
+                format!("unknown tool {name:?}; known tools: {}", known.join(", "))
+            })
+    }
+
+    /// Parses a list of tool ids.
+    pub fn parse_list(names: &[String]) -> Result<BTreeSet<ToolId>, String> {
+        names.iter().map(|n| ToolId::parse(n)).collect()
+    }
+}
+
+/// A switchable feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    Delegation,
+    Memory,
+    Persona,
+    WebSearch,
+}
+
+impl Feature {
+    pub const ALL: [Feature; 4] = [
+        Feature::Delegation,
+        Feature::Memory,
+        Feature::Persona,
+        Feature::WebSearch,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::Delegation => "delegation",
+            Feature::Memory => "memory",
+            Feature::Persona => "persona",
+            Feature::WebSearch => "web_search",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Feature, String> {
+        Feature::ALL
+            .into_iter()
+            .find(|f| f.as_str() == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Feature::ALL.iter().map(|f| f.as_str()).collect();
+                format!(
+                    "unknown feature {name:?}; known features: {}",
+                    known.join(", ")
+                )
+            })
+    }
+}
+
+/// Feature switches. `Default` turns everything on: an unset config grants everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Features {
+    pub delegation: bool,
+    pub memory: bool,
+    pub persona: bool,
+    pub web_search: bool,
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Features {
+            delegation: true,
+            memory: true,
+            persona: true,
+            web_search: true,
+        }
+    }
+}
+
+impl Features {
+    pub fn get(&self, feature: Feature) -> bool {
+        match feature {
+            Feature::Delegation => self.delegation,
+            Feature::Memory => self.memory,
+            Feature::Persona => self.persona,
+            Feature::WebSearch => self.web_search,
+        }
+    }
+
+    fn set(&mut self, feature: Feature, on: bool) {
+        match feature {
+            Feature::Delegation => self.delegation = on,
+            Feature::Memory => self.memory = on,
+            Feature::Persona => self.persona = on,
+            Feature::WebSearch => self.web_search = on,
+        }
+    }
+
+    fn and(self, other: Features) -> Features {
+        Features {
+            delegation: self.delegation && other.delegation,
+            memory: self.memory && other.memory,
+            persona: self.persona && other.persona,
+            web_search: self.web_search && other.web_search,
+        }
+    }
+}
+
+/// What an agent may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub tools: BTreeSet<ToolId>,
+    pub features: Features,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities::everything()
+    }
+}
+
+impl Capabilities {
+    pub fn everything() -> Self {
+        Capabilities {
+            tools: ToolId::ALL.into_iter().collect(),
+            features: Features::default(),
+        }
+    }
+
+    pub fn has(&self, tool: ToolId) -> bool {
+        self.tools.contains(&tool)
+    }
+}
+
+/// The most an agent may ever use, from its `agent.md` frontmatter. No file, no ceiling.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ceiling {
+    /// Allowed tools; `None` leaves the tools as configured.
+    pub tools: Option<BTreeSet<ToolId>>,
+    pub disabled_features: BTreeSet<Feature>,
+}
+
+impl Ceiling {
+    /// The ceiling's features, as switches to AND with.
+    fn features(&self) -> Features {
+        let mut features = Features::default();
+        for feature in &self.disabled_features {
+            features.set(*feature, false);
+        }
+        features
+    }
+}
+
+/// Why the agent is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Occasion {
+    /// The top of a session.
+    Root,
+    /// A delegated task started by another agent.
+    TaskChild,
+}
+
+/// The host the runtime serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// The `agent` command line: no memory, no scheduling.
+    Cli,
+    /// A host that provides memory and scheduling.
+    Full,
+}
+
+/// The outcome of narrowing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resolved {
+    pub capabilities: Capabilities,
+    /// Whether the host stores memory at all (separate from the agent's `memory` feature).
+    pub memory_enabled: bool,
+    /// Whether the host can schedule runs.
+    pub scheduling: bool,
+}
+
+/// Applies the four narrowing steps in order.
+pub fn resolve(
+    defaults: &Capabilities,
+    ceiling: Option<&Ceiling>,
+    occasion: Occasion,
+    profile: Profile,
+) -> Resolved {
+    let mut capabilities = defaults.clone();
+    if let Some(ceiling) = ceiling {
+        if let Some(allowed) = &ceiling.tools {
+            capabilities.tools.retain(|tool| allowed.contains(tool));
+        }
+        capabilities.features = capabilities.features.and(ceiling.features());
+    }
+    match occasion {
+        Occasion::Root => {}
+        Occasion::TaskChild => capabilities.features.delegation = false,
+    }
+    let (memory_enabled, scheduling) = match profile {
+        Profile::Cli => {
+            capabilities.features.memory = false;
+            (false, false)
+        }
+        Profile::Full => (true, true),
+    };
+    Resolved {
+        capabilities,
+        memory_enabled,
+        scheduling,
+    }
+}

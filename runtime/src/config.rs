@@ -1,0 +1,88 @@
+//! The runtime's part of the config file: capability defaults every agent inherits.
+//!
+//! ```toml
+//! [agents.default]
+//! tools = ["read", "grep", "glob"]   # unset: every tool; []: none
+//! [agents.default.features]
+//! memory = false                     # unset features stay on
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::capabilities::{Capabilities, Feature, Features, ToolId};
+use crate::error::RuntimeError;
+
+/// The config file is shared with other parts of the agent, so unknown top-level sections
+/// are left alone; inside `[agents.default]` a typo is an error.
+#[derive(Debug, Default, Deserialize)]
+struct ConfigFile {
+    #[serde(default)]
+    agents: AgentsSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct AgentsSection {
+    default: Option<AgentDefaults>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentDefaults {
+    tools: Option<Vec<String>>,
+    #[serde(default)]
+    features: BTreeMap<String, bool>,
+}
+
+/// The runtime's settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// What every agent may use before its ceiling applies.
+    pub defaults: Capabilities,
+}
+
+impl Config {
+    /// Reads the config file; a missing file means the defaults.
+    pub fn load(path: &Path) -> Result<Config, RuntimeError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text).map_err(|reason| RuntimeError::Config {
+                path: path.to_path_buf(),
+                reason,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(RuntimeError::Config {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let Some(defaults) = file.agents.default else {
+            return Ok(Config::default());
+        };
+        let tools = match &defaults.tools {
+            None => ToolId::ALL.into_iter().collect(),
+            Some(names) => {
+                ToolId::parse_list(names).map_err(|e| format!("[agents.default] tools: {e}"))?
+            }
+        };
+        let mut features = Features::default();
+        for (name, on) in &defaults.features {
+            let feature =
+                Feature::parse(name).map_err(|e| format!("[agents.default.features]: {e}"))?;
+            match feature {
+                Feature::Delegation => features.delegation = *on,
+                Feature::Memory => features.memory = *on,
+                Feature::Persona => features.persona = *on,
+                Feature::WebSearch => features.web_search = *on,
+            }
+        }
+        Ok(Config {
+            defaults: Capabilities { tools, features },
+        })
+    }
+}

@@ -1,0 +1,136 @@
+//! The variables templates see: exactly the runtime's variable contract
+//! (`runtime/contract/schema-1.json`), nothing more and nothing less.
+//!
+//! Handlebars 6 strict mode errors on a missing `{{x}}` but not on `{{#if x}}`: the `if`
+//! and `unless` helpers treat a missing value as false. The pack validator already refuses
+//! templates that name variables outside the contract, in conditions too; [`conforms`]
+//! closes the other side by refusing to render with a context that lacks any contract
+//! variable. Together they make a missing variable an error everywhere.
+
+use pack_format::contract::{Contract, Shape};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::capabilities::{Resolved, ToolId};
+use crate::error::PromptError;
+
+/// A skill as the catalog shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkillEntry {
+    pub name: String,
+    pub description: String,
+}
+
+/// Everything that decides the template variables of one turn.
+pub struct ContextInputs<'a> {
+    pub resolved: &'a Resolved,
+    pub persona: &'a str,
+    pub data_dir: &'a str,
+    pub role_directory: &'a str,
+    pub skills: &'a [SkillEntry],
+    pub interactive: bool,
+    pub task_child: bool,
+    pub cli: bool,
+}
+
+/// Which shared layer a render is for; `None` for every template that is not the shared
+/// context template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    Base,
+    Worker,
+    Root,
+    Branch,
+}
+
+/// Builds the context as JSON, with every layer flag off.
+pub fn build(inputs: &ContextInputs<'_>) -> Value {
+    let caps = &inputs.resolved.capabilities;
+    let tools: Map<String, Value> = ToolId::ALL
+        .into_iter()
+        .map(|t| (t.as_str().to_string(), Value::Bool(caps.has(t))))
+        .collect();
+    let features = &caps.features;
+    serde_json::json!({
+        "persona": inputs.persona,
+        "data_dir": inputs.data_dir,
+        "role_directory": inputs.role_directory,
+        "tools": tools,
+        "features": {
+            "delegation": features.delegation,
+            "memory": features.memory,
+            "persona": features.persona,
+            "web_search": features.web_search,
+        },
+        "memory": { "enabled": inputs.resolved.memory_enabled },
+        "surface": {
+            "interactive": inputs.interactive,
+            "task_child": inputs.task_child,
+            "cli": inputs.cli,
+        },
+        "layer": { "base": false, "worker": false, "root": false, "branch": false },
+        "skills": inputs.skills,
+    })
+}
+
+/// Sets the layer flags for one render of the shared context template.
+pub fn set_layer(context: &mut Value, layer: Option<Layer>) {
+    let flags = [
+        ("base", Layer::Base),
+        ("worker", Layer::Worker),
+        ("root", Layer::Root),
+        ("branch", Layer::Branch),
+    ];
+    if let Some(object) = context.get_mut("layer").and_then(Value::as_object_mut) {
+        for (name, flag) in flags {
+            object.insert(name.to_string(), Value::Bool(layer == Some(flag)));
+        }
+    }
+}
+
+/// Checks that `context` holds every variable of `contract` with the right type.
+pub fn conforms(context: &Value, contract: &Contract) -> Result<(), PromptError> {
+    let fail = |path: &str, problem: String| PromptError::Context {
+        schema: contract.schema(),
+        path: path.to_string(),
+        problem,
+    };
+    fn walk(
+        at: &str,
+        value: &Value,
+        shape: &Shape,
+        fail: &dyn Fn(&str, String) -> PromptError,
+    ) -> Result<(), PromptError> {
+        match (shape, value) {
+            (Shape::String, Value::String(_)) | (Shape::Bool, Value::Bool(_)) => Ok(()),
+            (Shape::Object(fields), Value::Object(map)) => {
+                for (name, field) in fields {
+                    let path = if at.is_empty() {
+                        name.clone()
+                    } else {
+                        format!("{at}.{name}")
+                    };
+                    match map.get(name) {
+                        Some(v) => walk(&path, v, field, fail)?,
+                        None => return Err(fail(&path, "is missing".to_string())),
+                    }
+                }
+                Ok(())
+            }
+            (Shape::List(item), Value::Array(items)) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(&format!("{at}[{i}]"), v, item, fail)?;
+                }
+                Ok(())
+            }
+            (shape, value) => Err(fail(at, format!("should be {shape:?} but is {value}"))),
+        }
+    }
+    for (name, shape) in contract.variables() {
+        match context.get(name) {
+            Some(value) => walk(name, value, shape, &fail)?,
+            None => return Err(fail(name, "is missing".to_string())),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! `agent`: the local agent runtime's command line.
+//!
+//! `agent prompt` prints the exact system prompt of one turn and its metadata; a publisher
+//! runs it against a pack directory (`--pack`) to review the pack before release.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agent_runtime::agents::{self, BUILTIN_AGENTS, ORCHESTRATOR};
+use agent_runtime::config::Config;
+use agent_runtime::data_dir::DataDir;
+use agent_runtime::environment::Environment;
+use agent_runtime::instructions::Instructions;
+use agent_runtime::session::{SessionContext, TaskSession};
+use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest, assemble_turn};
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use pack_client::snapshot::SnapshotMeta;
+use pack_client::{PromptStore, Snapshot, Source};
+
+#[derive(Parser)]
+#[command(name = "agent", version, about = "The promptpack local agent runtime")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the exact system prompt and metadata of one turn.
+    Prompt(PromptArgs),
+}
+
+#[derive(clap::Args)]
+struct PromptArgs {
+    /// The agent: mavis, explore, worker, verifier or a custom agent.
+    #[arg(long, default_value = ORCHESTRATOR)]
+    agent: String,
+    /// The orchestrator's prompt mode: tui, coding or work.
+    #[arg(long, default_value = "tui")]
+    mode: PromptMode,
+    /// The model id; picks the model-family template.
+    #[arg(long, default_value = "default")]
+    model: String,
+    /// The workspace root (default: the current directory).
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+    /// Print `{"prompt": ..., "metadata": ...}` instead of the prompt text.
+    #[arg(long)]
+    json: bool,
+    /// Render from this unsealed pack directory instead of the built-in pack, as a remote
+    /// pack would be (a failing template falls back to the built-in pack).
+    #[arg(long, value_name = "DIR")]
+    pack: Option<PathBuf>,
+    /// Render a custom agent as a delegated task (built-in subagents always are).
+    #[arg(long)]
+    delegated: bool,
+    /// Render an unattended run rather than a session the user watches.
+    #[arg(long)]
+    non_interactive: bool,
+    /// Resume this task session: its frozen agent definition and mode are used.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_target(false)
+        .init();
+    match Cli::parse().command {
+        Command::Prompt(args) => prompt(args),
+    }
+}
+
+fn prompt(args: PromptArgs) -> anyhow::Result<()> {
+    let data_dir = DataDir::locate()?;
+    let config = Config::load(&data_dir.config_file())?;
+    let (custom_agents, _errors) = agents::load_custom_agents(&data_dir.agents_dir());
+    let cwd = match args.cwd {
+        Some(dir) => dir,
+        None => std::env::current_dir().context("reading the current directory")?,
+    };
+    let cwd = std::path::absolute(&cwd).with_context(|| format!("resolving {}", cwd.display()))?;
+    if !cwd.is_dir() {
+        bail!("--cwd {} is not a directory", cwd.display());
+    }
+
+    let session = match &args.session {
+        Some(id) => Some(TaskSession::load(&data_dir.sessions_dir(), id)?),
+        None => None,
+    };
+    let frozen = match &session {
+        Some(session) => Some(session.resume(args.mode)?),
+        None => None,
+    };
+    let agent = frozen.map_or(args.agent.as_str(), |def| def.name.as_str());
+    let occasion = if session.is_some()
+        || args.delegated
+        || (BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR)
+    {
+        Occasion::TaskChild
+    } else {
+        Occasion::Root
+    };
+    let preview_session = SessionContext {
+        task_id: "preview".to_string(),
+        parent_agent: ORCHESTRATOR.to_string(),
+    };
+    let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
+
+    let environment = Environment::detect(&cwd, &args.model, data_dir.root());
+    let instructions = Instructions::read(&data_dir.global_instructions(), &cwd);
+    let store = PromptStore::new(pack_client::builtin::snapshot());
+    if let Some(dir) = &args.pack {
+        store.install(load_pack_dir(dir)?);
+    }
+    let request = TurnRequest {
+        agent,
+        mode: args.mode,
+        model: &args.model,
+        occasion,
+        profile: Profile::Cli,
+        interactive: !args.non_interactive,
+        config: &config,
+        custom_agents: &custom_agents,
+        frozen,
+        environment: &environment,
+        instructions: &instructions,
+        // The command-line profile keeps no memory.
+        memory: None,
+        session: Some(session_context),
+    };
+    let prompt = assemble_turn(&store, &request)?;
+
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let doc = serde_json::json!({ "prompt": prompt.text, "metadata": prompt.metadata });
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+    } else {
+        // The prompt goes to stdout byte for byte; the metadata to stderr, so redirecting
+        // stdout captures exactly what the model would see.
+        out.write_all(prompt.text.as_bytes())?;
+        let meta = &prompt.metadata;
+        let mut err = std::io::stderr().lock();
+        writeln!(
+            err,
+            "--\nagent {} · mode {} · model {} · schema {}\npack {} {} ({}) sha256 {}\nprompt sha256 {}",
+            meta.agent,
+            meta.mode,
+            meta.model,
+            meta.schema_version,
+            meta.pack.name,
+            meta.pack.version,
+            meta.pack.source,
+            meta.pack.sha256,
+            meta.prompt_sha256
+        )?;
+        for (key, sha) in &meta.templates {
+            writeln!(err, "  {sha}  {key}")?;
+        }
+        if let Some(fallback) = &meta.fallback {
+            writeln!(err, "FALLBACK: {fallback}")?;
+        }
+        for warning in &meta.warnings {
+            writeln!(err, "warning: {warning}")?;
+        }
+    }
+    Ok(())
+}
+
+/// An unsealed pack directory as a remote snapshot, for review before release.
+fn load_pack_dir(dir: &Path) -> anyhow::Result<Arc<Snapshot>> {
+    let mut files = Vec::new();
+    collect(dir, dir, &mut files)?;
+    files.sort();
+    let mut digest_input = Vec::new();
+    for (key, bytes) in &files {
+        digest_input.extend_from_slice(key.as_bytes());
+        digest_input.push(0);
+        digest_input.extend_from_slice(bytes);
+    }
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("pack")
+        .to_string();
+    let meta = SnapshotMeta {
+        name,
+        version: semver::Version::new(0, 0, 0),
+        sequence: 0,
+        source: Source::Remote,
+        sha256: pack_format::sha256_hex(&digest_input),
+        schema: 1,
+    };
+    let snapshot =
+        Snapshot::new(meta, files).with_context(|| format!("pack directory {}", dir.display()))?;
+    Ok(Arc::new(snapshot))
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            collect(root, &path, out)?;
+        } else if kind.is_file() {
+            let key = path
+                .strip_prefix(root)?
+                .to_str()
+                .with_context(|| format!("non-UTF-8 path {}", path.display()))?
+                .replace('\\', "/");
+            out.push((key, std::fs::read(&path)?));
+        }
+    }
+    Ok(())
+}
