@@ -37,7 +37,6 @@ pub struct PublishArgs {
 }
 
 pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
-    let remote = Remote::new(&args.server, true)?;
     let bytes = read_limited(&args.pack, Limits::DEFAULT.max_sealed_len, "pack")?;
     // Check locally first: the server would refuse it anyway, with a less helpful message.
     let (header, _) = pack_format::read_header(&bytes, &Limits::DEFAULT).with_context(|| {
@@ -46,6 +45,7 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
             shown(&args.pack)
         )
     })?;
+    let remote = Remote::new(&args.server, true)?;
     let sha256 = sha256_hex(&bytes);
     let size = bytes.len() as u64;
     let progress = (size >= PROGRESS_FROM_BYTES && std::io::stderr().is_terminal())

@@ -139,7 +139,26 @@ impl Remote {
         if response.status().is_success() {
             return Ok(response);
         }
-        Err(server_error(method, url, response).into())
+        let error = server_error(method, url, response);
+        let hint = match error.status {
+            StatusCode::UNAUTHORIZED if self.token.is_none() => Some(format!(
+                "{} needs a token: set {TOKEN_ENV} or pass --token-file FILE",
+                self.base
+            )),
+            StatusCode::UNAUTHORIZED => Some(format!(
+                "{} does not know this token (from --token-file or {TOKEN_ENV}); ask its operator for one with the publish scope",
+                self.base
+            )),
+            StatusCode::FORBIDDEN => Some(format!(
+                "this token may not do that on {}; ask its operator for one with the publish scope",
+                self.base
+            )),
+            _ => None,
+        };
+        match hint {
+            Some(hint) => Err(anyhow::Error::new(error).context(hint)),
+            None => Err(error.into()),
+        }
     }
 
     /// GET a JSON answer.
