@@ -418,6 +418,11 @@ impl Client {
         // publisher signed, so a failure here is the pack's own: remember it.
         let snapshot = match self.open_pack(&bytes, &entry, doc) {
             Ok(s) => s,
+            // A header that disagrees with its entry is the document's fault, not the
+            // pack's: a corrected document may point at the same bytes.
+            Err(
+                e @ (ClientError::HeaderMismatch { .. } | ClientError::IncompatibleSchema { .. }),
+            ) => return Err(e),
             Err(e) => {
                 let mut bad_state = state.clone();
                 bad_state.bad.insert(entry.sha256.clone());
