@@ -18,11 +18,9 @@ const PROGRESS_FROM_BYTES: u64 = 1024 * 1024;
 
 #[derive(clap::Args)]
 #[command(after_help = "\
-Uploads the sealed bytes to PUT /v1/blobs/{sha256}. Uploading the same file again is a \
-no-op. A name and version can only ever point at one file: publishing different bytes \
-under a version that is already on the server is refused, so rebuild with a higher \
---version instead.
-
+Uploads the sealed bytes to PUT /v1/blobs/{sha256}. Uploading the same file again is a
+no-op. A name and version only ever point at one file: different bytes under a version that
+is already on the server are refused, so rebuild with a higher --version instead.
 The token (publish scope) comes from --token-file or PROMPTPACK_TOKEN.
 
 Example:

@@ -23,34 +23,39 @@ use crate::remote::model::{PackRecord, PackVersions, PublishResponse};
 use crate::remote::{Remote, ServerArgs, ServerError};
 
 const RELEASE_HELP: &str = "\
-Fetches the live document of CHANNEL, checks its signature against KEYS/signing.pub (and \
-any --trusted-key), applies the changes below, signs the result as sequence = live + 1 and \
-publishes it. A channel that does not exist yet starts from nothing (sequence 1) and needs \
---pack. Every VERSION must already be on the server (`packer publish`); its SHA-256, size \
-and schema are taken from the server's pack list.
+Fetches the live document of CHANNEL, checks its signature against KEYS/signing.pub (and
+any --trusted-key), applies the changes below, signs the result as sequence = live + 1 and
+publishes it. A channel that does not exist yet starts empty (sequence 1) and needs --pack.
+Every VERSION must already be on the server (`packer publish`); its SHA-256, size and schema
+come from the server's pack list.
 
-Changes, combinable and repeatable; applied in this order: --remove, --rollback, --pin, \
---rollout (each in the order given). A RANGE is a semver range of client releases such as \
-'*', '>=1.4.0, <1.5.0' or '^1.2'; ranges are compared by meaning, so '>=1.4, <1.5' and \
-'>=1.4,<1.5' are the same.
+Changes are combinable and repeatable, applied in this order: --remove, --rollback, --pin,
+--rollout (each in the order given). RANGE is a semver range of client releases: '*',
+'>=1.4.0, <1.5.0', '^1.2'. Ranges are compared by meaning ('>=1.4, <1.5' = '>=1.4,<1.5').
 
-  --pin 'RANGE=VERSION'          clients in RANGE get VERSION. Replaces the range's entry, \
-or adds one before the catch-all '*'. A staged rollout of the same range to the same \
-VERSION is finished and removed.
-  --rollout 'RANGE=VERSION@PCT'  stage VERSION to PCT% (0-100) of the installs in RANGE: an \
-entry placed just before the range's own entry, so the others keep what they have. Raising \
-or lowering PCT for the same VERSION keeps the salt, so raising only adds installs and \
-lowering only takes some out. Finish it with --pin.
-  --rollback 'RANGE=VERSION'     emergency: every entry of RANGE (rollouts included) is \
-replaced by one pointing at VERSION, or at 'builtin' (the pack compiled into the client).
-  --remove 'RANGE'               drop every entry of RANGE.
-  --expires 30d|RFC3339          validity of the new document. Default: as long as the \
-live one was valid for, or 30d for a new channel.
+  --pin 'RANGE=VERSION'
+      Clients in RANGE get VERSION: replaces the range's entry, or adds one before the
+      catch-all '*'. A staged rollout of the same range to the same VERSION is finished
+      (removed).
+  --rollout 'RANGE=VERSION@PERCENT'
+      Stage VERSION to PERCENT (0-100) of the installs in RANGE: an entry just before the
+      range's own entry, so the other installs keep what they have. Changing PERCENT for the
+      same VERSION keeps the salt: raising only adds installs, lowering only takes some out.
+      Finish it with --pin.
+  --rollback 'RANGE=VERSION' | 'RANGE=builtin'
+      Emergency: every entry of RANGE (rollouts included) becomes one entry pointing at
+      VERSION, or at the pack compiled into the client.
+  --remove 'RANGE'
+      Drop every entry of RANGE.
+  --expires 30d | 12h | 2026-01-31T00:00:00Z
+      Validity of the new document. Default: as long as the live one was valid for, or 30d
+      for a new channel.
 
-Shows the old and new entries and asks before publishing; --yes skips the question (needed \
-when stdin is not a terminal). The token (publish scope) comes from --token-file or \
-PROMPTPACK_TOKEN; a password-protected signing key reads its password from --password-file \
-or PROMPTPACK_KEY_PASSWORD.
+Shows the old and new entries (- gone, + new) and asks before publishing; --yes skips the
+question and is required when stdin is not a terminal. If someone else releases between
+the fetch and the publish, nothing is published: re-run the command. The token (publish
+scope) comes from --token-file or PROMPTPACK_TOKEN; a password-protected signing key reads
+its password from --password-file or PROMPTPACK_KEY_PASSWORD.
 
 Examples:
   packer release stable --server URL --keys keys --pack prompts --pin '*=1.1.0'
@@ -60,7 +65,10 @@ Examples:
   packer release stable --server URL --keys keys --rollback '>=1.4.0, <1.5.0=builtin'";
 
 #[derive(clap::Args)]
-#[command(after_long_help = RELEASE_HELP)]
+#[command(
+    after_help = "Run with --help for what each change does, and examples.",
+    after_long_help = RELEASE_HELP
+)]
 pub struct ReleaseArgs {
     /// Channel name, e.g. stable.
     #[arg(value_name = "CHANNEL")]

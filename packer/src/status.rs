@@ -13,10 +13,9 @@ use crate::remote::{Remote, ServerArgs};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
-Reads GET /v1/channels, each channel's live document and GET /v1/packs. Reads need no \
-token unless the deployment is private; then the token comes from --token-file or \
-PROMPTPACK_TOKEN. Signatures are not checked here: `packer release` checks them before it \
-builds on a document.")]
+Reads GET /v1/channels, each channel's live document and GET /v1/packs. Reads need no
+token unless the deployment is private; then it comes from --token-file or PROMPTPACK_TOKEN.
+Signatures are not checked here: `packer release` checks them before it builds on a document.")]
 pub struct StatusArgs {
     #[command(flatten)]
     server: ServerArgs,
