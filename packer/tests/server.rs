@@ -464,3 +464,89 @@ fn release_refuses_a_live_document_signed_by_an_untrusted_key() {
     assert!(stderr(&out).contains("--trusted-key"), "{}", stderr(&out));
     assert_eq!(env.live_document().sequence, 1);
 }
+
+/// A TCP proxy in front of packd that runs `before_publish` once, just before forwarding
+/// the first `PUT /v1/channels/...`: another publisher getting in first.
+fn racing_proxy(upstream: &str, before_publish: impl FnOnce() + Send + 'static) -> String {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::{Arc, Mutex};
+
+    let upstream = upstream
+        .strip_prefix("http://")
+        .expect("packd speaks http")
+        .to_string();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let hook: Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>> =
+        Arc::new(Mutex::new(Some(Box::new(before_publish))));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let mut server = TcpStream::connect(&upstream).unwrap();
+            let (mut client_read, mut server_write) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let hook = hook.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match client_read.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if buf[..n].starts_with(b"PUT /v1/channels/")
+                        && let Some(hook) = hook.lock().unwrap().take()
+                    {
+                        hook();
+                    }
+                    if server_write.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = server_write.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut server, &mut client);
+                let _ = client.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn release_that_loses_a_race_says_so_and_publishes_nothing() {
+    let env = std::sync::Arc::new(Env::start());
+    let v1 = env.build("1.0.0", "prompts-1.0.0.pack");
+    assert_ok(&env.publish(&v1));
+    assert_ok(&env.release(&["--pack", "prompts", "--pin", "*=1.0.0", "--yes"]));
+
+    let other = env.clone();
+    let proxy = racing_proxy(&env.packd.url, move || {
+        // Straight to packd: sequence 2 goes live while the first run holds its own 2.
+        assert_ok(&other.release(&["--rollback", "*=builtin", "--yes"]));
+    });
+    let keys = env.keys();
+    let lost = env.packer(&[
+        "release",
+        "stable",
+        "--server",
+        &proxy,
+        "--keys",
+        s(&keys),
+        "--rollout",
+        "*=1.0.0@10",
+        "--yes",
+    ]);
+    assert_fails(&lost);
+    let err = stderr(&lost);
+    assert!(
+        err.contains("someone else released channel stable"),
+        "{err}"
+    );
+    assert!(err.contains("Re-run"), "{err}");
+    assert!(err.contains("stale_sequence"), "{err}");
+    let live = env.live_document();
+    assert_eq!(live.sequence, 2);
+    assert_eq!(live.entries[0].target, EntryTarget::Builtin);
+}
