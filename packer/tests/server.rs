@@ -478,8 +478,8 @@ fn racing_proxy(upstream: &str, before_publish: impl FnOnce() + Send + 'static) 
         .to_string();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let hook: Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>> =
-        Arc::new(Mutex::new(Some(Box::new(before_publish))));
+    type Hook = Box<dyn FnOnce() + Send>;
+    let hook: Arc<Mutex<Option<Hook>>> = Arc::new(Mutex::new(Some(Box::new(before_publish))));
     std::thread::spawn(move || {
         for client in listener.incoming() {
             let Ok(mut client) = client else { return };
