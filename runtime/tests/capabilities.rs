@@ -1,0 +1,264 @@
+//! Capability narrowing, as tables: config defaults → the agent's ceiling → the occasion →
+//! the host profile. Ceilings are the real ones from the built-in pack.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use agent_runtime::agents::AgentDefinition;
+use agent_runtime::capabilities::{Resolved, resolve};
+use agent_runtime::config::Config;
+use agent_runtime::{Occasion, Profile, ToolId};
+use common::{Turn, builtin};
+
+fn ceiling_of(agent: &str) -> Option<agent_runtime::Ceiling> {
+    AgentDefinition::builtin(agent, &builtin())
+        .expect("built-in agent")
+        .expect("its agent.md parses")
+        .ceiling
+}
+
+fn tools(resolved: &Resolved) -> Vec<&'static str> {
+    resolved
+        .capabilities
+        .tools
+        .iter()
+        .map(|t| t.as_str())
+        .collect()
+}
+
+fn resolve_with(config: &str, agent: &str, occasion: Occasion, profile: Profile) -> Resolved {
+    let config = Config::parse(config).expect("config parses");
+    resolve(
+        &config.defaults,
+        ceiling_of(agent).as_ref(),
+        occasion,
+        profile,
+    )
+}
+
+#[test]
+fn builtin_ceilings_match_the_roster() {
+    assert_eq!(ceiling_of("mavis"), None, "no agent.md, no ceiling");
+    let names = |agent: &str| -> Vec<&'static str> {
+        ceiling_of(agent)
+            .unwrap()
+            .tools
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str())
+            .collect()
+    };
+    assert_eq!(
+        names("explore"),
+        ["read", "bash", "grep", "glob", "web_fetch"]
+    );
+    assert_eq!(names("worker").len(), 12);
+    assert_eq!(
+        names("verifier"),
+        [
+            "read",
+            "bash",
+            "task_query",
+            "task_output",
+            "task_stop",
+            "grep",
+            "glob",
+            "web_fetch"
+        ]
+    );
+    for agent in ["explore", "worker", "verifier"] {
+        let disabled = ceiling_of(agent).unwrap().disabled_features;
+        assert!(
+            disabled.contains(&agent_runtime::Feature::Delegation),
+            "{agent}"
+        );
+    }
+}
+
+#[test]
+fn narrowing_table() {
+    struct Case {
+        what: &'static str,
+        config: &'static str,
+        agent: &'static str,
+        occasion: Occasion,
+        profile: Profile,
+        tools: &'static [&'static str],
+        delegation: bool,
+        memory: bool,
+        persona: bool,
+    }
+    let all: &[&str] = &[
+        "read",
+        "write",
+        "edit",
+        "bash",
+        "task_query",
+        "task_output",
+        "task_stop",
+        "grep",
+        "glob",
+        "todowrite",
+        "web_fetch",
+        "skill",
+    ];
+    let cases = [
+        Case {
+            what: "unset config and no ceiling: everything",
+            config: "",
+            agent: "mavis",
+            occasion: Occasion::Root,
+            profile: Profile::Full,
+            tools: all,
+            delegation: true,
+            memory: true,
+            persona: true,
+        },
+        Case {
+            what: "empty tool list: nothing",
+            config: "[agents.default]\ntools = []",
+            agent: "mavis",
+            occasion: Occasion::Root,
+            profile: Profile::Full,
+            tools: &[],
+            delegation: true,
+            memory: true,
+            persona: true,
+        },
+        Case {
+            what: "config narrower than the ceiling: the config wins",
+            config: "[agents.default]\ntools = [\"read\", \"grep\", \"write\"]",
+            agent: "explore",
+            occasion: Occasion::TaskChild,
+            profile: Profile::Full,
+            tools: &["read", "grep"],
+            delegation: false,
+            memory: false,
+            persona: false,
+        },
+        Case {
+            what: "ceiling narrower than the config: the ceiling wins",
+            config: "[agents.default]\ntools = [\"read\", \"write\", \"edit\", \"bash\", \"grep\"]",
+            agent: "verifier",
+            occasion: Occasion::TaskChild,
+            profile: Profile::Full,
+            tools: &["read", "bash", "grep"],
+            delegation: false,
+            memory: false,
+            persona: false,
+        },
+        Case {
+            what: "features are AND-ed: config off stays off under a ceiling that allows it",
+            config: "[agents.default.features]\nmemory = false\npersona = false",
+            agent: "worker",
+            occasion: Occasion::TaskChild,
+            profile: Profile::Full,
+            tools: all,
+            delegation: false,
+            memory: false,
+            persona: false,
+        },
+        Case {
+            what: "delegated child loses delegation, even without a ceiling",
+            config: "",
+            agent: "mavis",
+            occasion: Occasion::TaskChild,
+            profile: Profile::Full,
+            tools: all,
+            delegation: false,
+            memory: true,
+            persona: true,
+        },
+        Case {
+            what: "CLI profile: no memory",
+            config: "",
+            agent: "mavis",
+            occasion: Occasion::Root,
+            profile: Profile::Cli,
+            tools: all,
+            delegation: true,
+            memory: false,
+            persona: true,
+        },
+    ];
+    for case in cases {
+        let resolved = resolve_with(case.config, case.agent, case.occasion, case.profile);
+        let features = resolved.capabilities.features;
+        assert_eq!(tools(&resolved), case.tools, "{}", case.what);
+        assert_eq!(features.delegation, case.delegation, "{}", case.what);
+        assert_eq!(features.memory, case.memory, "{}", case.what);
+        assert_eq!(features.persona, case.persona, "{}", case.what);
+        assert_eq!(
+            resolved.memory_enabled,
+            case.profile == Profile::Full,
+            "{}",
+            case.what
+        );
+        assert_eq!(
+            resolved.scheduling,
+            case.profile == Profile::Full,
+            "{}",
+            case.what
+        );
+    }
+}
+
+#[test]
+fn a_ceiling_never_widens() {
+    // Every subset of tools in the config stays a superset of what any agent ends up with.
+    let config = Config::parse("[agents.default]\ntools = [\"read\"]").unwrap();
+    for agent in agent_runtime::agents::BUILTIN_AGENTS {
+        let resolved = resolve(
+            &config.defaults,
+            ceiling_of(agent).as_ref(),
+            Occasion::Root,
+            Profile::Full,
+        );
+        let allowed: BTreeSet<ToolId> = [ToolId::Read].into();
+        assert!(resolved.capabilities.tools.is_subset(&allowed), "{agent}");
+    }
+}
+
+#[test]
+fn narrowing_shows_in_the_rendered_prompt() {
+    let mut turn = Turn::new("mavis");
+    let full = turn.render().text;
+    assert!(full.contains("# Delegation"));
+    assert!(full.contains("`bash`"));
+    assert!(
+        !full.contains("# Scheduling"),
+        "the CLI profile has no scheduling"
+    );
+    assert!(!full.contains("# Memory"), "the CLI profile has no memory");
+
+    turn.config = Config::parse(
+        "[agents.default]\ntools = [\"read\"]\n[agents.default.features]\ndelegation = false",
+    )
+    .unwrap();
+    let narrow = turn.render().text;
+    assert!(!narrow.contains("# Delegation"));
+    assert!(!narrow.contains("`bash`"));
+    assert!(!narrow.contains("# Skills"), "no skill tool, no catalog");
+
+    turn.config = Config::default();
+    turn.profile = Profile::Full;
+    let desktop = turn.render().text;
+    assert!(desktop.contains("# Scheduling"));
+    assert!(desktop.contains("# Memory"));
+}
+
+#[test]
+fn bad_config_names_the_problem() {
+    let err = Config::parse("[agents.default]\ntools = [\"read\", \"teleport\"]").unwrap_err();
+    assert!(
+        err.contains("tools") && err.contains("teleport") && err.contains("known tools"),
+        "{err}"
+    );
+    let err = Config::parse("[agents.default.features]\nflying = true").unwrap_err();
+    assert!(err.contains("flying"), "{err}");
+    let err = Config::parse("[agents.default]\ntool = [\"read\"]").unwrap_err();
+    assert!(err.contains("tool"), "{err}");
+    // Sections that belong to other parts of the agent are left alone.
+    Config::parse("[updates]\nchannel = \"stable\"").unwrap();
+}

@@ -1,0 +1,158 @@
+//! The rendered system prompt of every built-in agent in every prompt mode, as insta
+//! snapshots: a template change shows up as a readable diff in review.
+
+mod common;
+
+use agent_runtime::PromptMode;
+use agent_runtime::agents::BUILTIN_AGENTS;
+use common::Turn;
+
+#[test]
+fn every_agent_in_every_mode() {
+    for agent in BUILTIN_AGENTS {
+        for mode in PromptMode::ALL {
+            let mut turn = Turn::new(agent);
+            turn.mode = mode;
+            let prompt = turn.render();
+            assert_eq!(prompt.metadata.agent, agent);
+            assert_eq!(prompt.metadata.mode, mode);
+            assert_eq!(prompt.metadata.pack.source, "builtin");
+            assert_eq!(prompt.metadata.schema_version, 1);
+            assert!(prompt.metadata.fallback.is_none());
+            insta::assert_snapshot!(format!("{agent}_{mode}"), prompt.text);
+        }
+    }
+}
+
+#[test]
+fn metadata_hashes_every_template_used_and_the_prompt() {
+    let prompt = Turn::new("mavis").render();
+    let meta = &prompt.metadata;
+    for key in [
+        "shared/persona.hbs",
+        "agents/mavis/tui.hbs",
+        "shared/runtime_rules.hbs",
+        "shared/context.hbs",
+        "models/default.hbs",
+        "shared/environment.md",
+    ] {
+        let sha = meta
+            .templates
+            .get(key)
+            .unwrap_or_else(|| panic!("{key} hashed"));
+        assert_eq!(sha.len(), 64, "{key}");
+    }
+    // Subagent templates were not used, so they are not listed.
+    assert!(!meta.templates.contains_key("agents/worker/system.hbs"));
+    use sha2::Digest;
+    assert_eq!(
+        meta.prompt_sha256,
+        hex::encode(sha2::Sha256::digest(prompt.text.as_bytes()))
+    );
+}
+
+#[test]
+fn gates_and_verdict_are_in_the_subagent_prompts() {
+    let explore = Turn::new("explore").render().text;
+    assert!(explore.contains("`ROLE_MISMATCH`"), "{explore}");
+    let verifier = Turn::new("verifier").render().text;
+    assert!(verifier.contains("`ROLE_MISMATCH`"));
+    assert!(verifier.contains("VERDICT: PASS"));
+    assert!(verifier.contains("VERDICT: PARTIAL"));
+    let worker = Turn::new("worker").render().text;
+    assert!(!worker.contains("ROLE_MISMATCH"));
+    for text in [&explore, &verifier, &worker] {
+        assert!(text.contains("## Delegated Task Contract"));
+        assert!(text.contains("# Session Context\n"));
+        assert!(text.contains("Task id: task-7"));
+    }
+    // The orchestrator at the root gets no session context and no contract.
+    let mavis = Turn::new("mavis").render().text;
+    assert!(!mavis.contains("# Session Context"));
+    assert!(!mavis.contains("Delegated Task Contract"));
+}
+
+#[test]
+fn parts_come_in_the_documented_order() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("AGENTS.md"), "global rule").unwrap();
+    std::fs::write(dir.path().join("CLAUDE.md"), "project rule").unwrap();
+    let mut turn = Turn::new("worker");
+    turn.instructions =
+        agent_runtime::instructions::Instructions::read(&dir.path().join("AGENTS.md"), dir.path());
+    turn.profile = agent_runtime::Profile::Full;
+    turn.config = agent_runtime::config::Config::default();
+    turn.memory = Some("remembered fact".to_string());
+    let text = turn.render().text;
+    let order = [
+        "You are `worker`",
+        "# Model Notes",
+        "# Ground Rules",
+        "# Working Style",
+        "# Surface",
+        "## Delegated Task Contract",
+        "# Instructions",
+        "global rule",
+        "project rule",
+        "# Environment",
+        "# Session Context",
+        // The worker ceiling keeps memory on, and the full profile stores it.
+        "remembered fact",
+        "# Skills",
+    ];
+    let mut last = 0;
+    for marker in order {
+        let at = text[last..]
+            .find(marker)
+            .unwrap_or_else(|| panic!("{marker:?} missing or out of order in:\n{text}"));
+        last += at;
+    }
+}
+
+#[test]
+fn model_family_is_the_first_substring_match_then_the_default() {
+    let cases = [
+        ("claude-sonnet-4-5", "models/claude.hbs"),
+        // "codex" comes before "gpt" in the list, so a codex model never gets the gpt notes.
+        ("gpt-5-codex", "models/codex.hbs"),
+        ("GPT-4o", "models/gpt.hbs"),
+        ("gemini-2.5-pro", "models/gemini.hbs"),
+        ("MiniMax-M2", "models/open-weights.hbs"),
+        ("some-local-model", "models/default.hbs"),
+    ];
+    for (model, template) in cases {
+        let mut turn = Turn::new("mavis");
+        turn.model = model.to_string();
+        let meta = turn.render().metadata;
+        let models: Vec<&String> = meta
+            .templates
+            .keys()
+            .filter(|k| k.starts_with("models/") && k.ends_with(".hbs"))
+            .collect();
+        assert_eq!(models, [template], "{model}");
+    }
+}
+
+#[test]
+fn runtime_rules_land_under_their_headings() {
+    let text = Turn::new("mavis").render().text;
+    let harness = text.find("# Harness").unwrap();
+    let judgment = text.find("# Judgment").unwrap();
+    let reminder = text.find("<system-reminder>").unwrap();
+    assert!(harness < reminder && reminder < judgment, "{text}");
+    let style = text.find("## Response Style").unwrap();
+    let language = text.find("Reply in the language").unwrap();
+    let final_answer = text.find("## Final Answer").unwrap();
+    assert!(style < language && language < final_answer);
+}
+
+#[test]
+fn insert_rules_appends_missing_headings_and_skips_fenced_code() {
+    let core = "# Intro\ntext\n```\n# Harness\n```\n\n# Other\nmore\n";
+    let rules = "@@ # Harness\n- a rule\n@@ # Other\n- second\n";
+    let out = agent_runtime::assemble::insert_rules(core, rules);
+    assert_eq!(
+        out,
+        "# Intro\ntext\n```\n# Harness\n```\n\n# Other\nmore\n- second\n\n# Harness\n- a rule"
+    );
+}
