@@ -147,12 +147,16 @@ impl Client {
             &self.config.limits,
         )
         .map_err(ClientError::Document)?;
-        if verified.document.sequence != installed.sequence {
+        // The stored document must still vouch for the installed pack.
+        let vouched = verified.document.entries.iter().any(|entry| {
+            matches!(&entry.target, EntryTarget::Pack(p) if p.sha256 == installed.sha256 && p.version == installed.version)
+        });
+        if !vouched {
             return Err(ClientError::Cache {
                 path: self.cache.state_path().display().to_string(),
                 reason: format!(
-                    "state says sequence {}, its document says {}",
-                    installed.sequence, verified.document.sequence
+                    "the stored channel document (sequence {}) has no entry for installed pack {}",
+                    verified.document.sequence, installed.sha256
                 ),
             });
         }
@@ -370,7 +374,10 @@ impl Client {
         };
 
         if serving.source() == Source::Remote && serving.sha256() == entry.sha256 {
-            let installed = state.installed.clone();
+            let installed = state.installed.clone().map(|i| Installed {
+                sequence: doc.sequence,
+                ..i
+            });
             self.commit(&record(installed), None)?;
             return Ok(RefreshOutcome::Unchanged {
                 sequence: doc.sequence,

@@ -157,7 +157,7 @@ fn run() -> Result<ExitCode> {
             println!(
                 "{}",
                 serde_json::to_string(
-                    &serde_json::json!({"meta": snapshot.meta(), "files": files})
+                    &serde_json::json!({"meta": snapshot.meta(), "files": files, "last_error": client.status().last_error})
                 )?
             );
             Ok(ExitCode::SUCCESS)
