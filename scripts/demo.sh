@@ -1,30 +1,70 @@
 #!/usr/bin/env bash
-# The main job, on the embedded defaults and nothing external: build the packer, seal
-# packs/builtin with the demo keys, verify and inspect the pack, then write and sign a
-# channel document that pins it for every client release.
+# The main job, the whole story on the embedded defaults (local disk, nothing external):
+# start packd on a temporary directory, make demo keys, build and publish packs/builtin as
+# a new version, release it, refresh a client, print what the client now serves, stop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-out=target/demo
-mkdir -p "$out"
-cargo build --release -q -p packer
-packer=target/release/packer
+cargo build --release -q -p packer -p pack-server -p pack-client
+bin=target/release
+work=$(mktemp -d)
+packd_pid=""
+cleanup() {
+  [ -n "$packd_pid" ] && kill "$packd_pid" 2>/dev/null && wait "$packd_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
-echo "== build packs/builtin"
-SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0} "$packer" build packs/builtin --version 0.1.0 \
-  --keys packs/dev-keys -o "$out/builtin-0.1.0.pack"
+echo "== keys (demo only) and a publisher token"
+"$bin/packer" keygen --dir "$work/keys" >/dev/null
+token="demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+token_hash=$(printf '%s' "$token" | "$bin/packd" hash-token)
+cat >"$work/packd.toml" <<TOML
+publisher_keys = ["$work/keys/signing.pub"]
 
-echo "== verify"
-"$packer" verify "$out/builtin-0.1.0.pack" --keys packs/dev-keys
+[[tokens]]
+name = "demo"
+sha256 = "$token_hash"
+scopes = ["publish"]
+TOML
 
-echo "== inspect"
-"$packer" inspect "$out/builtin-0.1.0.pack" --keys packs/dev-keys
+echo "== packd on local disk"
+"$bin/packd" serve --listen 127.0.0.1:0 --data-dir "$work/data" --config "$work/packd.toml" \
+  >"$work/packd.out" 2>"$work/packd.log" &
+packd_pid=$!
+for _ in $(seq 1 100); do
+  grep -q '^listening on ' "$work/packd.out" 2>/dev/null && break
+  sleep 0.05
+done
+server=$(sed -n 's/^listening on //p' "$work/packd.out")
+echo "packd at $server"
+export PROMPTPACK_SERVER="$server" PROMPTPACK_TOKEN="$token"
 
-echo "== channel document"
-"$packer" channel --keys packs/dev-keys --channel stable --pack builtin --sequence 1 \
-  --expires 30d --entry "*=$out/builtin-0.1.0.pack" -o "$out/channel.json"
-cat "$out/channel.json"
-if command -v minisign >/dev/null 2>&1; then
-  echo "== stock minisign agrees"
-  minisign -V -H -p packs/dev-keys/signing.pub -m "$out/channel.json"
+version="1.0.$(date +%s)"
+echo "== build packs/builtin as $version"
+"$bin/packer" build packs/builtin --version "$version" --keys "$work/keys" -o "$work/builtin-$version.pack"
+
+echo "== publish and release"
+"$bin/packer" publish "$work/builtin-$version.pack"
+"$bin/packer" release stable --keys "$work/keys" --pack builtin --pin "*=$version" --expires 30d --yes
+"$bin/packer" status
+
+echo "== refresh a client"
+cat >"$work/client.toml" <<TOML
+[updates]
+server = "$server"
+channel = "stable"
+pack = "builtin"
+trusted_keys = ["$work/keys/signing.pub"]
+content_keys = ["$work/keys/content.key"]
+TOML
+"$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" refresh
+echo "== what the client serves now"
+"$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" status
+first=$("$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" dump \
+  | grep -o '"key":"[^"]*\.hbs"' | head -n 1 | cut -d'"' -f4)
+if [ -n "$first" ]; then
+  echo "--- $first (first lines)"
+  "$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" show "$first" | head -12
 fi
+echo "== done; stopping packd"
