@@ -62,7 +62,7 @@ TOML
 echo "== what the client serves now"
 "$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" status
 first=$("$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" dump \
-  | grep -o '"key":"[^"]*\.hbs"' | head -n 1 | cut -d'"' -f4)
+  | grep -o '"key":"[^"]*\.hbs"' | head -n 1 | cut -d'"' -f4 || true)
 if [ -n "$first" ]; then
   echo "--- $first (first lines)"
   "$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" show "$first" | head -12
