@@ -18,8 +18,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use pack_client::{Client, ClientConfig, RefreshOutcome};
 use pack_format::{
-    ChannelDocument, ChannelEntry, ContentKey, EntryTarget, Limits, PackRef, Payload, PayloadFile, SealInput,
-    SigningKey,
+    ChannelDocument, ChannelEntry, ContentKey, EntryTarget, Limits, PackRef, Payload, PayloadFile,
+    SealInput, SigningKey,
 };
 
 #[derive(Default)]
@@ -34,7 +34,11 @@ type Shared = Arc<Mutex<Served>>;
 
 async fn channel(State(s): State<Shared>, headers: HeaderMap) -> axum::response::Response {
     let s = s.lock().unwrap();
-    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(s.etag.as_str()) {
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        == Some(s.etag.as_str())
+    {
         return (StatusCode::NOT_MODIFIED, [(header::ETAG, s.etag.clone())]).into_response();
     }
     ([(header::ETAG, s.etag.clone())], s.document.clone()).into_response()
@@ -72,7 +76,9 @@ fn pack(version: &str, key: &ContentKey, seed: u64) -> Vec<u8> {
     for i in 0..50 {
         let text: String = (0..10_000)
             .map(|_| {
-                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
                 char::from(b'!' + ((state >> 33) % 90) as u8)
             })
             .collect();
@@ -141,11 +147,18 @@ fn main() {
     let server_state = shared.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let app = axum::Router::new()
                 .route("/v1/channels/stable", axum::routing::get(channel))
-                .route("/v1/channels/stable/signature", axum::routing::get(signature))
+                .route(
+                    "/v1/channels/stable/signature",
+                    axum::routing::get(signature),
+                )
                 .route("/v1/blobs/{sha}", axum::routing::get(blob))
                 .with_state(server_state);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -158,7 +171,11 @@ fn main() {
     let signer = SigningKey::generate(None).unwrap().key;
     let key = ContentKey::generate();
     let packs = [pack("1.0.0", &key, 1), pack("2.0.0", &key, 2)];
-    println!("pack sizes: {} and {} bytes", packs[0].len(), packs[1].len());
+    println!(
+        "pack sizes: {} and {} bytes",
+        packs[0].len(),
+        packs[1].len()
+    );
 
     let cache = tempfile::tempdir().unwrap();
     let mut config = ClientConfig::new(cache.path(), "1.0.0".parse().unwrap());
@@ -166,18 +183,29 @@ fn main() {
     config.trusted_keys.add_signing_key(&signer);
     config.content_keys.add(key.clone());
     let client = Client::new(config).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
 
     publish(&shared, &signer, 1, &packs[0], "1.0.0");
     let first = rt.block_on(client.refresh_now()).unwrap();
-    assert!(matches!(first, RefreshOutcome::Installed { .. }), "{first:?}");
+    assert!(
+        matches!(first, RefreshOutcome::Installed { .. }),
+        "{first:?}"
+    );
 
     let store = client.store().clone();
     let capture = per_op(10_000_000, || {
         black_box(store.capture());
     });
     let snapshot = store.capture();
-    let key_name = snapshot.keys().into_iter().find(|k| k.ends_with(".hbs")).unwrap().to_string();
+    let key_name = snapshot
+        .keys()
+        .into_iter()
+        .find(|k| k.ends_with(".hbs"))
+        .unwrap()
+        .to_string();
     let read = per_op(10_000_000, || {
         black_box(snapshot.get(black_box(&key_name)));
     });
@@ -198,12 +226,21 @@ fn main() {
     let mut wall = Vec::new();
     for i in 0..changed_rounds {
         let which = (i + 1) % 2;
-        publish(&shared, &signer, 2 + i as u64, &packs[which], ["1.0.0", "2.0.0"][which]);
+        publish(
+            &shared,
+            &signer,
+            2 + i as u64,
+            &packs[which],
+            ["1.0.0", "2.0.0"][which],
+        );
         let (before, started) = (thread_cpu_ns(), Instant::now());
         let outcome = rt.block_on(client.refresh_now()).unwrap();
         cpu.push(thread_cpu_ns() - before);
         wall.push(started.elapsed());
-        assert!(matches!(outcome, RefreshOutcome::Installed { .. }), "{outcome:?}");
+        assert!(
+            matches!(outcome, RefreshOutcome::Installed { .. }),
+            "{outcome:?}"
+        );
     }
     cpu.sort_unstable();
     wall.sort_unstable();
@@ -212,7 +249,9 @@ fn main() {
 
     println!("capture                  {capture:8.1} ns   (target < 100 ns)");
     println!("read                     {read:8.1} ns   (target < 100 ns)");
-    println!("304 refresh, CPU         {not_modified_ms:8.3} ms   (target < 2 ms; median of {rounds})");
+    println!(
+        "304 refresh, CPU         {not_modified_ms:8.3} ms   (target < 2 ms; median of {rounds})"
+    );
     println!(
         "changed refresh, CPU     {changed_ms:8.3} ms   (target < 30 ms; median of {changed_rounds}; wall {:.1} ms incl. fsync)",
         changed_wall.as_secs_f64() * 1e3
