@@ -319,7 +319,51 @@ pub fn strict_registry() -> handlebars::Handlebars<'static> {
     let mut registry = handlebars::Handlebars::new();
     registry.set_strict_mode(true);
     registry.register_escape_fn(handlebars::no_escape);
+    // Handlebars' own `if` / `unless` take the else branch for a missing variable even in
+    // strict mode; these make a missing condition an error like everywhere else.
+    registry.register_helper("if", Box::new(StrictIf { positive: true }));
+    registry.register_helper("unless", Box::new(StrictIf { positive: false }));
     registry
+}
+
+/// `#if` / `#unless` that refuse a condition naming a variable the context does not have.
+#[derive(Clone, Copy)]
+struct StrictIf {
+    positive: bool,
+}
+
+impl handlebars::HelperDef for StrictIf {
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        h: &handlebars::Helper<'rc>,
+        r: &'reg handlebars::Handlebars<'reg>,
+        ctx: &'rc handlebars::Context,
+        rc: &mut handlebars::RenderContext<'reg, 'rc>,
+        out: &mut dyn handlebars::Output,
+    ) -> handlebars::HelperResult {
+        use handlebars::{JsonTruthy, Renderable};
+        let name = if self.positive { "if" } else { "unless" };
+        let param = h
+            .param(0)
+            .ok_or(handlebars::RenderErrorReason::ParamNotFoundForIndex(
+                name, 0,
+            ))?;
+        if param.is_value_missing() {
+            return Err(handlebars::RenderErrorReason::MissingVariable(
+                param.relative_path().cloned(),
+            )
+            .into());
+        }
+        let include_zero = h
+            .hash_get("includeZero")
+            .and_then(|v| v.value().as_bool())
+            .unwrap_or(false);
+        let truthy = param.value().is_truthy(include_zero) == self.positive;
+        match if truthy { h.template() } else { h.inverse() } {
+            Some(t) => t.render(r, ctx, rc, out),
+            None => Ok(()),
+        }
+    }
 }
 
 fn render_check(file_name: &str, template: Template, contract: &Contract) -> Option<TemplateError> {
@@ -1152,6 +1196,45 @@ You are {{persona}}.
                 .as_array()
                 .map(Vec::len),
             Some(0)
+        );
+    }
+
+    #[test]
+    fn strict_if_refuses_a_missing_condition_and_keeps_both_branches_working() {
+        let mut registry = strict_registry();
+        registry
+            .register_template_string(
+                "t",
+                "{{#if a}}yes{{else}}no{{/if}}{{#unless a}}!{{/unless}}",
+            )
+            .unwrap();
+        assert_eq!(
+            registry
+                .render("t", &serde_json::json!({"a": true}))
+                .unwrap(),
+            "yes"
+        );
+        assert_eq!(
+            registry
+                .render("t", &serde_json::json!({"a": false}))
+                .unwrap(),
+            "no!"
+        );
+        let err = registry.render("t", &serde_json::json!({})).unwrap_err();
+        assert!(err.to_string().contains("a"), "{err}");
+        registry
+            .register_template_string("chain", "{{#if a}}A{{else if b}}B{{else}}C{{/if}}")
+            .unwrap();
+        assert_eq!(
+            registry
+                .render("chain", &serde_json::json!({"a": false, "b": true}))
+                .unwrap(),
+            "B"
+        );
+        assert!(
+            registry
+                .render("chain", &serde_json::json!({"a": false}))
+                .is_err()
         );
     }
 }
