@@ -285,3 +285,91 @@ fn a_corrupted_cache_serves_builtin_with_a_warning_and_the_next_refresh_repairs_
     rt.block_on(c.refresh_now()).unwrap();
     assert_eq!(c.store().capture().source(), Source::Remote);
 }
+
+#[test]
+fn auto_update_off_and_a_local_pin_keep_what_the_client_has() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let rt = rt();
+    let v1 = publisher.build("1.0.0", "V1");
+    let v2 = publisher.build("2.0.0", "V2");
+    packd.upload(&publisher, &v1);
+    packd.upload(&publisher, &v2);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", v1.display())], "30d"),
+    );
+
+    // Auto-update off: the scheduled refresh does nothing; a manual one still works.
+    let off = publisher.client_config(&packd.url, "auto_update = false\n");
+    let cache = tempfile::tempdir().unwrap();
+    let c = client(cache.path(), &off, "1.0.0");
+    let outcome = rt.block_on(c.refresh()).unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Skipped { ref reason } if reason.contains("auto-update is off")),
+        "{outcome:?}"
+    );
+    assert_eq!(c.store().capture().source(), Source::Builtin);
+    rt.block_on(c.refresh_now()).unwrap();
+    assert_eq!(c.store().capture().version().to_string(), "1.0.0");
+
+    // Pinned to 1.0.0: a channel offering 2.0.0 changes nothing, and says why.
+    let pinned = publisher.client_config(&packd.url, "pin = \"1.0.0\"\n");
+    let cache = tempfile::tempdir().unwrap();
+    let c = client(cache.path(), &pinned, "1.0.0");
+    rt.block_on(c.refresh_now()).unwrap();
+    assert_eq!(c.store().capture().version().to_string(), "1.0.0");
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", v2.display())], "30d"),
+    );
+    let outcome = rt.block_on(c.refresh_now()).unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Skipped { ref reason } if reason.contains("pinned to 1.0.0")),
+        "{outcome:?}"
+    );
+    assert_eq!(c.store().capture().version().to_string(), "1.0.0");
+}
+
+#[test]
+fn the_schedule_refreshes_at_start_up_when_the_last_check_is_old() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let v1 = publisher.build("1.0.0", "V1");
+    packd.upload(&publisher, &v1);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", v1.display())], "30d"),
+    );
+    let config = publisher.client_config(&packd.url, "");
+    let cache = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = Arc::new(client(cache.path(), &config, "1.0.0"));
+    assert_eq!(c.store().capture().source(), Source::Builtin);
+    let mut scheduler = rt
+        .block_on(pack_client::schedule::start(c.clone()))
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while c.store().capture().source() == Source::Builtin && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        c.store().capture().version().to_string(),
+        "1.0.0",
+        "no start-up refresh"
+    );
+    rt.block_on(scheduler.shutdown()).unwrap();
+
+    // Spread: installs land on different minutes of the six-hour window.
+    let crons: std::collections::BTreeSet<String> = (0..50)
+        .map(|i| pack_client::schedule::cron_for(&format!("install-{i}")))
+        .collect();
+    assert!(crons.len() > 40, "{crons:?}");
+    assert!(crons.iter().all(|c| c.ends_with("/6 * * *")));
+}
