@@ -23,6 +23,7 @@ pub mod error;
 pub mod instructions;
 pub mod metadata;
 pub mod mode;
+pub mod provider;
 pub mod session;
 
 pub use assemble::{AssembledPrompt, TurnRequest, assemble, assemble_turn};

@@ -1,0 +1,284 @@
+//! Which model endpoint to call, from the config file, the environment and flags.
+//!
+//! ```toml
+//! provider = "local"                  # which [providers.*] entry to use
+//!
+//! [providers.local]
+//! api = "openai"                      # or "anthropic"
+//! base_url = "http://127.0.0.1:8080/v1"
+//! model = "qwen3-coder"
+//! api_key_env = "LOCAL_API_KEY"       # optional: the variable holding the key
+//! max_tokens = 8192                   # optional
+//! idle_timeout_secs = 120             # optional
+//! max_retries = 4                     # optional
+//! ```
+//!
+//! Precedence, highest first: flags, then `AGENT_BASE_URL`, `AGENT_API`, `AGENT_MODEL`
+//! and `AGENT_API_KEY`, then the file. For `openai` the base URL includes the version
+//! path (`…/v1`), as OpenAI's own clients expect; for `anthropic` it does not.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const BASE_URL_ENV: &str = "AGENT_BASE_URL";
+pub const API_ENV: &str = "AGENT_API";
+pub const MODEL_ENV: &str = "AGENT_MODEL";
+pub const API_KEY_ENV: &str = "AGENT_API_KEY";
+
+/// The wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    #[serde(rename = "openai")]
+    OpenAi,
+    Anthropic,
+}
+
+impl std::str::FromStr for Api {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "openai" => Ok(Api::OpenAi),
+            "anthropic" => Ok(Api::Anthropic),
+            other => Err(format!(
+                "unknown api {other:?}; expected openai or anthropic"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Api::OpenAi => "openai",
+            Api::Anthropic => "anthropic",
+        })
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct File {
+    provider: Option<String>,
+    #[serde(default)]
+    providers: BTreeMap<String, Entry>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    api: Option<Api>,
+    base_url: Option<String>,
+    model: Option<String>,
+    api_key_env: Option<String>,
+    max_tokens: Option<u32>,
+    idle_timeout_secs: Option<u64>,
+    max_retries: Option<u32>,
+}
+
+/// Values given on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderOverrides {
+    pub provider: Option<String>,
+    pub api: Option<Api>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+}
+
+/// A resolved provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    /// The `[providers.<id>]` entry, or `env` when only the environment configured it.
+    pub id: String,
+    pub api: Api,
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub idle_timeout: Duration,
+    pub max_retries: u32,
+    pub retry_base: Duration,
+}
+
+impl ProviderSettings {
+    /// Resolves settings from the config file's text, the command line and `env`.
+    pub fn resolve(
+        config_text: &str,
+        overrides: &ProviderOverrides,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<ProviderSettings, String> {
+        let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        let file: File = toml::from_str(config_text).map_err(|e| e.to_string())?;
+        let chosen = overrides.provider.clone().or(file.provider.clone());
+        let (id, entry) = match chosen {
+            Some(id) => match file.providers.get(&id) {
+                Some(entry) => (id, entry.clone()),
+                None => {
+                    let known: Vec<&str> = file.providers.keys().map(String::as_str).collect();
+                    return Err(format!(
+                        "no [providers.{id}] in the config file; configured: {}",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ));
+                }
+            },
+            None if file.providers.len() == 1 => {
+                let (id, entry) = file.providers.iter().next().unwrap();
+                (id.clone(), entry.clone())
+            }
+            None if file.providers.is_empty() => ("env".to_string(), Entry::default()),
+            None => {
+                let known: Vec<&str> = file.providers.keys().map(String::as_str).collect();
+                return Err(format!(
+                    "several providers configured ({}); pick one with --provider or `provider = \"…\"`",
+                    known.join(", ")
+                ));
+            }
+        };
+        let api = match (overrides.api, env(API_ENV)) {
+            (Some(api), _) => api,
+            (None, Some(text)) => text.parse().map_err(|e| format!("{API_ENV}: {e}"))?,
+            (None, None) => entry.api.unwrap_or(Api::OpenAi),
+        };
+        let missing = |what: &str, flag: &str, var: &str| {
+            format!(
+                "no model {what}: pass {flag}, set {var}, or set `{what}` under [providers.<id>] in config.toml"
+            )
+        };
+        let base_url = overrides
+            .base_url
+            .clone()
+            .or_else(|| env(BASE_URL_ENV))
+            .or(entry.base_url)
+            .ok_or_else(|| missing("base_url", "--base-url", BASE_URL_ENV))?;
+        let model = overrides
+            .model
+            .clone()
+            .or_else(|| env(MODEL_ENV))
+            .or(entry.model)
+            .ok_or_else(|| missing("model", "--model", MODEL_ENV))?;
+        let api_key = match (env(API_KEY_ENV), &entry.api_key_env) {
+            (Some(key), _) => Some(key),
+            (None, Some(var)) => Some(env(var).ok_or_else(|| {
+                format!("[providers.{id}] api_key_env = {var:?}, but {var} is not set")
+            })?),
+            (None, None) => None,
+        };
+        Ok(ProviderSettings {
+            id,
+            api,
+            base_url: base_url.trim_end_matches('/').to_string(),
+            model,
+            api_key,
+            max_tokens: entry.max_tokens,
+            idle_timeout: Duration::from_secs(entry.idle_timeout_secs.unwrap_or(120).max(1)),
+            max_retries: entry.max_retries.unwrap_or(4),
+            retry_base: Duration::from_millis(500),
+        })
+    }
+
+    /// The URL one model call is posted to.
+    pub fn endpoint(&self) -> String {
+        match self.api {
+            Api::OpenAi => format!("{}/chat/completions", self.base_url),
+            Api::Anthropic => format!("{}/v1/messages", self.base_url),
+        }
+    }
+
+    /// Settings for a local test server: short timeouts, quick retries.
+    pub fn for_tests(api: Api, base_url: &str) -> ProviderSettings {
+        ProviderSettings {
+            id: "test".to_string(),
+            api,
+            base_url: base_url.trim_end_matches('/').to_string(),
+            model: "test-model".to_string(),
+            api_key: None,
+            max_tokens: None,
+            idle_timeout: Duration::from_secs(5),
+            max_retries: 3,
+            retry_base: Duration::from_millis(10),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+provider = "local"
+[providers.local]
+api = "anthropic"
+base_url = "http://file/"
+model = "file-model"
+api_key_env = "MY_KEY"
+[providers.other]
+base_url = "http://other"
+model = "m"
+"#;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn file_then_env_then_flags() {
+        let s = ProviderSettings::resolve(
+            FILE,
+            &ProviderOverrides::default(),
+            env(&[("MY_KEY", "k1")]),
+        )
+        .unwrap();
+        assert_eq!(
+            (s.id.as_str(), s.api, s.base_url.as_str(), s.model.as_str()),
+            ("local", Api::Anthropic, "http://file", "file-model")
+        );
+        assert_eq!(s.api_key.as_deref(), Some("k1"));
+
+        let vars = [
+            ("MY_KEY", "k1"),
+            (MODEL_ENV, "env-model"),
+            (API_ENV, "openai"),
+            (API_KEY_ENV, "k2"),
+        ];
+        let s = ProviderSettings::resolve(FILE, &ProviderOverrides::default(), env(&vars)).unwrap();
+        assert_eq!((s.api, s.model.as_str()), (Api::OpenAi, "env-model"));
+        assert_eq!(s.api_key.as_deref(), Some("k2"));
+
+        let flags = ProviderOverrides {
+            provider: Some("other".into()),
+            model: Some("flag-model".into()),
+            ..Default::default()
+        };
+        let s = ProviderSettings::resolve(FILE, &flags, env(&vars)).unwrap();
+        assert_eq!(
+            (s.id.as_str(), s.base_url.as_str(), s.model.as_str()),
+            ("other", "http://other", "flag-model")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_way_out() {
+        let err =
+            ProviderSettings::resolve("", &ProviderOverrides::default(), env(&[])).unwrap_err();
+        assert!(err.contains(BASE_URL_ENV), "{err}");
+        let err =
+            ProviderSettings::resolve(FILE, &ProviderOverrides::default(), env(&[])).unwrap_err();
+        assert!(err.contains("MY_KEY is not set"), "{err}");
+        let flags = ProviderOverrides {
+            provider: Some("nope".into()),
+            ..Default::default()
+        };
+        let err = ProviderSettings::resolve(FILE, &flags, env(&[])).unwrap_err();
+        assert!(err.contains("configured: local, other"), "{err}");
+    }
+}

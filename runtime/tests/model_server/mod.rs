@@ -1,0 +1,334 @@
+//! A local model server that replays recorded SSE transcripts in the real wire formats and
+//! checks the conversation the client sends back: every tool call it handed out must be
+//! answered by exactly one tool result before the model speaks again.
+//!
+//! It runs on its own thread and runtime, so blocking tests (which run the `agent`
+//! binary) and async tests can both use it.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use serde_json::Value;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// An SSE transcript sent as the response body.
+    Sse(String),
+    /// A plain error answer, e.g. 429 with `Retry-After`.
+    Status {
+        status: u16,
+        retry_after: Option<String>,
+        body: String,
+    },
+    /// Sends this much of a transcript and then nothing, never closing.
+    Stall(String),
+}
+
+impl Reply {
+    /// A transcript from `tests/fixtures/`, with every `{{KEY}}` replaced.
+    pub fn fixture(name: &str, vars: &[(&str, &str)]) -> Reply {
+        Reply::Sse(fixture(name, vars))
+    }
+}
+
+pub fn fixture(name: &str, vars: &[(&str, &str)]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let mut text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()));
+    for (key, value) in vars {
+        text = text.replace(&format!("{{{{{key}}}}}"), value);
+    }
+    text
+}
+
+#[derive(Default)]
+struct Inner {
+    replies: VecDeque<Reply>,
+    /// Every request: path, headers of interest, JSON body.
+    requests: Vec<Recorded>,
+    violations: Vec<String>,
+    /// Tool-call ids the last reply handed out; the next request must answer them.
+    handed_out: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Clone)]
+pub struct ModelServer {
+    pub addr: String,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl ModelServer {
+    pub fn start(replies: Vec<Reply>) -> ModelServer {
+        let inner = Arc::new(Mutex::new(Inner {
+            replies: replies.into(),
+            ..Default::default()
+        }));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = format!("http://{}", listener.local_addr().unwrap());
+        let state = inner.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let app = axum::Router::new()
+                    .fallback(axum::routing::post(handle))
+                    .with_state(state);
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        ModelServer { addr, inner }
+    }
+
+    /// Base URL for `api = "openai"` (includes `/v1`).
+    pub fn openai_base(&self) -> String {
+        format!("{}/v1", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.inner.lock().unwrap().requests.clone()
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.inner.lock().unwrap().replies.len()
+    }
+
+    pub fn push(&self, reply: Reply) {
+        self.inner.lock().unwrap().replies.push_back(reply);
+    }
+
+    /// Panics with every protocol violation seen so far.
+    pub fn assert_clean(&self) {
+        let inner = self.inner.lock().unwrap();
+        assert!(
+            inner.violations.is_empty(),
+            "tool-call protocol violations:\n{}",
+            inner.violations.join("\n")
+        );
+    }
+}
+
+async fn handle(
+    State(state): State<Arc<Mutex<Inner>>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let reply = {
+        let mut inner = state.lock().unwrap();
+        let mut problems = check_conversation(&body);
+        let answered = call_ids(&body);
+        for id in std::mem::take(&mut inner.handed_out) {
+            if !answered.contains_key(&id) {
+                problems.push(format!(
+                    "tool call {id} from the last reply was not sent back"
+                ));
+            }
+        }
+        let n = inner.requests.len();
+        inner
+            .violations
+            .extend(problems.into_iter().map(|p| format!("request {n}: {p}")));
+        inner.requests.push(Recorded {
+            path: uri.path().to_string(),
+            authorization: headers
+                .get("authorization")
+                .or_else(|| headers.get("x-api-key"))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+            body,
+        });
+        let reply = inner.replies.pop_front();
+        if let Some(Reply::Sse(text)) = &reply {
+            inner.handed_out = handed_out_ids(text);
+        }
+        reply
+    };
+    match reply {
+        None => Response::builder()
+            .status(500)
+            .body(Body::from("the script has no more replies"))
+            .unwrap(),
+        Some(Reply::Sse(text)) => sse(Body::from(text)),
+        Some(Reply::Status {
+            status,
+            retry_after,
+            body,
+        }) => {
+            let mut builder = Response::builder().status(StatusCode::from_u16(status).unwrap());
+            if let Some(value) = retry_after {
+                builder = builder.header("retry-after", value);
+            }
+            builder.body(Body::from(body)).unwrap()
+        }
+        Some(Reply::Stall(text)) => {
+            let first = futures_util::stream::once(async move {
+                Ok::<_, std::io::Error>(axum::body::Bytes::from(text))
+            });
+            let never = futures_util::stream::pending();
+            use futures_util::StreamExt;
+            sse(Body::from_stream(first.chain(never)))
+        }
+    }
+}
+
+fn sse(body: Body) -> Response {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body)
+        .unwrap()
+}
+
+/// Tool-call ids in a transcript, in either format. Empty ids are the client's to fill.
+fn handed_out_ids(transcript: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    for line in transcript.lines() {
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        let Ok(value) = serde_json::from_str::<Value>(data.trim()) else {
+            continue;
+        };
+        if value["type"] == "content_block_start" && value["content_block"]["type"] == "tool_use" {
+            ids.push(
+                value["content_block"]["id"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+        }
+        for choice in value["choices"].as_array().into_iter().flatten() {
+            for call in choice["delta"]["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                if let Some(id) = call["id"].as_str() {
+                    ids.push(id.to_string());
+                }
+            }
+        }
+    }
+    ids.retain(|id| !id.is_empty());
+    ids
+}
+
+/// Tool calls in the request with how many results each got.
+fn call_ids(body: &Value) -> BTreeMap<String, usize> {
+    let mut calls = BTreeMap::new();
+    for (kind, id) in events(body) {
+        match kind {
+            Event::Call => {
+                calls.entry(id).or_insert(0);
+            }
+            Event::Result => *calls.entry(id).or_insert(0) += 1,
+            Event::Speaks => {}
+        }
+    }
+    calls
+}
+
+enum Event {
+    Call,
+    Result,
+    /// An assistant message starts.
+    Speaks,
+}
+
+/// The conversation as a flat list of call / result / assistant-turn events.
+fn events(body: &Value) -> Vec<(Event, String)> {
+    let mut out = Vec::new();
+    for message in body["messages"].as_array().into_iter().flatten() {
+        let role = message["role"].as_str().unwrap_or_default();
+        if role == "assistant" {
+            out.push((Event::Speaks, String::new()));
+        }
+        // OpenAI shape.
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            out.push((Event::Call, call["id"].as_str().unwrap_or("").to_string()));
+        }
+        if role == "tool" {
+            let id = message["tool_call_id"].as_str().unwrap_or("").to_string();
+            out.push((Event::Result, id));
+        }
+        // Anthropic shape.
+        for block in message["content"].as_array().into_iter().flatten() {
+            match block["type"].as_str() {
+                Some("tool_use") => {
+                    out.push((Event::Call, block["id"].as_str().unwrap_or("").to_string()))
+                }
+                Some("tool_result") => out.push((
+                    Event::Result,
+                    block["tool_use_id"].as_str().unwrap_or("").to_string(),
+                )),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Every call answered exactly once, before the assistant's next message, and no result
+/// without a call.
+fn check_conversation(body: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut open: BTreeMap<String, usize> = BTreeMap::new();
+    let flush = |open: &mut BTreeMap<String, usize>, problems: &mut Vec<String>| {
+        for (id, n) in std::mem::take(open) {
+            if n != 1 {
+                problems.push(format!("tool call {id:?} got {n} results"));
+            }
+        }
+    };
+    for (kind, id) in events(body) {
+        match kind {
+            Event::Speaks => flush(&mut open, &mut problems),
+            Event::Call => {
+                if id.is_empty() {
+                    problems.push("a tool call was sent back with an empty id".into());
+                }
+                open.insert(id, 0);
+            }
+            Event::Result => match open.get_mut(&id) {
+                Some(n) => *n += 1,
+                None => problems.push(format!("tool result for {id:?} matches no open call")),
+            },
+        }
+    }
+    flush(&mut open, &mut problems);
+    problems
+}
+
+/// Waits until `f` holds, for tests watching a background process.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out waiting for {what}");
+}
