@@ -308,11 +308,32 @@ pub fn open(
     keys: &ContentKeyRing,
     limits: &Limits,
 ) -> Result<OpenedPack, FormatError> {
-    let (header, compressed) = decrypt(bytes, keys, limits)?;
-    let payload = Payload::from_tar_zst(&compressed, limits)?;
-    Ok(OpenedPack {
-        header,
-        payload,
-        sha256: sha256_hex(bytes),
+    if bytes.len() < PARALLEL_HASH_MIN_LEN {
+        let (header, compressed) = decrypt(bytes, keys, limits)?;
+        let payload = Payload::from_tar_zst(&compressed, limits)?;
+        return Ok(OpenedPack {
+            header,
+            payload,
+            sha256: sha256_hex(bytes),
+        });
+    }
+    // A large pack is hashed on a second thread while it is decrypted and unpacked, once
+    // its header shows it is worth the thread.
+    read_header(bytes, limits)?;
+    std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| sha256_hex(bytes));
+        let (header, compressed) = decrypt(bytes, keys, limits)?;
+        let payload = Payload::from_tar_zst(&compressed, limits)?;
+        let sha256 = hashing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok(OpenedPack {
+            header,
+            payload,
+            sha256,
+        })
     })
 }
+
+/// Packs from this size up are hashed on a second thread in [`open`].
+const PARALLEL_HASH_MIN_LEN: usize = 1024 * 1024;
