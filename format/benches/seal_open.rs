@@ -1,0 +1,554 @@
+//! Seal and open a ~100 MB synthetic template tree with `pack_format`, and do the same with
+//! the stock pipeline in the same run:
+//!
+//! - seal: `tar --zstd -cf - | age -e -r RECIPIENT`, then `minisign -S` on the result;
+//! - open: `minisign -V`, then `age -d -i KEY | tar --zstd -xf -`.
+//!
+//! Ours: seal = read the tree from disk, `pack_format::seal`, write the pack; open = read
+//! the pack, `pack_format::open`, write every file to disk (as `tar -x` does).
+//!
+//! MB/s = tree bytes (10^6) / wall time, best of `BENCH_RUNS` (default 5) runs each.
+//! `BENCH_MB` sets the tree size (default 100). Needs `tar`, `zstd`, `age`, `age-keygen`
+//! and `minisign` on the PATH.
+//!
+//! `cargo bench -p pack-format --bench seal_open`
+#![allow(clippy::print_stdout, reason = "a benchmark binary reports on stdout")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pack_format::pack::SealInput;
+use pack_format::{ContentKey, ContentKeyRing, Limits, Payload, PayloadFile};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Our side must fit a 100 MB tree of thousands of files; everything else stays default.
+const BENCH_LIMITS: Limits = Limits {
+    max_sealed_len: 1 << 30,
+    max_decompressed_len: 1 << 30,
+    max_file_count: 1_000_000,
+    ..Limits::DEFAULT
+};
+
+fn main() -> Result<()> {
+    // `cargo bench` passes `--bench`; without it this is `cargo test --benches`, which
+    // should not spend a minute generating and sealing 100 MB. A filter argument means
+    // another benchmark was asked for.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") || args.iter().any(|a| !a.starts_with('-')) {
+        return Ok(());
+    }
+    let mb: u64 = env_or("BENCH_MB", 100);
+    let runs: usize = env_or("BENCH_RUNS", 5);
+    for tool in ["tar", "zstd", "age", "age-keygen", "minisign"] {
+        if Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()?
+            .stdout
+            .is_empty()
+        {
+            return Err(format!("{tool} is not on the PATH; the comparison needs it").into());
+        }
+    }
+
+    // `BENCH_DIR` picks the file system (say /dev/shm to leave the disk out of it).
+    let parent = std::env::var_os("BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let work = tempfile::Builder::new()
+        .prefix("seal-open-bench")
+        .tempdir_in(parent)?;
+    let dir = work.path();
+    let tree = dir.join("tree");
+    let (files, tree_bytes) = generate_tree(&tree, mb * 1_000_000, 0x5eed)?;
+    let levels = max_depth(&tree)?;
+    println!(
+        "tree: {files} files, {:.1} MB, {levels} directory levels, in {}",
+        tree_bytes as f64 / 1e6,
+        dir.display()
+    );
+
+    let stock = StockPipeline::new(dir)?;
+    let key = ContentKey::from_parts("bench", [7; 32])?;
+    let keys = ContentKeyRing::new([key.clone()]);
+    let version = semver::Version::new(1, 0, 0);
+    let ours_pack = dir.join("ours.pack");
+
+    let seal_ours = || -> Result<()> {
+        let payload = read_tree(&tree)?;
+        let input = SealInput {
+            name: "bench",
+            version: &version,
+            schema: 1,
+            payload: &payload,
+            mtime: 0,
+            zstd_level: 3,
+        };
+        std::fs::write(&ours_pack, pack_format::seal(&input, &[&key])?)?;
+        Ok(())
+    };
+    let open_ours = |out: &Path| -> Result<()> {
+        let sealed = std::fs::read(&ours_pack)?;
+        let opened = pack_format::open(&sealed, &keys, &BENCH_LIMITS)?;
+        write_files(out, &opened.payload)?;
+        Ok(())
+    };
+
+    let mut seal = [Duration::MAX; 3];
+    let mut open = [Duration::MAX; 2];
+    for run in 1..=runs {
+        seal[0] = seal[0].min(time(seal_ours)?);
+        seal[1] = seal[1].min(time(|| stock.seal(&tree, "zstd"))?);
+        seal[2] = seal[2].min(time(|| stock.seal(&tree, "zstd -T0"))?);
+        // A fresh directory per run: deleting thousands of files and creating them again
+        // at once makes ext4 hunt for free inodes, which would time the file system.
+        let ours_out = dir.join(format!("ours-out-{run}"));
+        open[0] = open[0].min(time(|| open_ours(&ours_out))?);
+        let stock_out = dir.join(format!("stock-out-{run}"));
+        open[1] = open[1].min(time(|| stock.open(&stock_out))?);
+        println!("run {run}/{runs} done");
+    }
+
+    // Both sides must have produced the tree they were given.
+    for out in [
+        dir.join(format!("ours-out-{runs}")),
+        dir.join(format!("stock-out-{runs}")),
+    ] {
+        let (count, bytes) = tree_size(&out)?;
+        if (count, bytes) != (files, tree_bytes) {
+            return Err(format!(
+                "{}: {count} files / {bytes} bytes, expected {files} / {tree_bytes}",
+                out.display()
+            )
+            .into());
+        }
+    }
+    let ours_len = std::fs::metadata(&ours_pack)?.len();
+    let stock_len = std::fs::metadata(&stock.sealed)?.len();
+    println!(
+        "sealed size: ours {:.1} MB (ratio {:.2}x), stock {:.1} MB (ratio {:.2}x)",
+        ours_len as f64 / 1e6,
+        tree_bytes as f64 / ours_len as f64,
+        stock_len as f64 / 1e6,
+        tree_bytes as f64 / stock_len as f64
+    );
+
+    let rate = |d: Duration| tree_bytes as f64 / 1e6 / d.as_secs_f64();
+    println!();
+    println!("| step | ours | stock pipeline | ours / stock | target |");
+    println!("|---|---|---|---|---|");
+    for (step, ours, theirs, target) in [
+        ("seal", seal[0], seal[1], Some(1.5)),
+        ("seal vs `zstd -T0`", seal[0], seal[2], None),
+        ("open", open[0], open[1], Some(2.0)),
+    ] {
+        let ratio = rate(ours) / rate(theirs);
+        let verdict = match target {
+            Some(t) if ratio >= t => format!("≥ {t}x: met"),
+            Some(t) => format!("≥ {t}x: MISSED"),
+            None => "-".to_string(),
+        };
+        println!(
+            "| {step} | {:.0} MB/s ({:.3} s) | {:.0} MB/s ({:.3} s) | {ratio:.2}x | {verdict} |",
+            rate(ours),
+            ours.as_secs_f64(),
+            rate(theirs),
+            theirs.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn time(f: impl FnOnce() -> Result<()>) -> Result<Duration> {
+    let start = Instant::now();
+    f()?;
+    Ok(start.elapsed())
+}
+
+/// The stock tools with their keys: an age identity and an unencrypted minisign key.
+struct StockPipeline {
+    dir: PathBuf,
+    age_key: PathBuf,
+    recipient: String,
+    minisign_key: PathBuf,
+    minisign_pub: PathBuf,
+    sealed: PathBuf,
+}
+
+impl StockPipeline {
+    fn new(dir: &Path) -> Result<Self> {
+        let age_key = dir.join("age.key");
+        run(Command::new("age-keygen").arg("-o").arg(&age_key))?;
+        let recipient =
+            String::from_utf8(run(Command::new("age-keygen").arg("-y").arg(&age_key))?)?
+                .trim()
+                .to_string();
+        let minisign_key = dir.join("minisign.key");
+        let minisign_pub = dir.join("minisign.pub");
+        run(Command::new("minisign")
+            .args(["-G", "-W", "-f", "-s"])
+            .arg(&minisign_key)
+            .arg("-p")
+            .arg(&minisign_pub))?;
+        Ok(StockPipeline {
+            dir: dir.to_path_buf(),
+            age_key,
+            recipient,
+            minisign_key,
+            minisign_pub,
+            sealed: dir.join("stock.tar.zst.age"),
+        })
+    }
+
+    /// `tar --zstd -cf - | age -e`, then `minisign -S`. `zstd` is the compressor tar runs:
+    /// plain `zstd` is what `tar --zstd` runs.
+    fn seal(&self, tree: &Path, zstd: &str) -> Result<()> {
+        let script = r#"set -euo pipefail
+tar -I "$ZSTD" -cf - -C "$TREE" . | age -e -r "$RECIPIENT" -o "$SEALED"
+minisign -S -s "$KEY" -m "$SEALED" -x "$SEALED.minisig" >/dev/null"#;
+        run(Command::new("bash")
+            .args(["-c", script])
+            .env("ZSTD", zstd)
+            .env("TREE", tree)
+            .env("RECIPIENT", &self.recipient)
+            .env("SEALED", &self.sealed)
+            .env("KEY", &self.minisign_key))?;
+        Ok(())
+    }
+
+    /// `minisign -V`, then `age -d | tar --zstd -xf -`.
+    fn open(&self, out: &Path) -> Result<()> {
+        std::fs::create_dir_all(out)?;
+        let script = r#"set -euo pipefail
+minisign -V -q -p "$PUB" -m "$SEALED" -x "$SEALED.minisig"
+age -d -i "$AGE_KEY" "$SEALED" | tar --zstd -xf - -C "$OUT""#;
+        run(Command::new("bash")
+            .args(["-c", script])
+            .env("PUB", &self.minisign_pub)
+            .env("SEALED", &self.sealed)
+            .env("AGE_KEY", &self.age_key)
+            .env("OUT", out)
+            .current_dir(&self.dir))?;
+        Ok(())
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<Vec<u8>> {
+    let output = cmd.output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(output.stdout)
+}
+
+/// Reads every regular file under `root` into a payload, paths relative and `/`-separated.
+/// The files are read on every core, as the stock pipeline's `tar` reads while `zstd`
+/// compresses in another process.
+fn read_tree(root: &Path) -> Result<Payload> {
+    let mut paths = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                pending.push(entry.path());
+            } else {
+                paths.push(entry.path());
+            }
+        }
+    }
+    let read = |path: &PathBuf| -> std::io::Result<PayloadFile> {
+        let relative = path.strip_prefix(root).map_err(std::io::Error::other)?;
+        let relative = relative
+            .to_str()
+            .ok_or_else(|| std::io::Error::other("non-UTF-8 path"))?;
+        Ok(PayloadFile {
+            path: relative.to_string(),
+            bytes: std::fs::read(path)?,
+        })
+    };
+    let files = on_every_core(&paths, |chunk| chunk.iter().map(read).collect())?;
+    Ok(Payload::new(files.into_iter().flatten(), &BENCH_LIMITS)?)
+}
+
+/// Writes every file of `payload` under `root`: directories first, then the files on
+/// every core.
+fn write_files(root: &Path, payload: &Payload) -> Result<()> {
+    let mut made = std::collections::HashSet::new();
+    let files: Vec<(PathBuf, &[u8])> = payload
+        .files()
+        .iter()
+        .map(|(path, bytes)| (root.join(path), bytes.as_slice()))
+        .collect();
+    for (target, _) in &files {
+        if let Some(parent) = target.parent()
+            && made.insert(parent)
+        {
+            std::fs::create_dir_all(parent)?;
+        }
+    }
+    on_every_core(&files, |chunk| {
+        chunk
+            .iter()
+            .map(|(target, bytes)| std::fs::write(target, bytes))
+            .collect()
+    })?;
+    Ok(())
+}
+
+/// Splits `items` into one run per core and maps each run on its own thread.
+fn on_every_core<T: Sync, R: Send>(
+    items: &[T],
+    work: impl Fn(&[T]) -> std::io::Result<Vec<R>> + Sync,
+) -> std::io::Result<Vec<Vec<R>>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = items.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let work = &work;
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|run| scope.spawn(move || work(run)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+fn tree_size(root: &Path) -> Result<(usize, u64)> {
+    let mut count = 0;
+    let mut bytes = 0;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                pending.push(entry.path());
+            } else {
+                count += 1;
+                bytes += entry.metadata()?.len();
+            }
+        }
+    }
+    Ok((count, bytes))
+}
+
+fn max_depth(dir: &Path) -> Result<usize> {
+    let mut deepest = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            deepest = deepest.max(1 + max_depth(&entry.path())?);
+        }
+    }
+    Ok(deepest)
+}
+
+/// Writes a template tree of about `target` bytes: areas / agents / sections / files, each
+/// file a mix of markdown prose, handlebars blocks and the odd code sample, identifier or
+/// hash. Words come from a Zipf-distributed vocabulary so the text compresses like real
+/// prose (about 3-5x with zstd -3), not like repeated boilerplate.
+fn generate_tree(root: &Path, target: u64, seed: u64) -> Result<(usize, u64)> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let words = Vocabulary::new(&mut rng, 6000);
+    let areas = ["agents", "shared", "skills", "tools", "modes", "locales"];
+    let mut files = 0;
+    let mut written = 0u64;
+    while written < target {
+        let mut dir = root.join(areas[rng.random_range(0..areas.len())]);
+        for _ in 0..rng.random_range(1..=3) {
+            dir.push(format!(
+                "{}-{}",
+                words.pick(&mut rng),
+                rng.random_range(0..12)
+            ));
+        }
+        std::fs::create_dir_all(&dir)?;
+        let ext = ["md", "md", "md", "hbs", "txt"][rng.random_range(0..5)];
+        let path = dir.join(format!("{}-{files}.{ext}", words.pick(&mut rng)));
+        // Log-uniform sizes from 1 KB to 100 KB: many small templates, a few long ones.
+        let size = (1000.0 * 100f64.powf(rng.random::<f64>())) as usize;
+        let size = size.min((target - written) as usize).max(1);
+        let text = template_text(&mut rng, &words, size);
+        std::fs::write(&path, &text)?;
+        written += text.len() as u64;
+        files += 1;
+    }
+    Ok((files, written))
+}
+
+struct Vocabulary {
+    words: Vec<String>,
+    /// Sentences that recur across files.
+    phrases: Vec<String>,
+    /// Cumulative Zipf weights, for sampling by binary search.
+    cumulative: Vec<f64>,
+}
+
+impl Vocabulary {
+    fn new(rng: &mut StdRng, size: usize) -> Self {
+        const COMMON: &[&str] = &[
+            "the", "you", "to", "and", "a", "of", "is", "in", "must", "the user", "tool", "never",
+            "always", "agent", "when", "with", "for", "file", "that", "not", "task", "should",
+            "it", "be", "your", "this", "answer", "before", "if", "or", "use", "only", "code",
+            "run", "ask", "each", "model",
+        ];
+        const SYLLABLES: &[&str] = &[
+            "ka", "ro", "mi", "te", "sun", "val", "or", "en", "pa", "li", "dor", "ex", "qu", "an",
+            "is", "tor", "bel", "ce", "di", "fo", "gra", "hy", "im", "jo", "lu", "mar", "ne", "op",
+            "ri", "st", "ul", "ve", "wy", "za", "ph", "th", "ion", "ent", "ure", "al",
+        ];
+        let mut words: Vec<String> = COMMON.iter().map(|w| w.to_string()).collect();
+        while words.len() < size {
+            let n = rng.random_range(1..=4);
+            words.push(
+                (0..n)
+                    .map(|_| SYLLABLES[rng.random_range(0..SYLLABLES.len())])
+                    .collect(),
+            );
+        }
+        let mut total = 0.0;
+        let cumulative = (1..=words.len())
+            .map(|rank| {
+                total += 1.0 / (rank as f64).powf(1.05);
+                total
+            })
+            .collect();
+        let mut vocabulary = Vocabulary {
+            words,
+            cumulative,
+            phrases: Vec::new(),
+        };
+        vocabulary.phrases = (0..3000)
+            .map(|_| {
+                let mut phrase = String::new();
+                fresh_sentence(rng, &vocabulary, &mut phrase);
+                phrase
+            })
+            .collect();
+        vocabulary
+    }
+
+    fn pick(&self, rng: &mut StdRng) -> &str {
+        let total = self.cumulative.last().copied().unwrap_or(1.0);
+        let x = rng.random::<f64>() * total;
+        let i = self
+            .cumulative
+            .partition_point(|&c| c < x)
+            .min(self.words.len() - 1);
+        &self.words[i]
+    }
+}
+
+fn sentence(rng: &mut StdRng, words: &Vocabulary, out: &mut String) {
+    // Real templates repeat themselves: the same rule or phrase shows up in many files.
+    if rng.random_range(0..100) < STOCK_PHRASE_PERCENT {
+        out.push_str(&words.phrases[rng.random_range(0..words.phrases.len())]);
+        return;
+    }
+    fresh_sentence(rng, words, out);
+}
+
+/// Share of sentences taken from the stock phrases; tuned so zstd -3 lands near 3.5x.
+const STOCK_PHRASE_PERCENT: u32 = 50;
+
+fn fresh_sentence(rng: &mut StdRng, words: &Vocabulary, out: &mut String) {
+    let n = rng.random_range(5..22);
+    for i in 0..n {
+        let word = words.pick(rng);
+        if i == 0 {
+            let mut chars = word.chars();
+            if let Some(first) = chars.next() {
+                out.extend(first.to_uppercase());
+                out.push_str(chars.as_str());
+            }
+        } else {
+            out.push(' ');
+            match rng.random_range(0..60) {
+                0 => out.push_str(&format!("`{word}_{}`", rng.random_range(0..100))),
+                1 => out.push_str(&format!("{{{{{word}.{}}}}}", words.pick(rng))),
+                2 => out.push_str(&format!("{}", rng.random_range(0..1000))),
+                _ => out.push_str(word),
+            }
+        }
+        if i + 1 < n && rng.random_range(0..9) == 0 {
+            out.push(',');
+        }
+    }
+    out.push_str([".", ".", ".", "?", ":"][rng.random_range(0..5)]);
+}
+
+fn template_text(rng: &mut StdRng, words: &Vocabulary, size: usize) -> String {
+    let mut out = String::with_capacity(size + 512);
+    while out.len() < size {
+        match rng.random_range(0..12) {
+            0 => {
+                out.push_str(["# ", "## ", "### "][rng.random_range(0..3)]);
+                sentence(rng, words, &mut out);
+                out.push_str("\n\n");
+            }
+            1 | 2 => {
+                for _ in 0..rng.random_range(2..7) {
+                    out.push_str("- ");
+                    sentence(rng, words, &mut out);
+                    out.push('\n');
+                }
+                out.push('\n');
+            }
+            3 => {
+                let var = words.pick(rng).replace(' ', "_");
+                out.push_str(&format!("{{{{#if {var}}}}}\n"));
+                sentence(rng, words, &mut out);
+                out.push_str(&format!(
+                    "\n{{{{else}}}}\n{{{{> {}}}}}\n{{{{/if}}}}\n\n",
+                    words.pick(rng)
+                ));
+            }
+            4 => {
+                let list = words.pick(rng).replace(' ', "_");
+                out.push_str(&format!(
+                    "{{{{#each {list}}}}}\n* {{{{this.name}}}}: {{{{this.{}}}}}\n{{{{/each}}}}\n\n",
+                    words.pick(rng)
+                ));
+            }
+            5 => {
+                out.push_str("```\n");
+                for _ in 0..rng.random_range(1..6) {
+                    out.push_str(&format!(
+                        "{}_{:x} = \"{}\"  # {:016x}\n",
+                        words.pick(rng),
+                        rng.random::<u16>(),
+                        words.pick(rng),
+                        rng.random::<u64>()
+                    ));
+                }
+                out.push_str("```\n\n");
+            }
+            _ => {
+                for _ in 0..rng.random_range(2..7) {
+                    sentence(rng, words, &mut out);
+                    out.push(' ');
+                }
+                out.push_str("\n\n");
+            }
+        }
+    }
+    // Cut at a char boundary at or past `size`: sizes vary anyway.
+    out
+}
