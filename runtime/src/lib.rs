@@ -25,6 +25,7 @@ pub mod metadata;
 pub mod mode;
 pub mod provider;
 pub mod session;
+pub mod tools;
 
 pub use assemble::{AssembledPrompt, TurnRequest, assemble, assemble_turn};
 pub use capabilities::{Capabilities, Ceiling, Feature, Features, Occasion, Profile, ToolId};

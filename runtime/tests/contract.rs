@@ -49,14 +49,14 @@ fn the_builtin_pack_has_every_required_template_and_tool_description() {
 }
 
 #[test]
-fn handlebars_strict_mode_alone_is_lenient_inside_if() {
-    // Why the runtime checks its context against the contract: strict mode errors on
-    // `{{missing}}` but quietly takes the else branch of `{{#if missing}}`.
+fn a_missing_condition_variable_is_a_render_error() {
+    // Plain handlebars strict mode quietly takes the else branch of `{{#if missing}}`; the
+    // registry the runtime renders with refuses it like any other missing variable.
     let mut registry = strict_registry();
     registry
         .register_template_string("t", "{{#if missing}}yes{{else}}no{{/if}}")
         .unwrap();
-    assert_eq!(registry.render("t", &serde_json::json!({})).unwrap(), "no");
+    assert!(registry.render("t", &serde_json::json!({})).is_err());
     registry
         .register_template_string("v", "{{missing}}")
         .unwrap();

@@ -1,0 +1,153 @@
+//! `bash`: one command in a non-interactive shell, with a timeout and capped output.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::watch;
+
+use super::{ToolContext, ToolError, ToolResult, cut_middle};
+
+#[derive(Deserialize)]
+pub(super) struct Args {
+    command: String,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+/// Bytes kept per stream while the command runs; the rest is counted, not stored.
+const KEEP_BYTES: usize = 4 * 1024 * 1024;
+
+async fn drain(mut reader: impl AsyncRead + Unpin) -> (Vec<u8>, usize) {
+    let mut kept = Vec::new();
+    let mut dropped = 0;
+    let mut buf = [0u8; 8192];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => return (kept, dropped),
+            Ok(n) => {
+                let room = KEEP_BYTES.saturating_sub(kept.len()).min(n);
+                kept.extend_from_slice(&buf[..room]);
+                dropped += n - room;
+            }
+        }
+    }
+}
+
+fn shell() -> (&'static str, &'static str) {
+    if cfg!(windows) {
+        ("cmd", "/C")
+    } else if std::path::Path::new("/bin/bash").exists() {
+        ("/bin/bash", "-c")
+    } else {
+        ("/bin/sh", "-c")
+    }
+}
+
+/// Kills the command and everything it started: it leads its own process group.
+fn kill_tree(child: &mut tokio::process::Child) {
+    #[cfg(unix)]
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = child.start_kill();
+}
+
+enum End {
+    Exited(std::process::ExitStatus),
+    TimedOut(Duration),
+    Cancelled,
+}
+
+pub(super) async fn run(
+    context: &ToolContext,
+    args: Args,
+    mut cancel: watch::Receiver<bool>,
+) -> ToolResult {
+    if args.command.trim().is_empty() {
+        return Err(ToolError::new("command is empty"));
+    }
+    let limits = context.limits;
+    let timeout = args
+        .timeout_ms
+        .map_or(limits.bash_timeout, Duration::from_millis)
+        .min(limits.bash_max_timeout);
+    let (program, flag) = shell();
+    let mut command = tokio::process::Command::new(program);
+    command
+        .arg(flag)
+        .arg(&args.command)
+        .current_dir(&context.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // Its own process group: Ctrl-C at the terminal reaches the agent, which decides, and
+    // a timeout can kill the whole tree.
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = command
+        .spawn()
+        .map_err(|e| ToolError::new(format!("cannot start {program}: {e}")))?;
+    let stdout = tokio::spawn(drain(child.stdout.take().unwrap()));
+    let stderr = tokio::spawn(drain(child.stderr.take().unwrap()));
+
+    let end = tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => End::Exited(status),
+            Err(e) => return Err(ToolError::new(format!("waiting for the command failed: {e}"))),
+        },
+        _ = tokio::time::sleep(timeout) => End::TimedOut(timeout),
+        _ = cancel.wait_for(|c| *c) => End::Cancelled,
+    };
+    if !matches!(end, End::Exited(_)) {
+        kill_tree(&mut child);
+        let _ = child.wait().await;
+    }
+    // A background grandchild can hold the pipes open; do not wait for it forever.
+    let collect = |task: tokio::task::JoinHandle<(Vec<u8>, usize)>| async move {
+        match tokio::time::timeout(Duration::from_secs(2), task).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(_)) | Err(_) => (Vec::new(), 0),
+        }
+    };
+    let (out, out_dropped) = collect(stdout).await;
+    let (err, err_dropped) = collect(stderr).await;
+
+    let mut report = match end {
+        End::Exited(status) => match status.code() {
+            Some(code) => format!("exit code: {code}\n"),
+            None => format!("exit code: none ({status})\n"),
+        },
+        End::TimedOut(after) => format!(
+            "timed out after {} ms and was killed; pass a larger timeout_ms (at most {}) if it needs longer\n",
+            after.as_millis(),
+            limits.bash_max_timeout.as_millis()
+        ),
+        End::Cancelled => "stopped: the user interrupted the run\n".to_string(),
+    };
+    for (name, bytes, dropped) in [("stdout", out, out_dropped), ("stderr", err, err_dropped)] {
+        if bytes.is_empty() {
+            continue;
+        }
+        let mut text = String::from_utf8_lossy(&bytes).into_owned();
+        if dropped > 0 {
+            text.push_str(&format!("\n… [{dropped} more bytes not kept]\n"));
+        }
+        report.push_str(&format!(
+            "{name}:\n{}",
+            cut_middle(&text, limits.bash_bytes / 2)
+        ));
+        if !report.ends_with('\n') {
+            report.push('\n');
+        }
+    }
+    match end {
+        End::Exited(_) => Ok(report),
+        End::TimedOut(_) | End::Cancelled => Err(ToolError::new(report)),
+    }
+}

@@ -1,0 +1,38 @@
+//! `write`: a whole file, creating missing parent directories.
+
+use serde::Deserialize;
+
+use super::{ToolContext, ToolError, ToolResult};
+
+#[derive(Deserialize)]
+pub(super) struct Args {
+    path: String,
+    content: String,
+}
+
+pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
+    let path = context.resolve(&args.path);
+    let shown = path.display();
+    let existed = path.exists();
+    if path.is_dir() {
+        return Err(ToolError::new(format!("{shown} is a directory")));
+    }
+    if existed && !context.was_read(&path) {
+        return Err(ToolError::new(format!(
+            "{shown} already exists and has not been read in this session; read it first so its current content is not lost by accident"
+        )));
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| ToolError::new(format!("cannot create {}: {e}", parent.display())))?;
+    }
+    std::fs::write(&path, &args.content)
+        .map_err(|e| ToolError::new(format!("cannot write {shown}: {e}")))?;
+    context.mark_read(&path);
+    let lines = args.content.lines().count();
+    let verb = if existed { "Replaced" } else { "Created" };
+    Ok(format!(
+        "{verb} {shown} ({} bytes, {lines} lines)",
+        args.content.len()
+    ))
+}
