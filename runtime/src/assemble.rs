@@ -72,6 +72,9 @@ pub struct TurnRequest<'a> {
 pub struct AssembledPrompt {
     pub text: String,
     pub metadata: PromptMetadata,
+    /// What the agent may use this turn, after every narrowing step: the tools offered to
+    /// the model come from here.
+    pub capabilities: crate::Capabilities,
 }
 
 /// Builds the prompt through the store: one capture, and the whole prompt from the
@@ -276,7 +279,11 @@ pub fn assemble(
         fallback: None,
         warnings: instructions.warnings.clone(),
     };
-    Ok(AssembledPrompt { text, metadata })
+    Ok(AssembledPrompt {
+        text,
+        metadata,
+        capabilities: resolved.capabilities,
+    })
 }
 
 /// The frozen definition, a built-in agent as this snapshot describes it, or a custom one.

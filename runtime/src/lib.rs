@@ -9,9 +9,14 @@
 //! - [`assemble`]: the per-turn assembly, in a fixed order, from one snapshot, with
 //!   wholesale fallback to the built-in pack.
 //! - [`session`]: task sessions freeze their agent definition and prompt mode.
+//! - [`provider`]: OpenAI- and Anthropic-compatible streaming model calls.
+//! - [`tools`]: read, write, edit, bash, grep, glob and todowrite.
+//! - [`agent_loop`]: prompt → model → tools, repeated; [`transcript`]: the JSONL session
+//!   files it writes and `--resume` reads.
 //!
 //! The library logs with `tracing` and never prints; the `agent` binary owns stdout.
 
+pub mod agent_loop;
 pub mod agents;
 pub mod assemble;
 pub mod capabilities;
@@ -26,6 +31,7 @@ pub mod mode;
 pub mod provider;
 pub mod session;
 pub mod tools;
+pub mod transcript;
 
 pub use assemble::{AssembledPrompt, TurnRequest, assemble, assemble_turn};
 pub use capabilities::{Capabilities, Ceiling, Feature, Features, Occasion, Profile, ToolId};

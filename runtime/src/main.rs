@@ -2,6 +2,9 @@
 //!
 //! `agent prompt` prints the exact system prompt of one turn and its metadata; a publisher
 //! runs it against a pack directory (`--pack`) to review the pack before release.
+//! `agent exec` runs the agent loop against a model provider until the task is done.
+
+mod exec;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,6 +33,8 @@ struct Cli {
 enum Command {
     /// Print the exact system prompt and metadata of one turn.
     Prompt(PromptArgs),
+    /// Run the agent on a task: call the model, run its tools, repeat until it is done.
+    Exec(exec::ExecArgs),
 }
 
 #[derive(clap::Args)]
@@ -72,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Prompt(args) => prompt(args),
+        Command::Exec(args) => exec::exec(args),
     }
 }
 

@@ -1,0 +1,317 @@
+//! The agent loop: capture a snapshot, assemble the prompt, call the model, run its tool
+//! calls, repeat until the model stops calling tools or the step limit is reached.
+//!
+//! Each step captures once: the system prompt and the tool descriptions come from the
+//! same pack (or, on any failure of a remote pack, both from the built-in one). Read-only
+//! calls in a run of them execute together; a call that changes anything runs alone, in
+//! the order the model gave. Every call gets exactly one result, even when the user
+//! interrupts, so the conversation stays valid for the next request and for `--resume`.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use pack_client::PromptStore;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::assemble::{AssembledPrompt, TurnRequest, assemble};
+use crate::error::{PromptError, RuntimeError};
+use crate::provider::{
+    Delta, Message, ModelRequest, Provider, ProviderError, ToolCall, ToolSpec, Usage,
+};
+use crate::tools::{ToolContext, ToolOutput, Toolbox};
+use crate::transcript::{Record, Transcript};
+
+/// What the loop reports as it goes. `agent exec --json` prints these one per line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    SessionStarted {
+        session_id: String,
+        agent: String,
+        mode: String,
+        model: String,
+        resumed: bool,
+        transcript: String,
+    },
+    TurnStarted {
+        turn: u32,
+        pack: String,
+        fallback: Option<String>,
+    },
+    TextDelta {
+        text: String,
+    },
+    ReasoningDelta {
+        text: String,
+    },
+    AssistantMessage {
+        turn: u32,
+        text: String,
+    },
+    ToolCallStarted {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    ToolCallCompleted {
+        id: String,
+        name: String,
+        is_error: bool,
+        output: String,
+    },
+    TurnCompleted {
+        turn: u32,
+        usage: Usage,
+        stop_reason: Option<String>,
+    },
+    Error {
+        message: String,
+    },
+    SessionFinished {
+        session_id: String,
+        reason: Finish,
+        turns: u32,
+        usage: Usage,
+    },
+}
+
+/// Why the loop ended without a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// The model answered without calling a tool.
+    Done,
+    StepLimit,
+    Interrupted,
+}
+
+/// Faults that stop the run. Tool failures are not among them: they go to the model.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error("building the prompt: {0}")]
+    Prompt(#[from] PromptError),
+    #[error(transparent)]
+    Session(#[from] RuntimeError),
+}
+
+/// One step's prompt and tools, from one snapshot.
+#[derive(Debug, Clone)]
+pub struct PreparedTurn {
+    pub prompt: AssembledPrompt,
+    pub specs: Vec<ToolSpec>,
+    pub toolbox: Toolbox,
+}
+
+/// Captures once and builds the prompt and the tool list from that snapshot, falling
+/// back wholesale to the built-in pack if the captured one fails anywhere.
+pub fn prepare_turn(
+    store: &PromptStore,
+    request: &TurnRequest<'_>,
+    tools: &Arc<ToolContext>,
+) -> Result<PreparedTurn, PromptError> {
+    let served = store.serve(|snapshot| {
+        let prompt = assemble(snapshot, request)?;
+        let toolbox = Toolbox::new(&prompt.capabilities, tools.clone());
+        let specs = toolbox.specs(snapshot)?;
+        Ok::<_, PromptError>(PreparedTurn {
+            prompt,
+            specs,
+            toolbox,
+        })
+    })?;
+    let mut turn = served.value;
+    turn.prompt.metadata.fallback = served.fallback;
+    Ok(turn)
+}
+
+/// Runs the calls of one assistant message and returns one output per call, in order.
+/// After `cancel` turns true, calls not yet started get an "interrupted" error.
+pub async fn dispatch(
+    toolbox: &Toolbox,
+    calls: &[ToolCall],
+    cancel: &watch::Receiver<bool>,
+    sink: &mut (dyn FnMut(Event) + Send),
+) -> Vec<ToolOutput> {
+    let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
+    let mut i = 0;
+    while i < calls.len() {
+        // A run of read-only calls goes together; anything else goes alone.
+        let mut end = i + 1;
+        if toolbox.is_read_only(&calls[i]) {
+            while end < calls.len() && toolbox.is_read_only(&calls[end]) {
+                end += 1;
+            }
+        }
+        if *cancel.borrow() {
+            break;
+        }
+        for call in &calls[i..end] {
+            sink(Event::ToolCallStarted {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+        let results = join_all(calls[i..end].iter().map(|c| toolbox.run(c, cancel.clone()))).await;
+        for (offset, output) in results.into_iter().enumerate() {
+            let call = &calls[i + offset];
+            sink(Event::ToolCallCompleted {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                is_error: output.is_error,
+                output: output.content.clone(),
+            });
+            outputs[i + offset] = Some(output);
+        }
+        i = end;
+    }
+    outputs
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| ToolOutput::error("not run: the user interrupted the run")))
+        .collect()
+}
+
+/// The loop's inputs besides the conversation.
+pub struct AgentLoop<'a> {
+    pub store: &'a PromptStore,
+    pub request: TurnRequest<'a>,
+    pub provider: &'a Provider,
+    pub tools: Arc<ToolContext>,
+    pub max_steps: u32,
+    pub session_id: String,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub finish: Finish,
+    pub turns: u32,
+    pub usage: Usage,
+}
+
+impl AgentLoop<'_> {
+    /// Runs until the model stops calling tools, the step limit, or `cancel`. `turn` is
+    /// the last turn number already in the transcript.
+    pub async fn run(
+        &self,
+        messages: &mut Vec<Message>,
+        transcript: &mut Transcript,
+        mut turn: u32,
+        cancel: watch::Receiver<bool>,
+        sink: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<Outcome, RunError> {
+        let mut usage = Usage::default();
+        let mut steps = 0;
+        let finish = loop {
+            if *cancel.borrow() {
+                break Finish::Interrupted;
+            }
+            if steps == self.max_steps {
+                break Finish::StepLimit;
+            }
+            steps += 1;
+            turn += 1;
+            let prepared = prepare_turn(self.store, &self.request, &self.tools)?;
+            let meta = &prepared.prompt.metadata;
+            transcript.append(&Record::Turn {
+                turn,
+                prompt: meta.clone(),
+            })?;
+            sink(Event::TurnStarted {
+                turn,
+                pack: format!(
+                    "{} {} ({})",
+                    meta.pack.name, meta.pack.version, meta.pack.source
+                ),
+                fallback: meta.fallback.clone(),
+            });
+
+            let request = ModelRequest {
+                system: &prepared.prompt.text,
+                messages,
+                tools: &prepared.specs,
+            };
+            let response = {
+                let mut on_delta = |delta: Delta<'_>| {
+                    sink(match delta {
+                        Delta::Text(text) => Event::TextDelta {
+                            text: text.to_string(),
+                        },
+                        Delta::Reasoning(text) => Event::ReasoningDelta {
+                            text: text.to_string(),
+                        },
+                    })
+                };
+                let mut cancelled = cancel.clone();
+                tokio::select! {
+                    response = self.provider.complete(&request, &mut on_delta) => Some(response),
+                    _ = cancelled.wait_for(|c| *c) => None,
+                }
+            };
+            let Some(response) = response else {
+                // Nothing of a half-streamed answer is kept: the next request must not
+                // carry an assistant message that ends mid-sentence.
+                transcript.append(&Record::Interrupted { turn })?;
+                break Finish::Interrupted;
+            };
+            let response = response?;
+            usage += response.usage;
+            let message = response.to_message();
+            transcript.append(&Record::Message {
+                message: message.clone(),
+            })?;
+            messages.push(message);
+            if !response.text.is_empty() {
+                sink(Event::AssistantMessage {
+                    turn,
+                    text: response.text.clone(),
+                });
+            }
+
+            let outputs = dispatch(&prepared.toolbox, &response.tool_calls, &cancel, sink).await;
+            for (call, output) in response.tool_calls.iter().zip(outputs) {
+                let message = Message::Tool {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: output.content,
+                    is_error: output.is_error,
+                };
+                transcript.append(&Record::Message {
+                    message: message.clone(),
+                })?;
+                messages.push(message);
+            }
+            transcript.append(&Record::Usage {
+                turn,
+                usage: response.usage,
+                stop_reason: response.stop_reason.clone(),
+            })?;
+            sink(Event::TurnCompleted {
+                turn,
+                usage: response.usage,
+                stop_reason: response.stop_reason.clone(),
+            });
+            if *cancel.borrow() {
+                transcript.append(&Record::Interrupted { turn })?;
+                break Finish::Interrupted;
+            }
+            if response.tool_calls.is_empty() {
+                break Finish::Done;
+            }
+        };
+        sink(Event::SessionFinished {
+            session_id: self.session_id.clone(),
+            reason: finish,
+            turns: turn,
+            usage,
+        });
+        Ok(Outcome {
+            finish,
+            turns: turn,
+            usage,
+        })
+    }
+}

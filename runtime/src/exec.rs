@@ -1,0 +1,360 @@
+//! `agent exec`: one task, run to the end, printed as it happens.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_runtime::agent_loop::{AgentLoop, Event, Finish};
+use agent_runtime::agents::{self, BUILTIN_AGENTS, ORCHESTRATOR};
+use agent_runtime::config::Config;
+use agent_runtime::data_dir::DataDir;
+use agent_runtime::environment::Environment;
+use agent_runtime::instructions::Instructions;
+use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
+use agent_runtime::tools::ToolContext;
+use agent_runtime::transcript::{Record, SessionHeader, Transcript};
+use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest};
+use anyhow::{Context as _, bail};
+use pack_client::PromptStore;
+
+#[derive(clap::Args)]
+pub struct ExecArgs {
+    /// The task. Read from stdin when absent.
+    prompt: Vec<String>,
+    /// Print one JSON event per line instead of readable output.
+    #[arg(long)]
+    json: bool,
+    /// The orchestrator's prompt mode: tui, coding or work (default tui).
+    #[arg(long, value_name = "MODE")]
+    prompt_mode: Option<PromptMode>,
+    /// The agent: mavis, explore, worker, verifier or a custom agent (default mavis).
+    #[arg(long)]
+    agent: Option<String>,
+    /// Continue this stored session.
+    #[arg(long, value_name = "ID")]
+    resume: Option<String>,
+    /// The `[providers.<id>]` entry of config.toml to use.
+    #[arg(long)]
+    provider: Option<String>,
+    /// openai or anthropic (overrides AGENT_API).
+    #[arg(long)]
+    api: Option<Api>,
+    /// The model server's base URL (overrides AGENT_BASE_URL).
+    #[arg(long)]
+    base_url: Option<String>,
+    /// The model id (overrides AGENT_MODEL).
+    #[arg(long)]
+    model: Option<String>,
+    /// Stop after this many model calls.
+    #[arg(long, default_value_t = 50)]
+    max_steps: u32,
+    /// The workspace (default: the current directory; a resumed session keeps its own).
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+}
+
+pub fn exec(args: ExecArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: ExecArgs) -> anyhow::Result<()> {
+    let data_dir = DataDir::locate()?;
+    let config_path = data_dir.config_file();
+    let config_text = match std::fs::read_to_string(&config_path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", config_path.display())),
+    };
+    let config = Config::parse(&config_text)
+        .map_err(|reason| anyhow::anyhow!("{}: {reason}", config_path.display()))?;
+    let overrides = ProviderOverrides {
+        provider: args.provider.clone(),
+        api: args.api,
+        base_url: args.base_url.clone(),
+        model: args.model.clone(),
+    };
+    let settings =
+        ProviderSettings::resolve(&config_text, &overrides, |name| std::env::var(name).ok())
+            .map_err(|reason| anyhow::anyhow!("model provider: {reason}"))?;
+    let (custom_agents, errors) = agents::load_custom_agents(&data_dir.agents_dir());
+    for error in errors {
+        tracing::warn!("{error}");
+    }
+
+    let sessions = data_dir.sessions_dir();
+    let (mut transcript, header, mut messages, turns) = match &args.resume {
+        Some(id) => {
+            let (transcript, stored) = Transcript::resume(&sessions, id)?;
+            let header = stored.header;
+            if let Some(agent) = &args.agent
+                && *agent != header.agent
+            {
+                bail!(
+                    "session {id} runs agent {}; it cannot continue as {agent}",
+                    header.agent
+                );
+            }
+            if let Some(mode) = args.prompt_mode
+                && mode != header.mode
+            {
+                bail!(
+                    "session {id} was started with prompt mode `{}`; it cannot be resumed with --prompt-mode {mode}",
+                    header.mode
+                );
+            }
+            (transcript, header, stored.messages, stored.turns)
+        }
+        None => {
+            let cwd = match &args.cwd {
+                Some(dir) => dir.clone(),
+                None => std::env::current_dir().context("reading the current directory")?,
+            };
+            let cwd = std::path::absolute(&cwd)?;
+            if !cwd.is_dir() {
+                bail!("--cwd {} is not a directory", cwd.display());
+            }
+            let header = SessionHeader {
+                id: Transcript::new_id(),
+                created_at: time::OffsetDateTime::now_utc()
+                    .format(&time::format_description::well_known::Rfc3339)?,
+                agent: args
+                    .agent
+                    .clone()
+                    .unwrap_or_else(|| ORCHESTRATOR.to_string()),
+                mode: args.prompt_mode.unwrap_or_default(),
+                provider: settings.id.clone(),
+                model: settings.model.clone(),
+                cwd,
+            };
+            let transcript = Transcript::create(&sessions, &header)?;
+            (transcript, header, Vec::new(), 0)
+        }
+    };
+
+    let task = if args.prompt.is_empty() {
+        let mut text = String::new();
+        if !std::io::stdin().is_terminal() {
+            std::io::stdin().read_to_string(&mut text)?;
+        }
+        text
+    } else {
+        args.prompt.join(" ")
+    };
+    if task.trim().is_empty() {
+        bail!("no task: pass it as an argument or on stdin");
+    }
+    let user = Message::User {
+        content: task.trim_end().to_string(),
+    };
+    transcript.append(&Record::Message {
+        message: user.clone(),
+    })?;
+    messages.push(user);
+
+    let tools = Arc::new(ToolContext::new(header.cwd.clone()));
+    for message in &messages {
+        if let Message::Assistant { tool_calls, .. } = message {
+            for call in tool_calls {
+                tools.replay(call);
+            }
+        }
+    }
+    let environment = Environment::detect(&header.cwd, &settings.model, data_dir.root());
+    let instructions = Instructions::read(&data_dir.global_instructions(), &header.cwd);
+    let agent = header.agent.as_str();
+    let occasion = if BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR {
+        Occasion::TaskChild
+    } else {
+        Occasion::Root
+    };
+    let session_context = agent_runtime::session::SessionContext {
+        task_id: header.id.clone(),
+        parent_agent: ORCHESTRATOR.to_string(),
+    };
+    let store = PromptStore::new(pack_client::builtin::snapshot());
+    let provider = Provider::new(settings.clone())?;
+    let agent_loop = AgentLoop {
+        store: &store,
+        request: TurnRequest {
+            agent,
+            mode: header.mode,
+            model: &settings.model,
+            occasion,
+            profile: Profile::Cli,
+            interactive: false,
+            config: &config,
+            custom_agents: &custom_agents,
+            frozen: None,
+            environment: &environment,
+            instructions: &instructions,
+            memory: None,
+            session: Some(&session_context),
+        },
+        provider: &provider,
+        tools,
+        max_steps: args.max_steps,
+        session_id: header.id.clone(),
+    };
+
+    // The first Ctrl-C ends the current step and saves; a second one leaves at once.
+    let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = cancel_tx.send(true);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+
+    let mut printer = Printer::new(args.json);
+    printer.event(Event::SessionStarted {
+        session_id: header.id.clone(),
+        agent: header.agent.clone(),
+        mode: header.mode.to_string(),
+        model: settings.model.clone(),
+        resumed: args.resume.is_some(),
+        transcript: transcript.file_path().display().to_string(),
+    });
+    let result = agent_loop
+        .run(&mut messages, &mut transcript, turns, cancel_rx, &mut |e| {
+            printer.event(e)
+        })
+        .await;
+    match result {
+        Ok(outcome) => match outcome.finish {
+            Finish::Done => Ok(()),
+            Finish::StepLimit => bail!(
+                "stopped after {} steps; continue with `agent exec --resume {}`",
+                args.max_steps,
+                header.id
+            ),
+            Finish::Interrupted => {
+                std::process::exit(130);
+            }
+        },
+        Err(e) => {
+            printer.event(Event::Error {
+                message: e.to_string(),
+            });
+            Err(anyhow::Error::new(e).context(format!(
+                "session {} saved; continue with `agent exec --resume {}`",
+                header.id, header.id
+            )))
+        }
+    }
+}
+
+/// Writes events: JSON lines, or the assistant's text on stdout with tool activity on
+/// stderr, so `agent exec … > answer.txt` captures just the answer.
+struct Printer {
+    json: bool,
+    /// Text has been streamed since the last newline.
+    mid_line: bool,
+}
+
+impl Printer {
+    fn new(json: bool) -> Printer {
+        Printer {
+            json,
+            mid_line: false,
+        }
+    }
+
+    fn event(&mut self, event: Event) {
+        // A closed stdout (`| head`) must not turn into a panic mid-session.
+        let _ = self.write(event);
+    }
+
+    fn write(&mut self, event: Event) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            if matches!(
+                event,
+                Event::TextDelta { .. } | Event::ReasoningDelta { .. }
+            ) {
+                return Ok(());
+            }
+            serde_json::to_writer(&mut out, &event)?;
+            writeln!(out)?;
+            return out.flush();
+        }
+        let mut err = std::io::stderr().lock();
+        match event {
+            Event::TextDelta { text } => {
+                out.write_all(text.as_bytes())?;
+                self.mid_line = !text.ends_with('\n');
+                out.flush()?;
+            }
+            Event::ReasoningDelta { .. } | Event::AssistantMessage { .. } => {}
+            Event::SessionStarted {
+                session_id,
+                agent,
+                model,
+                resumed,
+                ..
+            } => {
+                let verb = if resumed { "resumed" } else { "session" };
+                writeln!(err, "{verb} {session_id} · {agent} · {model}")?;
+            }
+            Event::TurnStarted { fallback, .. } => {
+                if let Some(reason) = fallback {
+                    writeln!(err, "warning: {reason}")?;
+                }
+            }
+            Event::ToolCallStarted {
+                name, arguments, ..
+            } => {
+                if self.mid_line {
+                    writeln!(out)?;
+                    out.flush()?;
+                    self.mid_line = false;
+                }
+                let mut shown: String = arguments.chars().take(160).collect();
+                if shown.len() < arguments.len() {
+                    shown.push('…');
+                }
+                writeln!(err, "→ {name} {shown}")?;
+            }
+            Event::ToolCallCompleted {
+                is_error, output, ..
+            } => {
+                let first = output.lines().next().unwrap_or("");
+                let first: String = first.chars().take(160).collect();
+                let mark = if is_error { "✗" } else { "✓" };
+                writeln!(err, "  {mark} {first}")?;
+            }
+            Event::TurnCompleted { .. } => {
+                if self.mid_line {
+                    writeln!(out)?;
+                    out.flush()?;
+                    self.mid_line = false;
+                }
+            }
+            Event::Error { message } => writeln!(err, "error: {message}")?,
+            Event::SessionFinished {
+                session_id,
+                reason,
+                turns,
+                usage,
+            } => {
+                let how = match reason {
+                    Finish::Done => "done",
+                    Finish::StepLimit => "step limit reached",
+                    Finish::Interrupted => "interrupted, saved",
+                };
+                writeln!(
+                    err,
+                    "{how} · session {session_id} · {turns} turns · {} in / {} out tokens",
+                    usage.input_tokens, usage.output_tokens
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
