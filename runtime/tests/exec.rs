@@ -251,3 +251,80 @@ fn a_failing_server_is_reported_and_the_session_kept() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--resume"), "{stderr}");
 }
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_the_step_saves_the_session_and_resume_continues() {
+    use std::io::BufRead;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(vec![Reply::fixture("openai_sleep.sse", &[])]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["exec", "--json", "Wait a while"])
+        .current_dir(work.path())
+        .env("AGENT_HOME", home.path())
+        .env("AGENT_BASE_URL", server.openai_base())
+        .env("AGENT_API", "openai")
+        .env("AGENT_MODEL", "test-model")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut session_id = String::new();
+    for line in lines.by_ref() {
+        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if event["type"] == "session_started" {
+            session_id = event["session_id"].as_str().unwrap().to_string();
+        }
+        if event["type"] == "tool_call_started" {
+            break;
+        }
+    }
+    // Give the shell a moment to start `sleep`, then press Ctrl-C.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let rest: Vec<Value> = lines
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "sleep 30 was stopped"
+    );
+    let done = rest
+        .iter()
+        .find(|e| e["type"] == "tool_call_completed")
+        .unwrap();
+    assert_eq!(done["is_error"], true);
+    assert!(done["output"].as_str().unwrap().contains("interrupted"));
+    assert_eq!(rest.last().unwrap()["reason"], "interrupted");
+
+    let stored = records(home.path(), &session_id);
+    assert_eq!(of_kind(&stored, "interrupted").len(), 1);
+    let roles: Vec<&str> = of_kind(&stored, "message")
+        .iter()
+        .map(|m| m["message"]["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool"]);
+
+    server.push(Reply::fixture("openai_5_resumed.sse", &[]));
+    let out = agent(
+        home.path(),
+        work.path(),
+        &server.openai_base(),
+        "openai",
+        &["--json", "--resume", &session_id, "Go on"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.assert_clean();
+}
