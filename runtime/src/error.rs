@@ -55,4 +55,6 @@ pub enum RuntimeError {
     Session { path: PathBuf, reason: String },
     #[error(transparent)]
     AgentFile(#[from] AgentFileError),
+    #[error("prompt pack updates ({}): {reason}", path.display())]
+    Updates { path: PathBuf, reason: String },
 }

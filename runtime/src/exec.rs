@@ -10,12 +10,12 @@ use agent_runtime::config::Config;
 use agent_runtime::data_dir::DataDir;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
+use agent_runtime::packs::Packs;
 use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
 use agent_runtime::tools::ToolContext;
 use agent_runtime::transcript::{Record, SessionHeader, Transcript};
 use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest};
 use anyhow::{Context as _, bail};
-use pack_client::PromptStore;
 
 #[derive(clap::Args)]
 pub struct ExecArgs {
@@ -65,11 +65,7 @@ pub fn exec(args: ExecArgs) -> anyhow::Result<()> {
 async fn run(args: ExecArgs) -> anyhow::Result<()> {
     let data_dir = DataDir::locate()?;
     let config_path = data_dir.config_file();
-    let config_text = match std::fs::read_to_string(&config_path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", config_path.display())),
-    };
+    let config_text = crate::read_config(&data_dir)?;
     let config = Config::parse(&config_text)
         .map_err(|reason| anyhow::anyhow!("{}: {reason}", config_path.display()))?;
     let overrides = ProviderOverrides {
@@ -176,7 +172,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
         task_id: header.id.clone(),
         parent_agent: ORCHESTRATOR.to_string(),
     };
-    let store = PromptStore::new(pack_client::builtin::snapshot());
+    let packs = Packs::open(&data_dir, &config_text)?;
+    let store = packs.store().clone();
     let provider = Provider::new(settings.clone())?;
     let agent_loop = AgentLoop {
         store: &store,

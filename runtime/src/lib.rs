@@ -28,6 +28,7 @@ pub mod error;
 pub mod instructions;
 pub mod metadata;
 pub mod mode;
+pub mod packs;
 pub mod provider;
 pub mod session;
 pub mod tools;

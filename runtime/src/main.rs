@@ -15,12 +15,13 @@ use agent_runtime::config::Config;
 use agent_runtime::data_dir::DataDir;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
+use agent_runtime::packs::Packs;
 use agent_runtime::session::{SessionContext, TaskSession};
 use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest, assemble_turn};
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pack_client::snapshot::SnapshotMeta;
-use pack_client::{PromptStore, Snapshot, Source};
+use pack_client::{Snapshot, Source};
 
 #[derive(Parser)]
 #[command(name = "agent", version, about = "The promptpack local agent runtime")]
@@ -35,6 +36,25 @@ enum Command {
     Prompt(PromptArgs),
     /// Run the agent on a task: call the model, run its tools, repeat until it is done.
     Exec(exec::ExecArgs),
+    /// Prompt-pack updates: what is served, refresh now, pin a version.
+    #[command(subcommand)]
+    Packs(PacksCommand),
+}
+
+#[derive(Subcommand)]
+enum PacksCommand {
+    /// Which pack is served and how the last refresh went.
+    Status {
+        /// Print the client status as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Refresh from the configured server now (even with auto-update off).
+    Refresh,
+    /// Stay on this pack version; saved in the config file.
+    Pin { version: semver::Version },
+    /// Follow the channel again.
+    Unpin,
 }
 
 #[derive(clap::Args)]
@@ -78,12 +98,86 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Prompt(args) => prompt(args),
         Command::Exec(args) => exec::exec(args),
+        Command::Packs(command) => packs(command),
     }
+}
+
+/// The config file's text; a missing file is an empty config.
+pub(crate) fn read_config(data_dir: &DataDir) -> anyhow::Result<String> {
+    let path = data_dir.config_file();
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn packs(command: PacksCommand) -> anyhow::Result<()> {
+    let data_dir = DataDir::locate()?;
+    let text = read_config(&data_dir)?;
+    let mut out = std::io::stdout().lock();
+    let pin = match command {
+        PacksCommand::Status { json } => {
+            let packs = Packs::open(&data_dir, &text)?;
+            if json {
+                let doc = match packs.client() {
+                    Some(client) => serde_json::to_value(client.status())?,
+                    None => serde_json::json!({
+                        "serving": packs.store().capture().meta(),
+                        "server": null,
+                    }),
+                };
+                serde_json::to_writer_pretty(&mut out, &doc)?;
+                writeln!(out)?;
+            } else {
+                out.write_all(packs.describe().as_bytes())?;
+            }
+            return Ok(());
+        }
+        PacksCommand::Refresh => {
+            let packs = Packs::open(&data_dir, &text)?;
+            let Some(client) = packs.client() else {
+                bail!(
+                    "no update server configured: set `server` in the [updates] table of {}",
+                    data_dir.config_file().display()
+                );
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let outcome = runtime.block_on(client.refresh_now())?;
+            writeln!(out, "{}", serde_json::to_string(&outcome)?)?;
+            out.write_all(packs.describe().as_bytes())?;
+            return Ok(());
+        }
+        PacksCommand::Pin { version } => Some(version),
+        PacksCommand::Unpin => None,
+    };
+    let updated = agent_runtime::packs::set_pin(&text, pin.as_ref());
+    // Refuse to save a file the runtime could not read back.
+    agent_runtime::packs::client_config(&data_dir, &updated)?;
+    std::fs::create_dir_all(data_dir.root())?;
+    let path = data_dir.config_file();
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, &updated).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    match pin {
+        Some(version) => writeln!(
+            out,
+            "pinned to pack version {version} in {}",
+            path.display()
+        )?,
+        None => writeln!(out, "unpinned in {}", path.display())?,
+    }
+    Ok(())
 }
 
 fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     let data_dir = DataDir::locate()?;
-    let config = Config::load(&data_dir.config_file())?;
+    let config_text = read_config(&data_dir)?;
+    let config = Config::parse(&config_text)
+        .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
+    let packs = Packs::open(&data_dir, &config_text)?;
     let (custom_agents, _errors) = agents::load_custom_agents(&data_dir.agents_dir());
     let cwd = match args.cwd {
         Some(dir) => dir,
@@ -119,7 +213,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
 
     let environment = Environment::detect(&cwd, &args.model, data_dir.root());
     let instructions = Instructions::read(&data_dir.global_instructions(), &cwd);
-    let store = PromptStore::new(pack_client::builtin::snapshot());
+    let store = packs.store();
     if let Some(dir) = &args.pack {
         store.install(load_pack_dir(dir)?);
     }
@@ -139,7 +233,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         memory: None,
         session: Some(session_context),
     };
-    let prompt = assemble_turn(&store, &request)?;
+    let prompt = assemble_turn(store, &request)?;
 
     let mut out = std::io::stdout().lock();
     if args.json {

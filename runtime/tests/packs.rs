@@ -1,0 +1,102 @@
+//! `agent packs`: the runtime takes its snapshots from the pack client configured in the
+//! data directory; with no server it serves the built-in pack, and `pin` / `unpin`
+//! persist the user's choice in the config file without disturbing the rest of it.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn agent(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .env("AGENT_HOME", home)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn no_server_serves_the_builtin_pack() {
+    let home = tempfile::tempdir().unwrap();
+    let status = stdout(&agent(home.path(), &["packs", "status"]));
+    assert!(
+        status.contains("serving: builtin 0.0.0 (builtin)"),
+        "{status}"
+    );
+    assert!(status.contains("updates: off"), "{status}");
+    // Nothing is created for a client that is not configured.
+    assert!(!home.path().join("packs").exists());
+
+    let refresh = agent(home.path(), &["packs", "refresh"]);
+    assert!(!refresh.status.success());
+    assert!(String::from_utf8_lossy(&refresh.stderr).contains("no update server configured"));
+}
+
+#[test]
+fn pin_and_unpin_persist_in_the_config_file() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    // Port 9 (discard) refuses connections: the client opens its cache but cannot refresh.
+    let original = "# my settings\n[agents.default]\ntools = [\"read\", \"grep\"]\n\n[updates]\nserver = \"http://127.0.0.1:9\"\nchannel = \"beta\"\n";
+    std::fs::write(&config, original).unwrap();
+
+    stdout(&agent(home.path(), &["packs", "pin", "1.4.2"]));
+    let pinned = std::fs::read_to_string(&config).unwrap();
+    assert!(pinned.contains("pin = \"1.4.2\""), "{pinned}");
+    assert!(
+        pinned.starts_with("# my settings\n[agents.default]"),
+        "{pinned}"
+    );
+
+    let status = stdout(&agent(home.path(), &["packs", "status"]));
+    assert!(status.contains("pin: 1.4.2"), "{status}");
+    assert!(status.contains("channel: beta"), "{status}");
+    assert!(status.contains("serving: builtin"), "{status}");
+    // The cache lives under the data directory.
+    assert!(home.path().join("packs").join("install-id").exists());
+
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&agent(home.path(), &["packs", "status", "--json"]))).unwrap();
+    assert_eq!(json["pin"], "1.4.2");
+    assert_eq!(json["serving"]["source"], "builtin");
+
+    // An unreachable server fails the refresh and keeps serving what it had.
+    let refresh = agent(home.path(), &["packs", "refresh"]);
+    assert!(!refresh.status.success());
+    let status = stdout(&agent(home.path(), &["packs", "status"]));
+    assert!(status.contains("serving: builtin"), "{status}");
+
+    stdout(&agent(home.path(), &["packs", "unpin"]));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
+
+    // The prompt is still rendered, from the built-in pack.
+    let work = tempfile::tempdir().unwrap();
+    let out = agent(
+        home.path(),
+        &["prompt", "--json", "--cwd", work.path().to_str().unwrap()],
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["metadata"]["pack"]["source"], "builtin");
+}
+
+#[test]
+fn a_bad_updates_table_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[updates]\nserver = \"ftp://nope\"\n",
+    )
+    .unwrap();
+    let out = agent(home.path(), &["packs", "status"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[updates]"));
+    let pin = agent(home.path(), &["packs", "pin", "not-a-version"]);
+    assert!(!pin.status.success());
+}
