@@ -78,6 +78,7 @@ fn main() {
             instructions,
             memory: None,
             session: None,
+            disk_skills: &[],
         };
         assemble(&snapshot, &request).unwrap()
     };

@@ -101,6 +101,7 @@ fn main() {
         instructions: &instructions,
         memory: None,
         session: None,
+        disk_skills: &[],
     };
     let tools = Arc::new(ToolContext::new(work.clone()));
     let provider = Provider::new(ProviderSettings::for_tests(

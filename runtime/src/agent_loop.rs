@@ -15,10 +15,12 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::assemble::{AssembledPrompt, TurnRequest, assemble};
+use crate::compaction::{self, COMPACTION_PROMPT, Compaction};
 use crate::error::{PromptError, RuntimeError};
 use crate::provider::{
     Delta, Message, ModelRequest, Provider, ProviderError, ToolCall, ToolSpec, Usage,
 };
+use crate::reminders::Reminders;
 use crate::tools::{ToolContext, ToolOutput, Toolbox};
 use crate::transcript::{Record, Transcript};
 
@@ -64,6 +66,16 @@ pub enum Event {
         turn: u32,
         usage: Usage,
         stop_reason: Option<String>,
+    },
+    /// Older history was summarised: `summarized` original messages are now covered by
+    /// the summary, `kept` follow it unchanged.
+    Compacted {
+        summarized: usize,
+        kept: usize,
+    },
+    /// A background task finished; the model is told at the next step.
+    Notification {
+        text: String,
     },
     Error {
         message: String,
@@ -114,7 +126,8 @@ pub fn prepare_turn(
 ) -> Result<PreparedTurn, PromptError> {
     let served = store.serve(|snapshot| {
         let prompt = assemble(snapshot, request)?;
-        let toolbox = Toolbox::new(&prompt.capabilities, tools.clone());
+        let toolbox =
+            Toolbox::new(&prompt.capabilities, tools.clone()).with_skills(prompt.skills.clone());
         let specs = toolbox.specs(snapshot)?;
         Ok::<_, PromptError>(PreparedTurn {
             prompt,
@@ -174,6 +187,29 @@ pub async fn dispatch(
         .collect()
 }
 
+/// What the loop carries from one step (and one user turn) to the next.
+#[derive(Debug)]
+pub struct LoopState {
+    pub reminders: Reminders,
+    /// The latest compaction, if the history has been summarised.
+    pub compaction: Option<Compaction>,
+    /// Input plus output tokens the server reported for the last call.
+    pub reported_tokens: u64,
+    /// Messages compaction keeps as they are (moved earlier to keep tool pairs whole).
+    pub keep_recent: usize,
+}
+
+impl Default for LoopState {
+    fn default() -> Self {
+        LoopState {
+            reminders: Reminders::default(),
+            compaction: None,
+            reported_tokens: 0,
+            keep_recent: 6,
+        }
+    }
+}
+
 /// The loop's inputs besides the conversation.
 pub struct AgentLoop<'a> {
     pub store: &'a PromptStore,
@@ -182,6 +218,9 @@ pub struct AgentLoop<'a> {
     pub tools: Arc<ToolContext>,
     pub max_steps: u32,
     pub session_id: String,
+    /// Compact when the conversation passes this many tokens; `None` never compacts.
+    pub context_limit: Option<u64>,
+    pub state: LoopState,
 }
 
 /// How a run ended.
@@ -193,10 +232,66 @@ pub struct Outcome {
 }
 
 impl AgentLoop<'_> {
+    /// Summarises the history before the most recent messages, from the original
+    /// messages. Returns whether anything was compacted.
+    pub async fn compact(
+        &mut self,
+        messages: &[Message],
+        transcript: &mut Transcript,
+        sink: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<bool, RunError> {
+        let already = self.state.compaction.as_ref().map_or(0, |c| c.covered);
+        let Some(cut) = compaction::cut_point(messages, self.state.keep_recent, already) else {
+            return Ok(false);
+        };
+        let served = self.store.serve(|snapshot| {
+            snapshot
+                .read(COMPACTION_PROMPT)
+                .map_err(PromptError::from)
+                .and_then(|bytes| {
+                    String::from_utf8(bytes.to_vec()).map_err(|_| PromptError::NotUtf8 {
+                        key: COMPACTION_PROMPT.to_string(),
+                    })
+                })
+        })?;
+        let input = [Message::User {
+            content: format!(
+                "<conversation>\n{}</conversation>",
+                compaction::transcript_text(&messages[..cut])
+            ),
+        }];
+        let request = ModelRequest {
+            system: served.value.trim(),
+            messages: &input,
+            tools: &[],
+        };
+        let response = self.provider.complete(&request, &mut |_| {}).await?;
+        let summary = response.text.trim().to_string();
+        if summary.is_empty() {
+            tracing::warn!("the compaction call returned no summary; history left as it is");
+            return Ok(false);
+        }
+        transcript.append(&Record::Compaction {
+            covered: cut,
+            summary: summary.clone(),
+        })?;
+        self.state.compaction = Some(Compaction {
+            covered: cut,
+            summary,
+        });
+        self.state.reported_tokens = 0;
+        self.state.reminders.rearm();
+        sink(Event::Compacted {
+            summarized: cut,
+            kept: messages.len() - cut,
+        });
+        Ok(true)
+    }
+
     /// Runs until the model stops calling tools, the step limit, or `cancel`. `turn` is
     /// the last turn number already in the transcript.
     pub async fn run(
-        &self,
+        &mut self,
         messages: &mut Vec<Message>,
         transcript: &mut Transcript,
         mut turn: u32,
@@ -229,9 +324,36 @@ impl AgentLoop<'_> {
                 fallback: meta.fallback.clone(),
             });
 
+            let inject =
+                |text: String, messages: &mut Vec<Message>, transcript: &mut Transcript| {
+                    let message = Message::User { content: text };
+                    transcript.append(&Record::Message {
+                        message: message.clone(),
+                    })?;
+                    messages.push(message);
+                    Ok::<_, RuntimeError>(())
+                };
+            for text in self.tools.tasks.take_notifications() {
+                sink(Event::Notification { text: text.clone() });
+                inject(text, messages, transcript)?;
+            }
+            if let Some(limit) = self.context_limit {
+                let view = compaction::view(messages, self.state.compaction.as_ref());
+                let estimate =
+                    compaction::estimate_tokens(&prepared.prompt.text, &view, &prepared.specs);
+                if estimate.max(self.state.reported_tokens) > limit {
+                    self.compact(messages, transcript, sink).await?;
+                }
+            }
+            let names = prepared.toolbox.names();
+            let todos = self.tools.todos();
+            for text in self.state.reminders.before_step(steps == 1, &todos, &names) {
+                inject(text, messages, transcript)?;
+            }
+            let view = compaction::view(messages, self.state.compaction.as_ref());
             let request = ModelRequest {
                 system: &prepared.prompt.text,
-                messages,
+                messages: &view,
                 tools: &prepared.specs,
             };
             let response = {
@@ -259,6 +381,7 @@ impl AgentLoop<'_> {
             };
             let response = response?;
             usage += response.usage;
+            self.state.reported_tokens = response.usage.input_tokens + response.usage.output_tokens;
             let message = response.to_message();
             transcript.append(&Record::Message {
                 message: message.clone(),

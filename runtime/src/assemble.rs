@@ -65,6 +65,8 @@ pub struct TurnRequest<'a> {
     pub memory: Option<&'a str>,
     /// Where a delegated task came from (children only).
     pub session: Option<&'a SessionContext>,
+    /// Skills from the data directory and the project; they join the pack's skills.
+    pub disk_skills: &'a [crate::skills::Skill],
 }
 
 /// The system prompt of one turn and what produced it.
@@ -75,6 +77,8 @@ pub struct AssembledPrompt {
     /// What the agent may use this turn, after every narrowing step: the tools offered to
     /// the model come from here.
     pub capabilities: crate::Capabilities,
+    /// The skills in the catalog, with their bodies, for the `skill` tool.
+    pub skills: Vec<crate::skills::Skill>,
 }
 
 /// Builds the prompt through the store: one capture, and the whole prompt from the
@@ -141,11 +145,24 @@ pub fn assemble(
         request.occasion,
         request.profile,
     );
-    let skills = if resolved.capabilities.has(crate::ToolId::Skill) {
-        skills(&mut pack, definition.skills.as_ref())?
+    let skill_set = if resolved.capabilities.has(crate::ToolId::Skill) {
+        let from_pack = crate::skills::from_pack(snapshot)?;
+        for key in snapshot.keys() {
+            if key.starts_with("skills/") && key.ends_with("/SKILL.md") {
+                pack.note(key);
+            }
+        }
+        crate::skills::merge(from_pack, request.disk_skills, definition.skills.as_ref())
     } else {
         Vec::new()
     };
+    let skills: Vec<SkillEntry> = skill_set
+        .iter()
+        .map(|s| SkillEntry {
+            name: s.name.clone(),
+            description: s.description.clone(),
+        })
+        .collect();
     let env = request.environment;
     let data_dir = env.data_dir.display().to_string();
     let role_directory = env
@@ -240,12 +257,22 @@ pub fn assemble(
     ));
 
     if task_child && let Some(session) = request.session {
-        push(format!(
+        let mut text = format!(
             "{}\nTask id: {}\nStarted by: {}",
             pack.text(SESSION_TEXT)?.trim_end(),
             session.task_id,
             session.parent_agent
-        ));
+        );
+        if let Some(task) = &session.task {
+            text.push_str(&format!("\nTask:\n{}", task.trim()));
+        }
+        if !session.files.is_empty() {
+            text.push_str("\nFiles produced so far in the parent session:");
+            for file in &session.files {
+                text.push_str(&format!("\n- {}", file.display()));
+            }
+        }
+        push(text);
     }
 
     let memory_on = resolved.capabilities.features.memory && resolved.memory_enabled;
@@ -283,6 +310,7 @@ pub fn assemble(
         text,
         metadata,
         capabilities: resolved.capabilities,
+        skills: skill_set,
     })
 }
 
@@ -349,49 +377,6 @@ fn model_template(pack: &mut Pack<'_>, model: &str) -> Result<Option<String>, Pr
         })
         .map_or(families.default, |f| f.template);
     Ok(Some(chosen))
-}
-
-#[derive(Deserialize)]
-struct SkillFrontmatter {
-    name: String,
-    description: String,
-}
-
-/// The pack's skills (`skills/<name>/SKILL.md`), limited to `allowed` when the agent
-/// names its skills.
-fn skills(
-    pack: &mut Pack<'_>,
-    allowed: Option<&std::collections::BTreeSet<String>>,
-) -> Result<Vec<SkillEntry>, PromptError> {
-    let keys: Vec<&str> = pack
-        .snapshot
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with("skills/") && k.ends_with("/SKILL.md"))
-        .collect();
-    let mut entries = Vec::new();
-    for key in keys {
-        let text = pack.text(key)?;
-        let bad = |reason: String| PromptError::BadPackFile {
-            key: key.to_string(),
-            reason,
-        };
-        let yaml = text
-            .strip_prefix("---\n")
-            .and_then(|rest| rest.split_once("\n---"))
-            .map(|(yaml, _)| yaml)
-            .ok_or_else(|| bad("expected YAML frontmatter with name and description".into()))?;
-        let skill: SkillFrontmatter =
-            serde_norway::from_str(yaml).map_err(|e| bad(e.to_string()))?;
-        if allowed.is_some_and(|allowed| !allowed.contains(&skill.name)) {
-            continue;
-        }
-        entries.push(SkillEntry {
-            name: skill.name,
-            description: skill.description.trim().to_string(),
-        });
-    }
-    Ok(entries)
 }
 
 fn has_contract(text: &str) -> bool {

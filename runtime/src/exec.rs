@@ -2,20 +2,15 @@
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use agent_runtime::agent_loop::{AgentLoop, Event, Finish};
-use agent_runtime::agents::{self, BUILTIN_AGENTS, ORCHESTRATOR};
-use agent_runtime::config::Config;
-use agent_runtime::data_dir::DataDir;
-use agent_runtime::environment::Environment;
-use agent_runtime::instructions::Instructions;
-use agent_runtime::packs::Packs;
-use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
-use agent_runtime::tools::ToolContext;
+use agent_runtime::PromptMode;
+use agent_runtime::agent_loop::{Event, Finish};
+use agent_runtime::agents::ORCHESTRATOR;
+use agent_runtime::provider::{Api, Message, ProviderOverrides};
 use agent_runtime::transcript::{Record, SessionHeader, Transcript};
-use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest};
 use anyhow::{Context as _, bail};
+
+use crate::host::Host;
 
 #[derive(clap::Args)]
 pub struct ExecArgs {
@@ -63,27 +58,18 @@ pub fn exec(args: ExecArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: ExecArgs) -> anyhow::Result<()> {
-    let data_dir = DataDir::locate()?;
-    let config_path = data_dir.config_file();
-    let config_text = crate::read_config(&data_dir)?;
-    let config = Config::parse(&config_text)
-        .map_err(|reason| anyhow::anyhow!("{}: {reason}", config_path.display()))?;
     let overrides = ProviderOverrides {
         provider: args.provider.clone(),
         api: args.api,
         base_url: args.base_url.clone(),
         model: args.model.clone(),
     };
-    let settings =
-        ProviderSettings::resolve(&config_text, &overrides, |name| std::env::var(name).ok())
-            .map_err(|reason| anyhow::anyhow!("model provider: {reason}"))?;
-    let (custom_agents, errors) = agents::load_custom_agents(&data_dir.agents_dir());
-    for error in errors {
-        tracing::warn!("{error}");
-    }
+    let host = Host::open(&overrides)?;
+    let settings = &host.settings;
+    let data_dir = &host.data_dir;
 
     let sessions = data_dir.sessions_dir();
-    let (mut transcript, header, mut messages, turns) = match &args.resume {
+    let (mut transcript, header, mut messages, turns, compaction) = match &args.resume {
         Some(id) => {
             let (transcript, stored) = Transcript::resume(&sessions, id)?;
             let header = stored.header;
@@ -103,7 +89,13 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
                     header.mode
                 );
             }
-            (transcript, header, stored.messages, stored.turns)
+            (
+                transcript,
+                header,
+                stored.messages,
+                stored.turns,
+                stored.compaction,
+            )
         }
         None => {
             let cwd = match &args.cwd {
@@ -128,7 +120,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
                 cwd,
             };
             let transcript = Transcript::create(&sessions, &header)?;
-            (transcript, header, Vec::new(), 0)
+            (transcript, header, Vec::new(), 0, None)
         }
     };
 
@@ -152,51 +144,9 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
     })?;
     messages.push(user);
 
-    let tools = Arc::new(ToolContext::new(header.cwd.clone()));
-    for message in &messages {
-        if let Message::Assistant { tool_calls, .. } = message {
-            for call in tool_calls {
-                tools.replay(call);
-            }
-        }
-    }
-    let environment = Environment::detect(&header.cwd, &settings.model, data_dir.root());
-    let instructions = Instructions::read(&data_dir.global_instructions(), &header.cwd);
-    let agent = header.agent.as_str();
-    let occasion = if BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR {
-        Occasion::TaskChild
-    } else {
-        Occasion::Root
-    };
-    let session_context = agent_runtime::session::SessionContext {
-        task_id: header.id.clone(),
-        parent_agent: ORCHESTRATOR.to_string(),
-    };
-    let packs = Packs::open(&data_dir, &config_text)?;
-    let store = packs.store().clone();
-    let provider = Provider::new(settings.clone())?;
-    let agent_loop = AgentLoop {
-        store: &store,
-        request: TurnRequest {
-            agent,
-            mode: header.mode,
-            model: &settings.model,
-            occasion,
-            profile: Profile::Cli,
-            interactive: false,
-            config: &config,
-            custom_agents: &custom_agents,
-            frozen: None,
-            environment: &environment,
-            instructions: &instructions,
-            memory: None,
-            session: Some(&session_context),
-        },
-        provider: &provider,
-        tools,
-        max_steps: args.max_steps,
-        session_id: header.id.clone(),
-    };
+    let session = host.session(header.clone(), &messages, None);
+    let mut agent_loop = session.agent_loop(&host, args.max_steps, false);
+    agent_loop.state.compaction = compaction;
 
     // The first Ctrl-C ends the current step and saves; a second one leaves at once.
     let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
@@ -232,6 +182,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
                 header.id
             ),
             Finish::Interrupted => {
+                session.tools.tasks.stop_all();
                 std::process::exit(130);
             }
         },
@@ -249,21 +200,21 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
 
 /// Writes events: JSON lines, or the assistant's text on stdout with tool activity on
 /// stderr, so `agent exec … > answer.txt` captures just the answer.
-struct Printer {
+pub(crate) struct Printer {
     json: bool,
     /// Text has been streamed since the last newline.
     mid_line: bool,
 }
 
 impl Printer {
-    fn new(json: bool) -> Printer {
+    pub(crate) fn new(json: bool) -> Printer {
         Printer {
             json,
             mid_line: false,
         }
     }
 
-    fn event(&mut self, event: Event) {
+    pub(crate) fn event(&mut self, event: Event) {
         // A closed stdout (`| head`) must not turn into a panic mid-session.
         let _ = self.write(event);
     }
@@ -334,6 +285,14 @@ impl Printer {
                 }
             }
             Event::Error { message } => writeln!(err, "error: {message}")?,
+            Event::Compacted { summarized, kept } => writeln!(
+                err,
+                "· compacted: {summarized} earlier messages summarised, {kept} kept"
+            )?,
+            Event::Notification { text } => {
+                let first = text.lines().nth(1).unwrap_or("");
+                writeln!(err, "· {first}")?
+            }
             Event::SessionFinished {
                 session_id,
                 reason,

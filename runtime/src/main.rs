@@ -5,6 +5,7 @@
 //! `agent exec` runs the agent loop against a model provider until the task is done.
 
 mod exec;
+mod host;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -208,6 +209,8 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     let preview_session = SessionContext {
         task_id: "preview".to_string(),
         parent_agent: ORCHESTRATOR.to_string(),
+        task: None,
+        files: Vec::new(),
     };
     let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
 
@@ -232,6 +235,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         // The command-line profile keeps no memory.
         memory: None,
         session: Some(session_context),
+        disk_skills: &[],
     };
     let prompt = assemble_turn(store, &request)?;
 

@@ -14,6 +14,12 @@ use crate::mode::PromptMode;
 pub struct SessionContext {
     pub task_id: String,
     pub parent_agent: String,
+    /// The task as the parent wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// Files the parent session had written when it delegated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<std::path::PathBuf>,
 }
 
 /// A task session as stored in `<data_dir>/sessions/<id>.json`.

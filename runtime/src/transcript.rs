@@ -49,6 +49,11 @@ pub enum Record {
     Interrupted {
         turn: u32,
     },
+    /// The first `covered` messages were summarised; the model sees the summary instead.
+    Compaction {
+        covered: usize,
+        summary: String,
+    },
 }
 
 /// The result text given to a call whose result never arrived.
@@ -69,6 +74,8 @@ pub struct StoredSession {
     pub messages: Vec<Message>,
     /// The last turn number used.
     pub turns: u32,
+    /// The latest compaction, to be restored on resume.
+    pub compaction: Option<crate::compaction::Compaction>,
 }
 
 impl Transcript {
@@ -148,6 +155,7 @@ impl Transcript {
         let mut header = None;
         let mut messages = Vec::new();
         let mut turns = 0;
+        let mut compaction = None;
         let mut valid_len = 0;
         for (n, line) in text.split_inclusive('\n').enumerate() {
             if !line.ends_with('\n') {
@@ -163,6 +171,9 @@ impl Transcript {
                 | Record::Usage { turn, .. }
                 | Record::Interrupted { turn } => turns = turns.max(turn),
                 Record::Message { message } => messages.push(message),
+                Record::Compaction { covered, summary } => {
+                    compaction = Some(crate::compaction::Compaction { covered, summary })
+                }
             }
         }
         let header = header.ok_or_else(|| fail("no session record".into()))?;
@@ -196,6 +207,7 @@ impl Transcript {
                 header,
                 messages,
                 turns,
+                compaction,
             },
         ))
     }

@@ -155,6 +155,8 @@ fn a_task_session_freezes_its_agent_and_refuses_another_mode() {
         context: SessionContext {
             task_id: "t-42".to_string(),
             parent_agent: "mavis".to_string(),
+            task: None,
+            files: Vec::new(),
         },
     };
     let sessions = data.path().join("sessions");

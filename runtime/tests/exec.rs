@@ -131,8 +131,36 @@ fn read_edit_run_resume(api: &str) {
         requests[0].body["system"].as_str().unwrap().to_string()
     };
     assert!(system.contains("Mavis"), "the pack's prompt is sent");
-    let tools = requests[0].body["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 7);
+    let tools: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            t["function"]["name"]
+                .as_str()
+                .or(t["name"].as_str())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "read",
+            "write",
+            "edit",
+            "bash",
+            "task_query",
+            "task_output",
+            "task_stop",
+            "grep",
+            "glob",
+            "todowrite",
+            "skill",
+            "task",
+            "record_note",
+            "recall_notes"
+        ]
+    );
 
     let id = events[0]["session_id"].as_str().unwrap().to_string();
     let stored = records(home.path(), &id);

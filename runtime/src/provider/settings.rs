@@ -26,6 +26,10 @@ pub const BASE_URL_ENV: &str = "AGENT_BASE_URL";
 pub const API_ENV: &str = "AGENT_API";
 pub const MODEL_ENV: &str = "AGENT_MODEL";
 pub const API_KEY_ENV: &str = "AGENT_API_KEY";
+/// The model's context window in tokens; history is compacted past it.
+pub const CONTEXT_TOKENS_ENV: &str = "AGENT_CONTEXT_TOKENS";
+/// Context window assumed when neither the file nor the environment gives one.
+pub const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
 
 /// The wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -76,6 +80,7 @@ struct Entry {
     max_tokens: Option<u32>,
     idle_timeout_secs: Option<u64>,
     max_retries: Option<u32>,
+    context_tokens: Option<u64>,
 }
 
 /// Values given on the command line.
@@ -100,6 +105,8 @@ pub struct ProviderSettings {
     pub idle_timeout: Duration,
     pub max_retries: u32,
     pub retry_base: Duration,
+    /// The context window: past it, older history is summarised.
+    pub context_tokens: u64,
 }
 
 impl ProviderSettings {
@@ -179,6 +186,13 @@ impl ProviderSettings {
             idle_timeout: Duration::from_secs(entry.idle_timeout_secs.unwrap_or(120).max(1)),
             max_retries: entry.max_retries.unwrap_or(4),
             retry_base: Duration::from_millis(500),
+            context_tokens: match env(CONTEXT_TOKENS_ENV) {
+                Some(text) => text
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("{CONTEXT_TOKENS_ENV}: {e}"))?,
+                None => entry.context_tokens.unwrap_or(DEFAULT_CONTEXT_TOKENS),
+            },
         })
     }
 
@@ -202,6 +216,7 @@ impl ProviderSettings {
             idle_timeout: Duration::from_secs(5),
             max_retries: 3,
             retry_base: Duration::from_millis(10),
+            context_tokens: DEFAULT_CONTEXT_TOKENS,
         }
     }
 }

@@ -14,6 +14,14 @@ pub(super) struct Args {
     command: String,
     #[serde(default)]
     timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub(super) run_in_background: bool,
+}
+
+impl Args {
+    pub(super) fn command(&self) -> &str {
+        &self.command
+    }
 }
 
 /// Bytes kept per stream while the command runs; the rest is counted, not stored.
@@ -35,7 +43,7 @@ async fn drain(mut reader: impl AsyncRead + Unpin) -> (Vec<u8>, usize) {
     }
 }
 
-fn shell() -> (&'static str, &'static str) {
+pub(super) fn shell() -> (&'static str, &'static str) {
     if cfg!(windows) {
         ("cmd", "/C")
     } else if std::path::Path::new("/bin/bash").exists() {
@@ -45,15 +53,22 @@ fn shell() -> (&'static str, &'static str) {
     }
 }
 
-/// Kills the command and everything it started: it leads its own process group.
-fn kill_tree(child: &mut tokio::process::Child) {
+/// Sends `signal` to the process group `pid` leads.
+pub(super) fn kill_group(pid: Option<u32>, signal: &str) {
     #[cfg(unix)]
-    if let Some(pid) = child.id() {
+    if let Some(pid) = pid {
         let _ = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pid}")])
+            .args([signal, "--", &format!("-{pid}")])
             .stderr(Stdio::null())
             .status();
     }
+    #[cfg(not(unix))]
+    let _ = (pid, signal);
+}
+
+/// Kills the command and everything it started: it leads its own process group.
+fn kill_tree(child: &mut tokio::process::Child) {
+    kill_group(child.id(), "-KILL");
     let _ = child.start_kill();
 }
 

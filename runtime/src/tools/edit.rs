@@ -299,6 +299,11 @@ fn not_found_hint(text: &str, old: &str) -> String {
 pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
     let path = context.resolve(&args.path);
     let shown = path.display();
+    if context.protected.as_ref().is_some_and(|p| p.path == path) {
+        return Err(ToolError::new(format!(
+            "{shown} must not be changed in place in this run; write your whole proposed version with `write` and the user will see it as a diff"
+        )));
+    }
     if !path.is_file() {
         return Err(ToolError::new(format!(
             "{shown} does not exist or is not a file; use write to create a file"
@@ -317,6 +322,7 @@ pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
         .map_err(|e| ToolError::new(format!("{shown}: {e}")))?;
     std::fs::write(&path, &outcome.text)
         .map_err(|e| ToolError::new(format!("cannot write {shown}: {e}")))?;
+    context.mark_written(&path);
     // Show the changed region so the model can check it without another read.
     let lines: Vec<&str> = outcome.text.lines().collect();
     let from = outcome.first_line.saturating_sub(3);

@@ -12,6 +12,17 @@ pub(super) struct Args {
 
 pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
     let path = context.resolve(&args.path);
+    if let Some(protected) = &context.protected
+        && protected.path == path
+    {
+        let target = &protected.divert_to;
+        std::fs::write(target, &args.content)
+            .map_err(|e| ToolError::new(format!("cannot save the proposal: {e}")))?;
+        return Ok(format!(
+            "Saved as a proposal: {} is left unchanged and the user will see your version as a diff against it.",
+            path.display()
+        ));
+    }
     let shown = path.display();
     let existed = path.exists();
     if path.is_dir() {
@@ -29,6 +40,7 @@ pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
     std::fs::write(&path, &args.content)
         .map_err(|e| ToolError::new(format!("cannot write {shown}: {e}")))?;
     context.mark_read(&path);
+    context.mark_written(&path);
     let lines = args.content.lines().count();
     let verb = if existed { "Replaced" } else { "Created" };
     Ok(format!(

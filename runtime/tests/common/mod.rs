@@ -73,6 +73,8 @@ impl Turn {
             session: SessionContext {
                 task_id: "task-7".to_string(),
                 parent_agent: "mavis".to_string(),
+                task: None,
+                files: Vec::new(),
             },
         }
     }
@@ -92,6 +94,7 @@ impl Turn {
             instructions: &self.instructions,
             memory: self.memory.as_deref(),
             session: Some(&self.session),
+            disk_skills: &[],
         }
     }
 

@@ -58,8 +58,10 @@ struct Inner {
     /// Every request: path, headers of interest, JSON body.
     requests: Vec<Recorded>,
     violations: Vec<String>,
-    /// Tool-call ids the last reply handed out; the next request must answer them.
-    handed_out: Vec<String>,
+    /// Tool-call ids the last reply of each conversation handed out; that conversation's
+    /// next request must answer them. Conversations are told apart by their first user
+    /// message, because a delegated child talks to the model in between its parent's calls.
+    handed_out: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -140,7 +142,8 @@ async fn handle(
         let mut inner = state.lock().unwrap();
         let mut problems = check_conversation(&body);
         let answered = call_ids(&body);
-        for id in std::mem::take(&mut inner.handed_out) {
+        let key = conversation_key(&body);
+        for id in inner.handed_out.remove(&key).unwrap_or_default() {
             if !answered.contains_key(&id) {
                 problems.push(format!(
                     "tool call {id} from the last reply was not sent back"
@@ -162,7 +165,7 @@ async fn handle(
         });
         let reply = inner.replies.pop_front();
         if let Some(Reply::Sse(text)) = &reply {
-            inner.handed_out = handed_out_ids(text);
+            inner.handed_out.insert(key, handed_out_ids(text));
         }
         reply
     };
@@ -200,6 +203,103 @@ fn sse(body: Body) -> Response {
         .header("cache-control", "no-cache")
         .body(body)
         .unwrap()
+}
+
+/// The first user message of a request, in either format.
+fn conversation_key(body: &Value) -> String {
+    for message in body["messages"].as_array().into_iter().flatten() {
+        if message["role"] != "user" {
+            continue;
+        }
+        if let Some(text) = message["content"].as_str() {
+            return text.to_string();
+        }
+        for block in message["content"].as_array().into_iter().flatten() {
+            if let Some(text) = block["text"].as_str() {
+                return text.to_string();
+            }
+        }
+    }
+    String::new()
+}
+
+/// An OpenAI-format answer with text only.
+pub fn openai_text(text: &str) -> Reply {
+    let chunk = serde_json::json!({
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": null}]
+    });
+    let done = serde_json::json!({
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20}
+    });
+    Reply::Sse(format!("data: {chunk}\n\ndata: {done}\n\ndata: [DONE]\n\n"))
+}
+
+/// An OpenAI-format answer calling tools: `(id, name, arguments)`.
+pub fn openai_calls(calls: &[(&str, &str, Value)]) -> Reply {
+    openai_calls_with_usage(calls, 100)
+}
+
+/// Like [`openai_calls`], reporting `prompt_tokens` input tokens.
+pub fn openai_calls_with_usage(calls: &[(&str, &str, Value)], prompt_tokens: u64) -> Reply {
+    let mut text = String::new();
+    for (i, (id, name, args)) in calls.iter().enumerate() {
+        let chunk = serde_json::json!({
+            "choices": [{"index": 0, "delta": {"tool_calls": [{
+                "index": i, "id": id, "type": "function",
+                "function": {"name": name, "arguments": args.to_string()}
+            }]}, "finish_reason": null}]
+        });
+        text.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let done = serde_json::json!({
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 20}
+    });
+    text.push_str(&format!("data: {done}\n\ndata: [DONE]\n\n"));
+    Reply::Sse(text)
+}
+
+/// Runs `agent exec --json` against `server` (OpenAI format) and returns the output.
+pub fn exec(
+    server: &ModelServer,
+    home: &Path,
+    cwd: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_agent"))
+        .arg("exec")
+        .arg("--json")
+        .args(args)
+        .current_dir(cwd)
+        .env("AGENT_HOME", home)
+        .env("AGENT_BASE_URL", server.openai_base())
+        .env("AGENT_API", "openai")
+        .env("AGENT_MODEL", "test-model")
+        .env_remove("AGENT_API_KEY")
+        .env_remove("AGENT_CONTEXT_TOKENS")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// The system prompt and the messages of a recorded OpenAI-format request.
+pub fn system_of(request: &Recorded) -> String {
+    request.body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The tool names a recorded OpenAI-format request offered.
+pub fn tools_of(request: &Recorded) -> Vec<String> {
+    request.body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["function"]["name"].as_str().unwrap_or("").to_string())
+        .collect()
 }
 
 /// Tool-call ids in a transcript, in either format. Empty ids are the client's to fill.

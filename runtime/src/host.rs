@@ -1,0 +1,169 @@
+//! What `agent exec`, `agent init` and the interactive session share: the data directory,
+//! config, model provider and pack client, and per session the tools, helpers, skills and
+//! notes wired together.
+
+use std::sync::Arc;
+
+use agent_runtime::agent_loop::{AgentLoop, LoopState};
+use agent_runtime::agents::{self, AgentDefinition, BUILTIN_AGENTS, ORCHESTRATOR};
+use agent_runtime::config::Config;
+use agent_runtime::data_dir::DataDir;
+use agent_runtime::delegation::Subagents;
+use agent_runtime::environment::Environment;
+use agent_runtime::instructions::Instructions;
+use agent_runtime::packs::Packs;
+use agent_runtime::provider::{Message, Provider, ProviderOverrides, ProviderSettings};
+use agent_runtime::session::SessionContext;
+use agent_runtime::skills::{self, Skill};
+use agent_runtime::tools::{Protected, ToolContext, notes_file};
+use agent_runtime::transcript::SessionHeader;
+use agent_runtime::{Occasion, Profile, TurnRequest};
+
+pub struct Host {
+    pub data_dir: DataDir,
+    pub config: Arc<Config>,
+    pub settings: ProviderSettings,
+    pub provider: Arc<Provider>,
+    pub packs: Packs,
+    pub custom_agents: Arc<Vec<AgentDefinition>>,
+}
+
+impl Host {
+    pub fn open(overrides: &ProviderOverrides) -> anyhow::Result<Host> {
+        let data_dir = DataDir::locate()?;
+        let config_text = crate::read_config(&data_dir)?;
+        let config = Config::parse(&config_text)
+            .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
+        let settings =
+            ProviderSettings::resolve(&config_text, overrides, |name| std::env::var(name).ok())
+                .map_err(|reason| anyhow::anyhow!("model provider: {reason}"))?;
+        let (custom_agents, errors) = agents::load_custom_agents(&data_dir.agents_dir());
+        for error in errors {
+            tracing::warn!("{error}");
+        }
+        let packs = Packs::open(&data_dir, &config_text)?;
+        let provider = Arc::new(Provider::new(settings.clone())?);
+        Ok(Host {
+            data_dir,
+            config: Arc::new(config),
+            settings,
+            provider,
+            packs,
+            custom_agents: Arc::new(custom_agents),
+        })
+    }
+
+    /// Wires one session: its tools (with helpers to delegate to, background tasks and
+    /// notes), skills on disk, and what the prompt needs to know about the machine.
+    pub fn session(
+        &self,
+        header: SessionHeader,
+        messages: &[Message],
+        protected: Option<Protected>,
+    ) -> Session {
+        let environment = Arc::new(Environment::detect(
+            &header.cwd,
+            &self.settings.model,
+            self.data_dir.root(),
+        ));
+        let instructions = Arc::new(Instructions::read(
+            &self.data_dir.global_instructions(),
+            &header.cwd,
+        ));
+        let (disk_skills, _warnings) = skills::from_disk(self.data_dir.root(), &header.cwd);
+        let disk_skills = Arc::new(disk_skills);
+        let subagents = Subagents::new(
+            self.packs.store().clone(),
+            self.provider.clone(),
+            self.config.clone(),
+            self.custom_agents.clone(),
+            environment.clone(),
+            instructions.clone(),
+            disk_skills.clone(),
+            self.data_dir.sessions_dir(),
+            header.mode,
+            header.cwd.clone(),
+            header.id.clone(),
+        );
+        let mut tools = ToolContext::new(header.cwd.clone())
+            .with_delegate(Arc::new(subagents))
+            .with_notes(notes_file(self.data_dir.root(), &header.cwd));
+        if let Some(protected) = protected {
+            tools = tools.with_protected(protected);
+        }
+        let tools = Arc::new(tools);
+        for message in messages {
+            if let Message::Assistant { tool_calls, .. } = message {
+                for call in tool_calls {
+                    tools.replay(call);
+                }
+            }
+        }
+        let agent = header.agent.as_str();
+        let occasion = if BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR {
+            Occasion::TaskChild
+        } else {
+            Occasion::Root
+        };
+        let context = SessionContext {
+            task_id: header.id.clone(),
+            parent_agent: ORCHESTRATOR.to_string(),
+            task: None,
+            files: Vec::new(),
+        };
+        Session {
+            header,
+            environment,
+            instructions,
+            disk_skills,
+            tools,
+            context,
+            occasion,
+        }
+    }
+}
+
+pub struct Session {
+    pub header: SessionHeader,
+    pub environment: Arc<Environment>,
+    pub instructions: Arc<Instructions>,
+    pub disk_skills: Arc<Vec<Skill>>,
+    pub tools: Arc<ToolContext>,
+    pub context: SessionContext,
+    pub occasion: Occasion,
+}
+
+impl Session {
+    pub fn agent_loop<'a>(
+        &'a self,
+        host: &'a Host,
+        max_steps: u32,
+        interactive: bool,
+    ) -> AgentLoop<'a> {
+        AgentLoop {
+            store: host.packs.store(),
+            request: TurnRequest {
+                agent: &self.header.agent,
+                mode: self.header.mode,
+                model: &host.settings.model,
+                occasion: self.occasion,
+                profile: Profile::Cli,
+                interactive,
+                config: &host.config,
+                custom_agents: &host.custom_agents,
+                frozen: None,
+                environment: &self.environment,
+                instructions: &self.instructions,
+                memory: None,
+                session: Some(&self.context),
+                disk_skills: &self.disk_skills,
+            },
+            provider: &host.provider,
+            tools: self.tools.clone(),
+            max_steps,
+            session_id: self.header.id.clone(),
+            context_limit: Some(host.settings.context_tokens),
+            state: LoopState::default(),
+        }
+    }
+}
