@@ -12,6 +12,34 @@ use anyhow::{Context as _, bail};
 
 use crate::host::Host;
 
+/// Which model to talk to.
+#[derive(clap::Args, Debug, Default)]
+pub struct ProviderArgs {
+    /// The `[providers.<id>]` entry of config.toml to use.
+    #[arg(long)]
+    provider: Option<String>,
+    /// openai or anthropic (overrides AGENT_API).
+    #[arg(long)]
+    api: Option<Api>,
+    /// The model server's base URL (overrides AGENT_BASE_URL).
+    #[arg(long)]
+    base_url: Option<String>,
+    /// The model id (overrides AGENT_MODEL).
+    #[arg(long)]
+    model: Option<String>,
+}
+
+impl ProviderArgs {
+    pub fn overrides(&self) -> ProviderOverrides {
+        ProviderOverrides {
+            provider: self.provider.clone(),
+            api: self.api,
+            base_url: self.base_url.clone(),
+            model: self.model.clone(),
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct ExecArgs {
     /// The task. Read from stdin when absent.

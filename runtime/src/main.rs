@@ -6,6 +6,8 @@
 
 mod exec;
 mod host;
+mod init;
+mod repl;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -27,8 +29,14 @@ use pack_client::{Snapshot, Source};
 #[derive(Parser)]
 #[command(name = "agent", version, about = "The promptpack local agent runtime")]
 struct Cli {
+    /// Without a command: an interactive session.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    provider: exec::ProviderArgs,
+    /// The orchestrator's prompt mode for the interactive session.
+    #[arg(long, value_name = "MODE", default_value = "tui")]
+    prompt_mode: PromptMode,
 }
 
 #[derive(Subcommand)]
@@ -37,9 +45,25 @@ enum Command {
     Prompt(PromptArgs),
     /// Run the agent on a task: call the model, run its tools, repeat until it is done.
     Exec(exec::ExecArgs),
+    /// Write or update the workspace's AGENTS.md with the `init` skill.
+    Init(InitArgs),
     /// Prompt-pack updates: what is served, refresh now, pin a version.
     #[command(subcommand)]
     Packs(PacksCommand),
+}
+
+#[derive(clap::Args)]
+struct InitArgs {
+    /// The workspace (default: the current directory).
+    dir: Option<PathBuf>,
+    /// What to do with an existing AGENTS.md; asked on a terminal, else skip.
+    #[arg(long, value_enum)]
+    existing: Option<init::Existing>,
+    #[command(flatten)]
+    provider: exec::ProviderArgs,
+    /// Stop after this many model calls.
+    #[arg(long, default_value_t = 50)]
+    max_steps: u32,
 }
 
 #[derive(Subcommand)]
@@ -96,10 +120,27 @@ fn main() -> anyhow::Result<()> {
         .with_max_level(tracing::Level::WARN)
         .with_target(false)
         .init();
-    match Cli::parse().command {
-        Command::Prompt(args) => prompt(args),
-        Command::Exec(args) => exec::exec(args),
-        Command::Packs(command) => packs(command),
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Prompt(args)) => prompt(args),
+        Some(Command::Exec(args)) => exec::exec(args),
+        Some(Command::Packs(command)) => packs(command),
+        Some(Command::Init(args)) => {
+            let host = host::Host::open(&args.provider.overrides())?;
+            let dir = match args.dir {
+                Some(dir) => dir,
+                None => std::env::current_dir()?,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?
+                .block_on(init::run(&host, &dir, args.existing, args.max_steps))
+        }
+        None => {
+            let host = host::Host::open(&cli.provider.overrides())?;
+            repl::repl(host, cli.prompt_mode, 50)
+        }
     }
 }
 
