@@ -1,0 +1,105 @@
+//! The interactive session driven through a pseudo-terminal (python3's `pty`): answers
+//! stream, tool calls show as they run, Ctrl-C stops the step and not the program, slash
+//! commands work, and line history is saved.
+
+mod model_server;
+
+use std::process::Command;
+
+use model_server::{ModelServer, Reply, openai_calls, openai_text};
+use serde_json::json;
+
+/// Runs `agent` on a pty, sending each step's input and waiting for its expected text.
+const DRIVER: &str = r#"
+import json, os, pty, select, sys, time
+steps = json.loads(sys.argv[1])
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[2], [sys.argv[2]])
+seen = b""
+def read_until(needle, timeout=20):
+    global seen
+    deadline = time.time() + timeout
+    while needle.encode() not in seen:
+        left = deadline - time.time()
+        if left <= 0:
+            sys.stdout.write(seen.decode(errors="replace"))
+            sys.exit("timed out waiting for %r" % needle)
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                sys.stdout.write(seen.decode(errors="replace"))
+                sys.exit("the program ended before %r" % needle)
+            seen += chunk
+for send, expect in steps:
+    if send:
+        os.write(fd, send.encode())
+    if expect:
+        read_until(expect)
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(seen.decode(errors="replace"))
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+#[test]
+fn interactive_session_through_a_pty() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("a.txt"), "x").unwrap();
+    let stall = json!({"choices": [{"index": 0, "delta": {"content": "thinking..."}, "finish_reason": null}]});
+    let server = ModelServer::start(vec![
+        openai_text("Hi there, streamed."),
+        openai_calls(&[("c1", "glob", json!({"pattern": "*.txt"}))]),
+        openai_text("Found a.txt."),
+        Reply::Stall(format!("data: {stall}\n\n")),
+        openai_text("Still here after the interrupt."),
+    ]);
+    let steps = json!([
+        ["", "commands: /init"],
+        ["hello\r", "Hi there, streamed."],
+        ["list the text files\r", "→ glob"],
+        ["", "Found a.txt."],
+        ["think hard\r", "thinking..."],
+        ["\u{3}", "interrupted, saved"],
+        ["are you there?\r", "Still here after the interrupt."],
+        ["/agents\r", "verifier"],
+        ["/packs\r", "serving: builtin"],
+        ["/nope\r", "unknown command /nope"],
+        ["/exit\r", "saved"],
+    ]);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(DRIVER)
+        .arg(steps.to_string())
+        .arg(env!("CARGO_BIN_EXE_agent"))
+        .current_dir(work.path())
+        .env("AGENT_HOME", home.path())
+        .env("AGENT_BASE_URL", server.openai_base())
+        .env("AGENT_API", "openai")
+        .env("AGENT_MODEL", "test-model")
+        .env("TERM", "xterm")
+        .env_remove("AGENT_API_KEY")
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n---\n{screen}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.assert_clean();
+    assert_eq!(server.remaining(), 0);
+    // One conversation: the turn after the interrupt still carries the first exchange.
+    let requests = server.requests();
+    let last = requests.last().unwrap().body["messages"].to_string();
+    assert!(
+        last.contains("hello") && last.contains("Found a.txt."),
+        "{last}"
+    );
+    let history = std::fs::read_to_string(home.path().join("history.txt")).unwrap();
+    assert!(history.contains("list the text files"), "{history}");
+}
