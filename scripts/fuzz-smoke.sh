@@ -24,8 +24,11 @@ fi
 cargo run --quiet --manifest-path fuzz/Cargo.toml --example make_seeds -- fuzz/corpus
 
 cargo fuzz build --sanitizer none
+# Logs go to a directory of their own: fuzz/target need not exist (CARGO_TARGET_DIR may
+# point elsewhere).
+logs=$(mktemp -d)
 for target in $targets; do
-  log="fuzz/target/smoke-$target.log"
+  log="$logs/smoke-$target.log"
   # Inputs that once crashed a target stay fixed: replay each once before fuzzing.
   if compgen -G "fuzz/regressions/$target/*" >/dev/null; then
     if ! cargo fuzz run --sanitizer none "$target" fuzz/regressions/"$target"/* >"$log" 2>&1; then
