@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The main job, the whole story on the embedded defaults (local disk, nothing external):
 # start packd on a temporary directory, make demo keys, build and publish packs/builtin as
-# a new version, release it, refresh a client, print what the client now serves, stop.
+# a new version, release it, refresh the agent's client, print what it serves and the
+# system prompt it renders from it, stop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -q -p packer -p pack-server -p pack-client
+cargo build --release -q -p packer -p pack-server -p agent-runtime
 bin=target/release
 work=$(mktemp -d)
 packd_pid=""
@@ -49,8 +50,10 @@ echo "== publish and release"
 "$bin/packer" release stable --keys "$work/keys" --pack builtin --pin "*=$version" --expires 30d --yes
 "$bin/packer" status
 
-echo "== refresh a client"
-cat >"$work/client.toml" <<TOML
+echo "== refresh the agent's pack client"
+export AGENT_HOME="$work/agent-home"
+mkdir -p "$AGENT_HOME"
+cat >"$AGENT_HOME/config.toml" <<TOML
 [updates]
 server = "$server"
 channel = "stable"
@@ -58,13 +61,11 @@ pack = "builtin"
 trusted_keys = ["$work/keys/signing.pub"]
 content_keys = ["$work/keys/content.key"]
 TOML
-"$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" refresh
+"$bin/agent" packs refresh
 echo "== what the client serves now"
-"$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" status
-first=$("$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" dump \
-  | grep -o '"key":"[^"]*\.hbs"' | head -n 1 | cut -d'"' -f4 || true)
-if [ -n "$first" ]; then
-  echo "--- $first (first lines)"
-  "$bin/pack-client" --cache "$work/cache" --config "$work/client.toml" show "$first" | head -12
-fi
+"$bin/agent" packs status
+echo "== the system prompt mavis gets this turn (first lines; metadata on stderr)"
+"$bin/agent" prompt --agent mavis --mode tui 2>"$work/prompt-metadata.txt" | head -n 15 || true
+echo "--- prompt metadata"
+head -n 20 "$work/prompt-metadata.txt"
 echo "== done; stopping packd"
