@@ -55,7 +55,9 @@ fn main() -> Result<()> {
     }
 
     // `BENCH_DIR` picks the file system (say /dev/shm to leave the disk out of it).
-    let parent = std::env::var_os("BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let parent = std::env::var_os("BENCH_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(std::env::temp_dir, PathBuf::from);
     let work = tempfile::Builder::new()
         .prefix("seal-open-bench")
         .tempdir_in(parent)?;
@@ -95,20 +97,22 @@ fn main() -> Result<()> {
         Ok(())
     };
 
-    let mut seal = [Duration::MAX; 3];
-    let mut open = [Duration::MAX; 2];
+    println!("load average before: {}", load_average());
+    let mut seal = [Best::default(); 3];
+    let mut open = [Best::default(); 2];
     for run in 1..=runs {
-        seal[0] = seal[0].min(time(seal_ours)?);
-        seal[1] = seal[1].min(time(|| stock.seal(&tree, "zstd"))?);
-        seal[2] = seal[2].min(time(|| stock.seal(&tree, "zstd -T0"))?);
+        seal[0].add(measure(seal_ours)?);
+        seal[1].add(measure(|| stock.seal(&tree, "zstd"))?);
+        seal[2].add(measure(|| stock.seal(&tree, "zstd -T0"))?);
         // A fresh directory per run: deleting thousands of files and creating them again
         // at once makes ext4 hunt for free inodes, which would time the file system.
         let ours_out = dir.join(format!("ours-out-{run}"));
-        open[0] = open[0].min(time(|| open_ours(&ours_out))?);
+        open[0].add(measure(|| open_ours(&ours_out))?);
         let stock_out = dir.join(format!("stock-out-{run}"));
-        open[1] = open[1].min(time(|| stock.open(&stock_out))?);
+        open[1].add(measure(|| stock.open(&stock_out))?);
         println!("run {run}/{runs} done");
     }
+    println!("load average after: {}", load_average());
 
     // Both sides must have produced the tree they were given.
     for out in [
@@ -136,28 +140,95 @@ fn main() -> Result<()> {
 
     let rate = |d: Duration| tree_bytes as f64 / 1e6 / d.as_secs_f64();
     println!();
-    println!("| step | ours | stock pipeline | ours / stock | target |");
-    println!("|---|---|---|---|---|");
+    println!("| step | ours | stock pipeline | ours / stock | target | CPU s ours / stock |");
+    println!("|---|---|---|---|---|---|");
     for (step, ours, theirs, target) in [
         ("seal", seal[0], seal[1], Some(1.5)),
         ("seal vs `zstd -T0`", seal[0], seal[2], None),
         ("open", open[0], open[1], Some(2.0)),
     ] {
-        let ratio = rate(ours) / rate(theirs);
+        let ratio = rate(ours.wall) / rate(theirs.wall);
         let verdict = match target {
             Some(t) if ratio >= t => format!("≥ {t}x: met"),
             Some(t) => format!("≥ {t}x: MISSED"),
             None => "-".to_string(),
         };
         println!(
-            "| {step} | {:.0} MB/s ({:.3} s) | {:.0} MB/s ({:.3} s) | {ratio:.2}x | {verdict} |",
-            rate(ours),
-            ours.as_secs_f64(),
-            rate(theirs),
-            theirs.as_secs_f64()
+            "| {step} | {:.0} MB/s ({:.3} s) | {:.0} MB/s ({:.3} s) | {ratio:.2}x | {verdict} | {:.2} / {:.2} |",
+            rate(ours.wall),
+            ours.wall.as_secs_f64(),
+            rate(theirs.wall),
+            theirs.wall.as_secs_f64(),
+            ours.cpu,
+            theirs.cpu,
         );
     }
     Ok(())
+}
+
+/// One run: wall time, and CPU time (user + system) of this process and of the child
+/// processes it waited for — the stock tools run as children, ours in-process.
+#[derive(Clone, Copy)]
+struct Sample {
+    wall: Duration,
+    cpu: f64,
+}
+
+/// The fastest wall time and the smallest CPU time over the runs. CPU time hardly moves
+/// when other work shares the cores; wall time does.
+#[derive(Clone, Copy)]
+struct Best {
+    wall: Duration,
+    cpu: f64,
+}
+
+impl Default for Best {
+    fn default() -> Self {
+        Best {
+            wall: Duration::MAX,
+            cpu: f64::MAX,
+        }
+    }
+}
+
+impl Best {
+    fn add(&mut self, sample: Sample) {
+        self.wall = self.wall.min(sample.wall);
+        self.cpu = self.cpu.min(sample.cpu);
+    }
+}
+
+fn measure(f: impl FnOnce() -> Result<()>) -> Result<Sample> {
+    let cpu = cpu_seconds()?;
+    let start = Instant::now();
+    f()?;
+    Ok(Sample {
+        wall: start.elapsed(),
+        cpu: cpu_seconds()? - cpu,
+    })
+}
+
+/// User + system time of this process and its waited-for children, from /proc/self/stat
+/// (fields 14-17, in clock ticks of 1/100 s on Linux).
+fn cpu_seconds() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let after = stat.rsplit(')').next().ok_or("odd /proc/self/stat")?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let mut ticks = 0u64;
+    for i in 11..15 {
+        ticks += fields
+            .get(i)
+            .ok_or("short /proc/self/stat")?
+            .parse::<u64>()?;
+    }
+    Ok(ticks as f64 / 100.0)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -165,12 +236,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn time(f: impl FnOnce() -> Result<()>) -> Result<Duration> {
-    let start = Instant::now();
-    f()?;
-    Ok(start.elapsed())
 }
 
 /// The stock tools with their keys: an age identity and an unencrypted minisign key.
