@@ -26,7 +26,7 @@ use crate::error::RuntimeError;
 
 /// The snapshot source of one run.
 pub struct Packs {
-    client: Option<Client>,
+    client: Option<Arc<Client>>,
     store: Arc<PromptStore>,
     config_file: PathBuf,
 }
@@ -51,7 +51,7 @@ impl Packs {
         })?;
         Ok(Packs {
             store: client.store().clone(),
-            client: Some(client),
+            client: Some(Arc::new(client)),
             config_file,
         })
     }
@@ -71,7 +71,23 @@ impl Packs {
 
     /// The client, when a server is configured.
     pub fn client(&self) -> Option<&Client> {
-        self.client.as_ref()
+        self.client.as_deref()
+    }
+
+    /// Starts the six-hour refresh (and a start-up refresh when the last success is over
+    /// six hours old) for a long-running session. `None` when no server is configured.
+    /// Must be called inside a tokio runtime; the scheduler stops when dropped.
+    pub async fn start_schedule(&self) -> Option<tokio_cron_scheduler::JobScheduler> {
+        let client = self.client.clone()?;
+        match pack_client::schedule::start(client).await {
+            Ok(scheduler) => Some(scheduler),
+            Err(e) => {
+                tracing::warn!(
+                    "pack refresh schedule did not start: {e}; packs refresh only on request"
+                );
+                None
+            }
+        }
     }
 
     pub fn config_file(&self) -> &Path {

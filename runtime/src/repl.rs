@@ -25,6 +25,9 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
         .build()
         .context("starting the async runtime")?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
+    // A session the user keeps open follows the channel on the six-hour schedule; each
+    // turn captures whatever snapshot is current then.
+    let _schedule = runtime.block_on(host.packs.start_schedule());
     let header = SessionHeader {
         id: Transcript::new_id(),
         created_at: time::OffsetDateTime::now_utc()
