@@ -4,7 +4,7 @@
 # Runs on stable Rust: `--sanitizer none` keeps cargo-fuzz from passing `-Zsanitizer`, so no
 # nightly (or RUSTC_BOOTSTRAP) is needed. pack-format forbids unsafe code, so AddressSanitizer
 # would add little; over-allocation is caught by the targets' own allocation guard and by
-# libFuzzer's RSS limit instead.
+# libFuzzer's RSS limit instead. Debug assertions are on, and with them overflow checks.
 #
 #   FUZZ_SECONDS=25      seconds per target
 #   FUZZ_TARGETS="..."   which targets (default: all of them)
@@ -23,7 +23,7 @@ fi
 # current code (new inputs the fuzzer finds are added next to them, under fuzz/corpus/).
 cargo run --quiet --manifest-path fuzz/Cargo.toml --example make_seeds -- fuzz/corpus
 
-cargo fuzz build --sanitizer none
+cargo fuzz build --sanitizer none --debug-assertions
 # Logs go to a directory of their own: fuzz/target need not exist (CARGO_TARGET_DIR may
 # point elsewhere).
 logs=$(mktemp -d)
@@ -31,14 +31,14 @@ for target in $targets; do
   log="$logs/smoke-$target.log"
   # Inputs that once crashed a target stay fixed: replay each once before fuzzing.
   if compgen -G "fuzz/regressions/$target/*" >/dev/null; then
-    if ! cargo fuzz run --sanitizer none "$target" fuzz/regressions/"$target"/* >"$log" 2>&1; then
+    if ! cargo fuzz run --sanitizer none --debug-assertions "$target" fuzz/regressions/"$target"/* >"$log" 2>&1; then
       tail -n 60 "$log"
       echo "fuzz target $target fails on a saved regression input (fuzz/regressions/$target/)" >&2
       exit 1
     fi
   fi
   echo "fuzzing $target for ${seconds}s"
-  if ! cargo fuzz run --sanitizer none "$target" "fuzz/corpus/$target" -- \
+  if ! cargo fuzz run --sanitizer none --debug-assertions "$target" "fuzz/corpus/$target" -- \
       -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
     tail -n 60 "$log"
     echo "fuzz target $target crashed; the input is under fuzz/artifacts/$target/" >&2
