@@ -21,13 +21,17 @@ use crate::metrics::Metrics;
 use crate::routes::{blobs, channels, ops, packs};
 use crate::storage::Storage;
 
-/// Everything a handler can reach. Nothing in here changes after start-up except metrics:
-/// all state that matters lives in [`Storage`].
+/// Everything a handler can reach. Nothing in here changes after start-up except metrics and
+/// two caches that cannot serve anything storage no longer holds (the live channel records,
+/// checked against storage on every request, and immutable blobs): all state that matters
+/// lives in [`Storage`].
 #[derive(Debug)]
 pub struct AppState {
     pub settings: Settings,
     pub storage: Storage,
     pub metrics: Metrics,
+    pub live: channels::LiveCache,
+    pub blobs: blobs::BlobCache,
     pub uploads: Semaphore,
     pub openapi: serde_json::Value,
 }
@@ -94,6 +98,8 @@ pub fn router(settings: Settings, storage: Storage) -> Result<axum::Router, prom
         settings,
         storage,
         metrics: Metrics::new()?,
+        live: channels::LiveCache::default(),
+        blobs: blobs::BlobCache::default(),
         openapi: serde_json::to_value(&api).unwrap_or_default(),
     });
     Ok(routes

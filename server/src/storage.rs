@@ -22,14 +22,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::TryStreamExt;
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::{
-    GetOptions, GetRange, GetResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
-    PutPayload, UpdateVersion,
+    GetOptions, GetRange, GetResult, GetResultPayload, ObjectMeta, ObjectStore, ObjectStoreExt,
+    PutMode, PutOptions, PutPayload, UpdateVersion,
 };
 
 use crate::lock::{LockGuard, acquire};
@@ -79,6 +80,35 @@ pub struct Versioned {
     pub version: UpdateVersion,
 }
 
+/// One version of an object, from [`Storage::fingerprint`]. Two equal fingerprints of a key
+/// taken at different times mean it was not replaced in between: on disk every write is a new
+/// file renamed into place (a new inode, new times), on object storage a new ETag or version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint(Option<Identity>);
+
+impl Fingerprint {
+    /// Whether two fingerprints show the same version. Never, when the store gave nothing
+    /// to compare.
+    pub fn same_as(&self, other: &Fingerprint) -> bool {
+        self.0.is_some() && self.0 == other.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Identity {
+    File {
+        dev: u64,
+        ino: u64,
+        size: u64,
+        mtime: (i64, i64),
+        ctime: (i64, i64),
+    },
+    Object {
+        e_tag: Option<String>,
+        version: Option<String>,
+    },
+}
+
 /// Outcome of a create-only write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Created {
@@ -97,7 +127,10 @@ pub enum Swapped {
 #[derive(Debug, Clone)]
 enum Backend {
     /// A directory. Locks are `flock`s on files under `{root}/.locks`.
-    Local { root: PathBuf },
+    Local {
+        root: PathBuf,
+        files: Arc<LocalFileSystem>,
+    },
     /// S3-compatible object storage. Locks are claim objects under `locks/`.
     Object,
 }
@@ -157,13 +190,15 @@ impl Storage {
             what: format!("resolving data directory {}", root.display()),
             source,
         })?;
-        let store = LocalFileSystem::new_with_prefix(&root)
-            .map_err(|source| StorageError::store("open", &Path::default(), source))?
-            .with_fsync(true);
+        let files = Arc::new(
+            LocalFileSystem::new_with_prefix(&root)
+                .map_err(|source| StorageError::store("open", &Path::default(), source))?
+                .with_fsync(true),
+        );
         Ok(Storage {
-            store: Arc::new(store),
+            store: files.clone(),
             describe: format!("local directory {}", root.display()),
-            backend: Backend::Local { root },
+            backend: Backend::Local { root, files },
         })
     }
 
@@ -246,6 +281,44 @@ impl Storage {
         }
     }
 
+    /// What identifies the current version of an object, or `None` when there is none. Cheap:
+    /// on disk one `stat` (see [`Storage::size`]); on object storage a HEAD. A fingerprint
+    /// from a store that reports neither an ETag nor a version matches nothing.
+    pub async fn fingerprint(&self, key: &str) -> Result<Option<Fingerprint>, StorageError> {
+        match &self.backend {
+            Backend::Local { files, .. } => {
+                use std::os::unix::fs::MetadataExt;
+                Ok(stat_local(files, key)?.map(|m| {
+                    Fingerprint(Some(Identity::File {
+                        dev: m.dev(),
+                        ino: m.ino(),
+                        size: m.size(),
+                        mtime: (m.mtime(), m.mtime_nsec()),
+                        ctime: (m.ctime(), m.ctime_nsec()),
+                    }))
+                }))
+            }
+            Backend::Object => Ok(self.head(key).await?.map(|meta| {
+                Fingerprint((meta.e_tag.is_some() || meta.version.is_some()).then_some(
+                    Identity::Object {
+                        e_tag: meta.e_tag,
+                        version: meta.version,
+                    },
+                ))
+            })),
+        }
+    }
+
+    /// The size of an object, or `None` when there is none. On disk one `stat`, made inline:
+    /// on a local file system the call costs less than the trip through the blocking pool
+    /// that object_store (and tokio::fs) would make for it. On object storage a HEAD.
+    pub async fn size(&self, key: &str) -> Result<Option<u64>, StorageError> {
+        match &self.backend {
+            Backend::Local { files, .. } => Ok(stat_local(files, key)?.map(|m| m.len())),
+            Backend::Object => Ok(self.head(key).await?.map(|meta| meta.size)),
+        }
+    }
+
     /// A streaming read of `range` (or all) of an object, or `None`.
     pub async fn get_stream(
         &self,
@@ -261,6 +334,21 @@ impl Storage {
             Ok(r) => Ok(Some(r)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(source) => Err(StorageError::store("get", &location, source)),
+        }
+    }
+
+    /// The bytes of a [`Storage::get_stream`] result as a stream of chunks. A file on local
+    /// disk is read [`FILE_CHUNK`] bytes per blocking task (object_store's own stream reads
+    /// 8 KiB per task, and the hand-off to the blocking pool then costs more than the read).
+    pub fn into_chunks(result: GetResult) -> BoxStream<'static, Result<Bytes, StorageError>> {
+        match result.payload {
+            GetResultPayload::File(file, path) => file_chunks(file, path, result.range),
+            GetResultPayload::Stream(stream) => {
+                let location = result.meta.location;
+                stream
+                    .map_err(move |source| StorageError::store("read", &location, source))
+                    .boxed()
+            }
         }
     }
 
@@ -372,10 +460,78 @@ impl Storage {
         wait: Duration,
     ) -> Result<Option<LockGuard>, StorageError> {
         match &self.backend {
-            Backend::Local { root } => acquire::local(root, scope, wait).await,
+            Backend::Local { root, .. } => acquire::local(root, scope, wait).await,
             Backend::Object => acquire::object(self.clone(), scope, wait).await,
         }
     }
+}
+
+/// `stat` of the file holding `key` under a data directory; `None` when there is no such file.
+fn stat_local(
+    files: &LocalFileSystem,
+    key: &str,
+) -> Result<Option<std::fs::Metadata>, StorageError> {
+    let location = path(key)?;
+    let file = files
+        .path_to_filesystem(&location)
+        .map_err(|source| StorageError::store("stat", &location, source))?;
+    match std::fs::metadata(&file) {
+        Ok(m) if m.is_file() => Ok(Some(m)),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(StorageError::Io {
+            what: format!("stat {}", file.display()),
+            source,
+        }),
+    }
+}
+
+/// Bytes read from a local file per blocking task when streaming it. hyper queues up to about
+/// 400 KiB of body per connection whatever the chunk size (with 8 KiB chunks, 16 of them), so
+/// a slow reader holds at most two of these; larger chunks would only hold more.
+pub const FILE_CHUNK: usize = 256 * 1024;
+
+fn file_chunks(
+    file: std::fs::File,
+    path: PathBuf,
+    range: Range<u64>,
+) -> BoxStream<'static, Result<Bytes, StorageError>> {
+    let file = Arc::new(file);
+    let first = range.start;
+    futures_util::stream::try_unfold(range, move |range| {
+        let file = file.clone();
+        let path = path.clone();
+        async move {
+            if range.start >= range.end {
+                return Ok(None);
+            }
+            let len = (range.end - range.start).min(FILE_CHUNK as u64);
+            let start = range.start;
+            let bytes = tokio::task::spawn_blocking(move || {
+                use std::io::{Read, Seek, SeekFrom};
+                let mut file = &*file;
+                if start == first {
+                    file.seek(SeekFrom::Start(start))?;
+                }
+                // Not zero-filled first: read_to_end fills the spare capacity.
+                let mut buf = Vec::with_capacity(len as usize); // at most FILE_CHUNK
+                file.take(len).read_to_end(&mut buf)?;
+                if buf.len() as u64 != len {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                Ok(Bytes::from(buf))
+            })
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r)
+            .map_err(|source| StorageError::Io {
+                what: format!("reading {}", path.display()),
+                source,
+            })?;
+            Ok(Some((bytes, start + len..range.end)))
+        }
+    })
+    .boxed()
 }
 
 fn is_loopback_http(endpoint: &str) -> bool {
@@ -436,6 +592,69 @@ mod tests {
             Created::Created
         );
         assert_eq!(storage.list("blobs").await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_fingerprint_changes_when_the_object_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::local(dir.path()).unwrap();
+        let key = keys::head("stable");
+        assert!(storage.fingerprint(&key).await.unwrap().is_none());
+        assert!(storage.size(&key).await.unwrap().is_none());
+        storage
+            .create(&key, Bytes::from_static(b"one"))
+            .await
+            .unwrap();
+        let first = storage.fingerprint(&key).await.unwrap().unwrap();
+        assert!(first.same_as(&storage.fingerprint(&key).await.unwrap().unwrap()));
+        assert_eq!(storage.size(&key).await.unwrap(), Some(3));
+        // Same size, same content even: still another version.
+        let version = storage.get(&key).await.unwrap().unwrap().version;
+        assert_eq!(
+            storage
+                .swap(&key, Bytes::from_static(b"one"), Some(version))
+                .await
+                .unwrap(),
+            Swapped::Swapped
+        );
+        let second = storage.fingerprint(&key).await.unwrap().unwrap();
+        assert!(!first.same_as(&second));
+        // A directory is not an object.
+        assert!(storage.size("channels").await.unwrap().is_none());
+        assert!(!Fingerprint(None).same_as(&Fingerprint(None)));
+    }
+
+    #[tokio::test]
+    async fn local_files_stream_whole_and_in_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::local(dir.path()).unwrap();
+        let bytes: Vec<u8> = (0..(2 * FILE_CHUNK + 1234))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        storage
+            .create("blobs/x", Bytes::from(bytes.clone()))
+            .await
+            .unwrap();
+        for range in [
+            None,
+            Some(0..1),
+            Some(10..FILE_CHUNK as u64 + 10),
+            Some(FILE_CHUNK as u64..bytes.len() as u64),
+        ] {
+            let result = storage
+                .get_stream("blobs/x", range.clone())
+                .await
+                .unwrap()
+                .unwrap();
+            let chunks: Vec<Bytes> = Storage::into_chunks(result).try_collect().await.unwrap();
+            assert!(chunks.iter().all(|c| c.len() <= FILE_CHUNK));
+            let got: Vec<u8> = chunks.concat();
+            let want = match &range {
+                Some(r) => &bytes[r.start as usize..r.end as usize],
+                None => &bytes[..],
+            };
+            assert_eq!(got, want, "{range:?}");
+        }
     }
 
     #[tokio::test]

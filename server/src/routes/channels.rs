@@ -9,7 +9,8 @@
 //! 4. writes `history/{sequence}` create-only (a sequence is published at most once);
 //! 5. replaces `head.json` with a compare-and-swap against the version read in step 1.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
 
 use axum::Json;
 use axum::body::Body;
@@ -37,7 +38,7 @@ use crate::routes::{
     CLIENT_VERSION_HEADER, INSTALLED_PACK_HEADER, SEQUENCE_HEADER, check_name, etag, header_str,
     read_body,
 };
-use crate::storage::{Created, Swapped, Versioned, keys};
+use crate::storage::{Created, Fingerprint, Swapped, Versioned, keys};
 
 /// Room for a document at its limit plus a signature, JSON-escaped.
 fn publish_limit(state: &SharedState) -> u64 {
@@ -335,19 +336,55 @@ async fn history_sequences(state: &SharedState, channel: &str) -> Result<Vec<u64
     Ok(sequences)
 }
 
-async fn live(state: &SharedState, channel: &str) -> Result<ChannelRecord, ApiError> {
+/// The live record of each channel read so far, with the fingerprint of the `head.json` it
+/// came from. Not state of the node: every request still asks storage whether `head.json`
+/// changed (a `stat` on disk, a HEAD on object storage), so a publish through any node is
+/// served by the next request on every node. What a hit saves is reading and decoding the
+/// record. At most one entry per channel that exists.
+#[derive(Debug, Default)]
+pub struct LiveCache {
+    entries: RwLock<HashMap<String, (Fingerprint, Arc<ChannelRecord>)>>,
+}
+
+impl LiveCache {
+    fn get(&self, channel: &str, current: &Fingerprint) -> Option<Arc<ChannelRecord>> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let (fingerprint, record) = entries.get(channel)?;
+        fingerprint.same_as(current).then(|| record.clone())
+    }
+
+    fn put(&self, channel: &str, fingerprint: Fingerprint, record: Arc<ChannelRecord>) {
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        entries.insert(channel.to_string(), (fingerprint, record));
+    }
+}
+
+async fn live(state: &SharedState, channel: &str) -> Result<Arc<ChannelRecord>, ApiError> {
     check_name("channel", channel)?;
-    load_record(state, &keys::head(channel))
+    let key = keys::head(channel);
+    let not_found = || ApiError::NotFound {
+        what: format!("channel {channel}"),
+    };
+    let fingerprint = state
+        .storage
+        .fingerprint(&key)
         .await?
-        .ok_or_else(|| ApiError::NotFound {
-            what: format!("channel {channel}"),
-        })
+        .ok_or_else(not_found)?;
+    if let Some(record) = state.live.get(channel, &fingerprint) {
+        return Ok(record);
+    }
+    // Read after the fingerprint was taken: the record is that version of `head.json` or a
+    // newer one, so the cache never holds anything older than its fingerprint says (a newer
+    // record under an older fingerprint only costs one more read).
+    let record = Arc::new(load_record(state, &key).await?.ok_or_else(not_found)?);
+    state.live.put(channel, fingerprint, record.clone());
+    Ok(record)
 }
 
 /// Builds a `200` (or `304` when `If-None-Match` matches) for a document or signature.
 fn revalidated(
     headers: &HeaderMap,
-    body: String,
+    body: &str,
     tag: &str,
     content_type: &'static str,
     summary: &ChannelSummary,
@@ -367,7 +404,7 @@ fn revalidated(
     }
     out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok((
-        (StatusCode::OK, out, body).into_response(),
+        (StatusCode::OK, out, body.to_owned()).into_response(),
         FetchResult::Sent,
     ))
 }
@@ -405,7 +442,7 @@ pub async fn get_channel(
     let tag = etag(&record.summary.sha256);
     let (response, result) = revalidated(
         &headers,
-        record.document,
+        &record.document,
         &tag,
         "application/json",
         &record.summary,
@@ -441,7 +478,7 @@ pub async fn get_signature(
     let tag = etag(&pack_format::sha256_hex(record.signature.as_bytes()));
     Ok(revalidated(
         &headers,
-        record.signature,
+        &record.signature,
         &tag,
         "text/plain; charset=utf-8",
         &record.summary,
@@ -567,7 +604,7 @@ pub async fn history_document(
     let tag = etag(&record.summary.sha256);
     Ok(revalidated(
         &headers,
-        record.document,
+        &record.document,
         &tag,
         "application/json",
         &record.summary,
@@ -597,7 +634,7 @@ pub async fn history_signature(
     let tag = etag(&pack_format::sha256_hex(record.signature.as_bytes()));
     Ok(revalidated(
         &headers,
-        record.signature,
+        &record.signature,
         &tag,
         "text/plain; charset=utf-8",
         &record.summary,

@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# packd against nginx, with wrk on loopback:
+#   (a) 304 revalidations of a channel document (If-None-Match with the current ETag),
+#   (b) full GETs of a ~1 MB sealed pack.
+# nginx serves the same bytes from files on the same machine. Prints req/s for both and the
+# ratio packd/nginx against the targets (>= 0.7 on 304s, >= 0.8 on blobs).
+#
+# Everything lives in a temp dir: keys, a generated ~1 MB pack, a fresh packd data dir and a
+# non-daemon nginx with its own prefix. Both servers are stopped on exit.
+#
+#   bash scripts/bench-packd.sh
+#   DURATION=30s RUNS=5 CONNECTIONS=128 bash scripts/bench-packd.sh
+#   PACKD_BIN=/path/to/older/packd bash scripts/bench-packd.sh
+#
+# Each of RUNS rounds (default 3) measures packd and nginx back to back, alternating which
+# goes first; reported are the medians of req/s and of each round's ratio. wrk and the
+# servers share the machine's cores, so the numbers are a comparison, not a capacity figure.
+# STRICT=1 exits 1 when a target is missed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+THREADS=${THREADS:-2}
+CONNECTIONS=${CONNECTIONS:-64}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+RUNS=${RUNS:-3}
+TARGET_304=0.7
+TARGET_BLOB=0.8
+
+say() { printf '== %s\n' "$*" >&2; }
+die() {
+  printf 'bench-packd: %s\n' "$*" >&2
+  exit 1
+}
+
+# --- tools -------------------------------------------------------------------------------
+missing=()
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+for tool in curl jq cargo; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool is required"
+done
+
+say "building packd and packer (release)"
+cargo build --release -q -p pack-server -p packer
+target_dir=${CARGO_TARGET_DIR:-target}
+# PACKD_BIN: measure another packd binary (say, one built from an older commit).
+PACKD=$(realpath "${PACKD_BIN:-$target_dir/release/packd}")
+PACKER=$(realpath "$target_dir/release/packer")
+
+# --- temp dir and cleanup ----------------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/tmp}/bench-packd.XXXXXX")
+packd_pid=""
+nginx_pid=""
+cleanup() {
+  local status=$?
+  [ -n "$packd_pid" ] && kill "$packd_pid" 2>/dev/null && wait "$packd_pid" 2>/dev/null
+  [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null && wait "$nginx_pid" 2>/dev/null
+  if [ "$status" -ne 0 ]; then
+    for log in "$work/packd.err" "$work/nginx/error.log"; do
+      [ -s "$log" ] && { echo "--- $log" >&2; tail -n 20 "$log" >&2; }
+    done
+  fi
+  rm -rf "$work"
+  return "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A loopback port nobody listens on (for nginx; packd picks its own with port 0).
+free_port() {
+  local port
+  for _ in $(seq 1 100); do
+    port=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return
+    fi
+  done
+  die "no free loopback port found"
+}
+
+# --- keys, a ~1 MB pack, a token -----------------------------------------------------------
+say "keys and a ~1 MB sealed pack"
+"$PACKER" keygen --dir "$work/keys" </dev/null >/dev/null
+mkdir -p "$work/tree/bench"
+# Base64 of random bytes: text, but close to incompressible (zstd gets ~6 bits per char), so
+# the sealed pack comes out near 1 MB.
+head -c 1030000 /dev/urandom | base64 -w 100 >"$work/tree/bench/notes.md"
+"$PACKER" build "$work/tree/bench" --version 1.0.0 --keys "$work/keys" \
+  -o "$work/bench.pack" >/dev/null 2>&1
+blob_size=$(stat -c %s "$work/bench.pack")
+blob_sha=$(sha256sum "$work/bench.pack" | cut -d' ' -f1)
+
+token="ppt_bench_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+token_sha=$(printf '%s' "$token" | "$PACKD" hash-token)
+cat >"$work/packd.toml" <<EOF
+publisher_keys = ["keys/signing.pub"]
+
+[[tokens]]
+name = "bench"
+sha256 = "$token_sha"
+scopes = ["publish"]
+EOF
+
+# --- packd -------------------------------------------------------------------------------
+say "starting packd"
+"$PACKD" serve --listen 127.0.0.1:0 --data-dir "$work/data" --config "$work/packd.toml" \
+  >"$work/packd.out" 2>"$work/packd.err" &
+packd_pid=$!
+for _ in $(seq 1 100); do
+  grep -q '^listening on ' "$work/packd.out" 2>/dev/null && break
+  kill -0 "$packd_pid" 2>/dev/null || die "packd exited: $(cat "$work/packd.err")"
+  sleep 0.1
+done
+packd_url=$(sed -n 's/^listening on //p' "$work/packd.out" | head -n 1)
+[ -n "$packd_url" ] || die "packd did not print its address"
+
+say "publishing the pack and a channel document to $packd_url"
+PROMPTPACK_TOKEN=$token "$PACKER" publish "$work/bench.pack" --server "$packd_url" >/dev/null 2>&1 \
+  || die "packer publish failed"
+"$PACKER" channel --keys "$work/keys" --channel stable --pack bench --sequence 1 \
+  --expires 30d --entry "*=$work/bench.pack" -o "$work/channel.json" >/dev/null 2>&1
+jq -n --rawfile document "$work/channel.json" --rawfile signature "$work/channel.json.minisig" \
+  '{document: $document, signature: $signature}' |
+  curl -sf -X PUT -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    --data-binary @- "$packd_url/v1/channels/stable" >/dev/null || die "publishing the channel failed"
+
+# --- nginx, serving the same bytes ---------------------------------------------------------
+www="$work/www"
+mkdir -p "$www/v1/channels" "$www/v1/blobs" "$work/nginx/tmp"
+curl -sf -o "$www/v1/channels/stable" "$packd_url/v1/channels/stable"
+cp "$work/bench.pack" "$www/v1/blobs/$blob_sha"
+cmp -s "$www/v1/channels/stable" "$work/channel.json" || die "packd does not serve the signed bytes"
+
+cores=$(nproc)
+nginx_port=$(free_port)
+nginx_url="http://127.0.0.1:$nginx_port"
+user_line=""
+[ "$(id -u)" -eq 0 ] && user_line="user root root;"
+cat >"$work/nginx/nginx.conf" <<EOF
+$user_line
+worker_processes $cores;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  etag on;
+  # hyper keeps a connection open for any number of requests; so does nginx here.
+  keepalive_requests 1000000;
+  client_body_temp_path $work/nginx/tmp/body;
+  proxy_temp_path $work/nginx/tmp/proxy;
+  fastcgi_temp_path $work/nginx/tmp/fastcgi;
+  uwsgi_temp_path $work/nginx/tmp/uwsgi;
+  scgi_temp_path $work/nginx/tmp/scgi;
+  server {
+    listen 127.0.0.1:$nginx_port;
+    root $www;
+    location /v1/channels/ {
+      default_type application/json;
+      add_header Cache-Control "no-cache";
+    }
+    location /v1/blobs/ {
+      default_type application/octet-stream;
+      add_header Cache-Control "public, max-age=31536000, immutable";
+    }
+  }
+}
+EOF
+say "starting nginx ($cores workers) on $nginx_url"
+"$NGINX" -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
+nginx_pid=$!
+for _ in $(seq 1 100); do
+  curl -s -o /dev/null "$nginx_url/" && break
+  kill -0 "$nginx_pid" 2>/dev/null || die "nginx exited: $(cat "$work/nginx/error.log")"
+  sleep 0.1
+done
+
+# --- check both answer the same requests the same way ------------------------------------
+etag_of() {
+  curl -sfI "$1" | tr -d '\r' | sed -n 's/^[Ee][Tt][Aa][Gg]: //p'
+}
+# status code and body size of a GET, with optional extra curl arguments
+probe() {
+  local url=$1
+  shift
+  curl -s -o /dev/null -w '%{http_code} %{size_download}' "$@" "$url"
+}
+packd_doc="$packd_url/v1/channels/stable"
+nginx_doc="$nginx_url/v1/channels/stable"
+packd_blob="$packd_url/v1/blobs/$blob_sha"
+nginx_blob="$nginx_url/v1/blobs/$blob_sha"
+packd_etag=$(etag_of "$packd_doc")
+nginx_etag=$(etag_of "$nginx_doc")
+[ -n "$packd_etag" ] && [ -n "$nginx_etag" ] || die "missing ETag (packd: '$packd_etag', nginx: '$nginx_etag')"
+
+doc_size=$(stat -c %s "$www/v1/channels/stable")
+expect() {
+  local what=$1 want=$2 got=$3
+  [ "$got" = "$want" ] || die "$what: expected '$want', got '$got'"
+}
+expect "packd channel 200" "200 $doc_size" "$(probe "$packd_doc")"
+expect "nginx channel 200" "200 $doc_size" "$(probe "$nginx_doc")"
+expect "packd channel 304" "304 0" "$(probe "$packd_doc" -H "If-None-Match: $packd_etag")"
+expect "nginx channel 304" "304 0" "$(probe "$nginx_doc" -H "If-None-Match: $nginx_etag")"
+expect "packd blob 200" "200 $blob_size" "$(probe "$packd_blob")"
+expect "nginx blob 200" "200 $blob_size" "$(probe "$nginx_blob")"
+curl -sf "$packd_blob" | cmp -s - "$work/bench.pack" || die "packd blob bytes differ"
+curl -sf "$nginx_blob" | cmp -s - "$work/bench.pack" || die "nginx blob bytes differ"
+
+# --- measure -----------------------------------------------------------------------------
+# req/s of one wrk run; dies if wrk saw errors or non-2xx/3xx answers.
+run_wrk() {
+  local name=$1 duration=$2
+  shift 2
+  local out="$work/wrk-$name.txt"
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d"$duration" --latency "$@" >"$out" 2>&1 \
+    || die "wrk failed: $(cat "$out")"
+  if grep -Eq 'Non-2xx or 3xx|Socket errors' "$out"; then
+    cat "$out" >&2
+    die "wrk saw errors against $name"
+  fi
+  sed -n 's/^Requests\/sec: *//p' "$out"
+}
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+# Channel fetches packd answered with the whole document (its own metrics).
+documents_sent() {
+  curl -sf "$packd_url/metrics" |
+    awk '/^packd_channel_fetches_total/ && /result="200"/ {s += $NF} END {print s + 0}'
+}
+sent_before=$(documents_sent)
+
+say "warm-up ($WARMUP each)"
+run_wrk warm "$WARMUP" -H "If-None-Match: $packd_etag" "$packd_doc" >/dev/null
+run_wrk warm "$WARMUP" -H "If-None-Match: $nginx_etag" "$nginx_doc" >/dev/null
+run_wrk warm "$WARMUP" "$packd_blob" >/dev/null
+run_wrk warm "$WARMUP" "$nginx_blob" >/dev/null
+
+# One pair: packd and nginx back to back (which goes first alternates by round), so a change
+# in the machine's other load hits both sides of a ratio alike.
+pair() {
+  local round=$1 what=$2 packd_args=$3 nginx_args=$4 p n
+  if [ $((round % 2)) -eq 1 ]; then
+    p=$(eval run_wrk "packd-$what" "$DURATION" "$packd_args")
+    n=$(eval run_wrk "nginx-$what" "$DURATION" "$nginx_args")
+  else
+    n=$(eval run_wrk "nginx-$what" "$DURATION" "$nginx_args")
+    p=$(eval run_wrk "packd-$what" "$DURATION" "$packd_args")
+  fi
+  echo "$p $n"
+}
+
+p304=() n304=() r304=() pblob=() nblob=() rblob=()
+for round in $(seq 1 "$RUNS"); do
+  say "round $round/$RUNS: wrk -t$THREADS -c$CONNECTIONS -d$DURATION"
+  read -r p n < <(pair "$round" 304 \
+    '-H "If-None-Match: $packd_etag" "$packd_doc"' '-H "If-None-Match: $nginx_etag" "$nginx_doc"')
+  [ -n "$n" ] || die "a 304 run failed"
+  p304+=("$p") n304+=("$n") r304+=("$(awk -v p="$p" -v n="$n" 'BEGIN {print p / n}')")
+  read -r p n < <(pair "$round" blob '"$packd_blob"' '"$nginx_blob"')
+  [ -n "$n" ] || die "a blob run failed"
+  pblob+=("$p") nblob+=("$n") rblob+=("$(awk -v p="$p" -v n="$n" 'BEGIN {print p / n}')")
+  printf '   304: packd %s nginx %s (%.2f)   blob: packd %s nginx %s (%.2f) req/s\n' \
+    "${p304[-1]}" "${n304[-1]}" "${r304[-1]}" "${pblob[-1]}" "${nblob[-1]}" "${rblob[-1]}" >&2
+done
+
+# Every channel fetch wrk made must have been answered 304: packd counts them.
+[ "$(documents_sent)" = "$sent_before" ] || die "packd sent the document instead of answering 304"
+
+# --- report ------------------------------------------------------------------------------
+med() { printf '%s ' "$@" | median; }
+missed=0
+row() {
+  local what=$1 p=$2 n=$3 r=$4 t=$5
+  awk -v what="$what" -v p="$p" -v n="$n" -v r="$r" -v t="$t" 'BEGIN {
+    printf "%-26s %12.0f %12.0f %8.2f   >= %.2f %s\n", what, p, n, r, t, (r >= t ? "ok" : "MISSED")
+  }'
+  awk -v r="$r" -v t="$t" 'BEGIN {exit !(r < t)}' && missed=1
+  return 0
+}
+echo
+echo "packd vs nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), wrk -t$THREADS -c$CONNECTIONS -d$DURATION," \
+  "$RUNS rounds, $cores cores shared by wrk and both servers"
+echo "(medians; the ratio is the median of each round's packd/nginx)"
+printf '%-26s %12s %12s %8s   %s\n' "" "packd req/s" "nginx req/s" "ratio" "target"
+row "304 channel document" "$(med "${p304[@]}")" "$(med "${n304[@]}")" "$(med "${r304[@]}")" "$TARGET_304"
+row "GET $((blob_size / 1024)) KiB blob" "$(med "${pblob[@]}")" "$(med "${nblob[@]}")" "$(med "${rblob[@]}")" "$TARGET_BLOB"
+# STRICT=1: exit 1 when a target is missed.
+[ "${STRICT:-0}" = 1 ] && [ "$missed" = 1 ] && exit 1
+exit 0
