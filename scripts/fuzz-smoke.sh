@@ -2,7 +2,7 @@
 # Short fuzzing pass over every pack-format fuzz target (fuzz/), failing on any crash.
 #
 # Runs on stable Rust: `--sanitizer none` keeps cargo-fuzz from passing `-Zsanitizer`, so no
-# nightly (or RUSTC_BOOTSTRAP) is needed. pack-format forbids unsafe code, so AddressSanitizer
+# nightly (or RUSTC_BOOTSTRAP) is needed. pack-format denies unsafe code, so AddressSanitizer
 # would add little; over-allocation is caught by the targets' own allocation guard and by
 # libFuzzer's RSS limit instead. Debug assertions are on, and with them overflow checks.
 #
