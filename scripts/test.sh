@@ -25,8 +25,14 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+test_log=$(mktemp)
+trap 'rm -f "$test_log"' EXIT
+cargo test --workspace 2>&1 | tee "$test_log"
 
 # A short run of every pack-format fuzz target (fails on a crash); a few minutes, most of it
 # building the instrumented targets.
 bash scripts/fuzz-smoke.sh
+
+# One closing line for the whole run: every cargo test binary's counts added up.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "cargo test: %d passed, %d failed, %d skipped\n", p, f, s }' "$test_log"
