@@ -1,6 +1,7 @@
 //! The payload inside a sealed pack: a standard `tar.zst` whose first entry is an index of
 //! every file's path, size and SHA-256, followed by the files in path order.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::mpsc;
@@ -154,19 +155,27 @@ impl Payload {
             .map_err(|e| FormatError::io("finishing the payload tar", e))
     }
 
-    /// The compressed payload. Compression runs on a zstd worker thread pool; zstd's
-    /// multi-threaded output does not depend on the number of workers, so the result is
-    /// the same on every machine.
+    /// The compressed payload: the `tar` of [`Payload::to_tar`] cut into [`FRAME_LEN`]-byte
+    /// chunks, each compressed as its own zstd frame (with a checksum) on one of a pool of
+    /// threads, the frames concatenated in order. Every frame depends only on its chunk, so
+    /// the result is the same on every machine, whatever the number of threads.
     ///
-    /// The `tar` is written straight into the compressor rather than built first: no
-    /// second copy of the payload, and the compression workers start on the first files
-    /// while the rest are still being added. The bytes are the same as
-    /// `compress(&self.to_tar(mtime)?, level)`.
+    /// The `tar` is written straight into the chunks rather than built first: the
+    /// compression threads start on the first chunk while the rest are still being added.
+    /// The bytes are the same as `compress(&self.to_tar(mtime)?, level)`.
     pub fn to_tar_zst(&self, mtime: u64, level: i32) -> Result<Vec<u8>, FormatError> {
-        let encoder = self.write_tar(encoder(self.total_size() as usize, level)?, mtime)?;
-        encoder
-            .finish()
-            .map_err(|e| FormatError::io("finishing zstd", e))
+        let estimate = self.total_size() as usize + (self.files.len() + 2) * 1024;
+        if estimate < FRAME_LEN {
+            return compress(&self.to_tar(mtime)?, level);
+        }
+        compress_frames(level, workers(estimate.div_ceil(FRAME_LEN)), |send| {
+            let writer = FrameWriter {
+                chunk: Vec::with_capacity(FRAME_LEN),
+                sent: 0,
+                send,
+            };
+            self.write_tar(writer, mtime)?.finish()
+        })
     }
 
     /// Reads a decompressed `tar` payload: regular files only, safe paths, within the
@@ -260,11 +269,75 @@ impl Payload {
     /// chunks as they come, so decompression overlaps with copying and hashing the files.
     /// The result, errors included, is the same as decompressing everything first: a
     /// decompression error wins over whatever the `tar` reader made of the bytes before it.
+    ///
+    /// A payload of several zstd frames (as [`Payload::to_tar_zst`] writes) is decompressed
+    /// on every core, a frame per thread at a time, when every frame declares its size and
+    /// the sizes add up to no more than the budget; each frame is then decoded into a buffer
+    /// of exactly its declared size, which zstd cannot overrun. Anything else (one frame, a
+    /// frame without a size, sizes over the budget, a frame that fails) takes the streaming
+    /// path, which gives the same result, errors included.
     pub fn from_tar_zst(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
         if compressed.len() < PIPELINE_MIN_LEN {
             return Self::from_tar_zst_serial(compressed, limits);
         }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads > 1
+            && let Some(frames) = frame_plan(compressed, limits)
+            && frames.len() > 1
+            && let Some(result) = Self::from_frames_parallel(compressed, &frames, limits, threads)
+        {
+            return result;
+        }
         Self::from_tar_zst_pipelined(compressed, limits)
+    }
+
+    /// Decodes `frames` on up to `threads` threads (frame `i` on thread `i % threads`, each
+    /// thread a frame or two ahead of the reader at most) while the `tar` reader reads them
+    /// in order. `None` when a frame failed to decode: the caller then takes the streaming
+    /// path for the exact error.
+    fn from_frames_parallel(
+        compressed: &[u8],
+        frames: &[Frame],
+        limits: &Limits,
+        threads: usize,
+    ) -> Option<Result<Self, FormatError>> {
+        let workers = threads.min(frames.len());
+        let total: u64 = frames.iter().map(|f| f.content_len).sum();
+        std::thread::scope(|scope| {
+            let mut receivers = Vec::with_capacity(workers);
+            let mut handles = Vec::with_capacity(workers);
+            for first in 0..workers {
+                let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(1);
+                receivers.push(receiver);
+                handles.push(scope.spawn(move || {
+                    let mut context = zstd::zstd_safe::DCtx::create();
+                    let mut listening = true;
+                    for frame in frames.iter().skip(first).step_by(workers) {
+                        // At most the frame's declared size, itself within the budget.
+                        let mut out = Vec::with_capacity(frame.content_len as usize);
+                        match context.decompress(&mut out, &compressed[frame.start..frame.end]) {
+                            Ok(n) if n as u64 == frame.content_len => {}
+                            _ => return false,
+                        }
+                        // Once the reader stops, keep decoding: a bad frame after the end
+                        // of the `tar` still fails the payload, as on the streaming path.
+                        if listening {
+                            listening = sender.send(out).is_ok();
+                        }
+                    }
+                    true
+                }));
+            }
+            // `read_tar` drops the reader when it returns, which unblocks the decoders.
+            let parsed = Self::read_tar(FrameReader::new(receivers), limits, total);
+            let mut decoded = true;
+            for handle in handles {
+                decoded &= handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            }
+            decoded.then_some(parsed)
+        })
     }
 
     fn from_tar_zst_serial(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
@@ -411,32 +484,155 @@ pub fn validate_path(path: &str, limits: &Limits) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// Compresses with zstd at `level`, using every core.
+/// Bytes of `tar` per zstd frame of a payload (the last frame may hold fewer). Frames are
+/// compressed, and decompressed, independently and in parallel.
+pub const FRAME_LEN: usize = 8 * 1024 * 1024;
+
+/// Compresses with zstd at `level`: one frame per [`FRAME_LEN`] bytes of input (at least
+/// one frame), each with a checksum, compressed on every core. The output does not depend on
+/// the number of cores.
 pub fn compress(bytes: &[u8], level: i32) -> Result<Vec<u8>, FormatError> {
-    let mut encoder = encoder(bytes.len(), level)?;
-    encoder
-        .write_all(bytes)
-        .map_err(|e| FormatError::io("compressing the payload", e))?;
-    encoder
-        .finish()
-        .map_err(|e| FormatError::io("finishing zstd", e))
+    if bytes.len() <= FRAME_LEN {
+        return compressor(level)?
+            .compress(bytes)
+            .map_err(|e| FormatError::io("compressing the payload", e));
+    }
+    compress_frames(level, workers(bytes.len().div_ceil(FRAME_LEN)), |send| {
+        for chunk in bytes.chunks(FRAME_LEN) {
+            if !send(Cow::Borrowed(chunk)) {
+                break;
+            }
+        }
+        Ok(())
+    })
 }
 
-/// A zstd encoder at `level` on every core, with a checksum, sized for `input_len` bytes.
-fn encoder(
-    input_len: usize,
-    level: i32,
-) -> Result<zstd::stream::Encoder<'static, Vec<u8>>, FormatError> {
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let mut encoder = zstd::stream::Encoder::new(Vec::with_capacity(input_len / 3 + 1024), level)
-        .map_err(|e| FormatError::io("starting zstd", e))?;
-    encoder
-        .multithread(workers)
-        .map_err(|e| FormatError::io("starting zstd workers", e))?;
-    encoder
+/// Threads for `jobs` jobs: one per core, no more than the jobs, at least one.
+fn workers(jobs: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs)
+        .max(1)
+}
+
+/// A single-threaded zstd compressor at `level` that writes a checksum into every frame.
+fn compressor(level: i32) -> Result<zstd::bulk::Compressor<'static>, FormatError> {
+    let mut compressor =
+        zstd::bulk::Compressor::new(level).map_err(|e| FormatError::io("starting zstd", e))?;
+    compressor
         .include_checksum(true)
         .map_err(|e| FormatError::io("configuring zstd", e))?;
-    Ok(encoder)
+    Ok(compressor)
+}
+
+/// Runs `feed`, which hands over the input chunk by chunk (its `send` returns false once
+/// nobody compresses any more), compresses every chunk into its own frame on `workers`
+/// threads, and returns the frames concatenated in input order.
+fn compress_frames<'a>(
+    level: i32,
+    workers: usize,
+    feed: impl FnOnce(&mut dyn FnMut(Cow<'a, [u8]>) -> bool) -> Result<(), FormatError>,
+) -> Result<Vec<u8>, FormatError> {
+    let workers = workers.max(1);
+    let (job_sender, jobs) = mpsc::sync_channel::<(usize, Cow<'a, [u8]>)>(workers);
+    let jobs = std::sync::Mutex::new(jobs);
+    let (done_sender, done) = mpsc::channel::<(usize, Result<Vec<u8>, FormatError>)>();
+    let (fed, frames) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let (jobs, done) = (&jobs, done_sender.clone());
+                scope.spawn(move || {
+                    let mut compressor = match compressor(level) {
+                        Ok(compressor) => compressor,
+                        Err(e) => {
+                            let _ = done.send((0, Err(e)));
+                            return;
+                        }
+                    };
+                    loop {
+                        // A poisoned lock means another worker panicked: stop, the join
+                        // below passes the panic on.
+                        let Ok(job) = jobs.lock().map(|jobs| jobs.recv()) else {
+                            return;
+                        };
+                        let Ok((index, chunk)) = job else { return };
+                        let frame = compressor
+                            .compress(&chunk)
+                            .map_err(|e| FormatError::io("compressing the payload", e));
+                        drop(chunk);
+                        if done.send((index, frame)).is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(done_sender);
+        let mut next = 0;
+        let fed = feed(&mut |chunk| {
+            let sent = job_sender.send((next, chunk)).is_ok();
+            next += 1;
+            sent
+        });
+        drop(job_sender);
+        let mut frames: Vec<(usize, Result<Vec<u8>, FormatError>)> = done.iter().collect();
+        for handle in handles {
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+        frames.sort_by_key(|(index, _)| *index);
+        (fed, frames)
+    });
+    fed?;
+    let frames = frames
+        .into_iter()
+        .map(|(_, frame)| frame)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(frames.concat())
+}
+
+/// Collects the `tar` into [`FRAME_LEN`]-byte chunks and hands each full one to `send`.
+struct FrameWriter<'s, 'a> {
+    chunk: Vec<u8>,
+    sent: usize,
+    send: &'s mut dyn FnMut(Cow<'a, [u8]>) -> bool,
+}
+
+impl FrameWriter<'_, '_> {
+    fn send_chunk(&mut self) -> std::io::Result<()> {
+        let chunk = std::mem::replace(&mut self.chunk, Vec::with_capacity(FRAME_LEN));
+        self.sent += 1;
+        if (self.send)(Cow::Owned(chunk)) {
+            Ok(())
+        } else {
+            Err(std::io::Error::other("the compression threads stopped"))
+        }
+    }
+
+    /// Sends the last, partial chunk (or the only one, even if empty).
+    fn finish(mut self) -> Result<(), FormatError> {
+        if !self.chunk.is_empty() || self.sent == 0 {
+            self.send_chunk()
+                .map_err(|e| FormatError::io("compressing the payload", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for FrameWriter<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(FRAME_LEN - self.chunk.len());
+        self.chunk.extend_from_slice(&buf[..n]);
+        if self.chunk.len() == FRAME_LEN {
+            self.send_chunk()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Decompresses, refusing to produce more than the limits' budget for this input.
@@ -493,6 +689,112 @@ fn decompress_chunks(
         if listening {
             listening = sink(chunk);
         }
+    }
+}
+
+/// One zstd frame of a payload: where it lies in the compressed bytes and the size its
+/// header declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Frame {
+    start: usize,
+    end: usize,
+    content_len: u64,
+}
+
+/// Frames beyond this many take the streaming path (8 GiB of `tar` at [`FRAME_LEN`]).
+const MAX_PARALLEL_FRAMES: usize = 1024;
+/// zstd's default limit on the window of a streamed frame (`ZSTD_WINDOWLOG_LIMIT_DEFAULT`):
+/// the streaming path refuses frames with a larger window, so the parallel path must too.
+const MAX_WINDOW_LOG: u32 = 27;
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// The frames of `compressed` when it can be decoded frame by frame in parallel: only
+/// standard zstd frames, without a dictionary, each declaring its content size and a
+/// window the streaming decoder accepts, the sizes adding up to no more than the budget,
+/// and nothing after the last frame. `None` otherwise.
+fn frame_plan(compressed: &[u8], limits: &Limits) -> Option<Vec<Frame>> {
+    let budget = limits.decompressed_budget(compressed.len() as u64);
+    let mut frames = Vec::new();
+    let mut start = 0;
+    let mut total: u64 = 0;
+    while start < compressed.len() {
+        if frames.len() == MAX_PARALLEL_FRAMES {
+            return None;
+        }
+        let rest = &compressed[start..];
+        if rest.len() < 6 || rest[..4] != ZSTD_MAGIC {
+            return None;
+        }
+        let descriptor = rest[4];
+        let single_segment = descriptor & 0x20 != 0;
+        if descriptor & 0x03 != 0 || descriptor & 0x08 != 0 {
+            return None; // a dictionary id, or the reserved bit
+        }
+        let len = zstd::zstd_safe::find_frame_compressed_size(rest).ok()?;
+        let content_len = zstd::zstd_safe::get_frame_content_size(&rest[..len]).ok()??;
+        let window = if single_segment {
+            content_len
+        } else {
+            let window = u32::from(rest[5]);
+            let log = 10 + (window >> 3);
+            (1u64 << log) + ((1u64 << log) / 8) * u64::from(window & 7)
+        };
+        if window > 1 << MAX_WINDOW_LOG {
+            return None;
+        }
+        total = total.checked_add(content_len)?;
+        if total > budget {
+            return None;
+        }
+        frames.push(Frame {
+            start,
+            end: start + len,
+            content_len,
+        });
+        start += len;
+    }
+    Some(frames)
+}
+
+/// Reads the frames the decoding threads send — frame `i` from thread `i % threads` — in
+/// order, as one stream.
+struct FrameReader {
+    receivers: Vec<mpsc::Receiver<Vec<u8>>>,
+    next: usize,
+    current: Vec<u8>,
+    offset: usize,
+}
+
+impl FrameReader {
+    fn new(receivers: Vec<mpsc::Receiver<Vec<u8>>>) -> Self {
+        FrameReader {
+            receivers,
+            next: 0,
+            current: Vec::new(),
+            offset: 0,
+        }
+    }
+}
+
+impl Read for FrameReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.offset == self.current.len() {
+            let from = &self.receivers[self.next % self.receivers.len()];
+            match from.recv() {
+                Ok(frame) => {
+                    self.current = frame;
+                    self.offset = 0;
+                    self.next += 1;
+                }
+                // That thread is done: every frame was read (or one failed to decode,
+                // which the caller learns from the thread).
+                Err(mpsc::RecvError) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.offset);
+        buf[..n].copy_from_slice(&self.current[self.offset..self.offset + n]);
+        self.offset += n;
+        Ok(n)
     }
 }
 
@@ -697,6 +999,142 @@ mod tests {
         let mut trailing = tar;
         trailing.extend(text(99, 3 * 1024 * 1024));
         assert_same(&compress(&trailing, 3).unwrap(), &Limits::DEFAULT);
+    }
+
+    /// `compress_frames` over `bytes` with a given number of threads.
+    fn compress_with(bytes: &[u8], workers: usize) -> Vec<u8> {
+        compress_frames(3, workers, |send| {
+            for chunk in bytes.chunks(FRAME_LEN) {
+                send(Cow::Borrowed(chunk));
+            }
+            Ok(())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn frames_do_not_depend_on_the_thread_count() {
+        let tar = big_payload().to_tar(0).unwrap();
+        let one = compress_with(&tar, 1);
+        for workers in [2, 3, 8] {
+            assert_eq!(compress_with(&tar, workers), one, "{workers} threads");
+        }
+        assert_eq!(compress(&tar, 3).unwrap(), one);
+        // One frame per FRAME_LEN bytes of input, each decoding to its chunk alone.
+        let frames = frame_plan(&one, &Limits::DEFAULT).unwrap();
+        assert_eq!(frames.len(), tar.len().div_ceil(FRAME_LEN));
+        for (frame, chunk) in frames.iter().zip(tar.chunks(FRAME_LEN)) {
+            assert_eq!(frame.content_len, chunk.len() as u64);
+            assert_eq!(
+                zstd::bulk::decompress(&one[frame.start..frame.end], FRAME_LEN).unwrap(),
+                chunk
+            );
+        }
+        // The streaming decoder reads the concatenated frames as one stream.
+        assert_eq!(decompress(&one, &Limits::DEFAULT).unwrap(), tar);
+        // Small inputs stay one frame.
+        let small = compress(&tar[..1000], 3).unwrap();
+        assert_eq!(frame_plan(&small, &Limits::DEFAULT).unwrap().len(), 1);
+        assert_eq!(
+            frame_plan(&compress(&[], 3).unwrap(), &Limits::DEFAULT)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn parallel_frames_match_the_streaming_path() {
+        let payload = big_payload();
+        let tar = payload.to_tar(0).unwrap();
+        let compressed = compress(&tar, 3).unwrap();
+        let limits = Limits::DEFAULT;
+        let frames = frame_plan(&compressed, &limits).unwrap();
+        assert!(frames.len() > 1);
+        let parallel = |bytes: &[u8], limits: &Limits| {
+            let frames = frame_plan(bytes, limits).unwrap();
+            Payload::from_frames_parallel(bytes, &frames, limits, 2).map(outcome)
+        };
+        assert_eq!(parallel(&compressed, &limits), Some(Ok(payload.clone())));
+        assert_eq!(
+            Payload::from_frames_parallel(&compressed, &frames, &limits, 7).map(outcome),
+            Some(Ok(payload.clone()))
+        );
+        assert_eq!(
+            Payload::from_tar_zst(&compressed, &limits).unwrap(),
+            payload
+        );
+
+        // Sizes over the budget: no plan, the streaming path finds the bomb.
+        let tight = Limits {
+            max_decompressed_len: tar.len() as u64 - 1,
+            ..Limits::DEFAULT
+        };
+        assert_eq!(frame_plan(&compressed, &tight), None);
+        assert!(matches!(
+            Payload::from_tar_zst(&compressed, &tight),
+            Err(FormatError::DecompressionBomb { .. })
+        ));
+
+        // Trailing bytes, or a truncated last frame: no plan.
+        let mut trailing = compressed.clone();
+        trailing.extend_from_slice(b"junk");
+        assert_eq!(frame_plan(&trailing, &limits), None);
+        assert_eq!(
+            frame_plan(&compressed[..compressed.len() - 1], &limits),
+            None
+        );
+
+        // A corrupted frame: the parallel path gives up, `from_tar_zst` gives the streaming
+        // path's error.
+        for at in [
+            frames[0].end - 3,
+            frames[1].start + 100,
+            compressed.len() - 2,
+        ] {
+            let mut bad = compressed.clone();
+            bad[at] ^= 0x55;
+            if let Some(plan) = frame_plan(&bad, &limits) {
+                assert_eq!(
+                    Payload::from_frames_parallel(&bad, &plan, &limits, 2).map(outcome),
+                    None
+                );
+            }
+            assert_eq!(
+                outcome(Payload::from_tar_zst(&bad, &limits)),
+                outcome(Payload::from_tar_zst_serial(&bad, &limits)),
+            );
+            assert!(Payload::from_tar_zst(&bad, &limits).is_err());
+        }
+
+        // A broken tar in the first frame, valid zstd: the same tar error both ways.
+        let mut broken_tar = tar.clone();
+        broken_tar[600..1100].fill(b'x');
+        let broken = compress(&broken_tar, 3).unwrap();
+        let got = parallel(&broken, &limits).unwrap();
+        assert!(got.is_err());
+        assert_eq!(got, outcome(Payload::from_tar_zst_serial(&broken, &limits)));
+
+        // A frame that lies about its size, one byte either way: zstd refuses it, and the
+        // streaming path gives the error.
+        for delta in [-1i64, 1] {
+            let mut lying = compressed.clone();
+            let descriptor = lying[4];
+            assert_eq!(descriptor >> 6, 2, "a 4-byte content size");
+            let at = 5 + usize::from(descriptor & 0x20 == 0);
+            let claimed = u32::from_le_bytes(lying[at..at + 4].try_into().unwrap());
+            let claimed = (i64::from(claimed) + delta) as u32;
+            lying[at..at + 4].copy_from_slice(&claimed.to_le_bytes());
+            let plan = frame_plan(&lying, &limits).unwrap();
+            assert_eq!(plan[0].content_len, claimed as u64);
+            assert_eq!(
+                Payload::from_frames_parallel(&lying, &plan, &limits, 2).map(outcome),
+                None
+            );
+            let got = outcome(Payload::from_tar_zst(&lying, &limits));
+            assert!(got.is_err());
+            assert_eq!(got, outcome(Payload::from_tar_zst_serial(&lying, &limits)));
+        }
     }
 
     #[test]
