@@ -76,8 +76,9 @@ impl Client {
         let install_id = cache.install_id()?;
         let store = Arc::new(PromptStore::new(builtin::snapshot()));
         let http = reqwest::Client::builder()
+            // No per-request timeout: the whole refresh runs under one deadline
+            // (`refresh_now`), which then reports itself as such rather than as a body error.
             .connect_timeout(config.connect_timeout)
-            .timeout(config.deadline)
             .user_agent(format!("promptpack-client/{}", config.client_version))
             .build()
             .map_err(|e| ClientError::Http {
