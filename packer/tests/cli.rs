@@ -1,5 +1,8 @@
 //! Drives the real `packer` binary the way a publisher does.
 
+mod common;
+
+use common::{assert_fails, assert_ok, s, stderr, stdout};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -26,38 +29,6 @@ fn packer_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         command.env(key, value);
     }
     command.output().expect("packer runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-#[track_caller]
-fn assert_ok(output: &Output) {
-    assert!(
-        output.status.success(),
-        "packer failed\nstdout:\n{}\nstderr:\n{}",
-        stdout(output),
-        stderr(output)
-    );
-}
-
-#[track_caller]
-fn assert_fails(output: &Output) {
-    assert!(
-        !output.status.success(),
-        "packer should have failed\nstdout:\n{}\nstderr:\n{}",
-        stdout(output),
-        stderr(output)
-    );
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("temp paths are UTF-8")
 }
 
 struct Fixture {

@@ -1,5 +1,8 @@
 //! `packer publish`, `release` and `status` against a real `packd` process.
 
+mod common;
+
+use common::{assert_fails, assert_ok, s, stderr, stdout};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
@@ -54,38 +57,6 @@ impl Drop for Packd {
 struct Env {
     dir: TempDir,
     packd: Packd,
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().expect("temp paths are UTF-8")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-#[track_caller]
-fn assert_ok(output: &Output) {
-    assert!(
-        output.status.success(),
-        "packer failed\nstdout:\n{}\nstderr:\n{}",
-        stdout(output),
-        stderr(output)
-    );
-}
-
-#[track_caller]
-fn assert_fails(output: &Output) {
-    assert!(
-        !output.status.success(),
-        "packer should have failed\nstdout:\n{}\nstderr:\n{}",
-        stdout(output),
-        stderr(output)
-    );
 }
 
 #[track_caller]

@@ -125,7 +125,6 @@ struct Fixture {
     publisher: Publisher,
     v1: Vec<u8>,
     v2: Vec<u8>,
-    v2_path: std::path::PathBuf,
     key: SigningKey,
 }
 
@@ -138,7 +137,6 @@ impl Fixture {
         Fixture {
             v1: std::fs::read(&v1_path).unwrap(),
             v2: std::fs::read(&v2_path).unwrap(),
-            v2_path,
             publisher,
             key,
         }
@@ -390,7 +388,6 @@ async fn every_attack_leaves_the_previous_snapshot_serving_with_a_specific_error
     assert_eq!(client.store().capture().version().to_string(), "1.0.0");
 
     // And after all that, the honest next release still installs.
-    let _ = &fx.v2_path;
     let honest_next = fx.signed(
         &fx.doc(11, &fx.v2, "2.0.0", time::Duration::days(30)),
         &fx.key,
