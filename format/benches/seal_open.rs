@@ -58,9 +58,13 @@ fn main() -> Result<()> {
     let parent = std::env::var_os("BENCH_DIR")
         .filter(|dir| !dir.is_empty())
         .map_or_else(std::env::temp_dir, PathBuf::from);
-    let work = tempfile::Builder::new()
+    let mut work = tempfile::Builder::new()
         .prefix("seal-open-bench")
         .tempdir_in(parent)?;
+    // `BENCH_KEEP=1` leaves the tree and the packs behind, for profiling.
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        work.disable_cleanup(true);
+    }
     let dir = work.path();
     let tree = dir.join("tree");
     let (files, tree_bytes) = generate_tree(&tree, mb * 1_000_000, 0x5eed)?;

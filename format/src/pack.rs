@@ -6,8 +6,7 @@
 //! The data key is wrapped (AES-256-GCM again) once per content key, in a key slot named by
 //! the content key's id.
 
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::{Aes256Gcm, Key, Nonce, Tag};
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
@@ -100,13 +99,7 @@ pub fn seal_compressed(
     for key in keys {
         let slot_nonce: [u8; 12] = rand::random();
         let mut wrapped = data_key.to_vec();
-        let cipher = Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key.bytes()));
-        let tag = cipher
-            .encrypt_in_place_detached(
-                Nonce::from_slice(&slot_nonce),
-                &slot_aad(key.id()),
-                &mut wrapped,
-            )
+        let tag = seal_detached(key.bytes(), slot_nonce, &slot_aad(key.id()), &mut wrapped)
             .map_err(|_| FormatError::Signing("wrapping the data key failed".to_string()))?;
         wrapped.extend_from_slice(&tag);
         key_slots.push(KeySlot {
@@ -130,9 +123,7 @@ pub fn seal_compressed(
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(&json);
-    let cipher = Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(&data_key[..]));
-    let tag = cipher
-        .encrypt_in_place_detached(Nonce::from_slice(&nonce), &out, &mut compressed)
+    let tag = seal_detached(&data_key, nonce, &out, &mut compressed)
         .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
     out.extend_from_slice(&compressed);
     out.extend_from_slice(&tag);
@@ -141,6 +132,42 @@ pub fn seal_compressed(
 
 fn slot_aad(key_id: &str) -> Vec<u8> {
     [SLOT_AAD_PREFIX, key_id.as_bytes()].concat()
+}
+
+/// AES-256-GCM encryption of `in_out` in place; returns the tag.
+fn seal_detached(
+    key: &[u8; 32],
+    nonce: [u8; 12],
+    aad: &[u8],
+    in_out: &mut [u8],
+) -> Result<[u8; TAG_LEN], aws_lc_rs::error::Unspecified> {
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key)?);
+    let tag = key.seal_in_place_separate_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad),
+        in_out,
+    )?;
+    let mut out = [0; TAG_LEN];
+    out.copy_from_slice(tag.as_ref());
+    Ok(out)
+}
+
+/// AES-256-GCM decryption of `in_out` in place, checking `tag`.
+fn open_detached(
+    key: &[u8; 32],
+    nonce: [u8; 12],
+    aad: &[u8],
+    tag: &[u8],
+    in_out: &mut [u8],
+) -> Result<(), aws_lc_rs::error::Unspecified> {
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key)?);
+    key.open_in_place_separate_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad),
+        tag,
+        in_out,
+    )?;
+    Ok(())
 }
 
 /// Parses and checks the header of a sealed pack without decrypting anything. Returns the
@@ -276,27 +303,21 @@ pub fn decrypt(
     let wrapped = decode_fixed::<48>("wrapped key", &slot.wrapped_key)?;
     let mut data_key = Zeroizing::new([0u8; 32]);
     data_key.copy_from_slice(&wrapped[..32]);
-    Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(key.bytes()))
-        .decrypt_in_place_detached(
-            Nonce::from_slice(&slot_nonce),
-            &slot_aad(&slot.key_id),
-            &mut data_key[..],
-            Tag::from_slice(&wrapped[32..]),
-        )
-        .map_err(|_| FormatError::WrongContentKey {
-            key_id: slot.key_id.clone(),
-        })?;
+    open_detached(
+        key.bytes(),
+        slot_nonce,
+        &slot_aad(&slot.key_id),
+        &wrapped[32..],
+        &mut data_key[..],
+    )
+    .map_err(|_| FormatError::WrongContentKey {
+        key_id: slot.key_id.clone(),
+    })?;
     let nonce = decode_fixed::<12>("payload nonce", &header.nonce)?;
     let body = &bytes[header_len..];
     let (ciphertext, tag) = body.split_at(body.len() - TAG_LEN);
     let mut plain = ciphertext.to_vec();
-    Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(&data_key[..]))
-        .decrypt_in_place_detached(
-            Nonce::from_slice(&nonce),
-            &bytes[..header_len],
-            &mut plain,
-            Tag::from_slice(tag),
-        )
+    open_detached(&data_key, nonce, &bytes[..header_len], tag, &mut plain)
         .map_err(|_| FormatError::Tampered)?;
     Ok((header, plain))
 }
