@@ -73,9 +73,31 @@ pub struct OpenedPack {
 }
 
 /// Seals `input` for every key in `keys` (at least one).
+///
+/// The payload is compressed straight into the output, behind room for the longest header
+/// it could need; the header, whose length depends on the payload's size, is written in
+/// front of it at the end.
 pub fn seal(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<Vec<u8>, FormatError> {
-    let compressed = input.payload.to_tar_zst(input.mtime, input.zstd_level)?;
-    seal_compressed(input, compressed, keys)
+    let NewHeader {
+        mut header,
+        data_key,
+        nonce,
+    } = new_header(input, keys)?;
+    header.plaintext_len = u64::MAX;
+    let room = PREFIX_LEN + header_json(&header)?.len();
+    let mut out = input
+        .payload
+        .append_tar_zst(vec![0; room], input.mtime, input.zstd_level)?;
+    header.plaintext_len = (out.len() - room) as u64;
+    let json = header_json(&header)?;
+    let start = room - PREFIX_LEN - json.len();
+    write_prefix(&mut out[start..room], &json);
+    let (aad, payload) = out[start..].split_at_mut(room - start);
+    let tag = seal_detached(&data_key, nonce, aad, payload)
+        .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
+    out.extend_from_slice(&tag);
+    out.drain(..start);
+    Ok(out)
 }
 
 /// Seals an already-built `tar.zst` payload.
@@ -84,6 +106,33 @@ pub fn seal_compressed(
     mut compressed: Vec<u8>,
     keys: &[&ContentKey],
 ) -> Result<Vec<u8>, FormatError> {
+    let NewHeader {
+        mut header,
+        data_key,
+        nonce,
+    } = new_header(input, keys)?;
+    header.plaintext_len = compressed.len() as u64;
+    let json = header_json(&header)?;
+    let mut out = vec![0; PREFIX_LEN + json.len()];
+    write_prefix(&mut out, &json);
+    out.reserve(compressed.len() + TAG_LEN);
+    let tag = seal_detached(&data_key, nonce, &out, &mut compressed)
+        .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
+    out.extend_from_slice(&compressed);
+    out.extend_from_slice(&tag);
+    Ok(out)
+}
+
+/// A header with its fresh data key and payload nonce, before the payload's length is known.
+struct NewHeader {
+    header: PackHeader,
+    data_key: Zeroizing<[u8; 32]>,
+    nonce: [u8; 12],
+}
+
+/// A header for `input` with a fresh data key wrapped for every key in `keys` and a fresh
+/// payload nonce; `plaintext_len` is left for the caller.
+fn new_header(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<NewHeader, FormatError> {
     validate_name("pack", input.name)?;
     if keys.is_empty() || keys.len() > MAX_KEY_SLOTS {
         return Err(FormatError::malformed(
@@ -116,18 +165,24 @@ pub fn seal_compressed(
         schema: input.schema,
         key_slots,
         nonce: B64.encode(nonce),
-        plaintext_len: compressed.len() as u64,
+        plaintext_len: 0,
     };
-    let json = serde_json::to_vec(&header).map_err(|e| FormatError::malformed("pack header", e))?;
-    let mut out = Vec::with_capacity(PREFIX_LEN + json.len() + compressed.len() + TAG_LEN);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
-    out.extend_from_slice(&json);
-    let tag = seal_detached(&data_key, nonce, &out, &mut compressed)
-        .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
-    out.extend_from_slice(&compressed);
-    out.extend_from_slice(&tag);
-    Ok(out)
+    Ok(NewHeader {
+        header,
+        data_key,
+        nonce,
+    })
+}
+
+fn header_json(header: &PackHeader) -> Result<Vec<u8>, FormatError> {
+    serde_json::to_vec(header).map_err(|e| FormatError::malformed("pack header", e))
+}
+
+/// Writes magic, length and header JSON into `out`, which is exactly that long.
+fn write_prefix(out: &mut [u8], json: &[u8]) {
+    out[..MAGIC.len()].copy_from_slice(MAGIC);
+    out[MAGIC.len()..PREFIX_LEN].copy_from_slice(&(json.len() as u32).to_le_bytes());
+    out[PREFIX_LEN..].copy_from_slice(json);
 }
 
 fn slot_aad(key_id: &str) -> Vec<u8> {

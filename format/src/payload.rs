@@ -164,15 +164,29 @@ impl Payload {
     /// compression threads start on the first chunk while the rest are still being added.
     /// The bytes are the same as `compress(&self.to_tar(mtime)?, level)`.
     pub fn to_tar_zst(&self, mtime: u64, level: i32) -> Result<Vec<u8>, FormatError> {
+        self.append_tar_zst(Vec::new(), mtime, level)
+    }
+
+    /// [`Payload::to_tar_zst`] appended to `out` (which may already hold a header): the
+    /// frames go straight into it, with no copy of the whole payload at the end.
+    pub(crate) fn append_tar_zst(
+        &self,
+        mut out: Vec<u8>,
+        mtime: u64,
+        level: i32,
+    ) -> Result<Vec<u8>, FormatError> {
         let estimate = self.total_size() as usize + (self.files.len() + 2) * 1024;
         if estimate < FRAME_LEN {
-            return compress(&self.to_tar(mtime)?, level);
+            out.extend_from_slice(&compress(&self.to_tar(mtime)?, level)?);
+            return Ok(out);
         }
-        compress_frames(level, workers(estimate.div_ceil(FRAME_LEN)), |send| {
+        // About what zstd leaves of template text; the vector grows if it needs more.
+        out.reserve(estimate / 3);
+        compress_frames(level, workers(estimate.div_ceil(FRAME_LEN)), out, |feed| {
             let writer = FrameWriter {
-                chunk: Vec::with_capacity(FRAME_LEN),
+                chunk: feed.buffer(),
                 sent: 0,
-                send,
+                feed,
             };
             self.write_tar(writer, mtime)?.finish()
         })
@@ -497,14 +511,20 @@ pub fn compress(bytes: &[u8], level: i32) -> Result<Vec<u8>, FormatError> {
             .compress(bytes)
             .map_err(|e| FormatError::io("compressing the payload", e));
     }
-    compress_frames(level, workers(bytes.len().div_ceil(FRAME_LEN)), |send| {
-        for chunk in bytes.chunks(FRAME_LEN) {
-            if !send(Cow::Borrowed(chunk)) {
-                break;
+    let out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
+    compress_frames(
+        level,
+        workers(bytes.len().div_ceil(FRAME_LEN)),
+        out,
+        |feed| {
+            for chunk in bytes.chunks(FRAME_LEN) {
+                if !feed.send(Cow::Borrowed(chunk)) {
+                    break;
+                }
             }
-        }
-        Ok(())
-    })
+            Ok(())
+        },
+    )
 }
 
 /// Threads for `jobs` jobs: one per core, no more than the jobs, at least one.
@@ -525,22 +545,62 @@ fn compressor(level: i32) -> Result<zstd::bulk::Compressor<'static>, FormatError
     Ok(compressor)
 }
 
-/// Runs `feed`, which hands over the input chunk by chunk (its `send` returns false once
-/// nobody compresses any more), compresses every chunk into its own frame on `workers`
-/// threads, and returns the frames concatenated in input order.
+/// What [`compress_frames`] hands its feeder: where to send each chunk, and spent chunk
+/// buffers to fill again (a fresh 8 MiB buffer per frame costs a page fault per 4 KiB).
+struct Feed<'f, 'a> {
+    send: &'f mut dyn FnMut(Cow<'a, [u8]>) -> bool,
+    spare: &'f mpsc::Receiver<Vec<u8>>,
+}
+
+impl<'a> Feed<'_, 'a> {
+    /// Queues a chunk; false once nobody compresses any more.
+    fn send(&mut self, chunk: Cow<'a, [u8]>) -> bool {
+        (self.send)(chunk)
+    }
+
+    /// An empty buffer of [`FRAME_LEN`] bytes' capacity, recycled when one is free.
+    fn buffer(&self) -> Vec<u8> {
+        self.spare
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(FRAME_LEN))
+    }
+}
+
+/// Runs `feed`, which hands over the input chunk by chunk, compresses every chunk into its
+/// own frame on `workers` threads, and appends the frames to `out` in input order, each as
+/// soon as the ones before it are there.
 fn compress_frames<'a>(
     level: i32,
     workers: usize,
-    feed: impl FnOnce(&mut dyn FnMut(Cow<'a, [u8]>) -> bool) -> Result<(), FormatError>,
+    mut out: Vec<u8>,
+    feed: impl FnOnce(&mut Feed<'_, 'a>) -> Result<(), FormatError>,
 ) -> Result<Vec<u8>, FormatError> {
     let workers = workers.max(1);
     let (job_sender, jobs) = mpsc::sync_channel::<(usize, Cow<'a, [u8]>)>(workers);
     let jobs = std::sync::Mutex::new(jobs);
     let (done_sender, done) = mpsc::channel::<(usize, Result<Vec<u8>, FormatError>)>();
-    let (fed, frames) = std::thread::scope(|scope| {
+    let (spare_sender, spare) = mpsc::channel::<Vec<u8>>();
+    // Frames that finished before an earlier one, and the index of the next to append.
+    let mut waiting = BTreeMap::new();
+    let mut next_out = 0;
+    let mut failed = None;
+    let mut collect = |(index, frame): (usize, Result<Vec<u8>, FormatError>)| {
+        waiting.insert(index, frame);
+        while let Some(frame) = waiting.remove(&next_out) {
+            match frame {
+                Ok(frame) if failed.is_none() => out.extend_from_slice(&frame),
+                Ok(_) => {}
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+            next_out += 1;
+        }
+    };
+    let fed = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
-                let (jobs, done) = (&jobs, done_sender.clone());
+                let (jobs, done, spare) = (&jobs, done_sender.clone(), spare_sender.clone());
                 scope.spawn(move || {
                     let mut compressor = match compressor(level) {
                         Ok(compressor) => compressor,
@@ -559,7 +619,10 @@ fn compress_frames<'a>(
                         let frame = compressor
                             .compress(&chunk)
                             .map_err(|e| FormatError::io("compressing the payload", e));
-                        drop(chunk);
+                        if let Cow::Owned(mut buffer) = chunk {
+                            buffer.clear();
+                            let _ = spare.send(buffer);
+                        }
                         if done.send((index, frame)).is_err() {
                             return;
                         }
@@ -567,43 +630,51 @@ fn compress_frames<'a>(
                 })
             })
             .collect();
-        drop(done_sender);
+        drop((done_sender, spare_sender));
         let mut next = 0;
-        let fed = feed(&mut |chunk| {
+        let mut send = |chunk| {
             let sent = job_sender.send((next, chunk)).is_ok();
             next += 1;
+            // Append whatever is ready while the tar is still being written.
+            while let Ok(frame) = done.try_recv() {
+                collect(frame);
+            }
             sent
+        };
+        let fed = feed(&mut Feed {
+            send: &mut send,
+            spare: &spare,
         });
         drop(job_sender);
-        let mut frames: Vec<(usize, Result<Vec<u8>, FormatError>)> = done.iter().collect();
+        for frame in done.iter() {
+            collect(frame);
+        }
         for handle in handles {
             handle
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         }
-        frames.sort_by_key(|(index, _)| *index);
-        (fed, frames)
+        fed
     });
     fed?;
-    let frames = frames
-        .into_iter()
-        .map(|(_, frame)| frame)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(frames.concat())
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
-/// Collects the `tar` into [`FRAME_LEN`]-byte chunks and hands each full one to `send`.
-struct FrameWriter<'s, 'a> {
+/// Collects the `tar` into [`FRAME_LEN`]-byte chunks and hands each full one to the feed.
+struct FrameWriter<'s, 'f, 'a> {
     chunk: Vec<u8>,
     sent: usize,
-    send: &'s mut dyn FnMut(Cow<'a, [u8]>) -> bool,
+    feed: &'s mut Feed<'f, 'a>,
 }
 
-impl FrameWriter<'_, '_> {
+impl FrameWriter<'_, '_, '_> {
     fn send_chunk(&mut self) -> std::io::Result<()> {
-        let chunk = std::mem::replace(&mut self.chunk, Vec::with_capacity(FRAME_LEN));
+        let chunk = std::mem::replace(&mut self.chunk, self.feed.buffer());
         self.sent += 1;
-        if (self.send)(Cow::Owned(chunk)) {
+        if self.feed.send(Cow::Owned(chunk)) {
             Ok(())
         } else {
             Err(std::io::Error::other("the compression threads stopped"))
@@ -620,7 +691,7 @@ impl FrameWriter<'_, '_> {
     }
 }
 
-impl Write for FrameWriter<'_, '_> {
+impl Write for FrameWriter<'_, '_, '_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = buf.len().min(FRAME_LEN - self.chunk.len());
         self.chunk.extend_from_slice(&buf[..n]);
@@ -950,6 +1021,23 @@ mod tests {
             small.to_tar_zst(0, 3).unwrap(),
             compress(&small.to_tar(0).unwrap(), 3).unwrap()
         );
+        // Enough frames that chunk buffers come back and are filled again, appended
+        // behind bytes already in the output.
+        let files = big_payload()
+            .into_files()
+            .into_iter()
+            .flat_map(|(path, bytes)| {
+                (0..4).map(move |copy| PayloadFile {
+                    path: format!("copy{copy}/{path}"),
+                    bytes: bytes.clone(),
+                })
+            });
+        let large = Payload::new(files, &Limits::DEFAULT).unwrap();
+        let tar = large.to_tar(0).unwrap();
+        assert!(tar.len() > 4 * FRAME_LEN, "{}", tar.len());
+        let appended = large.append_tar_zst(b"head".to_vec(), 0, 3).unwrap();
+        assert_eq!(appended[..4], *b"head");
+        assert_eq!(appended[4..], compress(&tar, 3).unwrap());
     }
 
     #[test]
@@ -1003,9 +1091,9 @@ mod tests {
 
     /// `compress_frames` over `bytes` with a given number of threads.
     fn compress_with(bytes: &[u8], workers: usize) -> Vec<u8> {
-        compress_frames(3, workers, |send| {
+        compress_frames(3, workers, Vec::new(), |feed| {
             for chunk in bytes.chunks(FRAME_LEN) {
-                send(Cow::Borrowed(chunk));
+                feed.send(Cow::Borrowed(chunk));
             }
             Ok(())
         })
