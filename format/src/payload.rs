@@ -202,79 +202,12 @@ impl Payload {
     /// can produce, so that no entry reserves more memory than that, whatever its header
     /// claims.
     fn read_tar(reader: impl Read, limits: &Limits, max_len: u64) -> Result<Self, FormatError> {
-        let mut archive = tar::Archive::new(reader);
-        let entries = archive
-            .entries()
-            .map_err(|e| FormatError::malformed("payload tar", e))?;
-        let mut index: Option<Vec<IndexEntry>> = None;
-        let mut files = BTreeMap::new();
-        for entry in entries {
-            let mut entry = entry.map_err(|e| FormatError::malformed("payload tar", e))?;
-            let path_bytes = entry.path_bytes().into_owned();
-            let path = String::from_utf8(path_bytes).map_err(|e| FormatError::UnsafeEntry {
-                path: String::from_utf8_lossy(e.as_bytes()).into_owned(),
-                reason: "path is not UTF-8",
-            })?;
-            let kind = entry.header().entry_type();
-            if !matches!(kind, tar::EntryType::Regular) {
-                return Err(FormatError::UnsafeEntry {
-                    path,
-                    reason: entry_kind_reason(kind),
-                });
-            }
-            let size = entry
-                .header()
-                .size()
-                .map_err(|e| FormatError::malformed("payload tar header", e))?;
-            if index.is_none() {
-                if path != INDEX_PATH {
-                    return Err(FormatError::IndexMismatch {
-                        reason: format!("expected {INDEX_PATH} as the first entry, found {path:?}"),
-                    });
-                }
-                check_file_len(&path, size, limits)?;
-                let bytes = read_entry(&mut entry, &path, size, max_len)?;
-                let parsed: Index = serde_json::from_slice(&bytes)
-                    .map_err(|e| FormatError::malformed("payload index", e))?;
-                if parsed.format != INDEX_FORMAT {
-                    return Err(FormatError::UnsupportedVersion {
-                        what: "payload index",
-                        expected: INDEX_FORMAT,
-                        found: parsed.format,
-                    });
-                }
-                if parsed.files.len() > limits.max_file_count {
-                    return Err(FormatError::TooManyFiles {
-                        found: parsed.files.len(),
-                        limit: limits.max_file_count,
-                    });
-                }
-                index = Some(parsed.files);
-                continue;
-            }
-            validate_path(&path, limits)?;
-            check_file_len(&path, size, limits)?;
-            if files.len() >= limits.max_file_count {
-                return Err(FormatError::TooManyFiles {
-                    found: files.len() + 1,
-                    limit: limits.max_file_count,
-                });
-            }
-            let bytes = read_entry(&mut entry, &path, size, max_len)?;
-            if files.insert(path.clone(), bytes).is_some() {
-                return Err(FormatError::UnsafeEntry {
-                    path,
-                    reason: "duplicate path",
-                });
-            }
-        }
-        let Some(index) = index else {
-            return Err(FormatError::IndexMismatch {
-                reason: format!("the payload has no {INDEX_PATH}"),
-            });
-        };
-        check_index(&index, &files)?;
-        Ok(Payload { files })
+        let mut collected = Collect::default();
+        read_tar(reader, limits, max_len, &mut collected)?;
+        check_index(&collected.index, &collected.files)?;
+        Ok(Payload {
+            files: collected.files,
+        })
     }
 
     /// Decompresses under the limits' budget, then reads the `tar`.
@@ -374,6 +307,122 @@ impl Payload {
             produced?;
             parsed
         })
+    }
+}
+
+/// Receives what a payload's `tar` holds, in archive order, as [`read_tar`] checks it.
+pub(crate) trait TarSink {
+    /// The index, the archive's first entry.
+    fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError>;
+    /// One regular file with a safe path, within the limits, after the index.
+    fn file(&mut self, path: String, bytes: Vec<u8>) -> Result<(), FormatError>;
+}
+
+/// Reads a payload `tar` from `reader` into `sink`: regular files only, safe paths, within
+/// the limits, the index first. `max_len` bounds how many bytes the reader can produce, so
+/// that no entry reserves more memory than that, whatever its header claims. Checking the
+/// files against the index is the sink's job.
+pub(crate) fn read_tar(
+    reader: impl Read,
+    limits: &Limits,
+    max_len: u64,
+    sink: &mut impl TarSink,
+) -> Result<(), FormatError> {
+    let mut archive = tar::Archive::new(reader);
+    let entries = archive
+        .entries()
+        .map_err(|e| FormatError::malformed("payload tar", e))?;
+    let mut seen_index = false;
+    let mut files = 0usize;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| FormatError::malformed("payload tar", e))?;
+        let path_bytes = entry.path_bytes().into_owned();
+        let path = String::from_utf8(path_bytes).map_err(|e| FormatError::UnsafeEntry {
+            path: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            reason: "path is not UTF-8",
+        })?;
+        let kind = entry.header().entry_type();
+        if !matches!(kind, tar::EntryType::Regular) {
+            return Err(FormatError::UnsafeEntry {
+                path,
+                reason: entry_kind_reason(kind),
+            });
+        }
+        let size = entry
+            .header()
+            .size()
+            .map_err(|e| FormatError::malformed("payload tar header", e))?;
+        if !seen_index {
+            if path != INDEX_PATH {
+                return Err(FormatError::IndexMismatch {
+                    reason: format!("expected {INDEX_PATH} as the first entry, found {path:?}"),
+                });
+            }
+            check_file_len(&path, size, limits)?;
+            let bytes = read_entry(&mut entry, &path, size, max_len)?;
+            let parsed: Index = serde_json::from_slice(&bytes)
+                .map_err(|e| FormatError::malformed("payload index", e))?;
+            if parsed.format != INDEX_FORMAT {
+                return Err(FormatError::UnsupportedVersion {
+                    what: "payload index",
+                    expected: INDEX_FORMAT,
+                    found: parsed.format,
+                });
+            }
+            if parsed.files.len() > limits.max_file_count {
+                return Err(FormatError::TooManyFiles {
+                    found: parsed.files.len(),
+                    limit: limits.max_file_count,
+                });
+            }
+            seen_index = true;
+            sink.index(parsed.files)?;
+            continue;
+        }
+        validate_path(&path, limits)?;
+        check_file_len(&path, size, limits)?;
+        if files >= limits.max_file_count {
+            return Err(FormatError::TooManyFiles {
+                found: files + 1,
+                limit: limits.max_file_count,
+            });
+        }
+        files += 1;
+        let bytes = read_entry(&mut entry, &path, size, max_len)?;
+        sink.file(path, bytes)?;
+    }
+    if !seen_index {
+        return Err(FormatError::IndexMismatch {
+            reason: format!("the payload has no {INDEX_PATH}"),
+        });
+    }
+    Ok(())
+}
+
+/// Keeps every file in memory, for [`check_index`] once the archive is read.
+#[derive(Default)]
+struct Collect {
+    index: Vec<IndexEntry>,
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+impl TarSink for Collect {
+    fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError> {
+        self.index = index;
+        Ok(())
+    }
+
+    fn file(&mut self, path: String, bytes: Vec<u8>) -> Result<(), FormatError> {
+        match self.files.entry(path) {
+            std::collections::btree_map::Entry::Occupied(taken) => Err(FormatError::UnsafeEntry {
+                path: taken.key().clone(),
+                reason: "duplicate path",
+            }),
+            std::collections::btree_map::Entry::Vacant(free) => {
+                free.insert(bytes);
+                Ok(())
+            }
+        }
     }
 }
 
