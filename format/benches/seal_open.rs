@@ -19,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use pack_format::pack::SealInput;
-use pack_format::{ContentKey, ContentKeyRing, Limits, Payload, PayloadFile};
+use pack_format::{ContentKey, ContentKeyRing, IndexEntry, Limits, Payload, PayloadFile, Unpack};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -96,8 +96,8 @@ fn main() -> Result<()> {
     };
     let open_ours = |out: &Path| -> Result<()> {
         let sealed = std::fs::read(&ours_pack)?;
-        let opened = pack_format::open(&sealed, &keys, &BENCH_LIMITS)?;
-        write_files(out, &opened.payload)?;
+        std::fs::create_dir(out)?;
+        pack_format::open_into(&sealed, &keys, &BENCH_LIMITS, &IntoDir::new(out))?;
         Ok(())
     };
 
@@ -348,47 +348,75 @@ fn read_tree(root: &Path) -> Result<Payload> {
             bytes: std::fs::read(path)?,
         })
     };
-    let files = on_every_core(&paths, |chunk| chunk.iter().map(read).collect())?;
-    Ok(Payload::new(files.into_iter().flatten(), &BENCH_LIMITS)?)
+    let files = on_every_core(&paths, read)?;
+    Ok(Payload::new(files, &BENCH_LIMITS)?)
 }
 
-/// Writes every file of `payload` under `root`: directories first, then the files on
-/// every core.
-fn write_files(root: &Path, payload: &Payload) -> Result<()> {
-    let mut made = std::collections::HashSet::new();
-    let files: Vec<(PathBuf, &[u8])> = payload
-        .files()
-        .iter()
-        .map(|(path, bytes)| (root.join(path), bytes.as_slice()))
-        .collect();
-    for (target, _) in &files {
-        if let Some(parent) = target.parent()
-            && made.insert(parent)
-        {
-            std::fs::create_dir_all(parent)?;
+/// Unpacks into a directory, as `tar -x` does: the directories from the index first, then
+/// each file as `open_into` hands it over (on every core).
+struct IntoDir<'a> {
+    root: &'a Path,
+    /// Directories known to exist, so each is made once, top down, with no failed calls.
+    made: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl<'a> IntoDir<'a> {
+    fn new(root: &'a Path) -> Self {
+        IntoDir {
+            root,
+            made: Default::default(),
         }
     }
-    on_every_core(&files, |chunk| {
-        chunk
-            .iter()
-            .map(|(target, bytes)| std::fs::write(target, bytes))
-            .collect()
-    })?;
-    Ok(())
 }
 
-/// Splits `items` into one run per core and maps each run on its own thread.
+impl Unpack for IntoDir<'_> {
+    fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Directories are made when a file first needs one, on whichever thread writes it.
+    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+        for (end, _) in path.match_indices('/') {
+            let dir = &path[..end];
+            let known = self.made.lock().is_ok_and(|made| made.contains(dir));
+            if !known {
+                match std::fs::create_dir(self.root.join(dir)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+                if let Ok(mut made) = self.made.lock() {
+                    made.insert(dir.to_string());
+                }
+            }
+        }
+        std::fs::write(self.root.join(path), bytes)
+    }
+}
+
+/// Maps `items` on one thread per core, each taking the next item as it finishes the last
+/// (files differ in size, so fixed halves would leave a core idle), and returns the results
+/// in input order.
 fn on_every_core<T: Sync, R: Send>(
     items: &[T],
-    work: impl Fn(&[T]) -> std::io::Result<Vec<R>> + Sync,
-) -> std::io::Result<Vec<Vec<R>>> {
+    work: impl Fn(&T) -> std::io::Result<R> + Sync,
+) -> std::io::Result<Vec<R>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = items.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let work = &work;
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|run| scope.spawn(move || work(run)))
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let (work, next) = (&work, &next);
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(move || {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return Ok(done);
+                        };
+                        done.push((i, work(item)?));
+                    }
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -396,8 +424,13 @@ fn on_every_core<T: Sync, R: Send>(
                 h.join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })
-            .collect()
-    })
+            .collect::<std::io::Result<Vec<Vec<_>>>>()
+    })?
+    .into_iter()
+    .flatten()
+    .collect();
+    done.sort_unstable_by_key(|(i, _)| *i);
+    Ok(done.into_iter().map(|(_, r)| r).collect())
 }
 
 fn tree_size(root: &Path) -> Result<(usize, u64)> {

@@ -17,6 +17,7 @@ pub mod keys;
 pub mod limits;
 pub mod pack;
 pub mod payload;
+pub mod unpack;
 
 pub use channel::{
     ChannelDocument, ChannelEntry, EntryTarget, PackRef, Rollout, VerifiedChannel, rollout_bucket,
@@ -26,6 +27,7 @@ pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
 pub use limits::Limits;
 pub use pack::{KeySlot, OpenedPack, PackHeader, SealInput, open, read_header, seal};
 pub use payload::{IndexEntry, Payload, PayloadFile};
+pub use unpack::{Unpack, Unpacked, open_into};
 
 /// Version of the sealed-pack container this crate writes and reads.
 pub const FORMAT_VERSION: u32 = 1;

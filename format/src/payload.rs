@@ -238,9 +238,8 @@ impl Payload {
         Self::from_tar_zst_pipelined(compressed, limits)
     }
 
-    /// Decodes `frames` on up to `threads` threads (frame `i` on thread `i % threads`, each
-    /// thread a frame or two ahead of the reader at most) while the `tar` reader reads them
-    /// in order. `None` when a frame failed to decode: the caller then takes the streaming
+    /// Decodes `frames` on up to `threads` threads while the `tar` reader reads them in
+    /// order. `None` when a frame failed to decode: the caller then takes the streaming
     /// path for the exact error.
     fn from_frames_parallel(
         compressed: &[u8],
@@ -248,43 +247,11 @@ impl Payload {
         limits: &Limits,
         threads: usize,
     ) -> Option<Result<Self, FormatError>> {
-        let workers = threads.min(frames.len());
         let total: u64 = frames.iter().map(|f| f.content_len).sum();
-        std::thread::scope(|scope| {
-            let mut receivers = Vec::with_capacity(workers);
-            let mut handles = Vec::with_capacity(workers);
-            for first in 0..workers {
-                let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(1);
-                receivers.push(receiver);
-                handles.push(scope.spawn(move || {
-                    let mut context = zstd::zstd_safe::DCtx::create();
-                    let mut listening = true;
-                    for frame in frames.iter().skip(first).step_by(workers) {
-                        // At most the frame's declared size, itself within the budget.
-                        let mut out = Vec::with_capacity(frame.content_len as usize);
-                        match context.decompress(&mut out, &compressed[frame.start..frame.end]) {
-                            Ok(n) if n as u64 == frame.content_len => {}
-                            _ => return false,
-                        }
-                        // Once the reader stops, keep decoding: a bad frame after the end
-                        // of the `tar` still fails the payload, as on the streaming path.
-                        if listening {
-                            listening = sender.send(out).is_ok();
-                        }
-                    }
-                    true
-                }));
-            }
-            // `read_tar` drops the reader when it returns, which unblocks the decoders.
-            let parsed = Self::read_tar(FrameReader::new(receivers), limits, total);
-            let mut decoded = true;
-            for handle in handles {
-                decoded &= handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            }
-            decoded.then_some(parsed)
-        })
+        let (parsed, decoded) = with_frame_reader(compressed, frames, threads, |reader| {
+            Self::read_tar(reader, limits, total)
+        });
+        decoded.then_some(parsed)
     }
 
     fn from_tar_zst_serial(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
@@ -294,44 +261,130 @@ impl Payload {
 
     fn from_tar_zst_pipelined(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
         let budget = limits.decompressed_budget(compressed.len() as u64);
-        std::thread::scope(|scope| {
-            let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(PIPELINE_DEPTH);
-            let producer = scope.spawn(move || {
-                decompress_chunks(compressed, limits, |chunk| sender.send(chunk).is_ok())
-            });
-            // `read_tar` drops the receiver when it returns, which unblocks the producer.
-            let parsed = Self::read_tar(ChunkReader::new(receiver), limits, budget);
-            let produced = producer
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            produced?;
-            parsed
+        with_chunk_reader(compressed, limits, |reader| {
+            Self::read_tar(reader, limits, budget)
         })
     }
 }
 
+/// Decodes `frames` on up to `threads` threads (frame `i` on thread `i % threads`, each
+/// thread a frame or two ahead of the reader at most, every frame into a buffer of exactly
+/// its declared size) and runs `read` over them in order. Also returns whether every frame
+/// decoded to its declared size; when one did not, the reader saw the stream end early.
+pub(crate) fn with_frame_reader<T>(
+    compressed: &[u8],
+    frames: &[Frame],
+    threads: usize,
+    read: impl FnOnce(FrameReader) -> T,
+) -> (T, bool) {
+    let workers = threads.clamp(1, frames.len().max(1));
+    std::thread::scope(|scope| {
+        let mut receivers = Vec::with_capacity(workers);
+        let mut spent = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for first in 0..workers {
+            let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(1);
+            let (spent_sender, spent_buffers) = mpsc::channel::<Vec<u8>>();
+            receivers.push(receiver);
+            spent.push(spent_sender);
+            handles.push(scope.spawn(move || {
+                let mut context = zstd::zstd_safe::DCtx::create();
+                let mut listening = true;
+                for frame in frames.iter().skip(first).step_by(workers) {
+                    // At most the frame's declared size, itself within the budget; a buffer
+                    // the reader is done with saves faulting in fresh pages.
+                    let mut out = spent_buffers.try_recv().unwrap_or_default();
+                    out.clear();
+                    out.reserve_exact(frame.content_len as usize);
+                    match context.decompress(&mut out, &compressed[frame.start..frame.end]) {
+                        Ok(n) if n as u64 == frame.content_len => {}
+                        _ => return false,
+                    }
+                    // Once the reader stops, keep decoding: a bad frame after the end of
+                    // the `tar` still fails the payload, as on the streaming path.
+                    if listening {
+                        listening = sender.send(out).is_ok();
+                    }
+                }
+                true
+            }));
+        }
+        // `read` drops the reader when it returns, which unblocks the decoders.
+        let result = read(FrameReader::new(receivers, spent));
+        let mut decoded = true;
+        for handle in handles {
+            decoded &= handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+        (result, decoded)
+    })
+}
+
+/// Decompresses `compressed` as one stream on a second thread, under the limits' budget,
+/// and runs `read` over the chunks as they come. A decompression error wins over whatever
+/// `read` made of the bytes before it.
+pub(crate) fn with_chunk_reader<T>(
+    compressed: &[u8],
+    limits: &Limits,
+    read: impl FnOnce(ChunkReader) -> Result<T, FormatError>,
+) -> Result<T, FormatError> {
+    std::thread::scope(|scope| {
+        let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(PIPELINE_DEPTH);
+        let producer = scope.spawn(move || {
+            decompress_chunks(compressed, limits, |chunk| sender.send(chunk).is_ok())
+        });
+        // `read` drops the receiver when it returns, which unblocks the producer.
+        let parsed = read(ChunkReader::new(receiver));
+        let produced = producer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        produced?;
+        parsed
+    })
+}
+
 /// Receives what a payload's `tar` holds, in archive order, as [`read_tar`] checks it.
 pub(crate) trait TarSink {
+    /// A file's bytes, as the sink takes them.
+    type Body;
     /// The index, the archive's first entry.
     fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError>;
     /// One regular file with a safe path, within the limits, after the index.
-    fn file(&mut self, path: String, bytes: Vec<u8>) -> Result<(), FormatError>;
+    fn file(&mut self, path: String, body: Self::Body) -> Result<(), FormatError>;
 }
 
 /// Reads a payload `tar` from `reader` into `sink`: regular files only, safe paths, within
 /// the limits, the index first. `max_len` bounds how many bytes the reader can produce, so
 /// that no entry reserves more memory than that, whatever its header claims. Checking the
 /// files against the index is the sink's job.
-pub(crate) fn read_tar(
+pub(crate) fn read_tar<S: TarSink>(
     reader: impl Read,
     limits: &Limits,
     max_len: u64,
-    sink: &mut impl TarSink,
-) -> Result<(), FormatError> {
+    sink: &mut S,
+) -> Result<(), FormatError>
+where
+    S::Body: From<Vec<u8>>,
+{
     let mut archive = tar::Archive::new(reader);
     let entries = archive
         .entries()
         .map_err(|e| FormatError::malformed("payload tar", e))?;
+    read_entries(entries, limits, max_len, sink, |entry, path, size| {
+        read_entry(entry, path, size, max_len).map(S::Body::from)
+    })
+}
+
+/// [`read_tar`]'s checks over any entries, with `body` taking each file's bytes (the
+/// index is always read through the entry).
+pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
+    entries: tar::Entries<'a, R>,
+    limits: &Limits,
+    max_len: u64,
+    sink: &mut S,
+    mut body: impl FnMut(&mut tar::Entry<'a, R>, &str, u64) -> Result<S::Body, FormatError>,
+) -> Result<(), FormatError> {
     let mut seen_index = false;
     let mut files = 0usize;
     for entry in entries {
@@ -388,7 +441,7 @@ pub(crate) fn read_tar(
             });
         }
         files += 1;
-        let bytes = read_entry(&mut entry, &path, size, max_len)?;
+        let bytes = body(&mut entry, &path, size)?;
         sink.file(path, bytes)?;
     }
     if !seen_index {
@@ -407,6 +460,8 @@ struct Collect {
 }
 
 impl TarSink for Collect {
+    type Body = Vec<u8>;
+
     fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError> {
         self.index = index;
         Ok(())
@@ -460,6 +515,16 @@ fn entry_kind_reason(kind: tar::EntryType) -> &'static str {
 }
 
 fn check_index(index: &[IndexEntry], files: &BTreeMap<String, Vec<u8>>) -> Result<(), FormatError> {
+    // An index naming one file twice could leave another unchecked with the counts equal.
+    let mut listed = std::collections::HashSet::with_capacity(index.len());
+    if let Some(twice) = index
+        .iter()
+        .find(|entry| !listed.insert(entry.path.as_str()))
+    {
+        return Err(FormatError::IndexMismatch {
+            reason: format!("index lists {:?} twice", twice.path),
+        });
+    }
     if index.len() != files.len() {
         return Err(FormatError::IndexMismatch {
             reason: format!(
@@ -815,10 +880,10 @@ fn decompress_chunks(
 /// One zstd frame of a payload: where it lies in the compressed bytes and the size its
 /// header declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Frame {
+pub(crate) struct Frame {
     start: usize,
     end: usize,
-    content_len: u64,
+    pub(crate) content_len: u64,
 }
 
 /// Frames beyond this many take the streaming path (8 GiB of `tar` at [`FRAME_LEN`]).
@@ -832,7 +897,7 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// standard zstd frames, without a dictionary, each declaring its content size and a
 /// window the streaming decoder accepts, the sizes adding up to no more than the budget,
 /// and nothing after the last frame. `None` otherwise.
-fn frame_plan(compressed: &[u8], limits: &Limits) -> Option<Vec<Frame>> {
+pub(crate) fn frame_plan(compressed: &[u8], limits: &Limits) -> Option<Vec<Frame>> {
     let budget = limits.decompressed_budget(compressed.len() as u64);
     let mut frames = Vec::new();
     let mut start = 0;
@@ -877,39 +942,53 @@ fn frame_plan(compressed: &[u8], limits: &Limits) -> Option<Vec<Frame>> {
 }
 
 /// Reads the frames the decoding threads send — frame `i` from thread `i % threads` — in
-/// order, as one stream.
-struct FrameReader {
+/// order, as one stream, and hands each frame's buffer back to its thread once read.
+pub(crate) struct FrameReader {
     receivers: Vec<mpsc::Receiver<Vec<u8>>>,
+    spent: Vec<mpsc::Sender<Vec<u8>>>,
     next: usize,
     current: Vec<u8>,
     offset: usize,
 }
 
 impl FrameReader {
-    fn new(receivers: Vec<mpsc::Receiver<Vec<u8>>>) -> Self {
+    fn new(receivers: Vec<mpsc::Receiver<Vec<u8>>>, spent: Vec<mpsc::Sender<Vec<u8>>>) -> Self {
         FrameReader {
             receivers,
+            spent,
             next: 0,
             current: Vec::new(),
             offset: 0,
         }
+    }
+
+    /// The next frame in order, or `None` at the end (or when a decoding thread stopped,
+    /// which the caller of [`with_frame_reader`] learns from its result).
+    pub(crate) fn next_frame(&mut self) -> Option<Vec<u8>> {
+        let threads = self.receivers.len();
+        let frame = self.receivers[self.next % threads].recv().ok()?;
+        self.next += 1;
+        Some(frame)
+    }
+
+    /// Hands frame `index`'s buffer back to the thread that decodes the frames after it.
+    /// The thread may have finished; then the buffer is simply dropped.
+    pub(crate) fn give_back(&self, index: usize, buffer: Vec<u8>) {
+        let _ = self.spent[index % self.spent.len()].send(buffer);
     }
 }
 
 impl Read for FrameReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while self.offset == self.current.len() {
-            let from = &self.receivers[self.next % self.receivers.len()];
-            match from.recv() {
-                Ok(frame) => {
-                    self.current = frame;
-                    self.offset = 0;
-                    self.next += 1;
-                }
-                // That thread is done: every frame was read (or one failed to decode,
-                // which the caller learns from the thread).
-                Err(mpsc::RecvError) => return Ok(0),
+            let Some(frame) = self.next_frame() else {
+                return Ok(0);
+            };
+            let done = std::mem::replace(&mut self.current, frame);
+            if self.next > 1 {
+                self.give_back(self.next - 2, done);
             }
+            self.offset = 0;
         }
         let n = buf.len().min(self.current.len() - self.offset);
         buf[..n].copy_from_slice(&self.current[self.offset..self.offset + n]);
@@ -919,7 +998,7 @@ impl Read for FrameReader {
 }
 
 /// Reads the chunks a decompressing thread sends, in order, as one stream.
-struct ChunkReader {
+pub(crate) struct ChunkReader {
     chunks: mpsc::Receiver<Vec<u8>>,
     current: Vec<u8>,
     offset: usize,

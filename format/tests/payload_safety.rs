@@ -68,7 +68,24 @@ fn reject(entry_name: &[u8], kind: tar::EntryType, link: &[u8]) -> FormatError {
     let sealed = pack::seal_compressed(&input, compress(&tar, 3).unwrap(), &[&key]).unwrap();
     let open_err = pack::open(&sealed, &ring(&key), &Limits::DEFAULT).unwrap_err();
     assert_eq!(open_err.to_string(), err.to_string());
+    // And by `open_into`, before handing anything out.
+    let into_err =
+        pack_format::open_into(&sealed, &ring(&key), &Limits::DEFAULT, &Nowhere).unwrap_err();
+    assert_eq!(into_err.to_string(), err.to_string());
     err
+}
+
+/// A destination that must never be reached.
+struct Nowhere;
+
+impl pack_format::Unpack for Nowhere {
+    fn index(&self, _files: &[pack_format::IndexEntry]) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn file(&self, path: &str, _bytes: &[u8]) -> std::io::Result<()> {
+        panic!("{path} was handed out from a hostile payload")
+    }
 }
 
 #[test]
@@ -159,6 +176,25 @@ fn a_file_not_in_the_index_or_with_a_wrong_hash_is_rejected() {
         matches!(err, FormatError::IndexMismatch { .. }),
         "index must come first: {err}"
     );
+}
+
+#[test]
+fn an_index_listing_one_file_twice_cannot_hide_another() {
+    let a: &[u8] = b"checked";
+    let entry = |path: &str, bytes: &[u8]| serde_json::json!({"path": path, "size": bytes.len(), "sha256": pack_format::sha256_hex(bytes)});
+    let index = serde_json::to_vec(&serde_json::json!({
+        "format": 1,
+        "files": [entry("a.hbs", a), entry("a.hbs", a)],
+    }))
+    .unwrap();
+    let tar = raw_tar(&[
+        (INDEX_PATH.as_bytes(), tar::EntryType::Regular, &index, b""),
+        (b"a.hbs", tar::EntryType::Regular, a, b""),
+        (b"b.hbs", tar::EntryType::Regular, b"never hashed", b""),
+    ]);
+    let err = Payload::from_tar(&tar, &Limits::DEFAULT).unwrap_err();
+    assert!(matches!(err, FormatError::IndexMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("twice"), "{err}");
 }
 
 #[test]

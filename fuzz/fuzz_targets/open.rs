@@ -4,12 +4,16 @@
 //! authentication failure paths). Anything else is taken as a decrypted payload: it is
 //! sealed for the fixed key and opened, which drives the fuzzer's bytes through
 //! decryption into decompression and untar, and `open` must then agree exactly with
-//! `Payload::from_tar_zst` on the same bytes.
+//! `Payload::from_tar_zst` on the same bytes — and so must `open_into`: the same files
+//! when both succeed, an error when `open` fails.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use pack_format::pack::{MAGIC, SealInput, seal_compressed};
-use pack_format::{FormatError, Payload};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use pack_format::{FormatError, IndexEntry, Payload, Unpack};
 use pack_format_fuzz::{AllocGuard, LIMITS, content_key, content_keys, decompressed_budget};
 
 fuzz_target!(|data: &[u8]| {
@@ -41,6 +45,21 @@ fuzz_target!(|data: &[u8]| {
     let opened = pack_format::open(&sealed, keys, &LIMITS);
     guard.check(sealed.len() + decompressed_budget(data.len()));
     let direct = Payload::from_tar_zst(data, &LIMITS);
+    let record = Record::default();
+    let guard = AllocGuard::start("open_into (sealed fuzz payload)");
+    let unpacked = pack_format::open_into(&sealed, keys, &LIMITS, &record);
+    guard.check(sealed.len() + decompressed_budget(data.len()));
+    match (&opened, &unpacked) {
+        (Ok(opened), Ok(_)) => {
+            assert_eq!(*record.0.lock().unwrap(), *opened.payload.files());
+        }
+        (Err(_), Err(_)) => {}
+        (opened, unpacked) => panic!(
+            "open and open_into disagree on the same payload: open {:?}, open_into {:?}",
+            opened.as_ref().map(|o| o.payload.len()),
+            unpacked.as_ref().map(|u| u.index.len())
+        ),
+    }
     match (opened, direct) {
         (Ok(opened), Ok(direct)) => {
             assert_eq!(opened.payload, direct);
@@ -57,3 +76,23 @@ fuzz_target!(|data: &[u8]| {
         ),
     }
 });
+
+/// Keeps what `open_into` hands out.
+#[derive(Default)]
+struct Record(Mutex<BTreeMap<String, Vec<u8>>>);
+
+impl Unpack for Record {
+    fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let old = self
+            .0
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), bytes.to_vec());
+        assert!(old.is_none(), "{path} handed out twice");
+        Ok(())
+    }
+}

@@ -1,0 +1,505 @@
+//! Opening a pack straight into a destination (a directory, an archive, anything) without
+//! holding every file in memory first: [`open_into`].
+//!
+//! The checks are [`crate::open`]'s: header, key, authenticated decryption of the whole
+//! payload before a single byte is decompressed, bounded decompression, safe `tar` entries,
+//! and every file against the index. What changes is when files leave: each is handed to
+//! the [`Unpack`] as soon as its own size and SHA-256 match the index, from several threads
+//! at once, while later frames are still being decompressed. Whether the pack as a whole
+//! was good (no file missing, none extra, nothing after a bad frame) is only known when
+//! [`open_into`] returns, so a destination must stay provisional until then — say, a
+//! staging directory renamed into place on `Ok` and removed on `Err`.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Seek, SeekFrom};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
+
+use crate::pack::{PackHeader, decrypt, read_header};
+use crate::payload::{
+    FrameReader, IndexEntry, TarSink, frame_plan, read_entries, read_tar, validate_path,
+    with_chunk_reader, with_frame_reader,
+};
+use crate::{ContentKeyRing, FormatError, Limits, sha256_hex};
+
+/// Where [`open_into`] puts a pack's files.
+pub trait Unpack: Sync {
+    /// Called once, before any file, with the index: every file's path, size and SHA-256.
+    /// Every path is already checked (relative, no `..`, within the limits), so creating
+    /// the directories they need is safe.
+    fn index(&self, files: &[IndexEntry]) -> std::io::Result<()>;
+
+    /// Called once per file, possibly from several threads at once, after the file's path
+    /// was checked and its size and SHA-256 matched the index.
+    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+/// A pack that [`open_into`] unpacked.
+#[derive(Debug, Clone)]
+pub struct Unpacked {
+    pub header: PackHeader,
+    /// Every file's path, size and SHA-256, as checked.
+    pub index: Vec<IndexEntry>,
+    /// SHA-256 of the sealed bytes.
+    pub sha256: String,
+}
+
+/// Batches of files waiting between the `tar` reader and the threads that hash and hand
+/// them out. Files go in batches of about [`BATCH_BYTES`] (or [`BATCH_FILES`]): one hand-over
+/// per small template would cost more in thread wake-ups than the hashing.
+const QUEUE: usize = 4;
+const BATCH_BYTES: usize = 1024 * 1024;
+const BATCH_FILES: usize = 256;
+
+/// Files as (position in the index, bytes).
+type Batch = Vec<(usize, Body)>;
+
+/// Opens a sealed pack into `out`; see the module documentation for when files are handed
+/// out. On `Err`, whatever `out` received must be thrown away.
+pub fn open_into(
+    bytes: &[u8],
+    keys: &ContentKeyRing,
+    limits: &Limits,
+    out: &impl Unpack,
+) -> Result<Unpacked, FormatError> {
+    read_header(bytes, limits)?;
+    std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| sha256_hex(bytes));
+        let (header, compressed) = decrypt(bytes, keys, limits)?;
+        let index = unpack_tar_zst(&compressed, limits, out)?;
+        let sha256 = hashing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Ok(Unpacked {
+            header,
+            index,
+            sha256,
+        })
+    })
+}
+
+/// What the threads share: the index, the queue of files, and the first failure.
+struct Shared<'o, U: ?Sized> {
+    index: OnceLock<Vec<IndexEntry>>,
+    queue: Mutex<mpsc::Receiver<Batch>>,
+    failure: Mutex<Option<FormatError>>,
+    stop: AtomicBool,
+    out: &'o U,
+}
+
+impl<U: Unpack + ?Sized> Shared<'_, U> {
+    fn fail(&self, error: FormatError) {
+        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        failure.get_or_insert(error);
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Hashes queued files, checks each against its index entry and hands it out, until
+    /// the queue closes or something failed.
+    fn work(&self) {
+        let _drain = DrainOnPanic(self);
+        loop {
+            let next = match self.queue.lock() {
+                Ok(queue) => queue.recv(),
+                Err(_) => return,
+            };
+            let Ok(batch) = next else { return };
+            for (position, bytes) in batch {
+                // Once stopped, only drain, so the reader never blocks on a full queue.
+                if !self.stop.load(Ordering::Relaxed) {
+                    self.check_and_hand_out(position, bytes.as_slice());
+                }
+            }
+        }
+    }
+
+    fn check_and_hand_out(&self, position: usize, bytes: &[u8]) {
+        let Some(entry) = self.index.get().and_then(|index| index.get(position)) else {
+            return;
+        };
+        let found = sha256_hex(bytes);
+        if found != entry.sha256 {
+            self.fail(FormatError::HashMismatch {
+                what: entry.path.clone(),
+                expected: entry.sha256.clone(),
+                found,
+            });
+        } else if let Err(e) = self.out.file(&entry.path, bytes) {
+            self.fail(FormatError::io(format!("unpacking {}", entry.path), e));
+        }
+    }
+}
+
+/// If a worker panics (in the destination's code, say), the reader must not block on a
+/// full queue forever: stop everything and keep draining until the reader has stopped. The
+/// panic then reaches the caller through the join.
+struct DrainOnPanic<'s, 'o, U: ?Sized>(&'s Shared<'o, U>);
+
+impl<U: ?Sized> Drop for DrainOnPanic<'_, '_, U> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop.store(true, Ordering::Relaxed);
+            let queue = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+            while queue.recv().is_ok() {}
+        }
+    }
+}
+
+/// The `tar` reader's side: checks each file's place in the index and queues it.
+struct Streaming<'s, 'o, U: ?Sized> {
+    shared: &'s Shared<'o, U>,
+    limits: &'s Limits,
+    queue: mpsc::SyncSender<Batch>,
+    batch: Batch,
+    batch_bytes: usize,
+    positions: HashMap<String, usize>,
+    seen: Vec<bool>,
+    files: usize,
+}
+
+/// Stands in for the real failure, which the caller takes from [`Shared`].
+fn stopped() -> FormatError {
+    FormatError::malformed("payload", "unpacking stopped")
+}
+
+impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
+    type Body = Body;
+
+    fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError> {
+        let mut positions = HashMap::with_capacity(index.len());
+        for (position, entry) in index.iter().enumerate() {
+            validate_path(&entry.path, self.limits)?;
+            if positions.insert(entry.path.clone(), position).is_some() {
+                return Err(FormatError::IndexMismatch {
+                    reason: format!("index lists {:?} twice", entry.path),
+                });
+            }
+        }
+        self.shared
+            .out
+            .index(&index)
+            .map_err(|e| FormatError::io("unpacking the index", e))?;
+        self.seen = vec![false; index.len()];
+        self.positions = positions;
+        let _ = self.shared.index.set(index);
+        Ok(())
+    }
+
+    fn file(&mut self, path: String, bytes: Body) -> Result<(), FormatError> {
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return Err(stopped());
+        }
+        let Some(&position) = self.positions.get(&path) else {
+            return Err(FormatError::IndexMismatch {
+                reason: format!("archive holds {path:?}, which the index does not list"),
+            });
+        };
+        if std::mem::replace(&mut self.seen[position], true) {
+            return Err(FormatError::UnsafeEntry {
+                path,
+                reason: "duplicate path",
+            });
+        }
+        let listed = self
+            .shared
+            .index
+            .get()
+            .map_or(0, |index| index[position].size);
+        let len = bytes.as_slice().len();
+        if len as u64 != listed {
+            return Err(FormatError::SizeMismatch {
+                what: path,
+                expected: listed,
+                found: len as u64,
+            });
+        }
+        self.files += 1;
+        self.batch_bytes += len;
+        self.batch.push((position, bytes));
+        if self.batch_bytes >= BATCH_BYTES || self.batch.len() >= BATCH_FILES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl<U: ?Sized> Streaming<'_, '_, U> {
+    /// Queues the files collected so far.
+    fn flush(&mut self) -> Result<(), FormatError> {
+        self.batch_bytes = 0;
+        let batch = std::mem::take(&mut self.batch);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.queue.send(batch).map_err(|_| stopped())
+    }
+}
+
+/// Decompresses and reads a payload into `out` (frames on every core when the payload
+/// allows it, as [`crate::Payload::from_tar_zst`] does) and returns the index.
+fn unpack_tar_zst<U: Unpack + ?Sized>(
+    compressed: &[u8],
+    limits: &Limits,
+    out: &U,
+) -> Result<Vec<IndexEntry>, FormatError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (queue_sender, queue) = mpsc::sync_channel(QUEUE);
+    let shared = Shared {
+        index: OnceLock::new(),
+        queue: Mutex::new(queue),
+        failure: Mutex::new(None),
+        stop: AtomicBool::new(false),
+        out,
+    };
+    let read = std::thread::scope(|scope| {
+        let shared = &shared;
+        let workers: Vec<_> = (0..threads)
+            .map(|_| scope.spawn(move || shared.work()))
+            .collect();
+        let mut sink = Streaming {
+            shared,
+            limits,
+            queue: queue_sender,
+            batch: Vec::new(),
+            batch_bytes: 0,
+            positions: HashMap::new(),
+            seen: Vec::new(),
+            files: 0,
+        };
+        let read = decode_into(compressed, limits, threads, &mut sink).and_then(|()| sink.flush());
+        let files = sink.files;
+        drop(sink); // closes the queue: the workers finish what is in it and stop
+        for worker in workers {
+            worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+        read.map(|()| files)
+    });
+    let failure = shared
+        .failure
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    let files = read?;
+    let index = shared.index.into_inner().unwrap_or_default();
+    if files != index.len() {
+        return Err(FormatError::IndexMismatch {
+            reason: format!("index lists {} files, archive holds {files}", index.len()),
+        });
+    }
+    Ok(index)
+}
+
+/// Runs the `tar` reader over the decompressed payload: frame by frame on every core when
+/// every frame declares its size within the budget, otherwise as one bounded stream.
+fn decode_into(
+    compressed: &[u8],
+    limits: &Limits,
+    threads: usize,
+    sink: &mut impl TarSink<Body = Body>,
+) -> Result<(), FormatError> {
+    if threads > 1
+        && let Some(frames) = frame_plan(compressed, limits)
+        && frames.len() > 1
+    {
+        let total: u64 = frames.iter().map(|f| f.content_len).sum();
+        let (read, decoded) = with_frame_reader(compressed, &frames, threads, |reader| {
+            let cursor = Cursor::new(reader);
+            let mut archive = tar::Archive::new(&cursor);
+            let entries = archive
+                .entries_with_seek()
+                .map_err(|e| FormatError::malformed("payload tar", e))?;
+            read_entries(entries, limits, total, sink, |entry, path, size| {
+                cursor
+                    .body(entry.raw_file_position(), size)
+                    .map_err(|e| FormatError::io(format!("reading {path} from the payload"), e))
+            })
+        });
+        if !decoded {
+            // Files before the bad frame may have gone out; the caller throws them away.
+            return Err(FormatError::malformed(
+                "zstd payload",
+                "a frame does not decode to the size it declares",
+            ));
+        }
+        return read;
+    }
+    let budget = limits.decompressed_budget(compressed.len() as u64);
+    with_chunk_reader(compressed, limits, |reader| {
+        read_tar(reader, limits, budget, sink)
+    })
+}
+
+/// A file's bytes: a range of a decoded frame when the file lies within one (no copy), or
+/// its own buffer when it spans frames or came through the streaming path.
+pub(crate) enum Body {
+    Shared(Arc<Vec<u8>>, Range<usize>),
+    Owned(Vec<u8>),
+}
+
+impl Body {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Body::Shared(frame, range) => &frame[range.clone()],
+            Body::Owned(bytes) => bytes,
+        }
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(bytes: Vec<u8>) -> Self {
+        Body::Owned(bytes)
+    }
+}
+
+/// The decoded payload as one seekable stream over the frames, for the `tar` reader, which
+/// reads headers through it and seeks over file data; [`Cursor::body`] takes the data
+/// from the frames themselves. Seeks go forward only, as the `tar` reader's do.
+struct Cursor {
+    inner: RefCell<CursorState>,
+}
+
+struct CursorState {
+    reader: FrameReader,
+    /// Frames still in reach: (frame number, offset of its first byte, bytes).
+    frames: VecDeque<(usize, u64, Arc<Vec<u8>>)>,
+    /// Frames behind the position, waiting for the last file that uses them to be done.
+    retired: Vec<(usize, Arc<Vec<u8>>)>,
+    /// Offset just past the last frame received.
+    end: u64,
+    pulled: usize,
+    pos: u64,
+}
+
+impl Cursor {
+    fn new(reader: FrameReader) -> Self {
+        Cursor {
+            inner: RefCell::new(CursorState {
+                reader,
+                frames: VecDeque::new(),
+                retired: Vec::new(),
+                end: 0,
+                pulled: 0,
+                pos: 0,
+            }),
+        }
+    }
+
+    /// The `len` bytes at `start`, which must not lie behind the current position.
+    fn body(&self, start: u64, len: u64) -> std::io::Result<Body> {
+        let mut state = self.inner.borrow_mut();
+        let stop = start.checked_add(len).ok_or_else(past_end)?;
+        if start < state.pos || !state.reach(stop) {
+            return Err(past_end());
+        }
+        let mut out: Option<Vec<u8>> = None;
+        for (_, first, frame) in &state.frames {
+            let last = first + frame.len() as u64;
+            if last <= start || *first >= stop {
+                continue;
+            }
+            let from = (start.max(*first) - first) as usize;
+            let to = (stop.min(last) - first) as usize;
+            if *first <= start && stop <= last {
+                return Ok(Body::Shared(Arc::clone(frame), from..to));
+            }
+            out.get_or_insert_with(|| Vec::with_capacity(len as usize))
+                .extend_from_slice(&frame[from..to]);
+        }
+        Ok(Body::Owned(out.unwrap_or_default()))
+    }
+}
+
+fn past_end() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "the payload ends inside an entry",
+    )
+}
+
+impl CursorState {
+    /// Receives frames until `upto` is covered; false if the stream ends first.
+    fn reach(&mut self, upto: u64) -> bool {
+        while self.end < upto {
+            let Some(frame) = self.reader.next_frame() else {
+                return false;
+            };
+            let len = frame.len() as u64;
+            self.frames
+                .push_back((self.pulled, self.end, Arc::new(frame)));
+            self.pulled += 1;
+            self.end += len;
+            self.recycle();
+        }
+        true
+    }
+
+    /// Moves frames wholly behind the position out of reach, and hands back the buffers
+    /// of those no file holds any more.
+    fn recycle(&mut self) {
+        while let Some((_, first, frame)) = self.frames.front()
+            && first + frame.len() as u64 <= self.pos
+        {
+            if let Some((number, _, frame)) = self.frames.pop_front() {
+                self.retired.push((number, frame));
+            }
+        }
+        let mut held = Vec::with_capacity(self.retired.len());
+        for (number, frame) in self.retired.drain(..) {
+            match Arc::try_unwrap(frame) {
+                Ok(buffer) => self.reader.give_back(number, buffer),
+                Err(frame) => held.push((number, frame)),
+            }
+        }
+        self.retired = held;
+    }
+}
+
+impl Read for &Cursor {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut state = self.inner.borrow_mut();
+        let pos = state.pos;
+        if buf.is_empty() || !state.reach(pos + 1) {
+            return Ok(0);
+        }
+        let Some((_, first, frame)) = state
+            .frames
+            .iter()
+            .find(|(_, first, frame)| *first <= pos && pos < first + frame.len() as u64)
+        else {
+            return Ok(0);
+        };
+        let from = (pos - first) as usize;
+        let n = buf.len().min(frame.len() - from);
+        buf[..n].copy_from_slice(&frame[from..from + n]);
+        state.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for &Cursor {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let mut state = self.inner.borrow_mut();
+        let target = match to {
+            SeekFrom::Start(at) => Some(at),
+            SeekFrom::Current(by) => state.pos.checked_add_signed(by),
+            SeekFrom::End(_) => None,
+        };
+        match target {
+            Some(at) if at >= state.pos => {
+                state.pos = at;
+                state.recycle();
+                Ok(at)
+            }
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "the payload is read forward only",
+            )),
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! `open_into` hands out exactly the files `open` returns, checked the same way, and a
+//! hostile or broken payload fails it — small payloads (one stream) and payloads of many
+//! frames (decoded in parallel, files taken straight from the frames) alike.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::*;
+use pack_format::payload::{FRAME_LEN, INDEX_PATH, compress};
+use pack_format::{
+    ContentKey, FormatError, IndexEntry, Limits, Payload, PayloadFile, SealInput, Unpack, pack,
+};
+
+/// Keeps what it is handed, and whether the index came first.
+#[derive(Default)]
+struct Record {
+    index: Mutex<Option<Vec<IndexEntry>>>,
+    files: Mutex<BTreeMap<String, Vec<u8>>>,
+    file_before_index: AtomicBool,
+}
+
+impl Unpack for Record {
+    fn index(&self, files: &[IndexEntry]) -> std::io::Result<()> {
+        *self.index.lock().unwrap() = Some(files.to_vec());
+        Ok(())
+    }
+
+    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+        if self.index.lock().unwrap().is_none() {
+            self.file_before_index.store(true, Ordering::SeqCst);
+        }
+        let old = self
+            .files
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), bytes.to_vec());
+        assert!(old.is_none(), "{path} handed out twice");
+        Ok(())
+    }
+}
+
+/// Text that compresses about as well as templates do, different for every seed.
+fn text(seed: u64, len: usize) -> Vec<u8> {
+    let words = [
+        "the",
+        "agent",
+        "must",
+        "read",
+        "{{persona}}",
+        "tool",
+        "never",
+        "file",
+    ];
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut out = Vec::with_capacity(len + 16);
+    while out.len() < len {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.extend_from_slice(words[(state >> 33) as usize % words.len()].as_bytes());
+        out.push(if state.is_multiple_of(11) {
+            b'\n'
+        } else {
+            b' '
+        });
+    }
+    out.truncate(len);
+    out
+}
+
+/// About `total` bytes in files of 1-120 KB across nested directories, so that many files
+/// straddle the 8 MiB frame boundaries.
+fn files(total: usize) -> Vec<PayloadFile> {
+    let mut files = Vec::new();
+    let mut size = 0;
+    let mut i = 0u64;
+    while size < total {
+        let len = 1_000 + (i as usize * 7_919) % 120_000;
+        files.push(PayloadFile {
+            path: format!("area{}/dir{}/file-{i}.md", i % 5, i % 17),
+            bytes: text(i, len),
+        });
+        size += len;
+        i += 1;
+    }
+    files
+}
+
+fn key() -> ContentKey {
+    ContentKey::from_parts("unpack-test", [3u8; 32]).unwrap()
+}
+
+/// Seals `tar` (already built, hostile or not) as a pack.
+fn seal_tar(tar: &[u8]) -> Vec<u8> {
+    let version = semver::Version::new(1, 0, 0);
+    let empty = Payload::default();
+    let input = SealInput {
+        name: "unpack",
+        version: &version,
+        schema: 1,
+        payload: &empty,
+        mtime: 0,
+        zstd_level: 1,
+    };
+    pack::seal_compressed(&input, compress(tar, 1).unwrap(), &[&key()]).unwrap()
+}
+
+fn open_into(sealed: &[u8]) -> (Result<pack_format::Unpacked, FormatError>, Record) {
+    let record = Record::default();
+    let result = pack_format::open_into(sealed, &ring(&key()), &Limits::DEFAULT, &record);
+    (result, record)
+}
+
+#[test]
+fn open_into_hands_out_exactly_what_open_returns() {
+    for total in [200_000, 3 * FRAME_LEN + 12_345] {
+        let payload = Payload::new(files(total), &Limits::DEFAULT).unwrap();
+        let sealed = seal_with(&payload, &[&key()]);
+        let opened = pack_format::open(&sealed, &ring(&key()), &Limits::DEFAULT).unwrap();
+        let (unpacked, record) = open_into(&sealed);
+        let unpacked = unpacked.unwrap();
+        assert_eq!(unpacked.sha256, opened.sha256);
+        assert_eq!(unpacked.header, opened.header);
+        assert_eq!(unpacked.index, payload.index());
+        assert_eq!(
+            record.index.lock().unwrap().as_ref(),
+            Some(&payload.index())
+        );
+        assert!(!record.file_before_index.load(Ordering::SeqCst));
+        assert_eq!(
+            *record.files.lock().unwrap(),
+            opened.payload.into_files(),
+            "{total} bytes"
+        );
+    }
+}
+
+/// A tar of many benign files (several frames) with `hostile` entries at the end, under
+/// an index of `listed` files.
+fn big_tar_with(listed: &[(&str, &[u8])], hostile: &[(&str, &[u8])]) -> Vec<u8> {
+    let benign = files(2 * FRAME_LEN);
+    let mut index: Vec<serde_json::Value> = benign
+        .iter()
+        .map(|f| {
+            serde_json::json!({"path": f.path, "size": f.bytes.len(), "sha256": pack_format::sha256_hex(&f.bytes)})
+        })
+        .collect();
+    for (path, bytes) in listed {
+        index.push(serde_json::json!({"path": path, "size": bytes.len(), "sha256": pack_format::sha256_hex(bytes)}));
+    }
+    let index = serde_json::to_vec(&serde_json::json!({"format": 1, "files": index})).unwrap();
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut append = |path: &str, bytes: &[u8]| {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(0o644);
+        header.set_size(bytes.len() as u64);
+        builder.append_data(&mut header, path, bytes).unwrap();
+    };
+    append(INDEX_PATH, &index);
+    for file in &benign {
+        append(&file.path, &file.bytes);
+    }
+    for (path, bytes) in hostile {
+        append(path, bytes);
+    }
+    builder.into_inner().unwrap()
+}
+
+/// `open` and `open_into` both refuse `tar`, and nothing `open_into` handed out is one
+/// of the `bad` paths.
+fn refused(tar: &[u8], bad: &[&str]) -> FormatError {
+    let sealed = seal_tar(tar);
+    assert!(pack_format::open(&sealed, &ring(&key()), &Limits::DEFAULT).is_err());
+    let (result, record) = open_into(&sealed);
+    let err = result.unwrap_err();
+    for path in bad {
+        assert!(
+            !record.files.lock().unwrap().contains_key(*path),
+            "{path} was handed out"
+        );
+    }
+    err
+}
+
+#[test]
+fn a_file_that_does_not_match_the_index_is_never_handed_out() {
+    let tar = big_tar_with(&[("z/late.md", b"original")], &[("z/late.md", b"modified")]);
+    let err = refused(&tar, &["z/late.md"]);
+    assert!(matches!(err, FormatError::HashMismatch { .. }), "{err}");
+
+    let tar = big_tar_with(
+        &[("z/late.md", b"same length")],
+        &[("z/late.md", b"longer than that")],
+    );
+    let err = refused(&tar, &["z/late.md"]);
+    assert!(matches!(err, FormatError::SizeMismatch { .. }), "{err}");
+}
+
+#[test]
+fn extra_missing_and_duplicate_files_fail_the_pack() {
+    let tar = big_tar_with(&[], &[("z/smuggled.md", b"not listed")]);
+    let err = refused(&tar, &["z/smuggled.md"]);
+    assert!(matches!(err, FormatError::IndexMismatch { .. }), "{err}");
+
+    let tar = big_tar_with(&[("z/missing.md", b"listed only")], &[]);
+    let err = refused(&tar, &[]);
+    assert!(matches!(err, FormatError::IndexMismatch { .. }), "{err}");
+
+    let tar = big_tar_with(
+        &[("z/twice.md", b"one")],
+        &[("z/twice.md", b"one"), ("z/twice.md", b"one")],
+    );
+    let err = refused(&tar, &[]);
+    assert!(
+        matches!(
+            err,
+            FormatError::UnsafeEntry {
+                reason: "duplicate path",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unsafe_path_in_the_index_stops_before_the_destination_sees_it() {
+    let tar = big_tar_with(&[("../escape.md", b"x")], &[]);
+    let (result, record) = open_into(&seal_tar(&tar));
+    let err = result.unwrap_err();
+    assert!(matches!(err, FormatError::UnsafeEntry { .. }), "{err}");
+    assert!(record.index.lock().unwrap().is_none());
+    assert!(record.files.lock().unwrap().is_empty());
+}
+
+#[test]
+fn a_frame_that_does_not_decode_fails_the_pack() {
+    let tar = big_tar_with(&[], &[]);
+    let mut compressed = compress(&tar, 1).unwrap();
+    // Somewhere in the middle of the second half: inside a later frame's data.
+    let at = compressed.len() * 3 / 4;
+    compressed[at] ^= 0x55;
+    compressed[at + 1] ^= 0x55;
+    let version = semver::Version::new(1, 0, 0);
+    let empty = Payload::default();
+    let input = SealInput {
+        name: "unpack",
+        version: &version,
+        schema: 1,
+        payload: &empty,
+        mtime: 0,
+        zstd_level: 1,
+    };
+    let sealed = pack::seal_compressed(&input, compressed, &[&key()]).unwrap();
+    assert!(pack_format::open(&sealed, &ring(&key()), &Limits::DEFAULT).is_err());
+    assert!(open_into(&sealed).0.is_err());
+}
+
+/// Fails on one file, or panics on it.
+struct Refuse {
+    path: String,
+    panic: bool,
+}
+
+impl Unpack for Refuse {
+    fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn file(&self, path: &str, _bytes: &[u8]) -> std::io::Result<()> {
+        if path == self.path {
+            assert!(!self.panic, "destination broke on {path}");
+            return Err(std::io::Error::other("disk full"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_destination_that_fails_fails_the_pack_with_the_file_named() {
+    let payload = Payload::new(files(2 * FRAME_LEN), &Limits::DEFAULT).unwrap();
+    let sealed = seal_with(&payload, &[&key()]);
+    let victim = payload.files().keys().nth(40).unwrap().clone();
+    let out = Refuse {
+        path: victim.clone(),
+        panic: false,
+    };
+    let err = pack_format::open_into(&sealed, &ring(&key()), &Limits::DEFAULT, &out).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(&victim) && message.contains("disk full"),
+        "{message}"
+    );
+
+    // A destination that panics passes the panic on instead of leaving the reader waiting.
+    let out = Refuse {
+        path: victim,
+        panic: true,
+    };
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pack_format::open_into(&sealed, &ring(&key()), &Limits::DEFAULT, &out)
+    }));
+    assert!(panicked.is_err());
+}
