@@ -12,9 +12,6 @@ use crate::fsio::{self, bar, read_limited, spinner};
 use crate::keys::content_keys;
 use crate::{ContentKeyArgs, print_json, shown};
 
-/// zstd level for packs: prompt text compresses well and is small, so spend the time.
-const ZSTD_LEVEL: i32 = 19;
-
 #[derive(clap::Args)]
 #[command(
     after_help = "Every file under PACK_DIR goes into the pack, in path order; nothing \
@@ -52,6 +49,12 @@ pub struct BuildArgs {
     /// Pack name (default: the directory's name).
     #[arg(long)]
     name: Option<String>,
+
+    /// zstd level, 1-22. The default, 19, makes the smallest packs and takes well under a
+    /// second for a prompt-sized tree; for trees of tens of MB, 3 (zstd's own default) is
+    /// about 60x faster, for packs about 40% larger.
+    #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
+    zstd_level: i32,
 
     #[command(flatten)]
     extra_keys: ContentKeyArgs,
@@ -144,7 +147,7 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
             schema: args.schema,
             payload: &payload,
             mtime,
-            zstd_level: ZSTD_LEVEL,
+            zstd_level: args.zstd_level,
         },
         &key_refs,
     )?;

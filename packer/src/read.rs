@@ -1,10 +1,13 @@
 //! Commands that read a sealed pack: `inspect`, `verify`, `extract`.
 
+use std::collections::HashSet;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 use pack_format::contract::{Contract, validate_template_all};
-use pack_format::{Limits, OpenedPack, PackHeader, sha256_hex};
+use pack_format::{IndexEntry, Limits, OpenedPack, PackHeader, sha256_hex};
 use serde_json::json;
 
 use crate::fsio::{self, read_limited, spinner};
@@ -222,7 +225,8 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
             );
         }
     }
-    let (opened, _) = open_pack(&args.pack, Some(&args.keys), &args.extra_keys.content_keys)?;
+    let bytes = read_pack(&args.pack)?;
+    let ring = content_key_ring(Some(&args.keys), &args.extra_keys.content_keys)?;
 
     let parent = fsio::parent_dir(out);
     std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", shown(&parent)))?;
@@ -230,17 +234,17 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
         .prefix(".packer-extract-")
         .tempdir_in(&parent)
         .with_context(|| format!("creating a temporary directory in {}", shown(&parent)))?;
-    for (path, bytes) in opened.payload.files() {
-        // Payload paths are relative with no `..` (checked when the pack opened), so they
-        // stay inside the staging directory.
-        let dest = staging.path().join(path);
-        if let Some(dir) = dest.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", shown(dir)))?;
-        }
-        std::fs::write(&dest, bytes)
-            .and_then(|()| std::fs::File::open(&dest)?.sync_all())
-            .with_context(|| format!("writing {path}"))?;
-    }
+    // Files are written (and synced) as they are checked, while the rest of the pack is
+    // still being decompressed; the staging directory is removed if anything fails.
+    let progress = spinner("decrypting, checking and writing");
+    let unpacked = pack_format::open_into(
+        &bytes,
+        &ring,
+        &Limits::DEFAULT,
+        &IntoDir::new(staging.path()),
+    );
+    progress.finish_and_clear();
+    let unpacked = unpacked.with_context(|| format!("{} does not open", shown(&args.pack)))?;
     // A temporary directory is private (0700); the result should look like any directory.
     fsio::set_mode(staging.path(), 0o755)?;
     if out.exists() {
@@ -256,20 +260,64 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
 
     if json {
         print_json(&json!({
-            "name": opened.header.name,
-            "version": opened.header.version.to_string(),
-            "sha256": opened.sha256,
-            "files": opened.payload.len(),
+            "name": unpacked.header.name,
+            "version": unpacked.header.version.to_string(),
+            "sha256": unpacked.sha256,
+            "files": unpacked.index.len(),
             "output": shown(out),
         }));
     } else {
         println!(
             "extracted {} files of {} {} into {}",
-            opened.payload.len(),
-            opened.header.name,
-            opened.header.version,
+            unpacked.index.len(),
+            unpacked.header.name,
+            unpacked.header.version,
             shown(out)
         );
     }
     Ok(())
+}
+
+/// A pack's files written under a (staging) directory as `open_into` hands them over, from
+/// several threads; each file is synced before the directory is renamed into place.
+struct IntoDir<'a> {
+    root: &'a Path,
+    /// Directories made so far, so each is made once, parents first, with no failed calls.
+    made: Mutex<HashSet<String>>,
+}
+
+impl<'a> IntoDir<'a> {
+    fn new(root: &'a Path) -> Self {
+        IntoDir {
+            root,
+            made: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
+impl pack_format::Unpack for IntoDir<'_> {
+    fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+        // Payload paths are relative with no `..` (checked before they get here), so they
+        // stay inside the root.
+        for (end, _) in path.match_indices('/') {
+            let dir = &path[..end];
+            if self.made.lock().is_ok_and(|made| made.contains(dir)) {
+                continue;
+            }
+            match std::fs::create_dir(self.root.join(dir)) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+            if let Ok(mut made) = self.made.lock() {
+                made.insert(dir.to_string());
+            }
+        }
+        let mut file = std::fs::File::create(self.root.join(path))?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    }
 }

@@ -249,6 +249,86 @@ fn build_verify_inspect_extract_round_trip() {
 }
 
 #[test]
+fn extract_of_a_pack_of_many_frames_gives_back_every_byte() {
+    let fixture = Fixture::new();
+    // 20 MB of poorly compressible notes in nested directories: several zstd frames,
+    // decompressed in parallel and written while later frames decode.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..400 {
+        let len = 10_000 + (i * 7_919) % 90_000;
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                b'a' + (state % 26) as u8
+            })
+            .collect();
+        fixture.write(
+            &format!("prompts/notes/d{}/e{}/n{i}.txt", i % 9, i % 4),
+            &bytes,
+        );
+    }
+    assert_ok(&packer(&[
+        "build",
+        s(&fixture.pack_dir()),
+        "--version",
+        "1.0.0",
+        "--keys",
+        s(&fixture.keys()),
+        "--zstd-level",
+        "3",
+        "-o",
+        s(&fixture.path("big.pack")),
+    ]));
+    let out = fixture.path("big-out");
+    let extracted = packer(&[
+        "extract",
+        s(&fixture.path("big.pack")),
+        "--keys",
+        s(&fixture.keys()),
+        "-o",
+        s(&out),
+        "--json",
+    ]);
+    assert_ok(&extracted);
+    let summary: serde_json::Value = serde_json::from_slice(&extracted.stdout).unwrap();
+    assert_eq!(summary["files"], 404);
+    assert_eq!(files_under(&out), files_under(&fixture.pack_dir()));
+}
+
+#[test]
+fn extract_of_a_tampered_pack_leaves_nothing_behind() {
+    let fixture = Fixture::new();
+    assert_ok(&fixture.build("p.pack", &[]));
+    let mut bytes = std::fs::read(fixture.path("p.pack")).unwrap();
+    let last = bytes.len() - 20;
+    bytes[last] ^= 1;
+    std::fs::create_dir(fixture.path("bad")).unwrap();
+    std::fs::write(fixture.path("bad/p.pack"), &bytes).unwrap();
+    let out = fixture.path("bad/out");
+    let refused = packer(&[
+        "extract",
+        s(&fixture.path("bad/p.pack")),
+        "--keys",
+        s(&fixture.keys()),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails(&refused);
+    assert!(
+        stderr(&refused).contains("does not open"),
+        "{}",
+        stderr(&refused)
+    );
+    let left: Vec<_> = std::fs::read_dir(fixture.path("bad"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("p.pack")]);
+}
+
+#[test]
 fn verify_rejects_a_tampered_pack_and_a_wrong_key() {
     let fixture = Fixture::new();
     assert_ok(&fixture.build("p.pack", &[]));
