@@ -839,7 +839,7 @@ pub fn decompress(compressed: &[u8], limits: &Limits) -> Result<Vec<u8>, FormatE
 
 /// Compressed payloads from this size up are decompressed on a second thread (see
 /// [`Payload::from_tar_zst`]); below it a thread costs more than it saves.
-const PIPELINE_MIN_LEN: usize = 256 * 1024;
+pub(crate) const PIPELINE_MIN_LEN: usize = 256 * 1024;
 /// Chunks the decompressing thread hands over at a time, and how many may wait.
 const PIPELINE_CHUNK: u64 = 1024 * 1024;
 const PIPELINE_DEPTH: usize = 8;

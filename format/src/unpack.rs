@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use crate::pack::{PackHeader, decrypt, read_header};
 use crate::payload::{
-    FrameReader, IndexEntry, TarSink, frame_plan, read_entries, read_tar, validate_path,
-    with_chunk_reader, with_frame_reader,
+    FrameReader, IndexEntry, PIPELINE_MIN_LEN, TarSink, decompress, frame_plan, read_entries,
+    read_tar, validate_path, with_chunk_reader, with_frame_reader,
 };
 use crate::{ContentKeyRing, FormatError, Limits, sha256_hex};
 
@@ -328,6 +328,10 @@ fn decode_into(
             ));
         }
         return read;
+    }
+    if compressed.len() < PIPELINE_MIN_LEN {
+        let tar = decompress(compressed, limits)?;
+        return read_tar(tar.as_slice(), limits, tar.len() as u64, sink);
     }
     let budget = limits.decompressed_budget(compressed.len() as u64);
     with_chunk_reader(compressed, limits, |reader| {
