@@ -14,14 +14,19 @@
 //! `cargo bench -p pack-format --bench seal_open`
 #![allow(clippy::print_stdout, reason = "a benchmark binary reports on stdout")]
 
+use std::collections::HashSet;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use pack_format::pack::SealInput;
 use pack_format::{ContentKey, ContentKeyRing, IndexEntry, Limits, Payload, PayloadFile, Unpack};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rustix::fd::OwnedFd;
+use rustix::fs::{Mode, OFlags};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -97,7 +102,7 @@ fn main() -> Result<()> {
     let open_ours = |out: &Path| -> Result<()> {
         let sealed = std::fs::read(&ours_pack)?;
         std::fs::create_dir(out)?;
-        pack_format::open_into(&sealed, &keys, &BENCH_LIMITS, &IntoDir::new(out))?;
+        pack_format::open_into(&sealed, &keys, &BENCH_LIMITS, &IntoDir::new(out)?)?;
         Ok(())
     };
 
@@ -352,44 +357,48 @@ fn read_tree(root: &Path) -> Result<Payload> {
     Ok(Payload::new(files, &BENCH_LIMITS)?)
 }
 
-/// Unpacks into a directory, as `tar -x` does: the directories from the index first, then
-/// each file as `open_into` hands it over (on every core).
-struct IntoDir<'a> {
-    root: &'a Path,
+/// Unpacks into a directory, as `tar -x` does: each file as `open_into` hands it over (on
+/// every core), its directories made first. Like `tar`, it works relative to the output
+/// directory (`openat` / `mkdirat` on a handle to it) rather than resolving the whole path
+/// for every file.
+struct IntoDir {
+    root: OwnedFd,
     /// Directories known to exist, so each is made once, top down, with no failed calls.
-    made: std::sync::Mutex<std::collections::HashSet<String>>,
+    made: Mutex<HashSet<String>>,
 }
 
-impl<'a> IntoDir<'a> {
-    fn new(root: &'a Path) -> Self {
-        IntoDir {
-            root,
-            made: Default::default(),
-        }
+impl IntoDir {
+    fn new(root: &Path) -> std::io::Result<Self> {
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+        Ok(IntoDir {
+            root: rustix::fs::open(root, flags, Mode::empty())?,
+            made: Mutex::default(),
+        })
     }
 }
 
-impl Unpack for IntoDir<'_> {
+impl Unpack for IntoDir {
     fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
         Ok(())
     }
 
-    /// Directories are made when a file first needs one, on whichever thread writes it.
     fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
         for (end, _) in path.match_indices('/') {
             let dir = &path[..end];
-            let known = self.made.lock().is_ok_and(|made| made.contains(dir));
-            if !known {
-                match std::fs::create_dir(self.root.join(dir)) {
-                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-                    _ => {}
-                }
-                if let Ok(mut made) = self.made.lock() {
-                    made.insert(dir.to_string());
-                }
+            if self.made.lock().is_ok_and(|made| made.contains(dir)) {
+                continue;
+            }
+            match rustix::fs::mkdirat(&self.root, dir, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Ok(mut made) = self.made.lock() {
+                made.insert(dir.to_string());
             }
         }
-        std::fs::write(self.root.join(path), bytes)
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC;
+        let file = rustix::fs::openat(&self.root, path, flags, Mode::from_raw_mode(0o644))?;
+        std::fs::File::from(file).write_all(bytes)
     }
 }
 
