@@ -12,6 +12,10 @@ pub struct Limits {
     pub max_decompressed_len: u64,
     /// Decompressed bytes allowed per compressed byte.
     pub max_compression_ratio: u64,
+    /// Decompressed bytes always allowed, whatever the ratio (up to `max_decompressed_len`):
+    /// a pack of many small files compresses far beyond any sensible ratio, since every
+    /// `tar` header is 512 mostly-zero bytes.
+    pub min_decompressed_budget: u64,
     /// Files in one payload.
     pub max_file_count: usize,
     /// Bytes of one path inside the payload.
@@ -31,6 +35,8 @@ impl Limits {
         max_sealed_len: 64 * 1024 * 1024,
         max_decompressed_len: 256 * 1024 * 1024,
         max_compression_ratio: 250,
+        // 10,000 files (the file-count limit) of a few bytes make a ~10 MiB `tar`.
+        min_decompressed_budget: 16 * 1024 * 1024,
         max_file_count: 10_000,
         max_path_len: 255,
         max_file_len: 16 * 1024 * 1024,
@@ -38,11 +44,14 @@ impl Limits {
         max_signature_len: 4 * 1024,
     };
 
-    /// The decompression budget for `compressed_len` input bytes: the smaller of the
-    /// absolute cap and the ratio cap.
+    /// The decompression budget for `compressed_len` input bytes: the ratio cap, but never
+    /// less than the floor, and never more than the absolute cap.
     pub fn decompressed_budget(&self, compressed_len: u64) -> u64 {
-        self.max_decompressed_len
-            .min(compressed_len.saturating_mul(self.max_compression_ratio))
+        self.max_decompressed_len.min(
+            compressed_len
+                .saturating_mul(self.max_compression_ratio)
+                .max(self.min_decompressed_budget),
+        )
     }
 }
 

@@ -268,12 +268,55 @@ fn a_zstd_bomb_stops_at_the_ratio_budget() {
     let zeros = vec![0u8; 64 * 1024 * 1024];
     let bomb = compress(&zeros, 19).unwrap();
     assert!(bomb.len() < 64 * 1024, "bomb is {} bytes", bomb.len());
+    // A small bomb gets the floor, 16 MiB; a bigger one its ratio's worth.
     let err = decompress(&bomb, &Limits::DEFAULT).unwrap_err();
+    assert!(
+        matches!(err, FormatError::DecompressionBomb { limit } if limit == 16 * 1024 * 1024),
+        "{err}"
+    );
+    let floorless = Limits {
+        min_decompressed_budget: 0,
+        ..Limits::DEFAULT
+    };
+    let err = decompress(&bomb, &floorless).unwrap_err();
     let expected_budget = bomb.len() as u64 * Limits::DEFAULT.max_compression_ratio;
     assert!(
         matches!(err, FormatError::DecompressionBomb { limit } if limit == expected_budget),
         "{err}"
     );
+}
+
+#[test]
+fn a_pack_of_many_tiny_files_opens_whatever_its_ratio() {
+    // 2,000 two-byte files: about 2 MB of `tar`, almost all header blocks, which zstd
+    // shrinks far beyond the 250:1 ratio cap.
+    let files: Vec<_> = (0..2000)
+        .map(|i| file(&format!("many/f{i:04}.txt"), "x\n"))
+        .collect();
+    let payload = Payload::new(files, &Limits::DEFAULT).unwrap();
+    let key = ContentKey::from_parts("k", [4u8; 32]).unwrap();
+    let version = semver::Version::new(1, 0, 0);
+    let sealed = pack::seal(
+        &SealInput {
+            name: "many",
+            version: &version,
+            schema: 1,
+            payload: &payload,
+            mtime: 0,
+            zstd_level: 19,
+        },
+        &[&key],
+    )
+    .unwrap();
+    let (header, _) = pack::read_header(&sealed, &Limits::DEFAULT).unwrap();
+    let tar_len = payload.to_tar(0).unwrap().len() as u64;
+    assert!(
+        tar_len > header.plaintext_len * Limits::DEFAULT.max_compression_ratio,
+        "the case needs a ratio past the cap: {tar_len} from {}",
+        header.plaintext_len
+    );
+    let opened = pack::open(&sealed, &ring(&key), &Limits::DEFAULT).unwrap();
+    assert_eq!(opened.payload, payload);
 }
 
 #[test]

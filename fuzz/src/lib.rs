@@ -16,6 +16,7 @@ pub const LIMITS: Limits = Limits {
     max_sealed_len: 1024 * 1024,
     max_decompressed_len: 4 * 1024 * 1024,
     max_compression_ratio: 250,
+    min_decompressed_budget: 64 * 1024,
     max_file_count: 64,
     max_path_len: 255,
     max_file_len: 1024 * 1024,

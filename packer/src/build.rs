@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use pack_format::contract::{Contract, validate_template_all};
 use pack_format::payload::validate_path;
-use pack_format::{Limits, Payload, PayloadFile, SealInput, sha256_hex, validate_name};
+use pack_format::{
+    ContentKeyRing, Limits, Payload, PayloadFile, SealInput, sha256_hex, validate_name,
+};
 use serde_json::json;
 
 use crate::fsio::{self, bar, read_limited, spinner};
@@ -151,6 +153,17 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
         },
         &key_refs,
     )?;
+    // What clients will do, before anything is written: a pack that does not open under
+    // the limits they apply must not leave this machine.
+    progress.set_message("checking the sealed pack opens");
+    let ring = ContentKeyRing::new(keys.iter().cloned());
+    if let Err(error) = pack_format::open(&sealed, &ring, &limits) {
+        progress.finish_and_clear();
+        bail!(
+            "the sealed pack does not open under the limits clients apply ({error}); \
+             nothing was written"
+        );
+    }
     fsio::write_atomic(&args.output, &sealed, 0o644)?;
     progress.finish_and_clear();
 
@@ -169,18 +182,18 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
             "output": shown(&args.output),
         }));
     } else {
-        println!("built     {} -> {}", name, shown(&args.output));
-        println!("name      {name}");
-        println!("version   {}", args.version);
-        println!("schema    {}", args.schema);
-        println!(
+        outln!("built     {} -> {}", name, shown(&args.output));
+        outln!("name      {name}");
+        outln!("version   {}", args.version);
+        outln!("schema    {}", args.schema);
+        outln!(
             "files     {} ({} bytes)",
             payload.len(),
             payload.total_size()
         );
-        println!("size      {} bytes", sealed.len());
-        println!("sha256    {sha256}");
-        println!("key ids   {}", key_ids.join(", "));
+        outln!("size      {} bytes", sealed.len());
+        outln!("sha256    {sha256}");
+        outln!("key ids   {}", key_ids.join(", "));
     }
     Ok(())
 }

@@ -146,16 +146,18 @@ pub fn run(args: &ChannelArgs, json: bool) -> Result<()> {
             "signature": shown(&signature_path),
         }));
     } else {
-        println!(
+        outln!(
             "channel   {} (pack {}) sequence {}",
-            document.channel, document.pack, document.sequence
+            document.channel,
+            document.pack,
+            document.sequence
         );
-        println!("expires   {}", format_time(document.expires_at));
+        outln!("expires   {}", format_time(document.expires_at));
         for (i, entry) in document.entries.iter().enumerate() {
-            println!("entry {i}   {}", describe(entry));
+            outln!("entry {i}   {}", describe(entry));
         }
-        println!("signed by {}", key.key_id());
-        println!(
+        outln!("signed by {}", key.key_id());
+        outln!(
             "wrote     {} and {}",
             shown(&args.output),
             shown(&signature_path)

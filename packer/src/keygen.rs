@@ -88,18 +88,18 @@ pub fn run(args: &KeygenArgs, json: bool) -> Result<()> {
         } else {
             "NOT encrypted: keep it offline, or use --password-file / PROMPTPACK_KEY_PASSWORD"
         };
-        println!(
+        outln!(
             "signing key   {} (id {signing_id}, {protection})",
             shown(&secret_path)
         );
-        println!("public key    {}", shown(&public_path));
-        println!(
+        outln!("public key    {}", shown(&public_path));
+        outln!(
             "content key   {} (id {})",
             shown(&content_path),
             content.id()
         );
         if password.is_none() && std::env::var_os(PASSWORD_ENV).is_some() {
-            println!("note: {PASSWORD_ENV} is set but empty, so it was ignored");
+            outln!("note: {PASSWORD_ENV} is set but empty, so it was ignored");
         }
     }
     Ok(())

@@ -5,6 +5,17 @@
 // The binary owns the terminal: results go to stdout, progress and errors to stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+/// `println!` for command output, except that a reader who went away (`packer inspect | head`)
+/// ends the program quietly instead of panicking.
+macro_rules! outln {
+    () => {
+        $crate::write_out(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
+
 mod build;
 mod channel;
 mod fsio;
@@ -92,10 +103,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes one line of output. A closed pipe means nobody reads any more: stop, successfully,
+/// as `grep` or `ls` do (they die of SIGPIPE, which Rust programs ignore).
+fn write_out(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing output: {error}");
+        std::process::exit(1);
+    }
+}
+
 /// Prints a JSON value on stdout, pretty, with a final newline.
 fn print_json(value: &serde_json::Value) {
     // A `Value` always serialises.
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
     );

@@ -87,18 +87,18 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
             "uploaded_at": pack.uploaded_at,
         }));
     } else {
-        println!("pack      {} {}", pack.name, pack.version);
-        println!("sha256    {}", pack.sha256);
-        println!("size      {} bytes, schema {}", pack.size, pack.schema);
+        outln!("pack      {} {}", pack.name, pack.version);
+        outln!("sha256    {}", pack.sha256);
+        outln!("size      {} bytes, schema {}", pack.size, pack.schema);
         if answer.created {
-            println!("uploaded  new on {}", remote.base());
+            outln!("uploaded  new on {}", remote.base());
         } else {
-            println!(
+            outln!(
                 "uploaded  already there since {} (same bytes; nothing changed)",
                 pack.uploaded_at
             );
         }
-        println!(
+        outln!(
             "next      packer release CHANNEL --server {} --keys DIR --pin '*={}'",
             remote.base(),
             pack.version

@@ -124,31 +124,33 @@ pub fn inspect(args: &InspectArgs, json: bool) -> Result<()> {
         return Ok(());
     }
     let key_ids: Vec<&str> = header.key_slots.iter().map(|s| s.key_id.as_str()).collect();
-    println!("pack      {}", shown(&args.pack));
-    println!("name      {}", header.name);
-    println!("version   {}", header.version);
-    println!("schema    {}", header.schema);
-    println!("format    {}", header.format);
-    println!(
+    outln!("pack      {}", shown(&args.pack));
+    outln!("name      {}", header.name);
+    outln!("version   {}", header.version);
+    outln!("schema    {}", header.schema);
+    outln!("format    {}", header.format);
+    outln!(
         "size      {} bytes (payload {} bytes compressed)",
         bytes.len(),
         header.plaintext_len
     );
-    println!("sha256    {sha256}");
-    println!("key ids   {}", key_ids.join(", "));
+    outln!("sha256    {sha256}");
+    outln!("key ids   {}", key_ids.join(", "));
     match &index {
         Some(index) => {
             let total: u64 = index.iter().map(|e| e.size).sum();
-            println!("files     {} ({total} bytes)", index.len());
+            outln!("files     {} ({total} bytes)", index.len());
             let width = index.iter().map(|e| e.path.len()).max().unwrap_or(0);
             for entry in index {
-                println!(
+                outln!(
                     "  {:width$}  {:>8}  {}",
-                    entry.path, entry.size, entry.sha256
+                    entry.path,
+                    entry.size,
+                    entry.sha256
                 );
             }
         }
-        None => println!("files     (give --keys DIR to decrypt and list them)"),
+        None => outln!("files     (give --keys DIR to decrypt and list them)"),
     }
     Ok(())
 }
@@ -197,9 +199,12 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
         value["files"] = json!(files);
         print_json(&value);
     } else {
-        println!(
+        outln!(
             "ok: {} {} (schema {}), {files} files, sha256 {}",
-            header.name, header.version, header.schema, opened.sha256
+            header.name,
+            header.version,
+            header.schema,
+            opened.sha256
         );
     }
     Ok(())
@@ -267,7 +272,7 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
             "output": shown(out),
         }));
     } else {
-        println!(
+        outln!(
             "extracted {} files of {} {} into {}",
             unpacked.index.len(),
             unpacked.header.name,

@@ -321,15 +321,15 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
             "entries": crate::status::entries_json(&document.entries),
         }));
     } else {
-        println!(
+        outln!(
             "released  {} sequence {} on {}",
             answer.channel.channel,
             answer.channel.sequence,
             remote.base()
         );
-        println!("expires   {}", answer.channel.expires_at);
-        println!("sha256    {}", answer.channel.sha256);
-        println!("signed by {}", answer.channel.key_id);
+        outln!("expires   {}", answer.channel.expires_at);
+        outln!("sha256    {}", answer.channel.sha256);
+        outln!("signed by {}", answer.channel.key_id);
     }
     Ok(())
 }

@@ -93,10 +93,10 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
         return Ok(());
     }
 
-    println!("server {}", remote.base());
-    println!();
+    outln!("server {}", remote.base());
+    outln!();
     if channels.is_empty() {
-        println!("channels: none published yet");
+        outln!("channels: none published yet");
     }
     for live in &channels {
         let doc = &live.document;
@@ -105,23 +105,25 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
         } else {
             format!("expires {}", format_time(doc.expires_at))
         };
-        println!(
+        outln!(
             "channel {}  pack {}  sequence {}  {expiry}",
-            doc.channel, doc.pack, doc.sequence
+            doc.channel,
+            doc.pack,
+            doc.sequence
         );
         if doc.entries.is_empty() {
-            println!("  (no entries: every client uses its built-in pack)");
+            outln!("  (no entries: every client uses its built-in pack)");
         }
         for entry in &doc.entries {
-            println!("  {}", entry_line(entry));
+            outln!("  {}", entry_line(entry));
         }
     }
-    println!();
+    outln!();
     if packs.packs.is_empty() {
-        println!("packs: none uploaded yet");
+        outln!("packs: none uploaded yet");
     }
     for pack in &packs.packs {
-        println!("pack {}", pack.name);
+        outln!("pack {}", pack.name);
         for v in &pack.versions {
             let live = live_in(&channels, &pack.name, &v.sha256);
             let live = if live.is_empty() {
@@ -129,7 +131,7 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
             } else {
                 format!("  live in {}", live.join(", "))
             };
-            println!(
+            outln!(
                 "  {:<12} sha256 {}  {} bytes  schema {}{live}",
                 v.version,
                 &v.sha256[..v.sha256.len().min(12)],

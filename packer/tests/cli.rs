@@ -298,6 +298,34 @@ fn extract_of_a_pack_of_many_frames_gives_back_every_byte() {
 }
 
 #[test]
+fn a_reader_that_stops_early_ends_the_listing_quietly() {
+    let fixture = Fixture::new();
+    // Enough files that the listing is far bigger than a pipe's buffer.
+    for i in 0..2000 {
+        fixture.write(&format!("prompts/many/file-{i:04}.txt"), b"x\n");
+    }
+    assert_ok(&fixture.build("many.pack", &[]));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_packer"))
+        .args([
+            "inspect",
+            s(&fixture.path("many.pack")),
+            "--keys",
+            s(&fixture.keys()),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 64];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take()); // like `| head`: the reader goes away
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
 fn extract_of_a_tampered_pack_leaves_nothing_behind() {
     let fixture = Fixture::new();
     assert_ok(&fixture.build("p.pack", &[]));
