@@ -7,6 +7,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `println!` for command output, except that a reader who went away
+/// (`pack-client get KEY | head`) ends the program quietly instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        write_out(format_args!($($arg)*))
+    };
+}
+
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use pack_client::{Client, ClientConfig};
@@ -80,15 +88,15 @@ fn run() -> Result<ExitCode> {
             match result {
                 Ok(outcome) => {
                     if cli.json {
-                        println!(
+                        outln!(
                             "{}",
                             serde_json::to_string(
                                 &serde_json::json!({"ok": true, "outcome": outcome, "status": status})
                             )?
                         );
                     } else {
-                        println!("{}", serde_json::to_string(&outcome)?);
-                        println!(
+                        outln!("{}", serde_json::to_string(&outcome)?);
+                        outln!(
                             "serving {} {} ({}, sha256 {})",
                             status.serving.name,
                             status.serving.version,
@@ -100,7 +108,7 @@ fn run() -> Result<ExitCode> {
                 }
                 Err(e) => {
                     if cli.json {
-                        println!(
+                        outln!(
                             "{}",
                             serde_json::to_string(
                                 &serde_json::json!({"ok": false, "error": e.to_string(), "status": status})
@@ -120,22 +128,23 @@ fn run() -> Result<ExitCode> {
         Command::Status => {
             let status = client.status();
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&status)?);
+                outln!("{}", serde_json::to_string_pretty(&status)?);
             } else {
-                println!(
+                outln!(
                     "serving   {} {} ({}, sequence {})",
                     status.serving.name,
                     status.serving.version,
                     status.serving.source,
                     status.serving.sequence
                 );
-                println!("sha256    {}", status.serving.sha256);
-                println!(
+                outln!("sha256    {}", status.serving.sha256);
+                outln!(
                     "channel   {} (sequence {})",
-                    status.channel, status.sequence
+                    status.channel,
+                    status.sequence
                 );
                 if let Some(e) = &status.last_error {
-                    println!("last error: {e}");
+                    outln!("last error: {e}");
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -154,7 +163,7 @@ fn run() -> Result<ExitCode> {
                 .into_iter()
                 .map(|k| serde_json::json!({"key": k, "sha256": pack_format::sha256_hex(snapshot.get(k).unwrap_or_default())}))
                 .collect();
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string(
                     &serde_json::json!({"meta": snapshot.meta(), "files": files, "last_error": client.status().last_error})
@@ -169,5 +178,19 @@ fn run() -> Result<ExitCode> {
             scheduler.shutdown().await?;
             Ok(ExitCode::SUCCESS)
         }),
+    }
+}
+
+/// Writes one line of output. A closed pipe means nobody reads any more: stop, successfully,
+/// as `grep` or `ls` do (they die of SIGPIPE, which Rust programs ignore).
+fn write_out(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing output: {error}");
+        std::process::exit(1);
     }
 }
