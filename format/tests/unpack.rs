@@ -97,6 +97,11 @@ fn key() -> ContentKey {
 
 /// Seals `tar` (already built, hostile or not) as a pack.
 fn seal_tar(tar: &[u8]) -> Vec<u8> {
+    seal_payload(compress(tar, 1).unwrap())
+}
+
+/// Seals an already compressed payload (broken or not) as a pack.
+fn seal_payload(compressed: Vec<u8>) -> Vec<u8> {
     let version = semver::Version::new(1, 0, 0);
     let empty = Payload::default();
     let input = SealInput {
@@ -107,7 +112,7 @@ fn seal_tar(tar: &[u8]) -> Vec<u8> {
         mtime: 0,
         zstd_level: 1,
     };
-    pack::seal_compressed(&input, compress(tar, 1).unwrap(), &[&key()]).unwrap()
+    pack::seal_compressed(&input, compressed, &[&key()]).unwrap()
 }
 
 fn open_into(sealed: &[u8]) -> (Result<pack_format::Unpacked, FormatError>, Record) {
@@ -247,17 +252,7 @@ fn a_frame_that_does_not_decode_fails_the_pack() {
     let at = compressed.len() * 3 / 4;
     compressed[at] ^= 0x55;
     compressed[at + 1] ^= 0x55;
-    let version = semver::Version::new(1, 0, 0);
-    let empty = Payload::default();
-    let input = SealInput {
-        name: "unpack",
-        version: &version,
-        schema: 1,
-        payload: &empty,
-        mtime: 0,
-        zstd_level: 1,
-    };
-    let sealed = pack::seal_compressed(&input, compressed, &[&key()]).unwrap();
+    let sealed = seal_payload(compressed);
     assert!(pack_format::open(&sealed, &ring(&key()), &Limits::DEFAULT).is_err());
     assert!(open_into(&sealed).0.is_err());
 }
