@@ -90,6 +90,14 @@ impl Fixture {
         )
     }
 
+    /// `packer extract PACK --keys KEYS -o OUT` plus `extra` arguments.
+    fn extract(&self, pack: &Path, out: &Path, extra: &[&str]) -> Output {
+        let keys = self.keys();
+        let mut args = vec!["extract", s(pack), "--keys", s(&keys), "-o", s(out)];
+        args.extend_from_slice(extra);
+        packer(&args)
+    }
+
     fn ring(&self) -> ContentKeyRing {
         ContentKeyRing::new([ContentKey::load(&self.keys().join("content.key")).unwrap()])
     }
@@ -216,14 +224,7 @@ fn build_verify_inspect_extract_round_trip() {
     assert_eq!(listed_files, expected);
 
     let out = fixture.path("extracted");
-    assert_ok(&packer(&[
-        "extract",
-        s(&pack),
-        "--keys",
-        s(&fixture.keys()),
-        "-o",
-        s(&out),
-    ]));
+    assert_ok(&fixture.extract(&pack, &out, &[]));
     assert_eq!(
         files_under(&out),
         source,
@@ -231,14 +232,7 @@ fn build_verify_inspect_extract_round_trip() {
     );
 
     // A non-empty output directory is refused and left alone.
-    let refused = packer(&[
-        "extract",
-        s(&pack),
-        "--keys",
-        s(&fixture.keys()),
-        "-o",
-        s(&out),
-    ]);
+    let refused = fixture.extract(&pack, &out, &[]);
     assert_fails(&refused);
     assert!(
         stderr(&refused).contains("not empty"),
@@ -282,15 +276,7 @@ fn extract_of_a_pack_of_many_frames_gives_back_every_byte() {
         s(&fixture.path("big.pack")),
     ]));
     let out = fixture.path("big-out");
-    let extracted = packer(&[
-        "extract",
-        s(&fixture.path("big.pack")),
-        "--keys",
-        s(&fixture.keys()),
-        "-o",
-        s(&out),
-        "--json",
-    ]);
+    let extracted = fixture.extract(&fixture.path("big.pack"), &out, &["--json"]);
     assert_ok(&extracted);
     let summary: serde_json::Value = serde_json::from_slice(&extracted.stdout).unwrap();
     assert_eq!(summary["files"], 404);
@@ -335,14 +321,7 @@ fn extract_of_a_tampered_pack_leaves_nothing_behind() {
     std::fs::create_dir(fixture.path("bad")).unwrap();
     std::fs::write(fixture.path("bad/p.pack"), &bytes).unwrap();
     let out = fixture.path("bad/out");
-    let refused = packer(&[
-        "extract",
-        s(&fixture.path("bad/p.pack")),
-        "--keys",
-        s(&fixture.keys()),
-        "-o",
-        s(&out),
-    ]);
+    let refused = fixture.extract(&fixture.path("bad/p.pack"), &out, &[]);
     assert_fails(&refused);
     assert!(
         stderr(&refused).contains("does not open"),
