@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use pack_format::contract::{Contract, validate_template_all};
 use pack_format::payload::validate_path;
-use pack_format::{
-    ContentKeyRing, Limits, Payload, PayloadFile, SealInput, sha256_hex, validate_name,
-};
+use pack_format::{ContentKeyRing, Limits, Payload, PayloadFile, SealInput, validate_name};
 use serde_json::json;
 
 use crate::fsio::{self, bar, read_limited, spinner};
@@ -157,17 +155,20 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     // the limits they apply must not leave this machine.
     progress.set_message("checking the sealed pack opens");
     let ring = ContentKeyRing::new(keys.iter().cloned());
-    if let Err(error) = pack_format::open(&sealed, &ring, &limits) {
-        progress.finish_and_clear();
-        bail!(
-            "the sealed pack does not open under the limits clients apply ({error}); \
-             nothing was written"
-        );
-    }
+    // Opening also hashes the sealed bytes: that is the pack's SHA-256.
+    let sha256 = match pack_format::open(&sealed, &ring, &limits) {
+        Ok(opened) => opened.sha256,
+        Err(error) => {
+            progress.finish_and_clear();
+            bail!(
+                "the sealed pack does not open under the limits clients apply ({error}); \
+                 nothing was written"
+            );
+        }
+    };
     fsio::write_atomic(&args.output, &sealed, 0o644)?;
     progress.finish_and_clear();
 
-    let sha256 = sha256_hex(&sealed);
     let key_ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
     if json {
         print_json(&json!({
