@@ -11,11 +11,12 @@
 //! written before the state that points at it, so a crash at any point leaves either the
 //! old state (pointing at the old pack, still on disk) or the new one.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::ClientError;
 
@@ -50,8 +51,10 @@ pub struct State {
     pub signature: Option<String>,
     /// `None`: the built-in pack.
     pub installed: Option<Installed>,
-    /// Packs whose signed hash matched but which failed to open or validate: never retried.
-    pub bad: BTreeSet<String>,
+    /// Packs whose signed hash matched but which failed to open or validate, by SHA-256:
+    /// not downloaded again while their mark stands (see [`BadPack`]).
+    #[serde(deserialize_with = "bad_marks")]
+    pub bad: BTreeMap<String, BadPack>,
     /// Unix seconds.
     pub last_check: Option<i64>,
     pub last_success: Option<i64>,
@@ -67,11 +70,63 @@ impl State {
             document: None,
             signature: None,
             installed: None,
-            bad: BTreeSet::new(),
+            bad: BTreeMap::new(),
             last_check: None,
             last_success: None,
         }
     }
+}
+
+/// Why a pack was marked bad, and under which content keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BadPack {
+    pub reason: BadReason,
+    /// The error, as reported when the pack was refused.
+    pub detail: String,
+    /// [`crate::config::key_set_fingerprint`] of the content keys held when it was marked.
+    /// A mark for [`BadReason::ContentKey`] lifts when the key set changes.
+    pub content_keys: String,
+    /// Unix seconds.
+    pub at: i64,
+}
+
+/// The kind of failure behind a [`BadPack`] mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BadReason {
+    /// No held content key opens the pack: another key set may.
+    ContentKey,
+    /// The pack itself is broken (payload, index, templates): only new bytes help.
+    Pack,
+}
+
+/// `bad` as written today (a map of marks) or by the first state format (a list of hashes,
+/// with no reason). A mark of unknown reason is kept as a content-key mark under no key set,
+/// so it lifts at the next start: the pack is tried once more and, if it still fails,
+/// marked again with its reason.
+fn bad_marks<'de, D: Deserializer<'de>>(de: D) -> Result<BTreeMap<String, BadPack>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Marks {
+        Reasoned(BTreeMap<String, BadPack>),
+        Bare(Vec<String>),
+    }
+    Ok(match Marks::deserialize(de)? {
+        Marks::Reasoned(marks) => marks,
+        Marks::Bare(hashes) => hashes
+            .into_iter()
+            .map(|sha| {
+                let mark = BadPack {
+                    reason: BadReason::ContentKey,
+                    detail: "marked by an earlier version, reason not recorded".to_string(),
+                    content_keys: String::new(),
+                    at: 0,
+                };
+                (sha, mark)
+            })
+            .collect(),
+    })
 }
 
 /// The cache directory.
@@ -81,11 +136,46 @@ pub struct Cache {
 }
 
 impl Cache {
+    /// Opens (creating) the cache and removes temp files that a killed writer left behind.
     pub fn open(dir: &Path) -> Result<Self, ClientError> {
         std::fs::create_dir_all(dir.join("packs")).map_err(|e| cache_err(dir, e))?;
-        Ok(Cache {
+        let cache = Cache {
             dir: dir.to_path_buf(),
-        })
+        };
+        cache.sweep_temp_files();
+        Ok(cache)
+    }
+
+    /// Removes `.NAME.tmp-PID-RAND` files (see [`write_atomic`]) whose writer is gone. Several
+    /// processes may share a cache (the agent and `pack-client`), so a temp file is only
+    /// removed when the process that named it no longer runs, or when it is older than any
+    /// write takes (the pid may have been reused).
+    fn sweep_temp_files(&self) {
+        for dir in [self.dir.clone(), self.dir.join("packs")] {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(pid) = temp_file_pid(&name.to_string_lossy()) else {
+                    continue;
+                };
+                let stale = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > STALE_TEMP_AGE);
+                if (stale || !process_alive(pid))
+                    && let Err(e) = std::fs::remove_file(entry.path())
+                {
+                    tracing::warn!(
+                        "could not remove stale temp file {}: {e}",
+                        entry.path().display()
+                    );
+                }
+            }
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -147,6 +237,10 @@ impl Cache {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
+            // Another process's write in flight: the start-up sweep handles abandoned ones.
+            if temp_file_pid(&name).is_some() {
+                continue;
+            }
             let wanted = keep.iter().any(|sha| name == format!("{sha}.pack"));
             if !wanted && let Err(e) = std::fs::remove_file(entry.path()) {
                 tracing::warn!("could not remove old pack {}: {e}", entry.path().display());
@@ -167,6 +261,28 @@ impl Cache {
         write_atomic(&path, id.as_bytes())?;
         Ok(id)
     }
+}
+
+/// Older than this, a temp file is stale whoever wrote it: a write takes well under a second.
+const STALE_TEMP_AGE: Duration = Duration::from_secs(60 * 60);
+
+/// The writer's pid in a temp file name `.NAME.tmp-PID-RAND`, `None` for any other name.
+fn temp_file_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?;
+    let (_, tail) = rest.rsplit_once(".tmp-")?;
+    let (pid, random) = tail.split_once('-')?;
+    (random.len() == 8 && random.bytes().all(|b| b.is_ascii_hexdigit())).then_some(())?;
+    pid.parse().ok()
+}
+
+/// Whether a process with this pid exists (Linux: `/proc/PID`). Where that cannot be told,
+/// it is assumed alive and only the age rule removes its files.
+fn process_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    let proc = Path::new("/proc");
+    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
 }
 
 fn cache_err(path: &Path, e: std::io::Error) -> ClientError {
@@ -212,4 +328,83 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ClientError> {
         return Err(cache_err(path, e));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_file_names_give_their_writer() {
+        assert_eq!(temp_file_pid(".state.json.tmp-4242-0a1b2c3d"), Some(4242));
+        assert_eq!(temp_file_pid(".abc.pack.tmp-7-deadbeef"), Some(7));
+        assert_eq!(temp_file_pid("state.json"), None);
+        assert_eq!(temp_file_pid(".state.json.tmp-x-0a1b2c3d"), None);
+        assert_eq!(temp_file_pid(".state.json.tmp-1-short"), None);
+        assert_eq!(temp_file_pid("abc.pack"), None);
+    }
+
+    /// A killed writer leaves `.state.json.tmp-*` behind; the next open removes it, and
+    /// leaves alone the temp file of a writer that is still running.
+    #[test]
+    fn open_sweeps_temp_files_of_dead_writers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("packs")).unwrap();
+        // A pid above the kernel's pid_max cannot be running.
+        let dead = [
+            dir.path().join(".state.json.tmp-99999999-0a1b2c3d"),
+            dir.path().join("packs/.ab.pack.tmp-99999999-0a1b2c3d"),
+        ];
+        let alive = dir
+            .path()
+            .join(format!(".state.json.tmp-{}-0a1b2c3d", std::process::id()));
+        for path in dead.iter().chain([&alive]) {
+            std::fs::write(path, b"half").unwrap();
+        }
+        let kept = dir.path().join("state.json");
+        std::fs::write(&kept, b"{}").unwrap();
+        Cache::open(dir.path()).unwrap();
+        for path in &dead {
+            assert!(!path.exists(), "{} left behind", path.display());
+        }
+        assert!(alive.exists(), "a running writer's temp file was removed");
+        assert!(kept.exists());
+    }
+
+    /// Garbage collection drops old packs but never another process's write in flight.
+    #[test]
+    fn garbage_collection_keeps_writes_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        cache.write_pack("aa", b"old").unwrap();
+        cache.write_pack("bb", b"new").unwrap();
+        let in_flight = dir
+            .path()
+            .join(format!("packs/.cc.pack.tmp-{}-0a1b2c3d", std::process::id()));
+        std::fs::write(&in_flight, b"half").unwrap();
+        cache.collect_garbage(&["bb"]);
+        assert!(!cache.pack_path("aa").exists());
+        assert!(cache.pack_path("bb").exists());
+        assert!(in_flight.exists());
+    }
+
+    /// The first state format kept bad packs as a bare list; it still loads, as marks of
+    /// unknown reason that lift when the client starts.
+    #[test]
+    fn bare_bad_lists_of_the_first_format_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let mut state = serde_json::to_value(State::new("stable")).unwrap();
+        state["sequence"] = 7.into();
+        state["bad"] = serde_json::json!(["ab".repeat(32)]);
+        std::fs::write(cache.state_path(), state.to_string()).unwrap();
+        let loaded = cache.load_state().unwrap().unwrap();
+        assert_eq!(loaded.sequence, 7);
+        let mark = &loaded.bad[&"ab".repeat(32)];
+        assert_eq!(mark.reason, BadReason::ContentKey);
+        assert_eq!(mark.content_keys, "");
+        // And the map form written now reads back the same.
+        cache.write_state(&loaded).unwrap();
+        assert_eq!(cache.load_state().unwrap().unwrap(), loaded);
+    }
 }

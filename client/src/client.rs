@@ -4,14 +4,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pack_format::contract::Contract;
-use pack_format::{ChannelDocument, EntryTarget, PackRef, channel, pack, sha256_hex};
+use pack_format::{
+    ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
+};
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::cache::{Cache, Installed, State};
+use crate::cache::{BadPack, BadReason, Cache, Installed, State};
+use crate::config::key_set_fingerprint;
 use crate::snapshot::{Snapshot, SnapshotMeta, Source};
 use crate::{
-    ClientConfig, ClientError, HEADER_CLIENT_VERSION, HEADER_INSTALLED_PACK, PromptStore, builtin,
+    ClientConfig, ClientError, HEADER_CLIENT_VERSION, HEADER_INSTALLED_PACK, HEADER_SEQUENCE,
+    PromptStore, builtin,
 };
 
 /// What one refresh did.
@@ -51,7 +55,62 @@ pub struct ClientStatus {
     pub last_outcome: Option<RefreshOutcome>,
     /// Why the last refresh or the start-up load failed, if it did.
     pub last_error: Option<String>,
-    pub bad_packs: Vec<String>,
+    /// Packs refused after their bytes matched the signed hash, not downloaded again until
+    /// the mark is lifted (a content-key mark lifts when the content keys change).
+    pub bad_packs: Vec<RefusedPack>,
+}
+
+/// One bad-pack mark, for [`ClientStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefusedPack {
+    pub sha256: String,
+    pub reason: BadReason,
+    pub detail: String,
+}
+
+/// What a refresh decided before anything is written (see [`Client::refresh_now`]).
+struct Plan {
+    /// The next state; `None`: unchanged. The check times are added either way.
+    next: Option<State>,
+    /// A pack to make durable before the state that names it: SHA-256 and sealed bytes.
+    pack: Option<(String, Vec<u8>)>,
+    serve: Serve,
+    result: Result<RefreshOutcome, ClientError>,
+}
+
+impl Plan {
+    fn done(outcome: RefreshOutcome) -> Self {
+        Plan {
+            next: None,
+            pack: None,
+            serve: Serve::Keep,
+            result: Ok(outcome),
+        }
+    }
+
+    fn failed(error: ClientError) -> Self {
+        Plan {
+            next: None,
+            pack: None,
+            serve: Serve::Keep,
+            result: Err(error),
+        }
+    }
+}
+
+/// What to serve once a plan is durable.
+enum Serve {
+    Keep,
+    Builtin,
+    Snapshot(Arc<Snapshot>),
+}
+
+/// A response body read under its cap, with what the client uses from the headers.
+struct Fetched {
+    body: Vec<u8>,
+    etag: Option<String>,
+    /// `X-Promptpack-Sequence`: the channel sequence of the document sent.
+    sequence: Option<u64>,
 }
 
 /// A client: a [`PromptStore`] kept up to date from one channel.
@@ -86,7 +145,7 @@ impl Client {
                 reason: e.to_string(),
             })?;
         let mut last_error = None;
-        let state = match cache.load_state() {
+        let mut state = match cache.load_state() {
             Ok(Some(state)) if state.channel == config.channel => state,
             Ok(Some(other)) => {
                 tracing::info!(
@@ -105,6 +164,7 @@ impl Client {
                 State::new(&config.channel)
             }
         };
+        lift_key_marks(&mut state, &key_set_fingerprint(&config.content_keys));
         let client = Client {
             config,
             cache,
@@ -170,7 +230,14 @@ impl Client {
             size: bytes.len() as u64,
             schema: installed.schema,
         };
-        let snapshot = self.open_pack(&bytes, &entry, &verified.document)?;
+        let snapshot = open_pack(
+            &bytes,
+            &entry,
+            &verified.document.pack,
+            verified.document.sequence,
+            &self.config.content_keys,
+            &self.config.limits,
+        )?;
         self.store.install(Arc::new(snapshot));
         Ok(())
     }
@@ -202,7 +269,15 @@ impl Client {
             last_success: ts(state.last_success),
             last_outcome: lock(&self.last_outcome).clone(),
             last_error: lock(&self.last_error).clone(),
-            bad_packs: state.bad.iter().cloned().collect(),
+            bad_packs: state
+                .bad
+                .iter()
+                .map(|(sha256, mark)| RefusedPack {
+                    sha256: sha256.clone(),
+                    reason: mark.reason,
+                    detail: mark.detail.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -227,21 +302,25 @@ impl Client {
     }
 
     /// A refresh the user asked for: runs even with auto-update off (a local pin still holds).
+    ///
+    /// The network and the CPU work (download, hash, decrypt, decompress, untar, compile)
+    /// run under the deadline, the heavy parts on blocking threads; what the refresh decided
+    /// is then made durable and served whole, outside the deadline, so a refresh is never
+    /// cut off half-committed.
     pub async fn refresh_now(&self) -> Result<RefreshOutcome, ClientError> {
         let _one_at_a_time = self.refreshing.lock().await;
         let now = OffsetDateTime::now_utc();
         let deadline = self.config.deadline;
-        let result = match tokio::time::timeout(deadline, self.refresh_inner(now)).await {
-            Ok(result) => result,
-            Err(_) => Err(ClientError::Deadline {
+        let plan = match tokio::time::timeout(deadline, self.prepare(now)).await {
+            Ok(Ok(plan)) => plan,
+            Ok(Err(e)) => Plan::failed(e),
+            Err(_) => Plan::failed(ClientError::Deadline {
                 seconds: deadline.as_secs(),
             }),
         };
-        let mut state = lock(&self.state).clone();
-        state.last_check = Some(now.unix_timestamp());
+        let result = self.apply(plan, now).await;
         match &result {
             Ok(outcome) => {
-                state.last_success = Some(now.unix_timestamp());
                 *lock(&self.last_outcome) = Some(outcome.clone());
                 *lock(&self.last_error) = None;
             }
@@ -250,22 +329,44 @@ impl Client {
                 *lock(&self.last_error) = Some(e.to_string());
             }
         }
-        // Check times are bookkeeping: failing to record them must not fail the refresh.
-        if let Err(e) = self.cache.write_state(&state) {
-            tracing::warn!("could not record the check time: {e}");
-        }
-        *lock(&self.state) = state;
         result
     }
 
-    async fn refresh_inner(&self, now: OffsetDateTime) -> Result<RefreshOutcome, ClientError> {
+    /// Clears bad-pack marks: the given hashes, or all of them. Returns the hashes cleared.
+    /// The next refresh downloads and checks those packs again.
+    pub async fn forget_bad(&self, only: &[String]) -> Result<Vec<String>, ClientError> {
+        let _one_at_a_time = self.refreshing.lock().await;
+        let mut next = lock(&self.state).clone();
+        let cleared: Vec<String> = next
+            .bad
+            .keys()
+            .filter(|sha| only.is_empty() || only.contains(sha))
+            .cloned()
+            .collect();
+        if cleared.is_empty() {
+            return Ok(cleared);
+        }
+        for sha in &cleared {
+            next.bad.remove(sha);
+        }
+        let cache = self.cache.clone();
+        let to_write = next.clone();
+        blocking(move || cache.write_state(&to_write)).await??;
+        *lock(&self.state) = next;
+        Ok(cleared)
+    }
+
+    /// Steps 1-6 of a refresh: everything but writing. `Err` means nothing is to be written
+    /// beyond the check time.
+    async fn prepare(&self, now: OffsetDateTime) -> Result<Plan, ClientError> {
         let server = self.config.server.as_deref().ok_or(ClientError::NoServer)?;
         let state = lock(&self.state).clone();
         let channel_url = format!("{server}/v1/channels/{}", self.config.channel);
 
-        // 1. Conditional GET of the document; 304 → done.
+        // 1. Conditional GET of the document. A 304 only says "same bytes": the stored
+        // document must still be in date (a mirror answering 304 forever is a freeze).
         let etag = state.installed.as_ref().and(state.etag.as_deref());
-        let Some((document, new_etag)) = self
+        let Some(fetched) = self
             .get_capped(
                 &channel_url,
                 "channel document",
@@ -275,10 +376,32 @@ impl Client {
             )
             .await?
         else {
-            return Ok(RefreshOutcome::NotModified);
+            let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
+                return Err(ClientError::Status {
+                    url: channel_url,
+                    status: 304,
+                });
+            };
+            channel::verify(
+                document.as_bytes(),
+                signature,
+                &self.config.trusted_keys,
+                now,
+                &self.config.limits,
+            )
+            .map_err(ClientError::Document)?;
+            return Ok(Plan::done(RefreshOutcome::NotModified));
         };
-        let sig_url = format!("{channel_url}/signature");
-        let Some((signature, _)) = self
+        let document = fetched.body;
+        let new_etag = fetched.etag;
+        // The signature of exactly the sequence this response carries, so a release landing
+        // between the two requests cannot pair one publish's document with another's
+        // signature. A server that does not say which sequence it sent gets the live one.
+        let sig_url = match fetched.sequence {
+            Some(sequence) => format!("{channel_url}/history/{sequence}/signature"),
+            None => format!("{channel_url}/signature"),
+        };
+        let Some(signature) = self
             .get_capped(
                 &sig_url,
                 "channel signature",
@@ -293,8 +416,8 @@ impl Client {
                 status: 304,
             });
         };
-        let signature = String::from_utf8(signature).map_err(|_| {
-            ClientError::Document(pack_format::FormatError::Malformed {
+        let signature = String::from_utf8(signature.body).map_err(|_| {
+            ClientError::Document(FormatError::Malformed {
                 what: "channel signature",
                 reason: "not UTF-8".to_string(),
             })
@@ -328,6 +451,18 @@ impl Client {
                 installed: state.sequence,
             });
         }
+        // One sequence, one document: other bytes under the accepted sequence mean the
+        // publisher's key signed two documents for it, or a mirror replays a forked channel.
+        if doc.sequence == state.sequence
+            && let Some(accepted) = &state.document
+            && accepted.as_bytes() != document.as_slice()
+        {
+            return Err(ClientError::Equivocation {
+                sequence: doc.sequence,
+                installed: sha256_hex(accepted.as_bytes()),
+                found: sha256_hex(&document),
+            });
+        }
 
         // 3. The entry for this client.
         let selected = doc.select(&self.config.client_version, &self.install_id);
@@ -349,12 +484,12 @@ impl Client {
         if let Some(pin) = &self.config.pin {
             let wanted = target.as_ref().map(|t| &t.version);
             if wanted != Some(pin) {
-                return Ok(RefreshOutcome::Skipped {
+                return Ok(Plan::done(RefreshOutcome::Skipped {
                     reason: format!(
                         "pinned to {pin}; the channel offers {}",
                         wanted.map_or("the built-in pack".to_string(), ToString::to_string)
                     ),
-                });
+                }));
             }
         }
 
@@ -366,11 +501,14 @@ impl Client {
                     self.config.client_version
                 ),
             };
-            self.commit(&record(None), None)?;
-            self.store.reset_to_builtin();
-            return Ok(RefreshOutcome::Builtin {
-                sequence: doc.sequence,
-                reason,
+            return Ok(Plan {
+                next: Some(record(None)),
+                pack: None,
+                serve: Serve::Builtin,
+                result: Ok(RefreshOutcome::Builtin {
+                    sequence: doc.sequence,
+                    reason,
+                }),
             });
         };
 
@@ -379,14 +517,19 @@ impl Client {
                 sequence: doc.sequence,
                 ..i
             });
-            self.commit(&record(installed), None)?;
-            return Ok(RefreshOutcome::Unchanged {
-                sequence: doc.sequence,
+            return Ok(Plan {
+                next: Some(record(installed)),
+                pack: None,
+                serve: Serve::Keep,
+                result: Ok(RefreshOutcome::Unchanged {
+                    sequence: doc.sequence,
+                }),
             });
         }
-        if state.bad.contains(&entry.sha256) {
+        if let Some(mark) = state.bad.get(&entry.sha256) {
             return Err(ClientError::KnownBad {
                 sha256: entry.sha256.clone(),
+                reason: mark.detail.clone(),
             });
         }
         if Contract::builtin(entry.schema).is_none() {
@@ -396,7 +539,7 @@ impl Client {
             });
         }
         if entry.size > self.config.limits.max_sealed_len {
-            return Err(ClientError::Pack(pack_format::FormatError::TooLarge {
+            return Err(ClientError::Pack(FormatError::TooLarge {
                 what: "signed pack size",
                 found: entry.size,
                 limit: self.config.limits.max_sealed_len,
@@ -405,7 +548,7 @@ impl Client {
 
         // 4. Download, never more than the signed size; hash before parsing anything.
         let blob_url = format!("{server}/v1/blobs/{}", entry.sha256);
-        let Some((bytes, _)) = self
+        let Some(fetched) = self
             .get_capped(&blob_url, "pack", entry.size, Some(entry.size), None)
             .await?
         else {
@@ -414,34 +557,57 @@ impl Client {
                 status: 304,
             });
         };
-        let found = sha256_hex(&bytes);
-        if found != entry.sha256 {
-            return Err(ClientError::HashMismatch {
-                expected: entry.sha256.clone(),
-                found,
-            });
-        }
 
-        // 5-6. Header against the entry, decrypt, untar, validate. The bytes match what the
-        // publisher signed, so a failure here is the pack's own: remember it.
-        let snapshot = match self.open_pack(&bytes, &entry, doc) {
-            Ok(s) => s,
-            // A header that disagrees with its entry is the document's fault, not the
-            // pack's: a corrected document may point at the same bytes.
-            Err(
-                e @ (ClientError::HeaderMismatch { .. } | ClientError::IncompatibleSchema { .. }),
-            ) => return Err(e),
+        // 5-6. Hash, header against the entry, decrypt, untar, validate: on a blocking
+        // thread, so the async workers stay free for the network (and the model stream).
+        let (bytes, opened) = {
+            let entry = entry.clone();
+            let pack_name = doc.pack.clone();
+            let sequence = doc.sequence;
+            let keys = self.config.content_keys.clone();
+            let limits = self.config.limits;
+            blocking(move || {
+                let bytes = fetched.body;
+                let found = sha256_hex(&bytes);
+                if found != entry.sha256 {
+                    return Err(ClientError::HashMismatch {
+                        expected: entry.sha256.clone(),
+                        found,
+                    });
+                }
+                let opened = open_pack(&bytes, &entry, &pack_name, sequence, &keys, &limits);
+                Ok((bytes, opened))
+            })
+            .await??
+        };
+        // The bytes match what the publisher signed, so a failure now is the pack's own:
+        // remember it, with why, so a new content key can lift a key mark.
+        let snapshot = match opened {
+            Ok(snapshot) => snapshot,
             Err(e) => {
-                let mut bad_state = state.clone();
-                bad_state.bad.insert(entry.sha256.clone());
-                self.cache.write_state(&bad_state)?;
-                *lock(&self.state) = bad_state;
-                return Err(e);
+                let Some(reason) = bad_reason(&e) else {
+                    return Err(e);
+                };
+                let mut next = state.clone();
+                next.bad.insert(
+                    entry.sha256.clone(),
+                    BadPack {
+                        reason,
+                        detail: e.to_string(),
+                        content_keys: key_set_fingerprint(&self.config.content_keys),
+                        at: now.unix_timestamp(),
+                    },
+                );
+                return Ok(Plan {
+                    next: Some(next),
+                    pack: None,
+                    serve: Serve::Keep,
+                    result: Err(e),
+                });
             }
         };
 
-        // 7. Install crash-safely, then swap.
-        self.cache.write_pack(&entry.sha256, &bytes)?;
+        // 7. Install crash-safely (in `apply`), then swap.
         let installed = Installed {
             name: doc.pack.clone(),
             version: entry.version.clone(),
@@ -449,84 +615,80 @@ impl Client {
             sha256: entry.sha256.clone(),
             sequence: doc.sequence,
         };
-        self.commit(&record(Some(installed)), Some(&entry.sha256))?;
-        self.store.install(Arc::new(snapshot));
-        Ok(RefreshOutcome::Installed {
-            name: doc.pack.clone(),
-            version: entry.version.to_string(),
-            sha256: entry.sha256.clone(),
-            sequence: doc.sequence,
+        Ok(Plan {
+            next: Some(record(Some(installed))),
+            pack: Some((entry.sha256.clone(), bytes)),
+            serve: Serve::Snapshot(Arc::new(snapshot)),
+            result: Ok(RefreshOutcome::Installed {
+                name: doc.pack.clone(),
+                version: entry.version.to_string(),
+                sha256: entry.sha256.clone(),
+                sequence: doc.sequence,
+            }),
         })
     }
 
-    /// Makes `next` durable and current, then drops packs nothing points at.
-    fn commit(&self, next: &State, keep: Option<&str>) -> Result<(), ClientError> {
-        self.cache.write_state(next)?;
-        *lock(&self.state) = next.clone();
-        let keep: Vec<&str> = keep
-            .into_iter()
-            .chain(next.installed.as_ref().map(|i| i.sha256.as_str()))
-            .collect();
-        self.cache.collect_garbage(&keep);
-        Ok(())
-    }
-
-    /// Steps 5-6: header against the signed entry, decrypt, untar, check the index, compile
-    /// and validate every template, and check the runtime's required templates exist.
-    fn open_pack(
-        &self,
-        bytes: &[u8],
-        entry: &PackRef,
-        doc: &ChannelDocument,
-    ) -> Result<Snapshot, ClientError> {
-        let (header, _) =
-            pack::read_header(bytes, &self.config.limits).map_err(ClientError::Pack)?;
-        let mismatch =
-            |field: &'static str, expected: String, found: String| ClientError::HeaderMismatch {
-                field,
-                expected,
-                found,
-            };
-        if header.name != doc.pack {
-            return Err(mismatch("name", doc.pack.clone(), header.name));
+    /// Step 7: makes the plan durable (pack first, then the state naming it, with the check
+    /// times), swaps what is served, and drops packs nothing points at. Runs whole: the
+    /// deadline is over by now, and the disk work runs on a blocking thread.
+    async fn apply(&self, plan: Plan, now: OffsetDateTime) -> Result<RefreshOutcome, ClientError> {
+        let Plan {
+            next,
+            pack,
+            serve,
+            result,
+        } = plan;
+        let changed = next.is_some();
+        let mut state = next.unwrap_or_else(|| lock(&self.state).clone());
+        state.last_check = Some(now.unix_timestamp());
+        if result.is_ok() {
+            state.last_success = Some(now.unix_timestamp());
         }
-        if header.version != entry.version {
-            return Err(mismatch(
-                "version",
-                entry.version.to_string(),
-                header.version.to_string(),
-            ));
+        let cache = self.cache.clone();
+        let to_write = state.clone();
+        let written = blocking(move || -> Result<(), ClientError> {
+            if let Some((sha256, bytes)) = &pack {
+                cache.write_pack(sha256, bytes)?;
+            }
+            cache.write_state(&to_write)?;
+            if changed {
+                let keep: Vec<&str> = to_write
+                    .installed
+                    .as_ref()
+                    .map(|i| i.sha256.as_str())
+                    .into_iter()
+                    .collect();
+                cache.collect_garbage(&keep);
+            }
+            Ok(())
+        })
+        .await
+        .and_then(|written| written);
+        match written {
+            Ok(()) => {
+                *lock(&self.state) = state;
+                match serve {
+                    Serve::Keep => {}
+                    Serve::Builtin => self.store.reset_to_builtin(),
+                    Serve::Snapshot(snapshot) => self.store.install(snapshot),
+                }
+                result
+            }
+            // Nothing new is durable, so nothing new is served.
+            Err(e) if changed => match result {
+                Ok(_) => Err(e),
+                Err(original) => {
+                    tracing::warn!("could not record the refused pack: {e}");
+                    Err(original)
+                }
+            },
+            // Check times are bookkeeping: failing to record them must not fail the refresh.
+            Err(e) => {
+                tracing::warn!("could not record the check time: {e}");
+                *lock(&self.state) = state;
+                result
+            }
         }
-        if header.schema != entry.schema {
-            return Err(mismatch(
-                "schema",
-                entry.schema.to_string(),
-                header.schema.to_string(),
-            ));
-        }
-        let opened = pack::open(bytes, &self.config.content_keys, &self.config.limits)
-            .map_err(ClientError::Pack)?;
-        let meta = SnapshotMeta {
-            name: opened.header.name.clone(),
-            version: opened.header.version.clone(),
-            sequence: doc.sequence,
-            source: Source::Remote,
-            sha256: opened.sha256.clone(),
-            schema: opened.header.schema,
-        };
-        let snapshot =
-            Snapshot::new(meta, opened.payload.into_files()).map_err(ClientError::Snapshot)?;
-        let contract = Contract::builtin(header.schema).ok_or(ClientError::IncompatibleSchema {
-            schema: header.schema,
-            known: Contract::builtin_schemas().to_vec(),
-        })?;
-        let required: Vec<&str> = contract
-            .required_templates()
-            .iter()
-            .map(String::as_str)
-            .collect();
-        snapshot.require(&required).map_err(ClientError::Snapshot)?;
-        Ok(snapshot)
     }
 
     /// GET with a byte cap, optional exact length and `If-None-Match`, retried with
@@ -538,7 +700,7 @@ impl Client {
         cap: u64,
         exact: Option<u64>,
         etag: Option<&str>,
-    ) -> Result<Option<(Vec<u8>, Option<String>)>, ClientError> {
+    ) -> Result<Option<Fetched>, ClientError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -562,7 +724,7 @@ impl Client {
         cap: u64,
         exact: Option<u64>,
         etag: Option<&str>,
-    ) -> Result<Option<(Vec<u8>, Option<String>)>, ClientError> {
+    ) -> Result<Option<Fetched>, ClientError> {
         let http_err = |e: reqwest::Error| ClientError::Http {
             url: url.to_string(),
             reason: e.to_string(),
@@ -601,11 +763,17 @@ impl Client {
         if response.content_length().is_some_and(|len| len > cap) {
             return Err(too_long());
         }
-        let new_etag = response
-            .headers()
+        let headers = response.headers();
+        let new_etag = headers
             .get(reqwest::header::ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        // Anything but a plain number is ignored: the signature is then fetched as the live
+        // one, and the signature check decides.
+        let sequence = headers
+            .get(HEADER_SEQUENCE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         let mut body = Vec::with_capacity(response.content_length().unwrap_or(0).min(cap) as usize);
         while let Some(chunk) = response.chunk().await.map_err(http_err)? {
             if body.len() as u64 + chunk.len() as u64 > cap {
@@ -623,8 +791,24 @@ impl Client {
                 found: body.len() as u64,
             });
         }
-        Ok(Some((body, new_etag)))
+        Ok(Some(Fetched {
+            body,
+            etag: new_etag,
+            sequence,
+        }))
     }
+}
+
+/// Lifts the content-key marks made under another set of content keys: a key added since
+/// may open those packs now. Marks against the pack itself stay.
+fn lift_key_marks(state: &mut State, keys: &str) {
+    state.bad.retain(|sha256, mark| match mark.reason {
+        BadReason::ContentKey if mark.content_keys != keys => {
+            tracing::info!("the content keys changed: pack {sha256} will be tried again");
+            false
+        }
+        BadReason::ContentKey | BadReason::Pack => true,
+    });
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -632,4 +816,102 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Steps 5-6: header against the signed entry, decrypt, untar, check the index, compile
+/// and validate every template, and check the runtime's required templates exist.
+fn open_pack(
+    bytes: &[u8],
+    entry: &PackRef,
+    pack_name: &str,
+    sequence: u64,
+    content_keys: &ContentKeyRing,
+    limits: &Limits,
+) -> Result<Snapshot, ClientError> {
+    let (header, _) = pack::read_header(bytes, limits).map_err(ClientError::Pack)?;
+    let mismatch =
+        |field: &'static str, expected: String, found: String| ClientError::HeaderMismatch {
+            field,
+            expected,
+            found,
+        };
+    if header.name != pack_name {
+        return Err(mismatch("name", pack_name.to_string(), header.name));
+    }
+    if header.version != entry.version {
+        return Err(mismatch(
+            "version",
+            entry.version.to_string(),
+            header.version.to_string(),
+        ));
+    }
+    if header.schema != entry.schema {
+        return Err(mismatch(
+            "schema",
+            entry.schema.to_string(),
+            header.schema.to_string(),
+        ));
+    }
+    let opened = pack::open(bytes, content_keys, limits).map_err(ClientError::Pack)?;
+    let meta = SnapshotMeta {
+        name: opened.header.name.clone(),
+        version: opened.header.version.clone(),
+        sequence,
+        source: Source::Remote,
+        sha256: opened.sha256.clone(),
+        schema: opened.header.schema,
+    };
+    let snapshot =
+        Snapshot::new(meta, opened.payload.into_files()).map_err(ClientError::Snapshot)?;
+    let contract = Contract::builtin(header.schema).ok_or(ClientError::IncompatibleSchema {
+        schema: header.schema,
+        known: Contract::builtin_schemas().to_vec(),
+    })?;
+    let required: Vec<&str> = contract
+        .required_templates()
+        .iter()
+        .map(String::as_str)
+        .collect();
+    snapshot.require(&required).map_err(ClientError::Snapshot)?;
+    Ok(snapshot)
+}
+
+/// Whether a failure to open a pack whose bytes match the signed hash is held against the
+/// pack, and why. `None`: the document is at fault (a header that disagrees with its entry,
+/// a schema this client does not know), and a corrected document may point at the same bytes.
+fn bad_reason(error: &ClientError) -> Option<BadReason> {
+    match error {
+        ClientError::Pack(
+            FormatError::UnknownContentKey { .. } | FormatError::WrongContentKey { .. },
+        ) => Some(BadReason::ContentKey),
+        ClientError::Pack(_) | ClientError::Snapshot(_) => Some(BadReason::Pack),
+        ClientError::HeaderMismatch { .. } | ClientError::IncompatibleSchema { .. } => None,
+        ClientError::NoServer
+        | ClientError::Http { .. }
+        | ClientError::Status { .. }
+        | ClientError::BodyTooLong { .. }
+        | ClientError::Truncated { .. }
+        | ClientError::Deadline { .. }
+        | ClientError::Document(_)
+        | ClientError::WrongChannel { .. }
+        | ClientError::WrongPack { .. }
+        | ClientError::Rollback { .. }
+        | ClientError::Equivocation { .. }
+        | ClientError::KnownBad { .. }
+        | ClientError::HashMismatch { .. }
+        | ClientError::Cache { .. }
+        | ClientError::Config { .. }
+        | ClientError::Worker { .. } => None,
+    }
+}
+
+/// Runs CPU or disk work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ClientError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ClientError::Worker {
+            reason: e.to_string(),
+        })
 }

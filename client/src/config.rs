@@ -209,3 +209,16 @@ fn compiled_in_content_keys() -> ContentKeyRing {
     }
     ring
 }
+
+/// Identifies a set of content keys (ids and key bytes), for [`crate::cache::BadPack`]
+/// marks: a mark made because no held key opened a pack lifts when this changes.
+pub fn key_set_fingerprint(keys: &ContentKeyRing) -> String {
+    let mut each: Vec<String> = keys
+        .ids()
+        .into_iter()
+        .filter_map(|id| keys.get(id))
+        .map(|key| pack_format::sha256_hex(key.to_file_text().as_bytes()))
+        .collect();
+    each.sort();
+    pack_format::sha256_hex(each.join("\n").as_bytes())
+}

@@ -36,8 +36,19 @@ pub enum ClientError {
     WrongPack { expected: String, found: String },
     #[error("rollback refused: channel sequence {found} is older than installed {installed}")]
     Rollback { found: u64, installed: u64 },
-    #[error("pack {sha256} failed before and is not retried")]
-    KnownBad { sha256: String },
+    #[error(
+        "equivocation refused: channel sequence {sequence} was installed as document {installed}, but the server now sends {found} with the same sequence"
+    )]
+    Equivocation {
+        sequence: u64,
+        /// SHA-256 of the accepted document and of the one offered.
+        installed: String,
+        found: String,
+    },
+    #[error(
+        "pack {sha256} failed before and is not retried ({reason}); `pack-client forget-bad` or `agent packs forget-bad` clears the mark"
+    )]
+    KnownBad { sha256: String, reason: String },
     #[error("downloaded pack has sha256 {found}, but the signed entry says {expected}")]
     HashMismatch { expected: String, found: String },
     #[error("pack header {field} is {found:?}, but the signed entry says {expected:?}")]
@@ -56,6 +67,8 @@ pub enum ClientError {
     Cache { path: String, reason: String },
     #[error("config {path}: {reason}")]
     Config { path: String, reason: String },
+    #[error("refresh worker thread failed: {reason}")]
+    Worker { reason: String },
 }
 
 impl ClientError {
@@ -73,6 +86,7 @@ impl ClientError {
             | ClientError::WrongChannel { .. }
             | ClientError::WrongPack { .. }
             | ClientError::Rollback { .. }
+            | ClientError::Equivocation { .. }
             | ClientError::KnownBad { .. }
             | ClientError::HashMismatch { .. }
             | ClientError::HeaderMismatch { .. }
@@ -80,7 +94,8 @@ impl ClientError {
             | ClientError::Pack(_)
             | ClientError::Snapshot(_)
             | ClientError::Cache { .. }
-            | ClientError::Config { .. } => false,
+            | ClientError::Config { .. }
+            | ClientError::Worker { .. } => false,
         }
     }
 }

@@ -54,6 +54,9 @@ enum Command {
     Dump,
     /// Run the six-hour schedule in the foreground until interrupted.
     Run,
+    /// Clear bad-pack marks (all, or the given SHA-256s) so the next refresh tries those
+    /// packs again. The rest of the state, the rollback high-water mark included, is kept.
+    ForgetBad { sha256: Vec<String> },
 }
 
 fn main() -> ExitCode {
@@ -145,6 +148,42 @@ fn run() -> Result<ExitCode> {
                 );
                 if let Some(e) = &status.last_error {
                     outln!("last error: {e}");
+                }
+                for bad in &status.bad_packs {
+                    outln!(
+                        "refused   {} ({:?}): {}",
+                        bad.sha256,
+                        bad.reason,
+                        bad.detail
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ForgetBad { sha256 } => {
+            let known: Vec<String> = client
+                .status()
+                .bad_packs
+                .into_iter()
+                .map(|b| b.sha256)
+                .collect();
+            if let Some(unknown) = sha256.iter().find(|s| !known.contains(s)) {
+                anyhow::bail!(
+                    "no bad-pack mark for {unknown}; marked: [{}] (see `pack-client status`)",
+                    known.join(", ")
+                );
+            }
+            let cleared = runtime.block_on(client.forget_bad(&sha256))?;
+            if cli.json {
+                outln!(
+                    "{}",
+                    serde_json::to_string(&serde_json::json!({"cleared": cleared}))?
+                );
+            } else if cleared.is_empty() {
+                outln!("no bad-pack marks");
+            } else {
+                for sha in &cleared {
+                    outln!("cleared {sha}: the next refresh tries it again");
                 }
             }
             Ok(ExitCode::SUCCESS)

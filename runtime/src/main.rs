@@ -80,6 +80,9 @@ enum PacksCommand {
     Pin { version: semver::Version },
     /// Follow the channel again.
     Unpin,
+    /// Clear bad-pack marks (all, or the given SHA-256s) so the next refresh tries those
+    /// packs again; nothing else in the cache changes.
+    ForgetBad { sha256: Vec<String> },
 }
 
 #[derive(clap::Args)]
@@ -190,6 +193,38 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
             let outcome = runtime.block_on(client.refresh_now())?;
             writeln!(out, "{}", serde_json::to_string(&outcome)?)?;
             out.write_all(packs.describe().as_bytes())?;
+            return Ok(());
+        }
+        PacksCommand::ForgetBad { sha256 } => {
+            let packs = Packs::open(&data_dir, &text)?;
+            let Some(client) = packs.client() else {
+                bail!(
+                    "no update server configured, so no pack was ever refused: see the [updates] table of {}",
+                    data_dir.config_file().display()
+                );
+            };
+            let known: Vec<String> = client
+                .status()
+                .bad_packs
+                .into_iter()
+                .map(|b| b.sha256)
+                .collect();
+            if let Some(unknown) = sha256.iter().find(|s| !known.contains(s)) {
+                bail!(
+                    "no bad-pack mark for {unknown}; marked: [{}] (see `agent packs status`)",
+                    known.join(", ")
+                );
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let cleared = runtime.block_on(client.forget_bad(&sha256))?;
+            if cleared.is_empty() {
+                writeln!(out, "no bad-pack marks")?;
+            }
+            for sha in cleared {
+                writeln!(out, "cleared {sha}: the next refresh tries it again")?;
+            }
             return Ok(());
         }
         PacksCommand::Pin { version } => Some(version),

@@ -131,7 +131,7 @@ impl Packs {
             out.push_str(&format!("last error: {error}\n"));
         }
         for bad in &status.bad_packs {
-            out.push_str(&format!("refused pack: {bad}\n"));
+            out.push_str(&format!("refused pack: {} ({})\n", bad.sha256, bad.detail));
         }
         out
     }

@@ -75,7 +75,7 @@ pub fn run(mut cmd: Command) -> String {
 pub struct Publisher {
     pub dir: tempfile::TempDir,
     pub token: String,
-    sequence: std::cell::Cell<u64>,
+    sequence: std::sync::atomic::AtomicU64,
 }
 
 impl Publisher {
@@ -87,7 +87,7 @@ impl Publisher {
         Publisher {
             dir,
             token: format!("test-token-{}", hex::encode(rand::random::<[u8; 8]>())),
-            sequence: std::cell::Cell::new(0),
+            sequence: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -152,8 +152,10 @@ impl Publisher {
 
     /// Signs the next channel document with `entries` (packer channel `--entry` specs).
     pub fn sign(&self, entries: &[String], expires: &str) -> (Vec<u8>, String) {
-        let sequence = self.sequence.get() + 1;
-        self.sequence.set(sequence);
+        let sequence = self
+            .sequence
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
         self.sign_sequence(sequence, entries, expires)
     }
 

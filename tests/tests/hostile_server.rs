@@ -1,11 +1,14 @@
-//! A hostile server: every attack or fault ends with the previous snapshot still served and
-//! a specific error in the client's status.
+//! A hostile server or mirror, one property per test: each attack or fault ends with a
+//! specific error variant, the previous snapshot still served, and the reason in the
+//! client's status.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pack_client::{Client, ClientConfig, Source};
-use pack_format::{ChannelDocument, ChannelEntry, EntryTarget, PackRef, SigningKey};
+use pack_client::cache::BadReason;
+use pack_client::{Client, ClientConfig, ClientError, RefreshOutcome, Source};
+use pack_format::{ChannelDocument, ChannelEntry, EntryTarget, FormatError, PackRef, SigningKey};
 use promptpack_tests::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -13,6 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[derive(Clone)]
 enum Reply {
     Ok(Vec<u8>),
+    /// 200 with extra headers.
+    With(Vec<(&'static str, String)>, Vec<u8>),
     Status(u16),
     /// Declares no length, sends `n` bytes of the body, then closes.
     Cut(Vec<u8>, usize),
@@ -20,7 +25,13 @@ enum Reply {
     Drip(Vec<u8>, Duration),
 }
 
-type Route = Arc<dyn Fn(&str) -> Reply + Send + Sync>;
+/// What the route sees of a request.
+struct Request {
+    path: String,
+    if_none_match: Option<String>,
+}
+
+type Route = Arc<dyn Fn(&Request) -> Reply + Send + Sync>;
 
 struct Hostile {
     url: String,
@@ -52,8 +63,15 @@ impl Hostile {
                         head.extend_from_slice(&buf[..n]);
                     }
                     let text = String::from_utf8_lossy(&head).into_owned();
-                    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
-                    let reply = route(&path);
+                    let request = Request {
+                        path: text.split_whitespace().nth(1).unwrap_or("/").to_string(),
+                        if_none_match: text.lines().find_map(|line| {
+                            let (name, value) = line.split_once(':')?;
+                            name.eq_ignore_ascii_case("if-none-match")
+                                .then(|| value.trim().to_string())
+                        }),
+                    };
+                    let reply = route(&request);
                     let _ = send(&mut socket, reply).await;
                 });
             }
@@ -68,14 +86,8 @@ impl Hostile {
 
 async fn send(socket: &mut tokio::net::TcpStream, reply: Reply) -> std::io::Result<()> {
     match reply {
-        Reply::Ok(body) => {
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            socket.write_all(head.as_bytes()).await?;
-            socket.write_all(&body).await
-        }
+        Reply::Ok(body) => send_with(socket, &[], &body).await,
+        Reply::With(headers, body) => send_with(socket, &headers, &body).await,
         Reply::Status(code) => {
             let head =
                 format!("HTTP/1.1 {code} Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
@@ -103,12 +115,48 @@ async fn send(socket: &mut tokio::net::TcpStream, reply: Reply) -> std::io::Resu
     }
 }
 
-/// Serves one channel document, its signature and a set of blobs honestly.
-fn honest(doc: Vec<u8>, sig: String, blobs: Vec<(String, Vec<u8>)>) -> Route {
-    Arc::new(move |path: &str| {
+async fn send_with(
+    socket: &mut tokio::net::TcpStream,
+    headers: &[(&'static str, String)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    socket.write_all(head.as_bytes()).await?;
+    socket.write_all(body).await
+}
+
+/// One signed channel document: bytes and signature.
+type Signed = (Vec<u8>, String);
+
+/// Serves one channel document (with its ETag and sequence, answering `If-None-Match`), its
+/// signature (live and by sequence) and a set of blobs, as packd does.
+fn honest(signed: &Signed, blobs: Vec<(String, Vec<u8>)>) -> Route {
+    let (doc, sig) = signed.clone();
+    let etag = format!("\"{}\"", pack_format::sha256_hex(&doc));
+    let sequence = serde_json::from_slice::<serde_json::Value>(&doc).unwrap()["sequence"]
+        .as_u64()
+        .unwrap();
+    Arc::new(move |request: &Request| {
+        let path = request.path.as_str();
         if path == "/v1/channels/stable" {
-            Reply::Ok(doc.clone())
-        } else if path == "/v1/channels/stable/signature" {
+            if request.if_none_match.as_deref() == Some(etag.as_str()) {
+                return Reply::Status(304);
+            }
+            let headers = vec![
+                ("ETag", etag.clone()),
+                ("X-Promptpack-Sequence", sequence.to_string()),
+            ];
+            Reply::With(headers, doc.clone())
+        } else if path == "/v1/channels/stable/signature"
+            || path == format!("/v1/channels/stable/history/{sequence}/signature")
+        {
             Reply::Ok(sig.clone().into_bytes())
         } else if let Some(sha) = path.strip_prefix("/v1/blobs/") {
             match blobs.iter().find(|(s, _)| s == sha) {
@@ -121,6 +169,19 @@ fn honest(doc: Vec<u8>, sig: String, blobs: Vec<(String, Vec<u8>)>) -> Route {
     })
 }
 
+/// `honest`, except that the blob of `sha` is answered with `reply`.
+fn with_blob(signed: &Signed, sha: &str, reply: Reply) -> Route {
+    let inner = honest(signed, vec![]);
+    let blob_path = format!("/v1/blobs/{sha}");
+    Arc::new(move |request: &Request| {
+        if request.path == blob_path {
+            reply.clone()
+        } else {
+            inner(request)
+        }
+    })
+}
+
 struct Fixture {
     publisher: Publisher,
     v1: Vec<u8>,
@@ -129,6 +190,12 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// Keys and packs are made once per test binary: every test reads them, none changes them.
+    fn shared() -> &'static Fixture {
+        static FIXTURE: std::sync::OnceLock<Fixture> = std::sync::OnceLock::new();
+        FIXTURE.get_or_init(Fixture::new)
+    }
+
     fn new() -> Self {
         let publisher = Publisher::new();
         let v1_path = publisher.build("1.0.0", "GOOD-V1");
@@ -170,172 +237,43 @@ impl Fixture {
         }
     }
 
-    fn signed(&self, doc: &ChannelDocument, key: &SigningKey) -> (Vec<u8>, String) {
+    fn signed(&self, doc: &ChannelDocument) -> Signed {
+        self.signed_by(doc, &self.key)
+    }
+
+    fn signed_by(&self, doc: &ChannelDocument, key: &SigningKey) -> Signed {
         let s = doc.sign(key).unwrap();
         (s.document, s.signature)
     }
-}
 
-fn content_keys(fx: &Fixture) -> pack_format::ContentKeyRing {
-    pack_format::ContentKeyRing::new([pack_format::ContentKey::load(
-        &fx.publisher.keys().join("content.key"),
-    )
-    .unwrap()])
-}
-
-fn blobs(fx: &Fixture) -> Vec<(String, Vec<u8>)> {
-    vec![
-        (pack_format::sha256_hex(&fx.v1), fx.v1.clone()),
-        (pack_format::sha256_hex(&fx.v2), fx.v2.clone()),
-    ]
-}
-
-/// Installs v1 from an honest server, then runs each attack and checks the client still
-/// serves v1 and reports an error containing the expected words.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_attack_leaves_the_previous_snapshot_serving_with_a_specific_error() {
-    let fx = Fixture::new();
-    let good = fx.signed(
-        &fx.doc(5, &fx.v1, "1.0.0", time::Duration::days(30)),
-        &fx.key,
-    );
-    let server = Hostile::start(honest(good.0.clone(), good.1.clone(), blobs(&fx))).await;
-    let cache = tempfile::tempdir().unwrap();
-    let config_path = fx
-        .publisher
-        .client_config(&server.url, "deadline_secs = 3\n");
-    let mut config = ClientConfig::load(
-        &config_path,
-        cache.path().to_path_buf(),
-        "1.0.0".parse().unwrap(),
-    )
-    .unwrap();
-    config.backoff = Duration::from_millis(10);
-    let client = Client::new(config).unwrap();
-    client.refresh_now().await.unwrap();
-    assert_eq!(client.store().capture().version().to_string(), "1.0.0");
-    assert_eq!(client.store().capture().source(), Source::Remote);
-
-    let next = fx.doc(6, &fx.v2, "2.0.0", time::Duration::days(30));
-    let next_signed = fx.signed(&next, &fx.key);
-    let v2_sha = pack_format::sha256_hex(&fx.v2);
-    let with_blob = |reply: Reply| -> Route {
-        let (doc, sig, sha) = (next_signed.0.clone(), next_signed.1.clone(), v2_sha.clone());
-        Arc::new(move |path: &str| {
-            if path == "/v1/channels/stable" {
-                Reply::Ok(doc.clone())
-            } else if path == "/v1/channels/stable/signature" {
-                Reply::Ok(sig.clone().into_bytes())
-            } else if path == format!("/v1/blobs/{sha}") {
-                reply.clone()
-            } else {
-                Reply::Status(404)
-            }
-        })
-    };
-    let mut longer = fx.v2.clone();
-    longer.extend_from_slice(b"extra bytes the publisher never signed");
-    let mut flipped = fx.v2.clone();
-    let mid = flipped.len() / 2;
-    flipped[mid] ^= 1;
-
-    let old = fx.signed(
-        &fx.doc(4, &fx.v2, "2.0.0", time::Duration::days(30)),
-        &fx.key,
-    );
-    let expired = fx.signed(
-        &fx.doc(7, &fx.v2, "2.0.0", -time::Duration::days(1)),
-        &fx.key,
-    );
-    let mismatched = fx.signed(
-        &fx.doc(8, &fx.v2, "9.9.9", time::Duration::days(30)),
-        &fx.key,
-    );
-    let stranger = SigningKey::generate(None).unwrap().key;
-    let untrusted = fx.signed(
-        &fx.doc(9, &fx.v2, "2.0.0", time::Duration::days(30)),
-        &stranger,
-    );
-
-    let cases: Vec<(&str, Route, &str)> = vec![
-        (
-            "truncated body",
-            with_blob(Reply::Cut(fx.v2.clone(), fx.v2.len() / 2)),
-            "truncated",
-        ),
-        (
-            "body longer than signed",
-            with_blob(Reply::Cut(longer, usize::MAX)),
-            "longer than",
-        ),
-        (
-            "slow drip past the deadline",
-            with_blob(Reply::Drip(fx.v2.clone(), Duration::from_millis(50))),
-            "deadline",
-        ),
-        ("wrong hash", with_blob(Reply::Ok(flipped)), "sha256"),
-        (
-            "older sequence (rollback)",
-            honest(old.0, old.1, blobs(&fx)),
-            "rollback refused",
-        ),
-        (
-            "expired document (freeze)",
-            honest(expired.0, expired.1, blobs(&fx)),
-            "expired",
-        ),
-        (
-            "header not matching its entry",
-            honest(mismatched.0, mismatched.1, blobs(&fx)),
-            "pack header version",
-        ),
-        (
-            "valid signature from an untrusted key",
-            honest(untrusted.0, untrusted.1, blobs(&fx)),
-            "not trusted",
-        ),
-        (
-            "garbage",
-            Arc::new(|_: &str| Reply::Ok(b"\x00\x01garbage{{{".to_vec())),
-            "malformed",
-        ),
-        (
-            "500s",
-            Arc::new(|_: &str| Reply::Status(500)),
-            "answered 500",
-        ),
-    ];
-    for (name, route, expected) in cases {
-        server.set(route);
-        let result = client.refresh_now().await;
-        let err = result.expect_err(name).to_string();
-        assert!(
-            err.contains(expected),
-            "{name}: expected {expected:?} in {err:?}"
-        );
-        let serving = client.store().capture();
-        assert_eq!(
-            serving.version().to_string(),
-            "1.0.0",
-            "{name}: previous snapshot not kept"
-        );
-        assert_eq!(serving.source(), Source::Remote, "{name}");
-        let status = client.status().last_error.unwrap_or_default();
-        assert!(status.contains(expected), "{name}: status says {status:?}");
+    /// A document for the next release: sequence 6, v2, in date.
+    fn next(&self) -> Signed {
+        self.signed(&self.doc(6, &self.v2, "2.0.0", time::Duration::days(30)))
     }
 
-    assert!(
-        client.status().bad_packs.is_empty(),
-        "faults of the transport or the document must not condemn a pack"
-    );
+    fn blobs(&self) -> Vec<(String, Vec<u8>)> {
+        vec![
+            (pack_format::sha256_hex(&self.v1), self.v1.clone()),
+            (pack_format::sha256_hex(&self.v2), self.v2.clone()),
+        ]
+    }
 
-    // A pack that matches its signed hash but cannot be opened (sealed for a content key
-    // this client does not hold) is remembered and never fetched again.
-    let foreign = {
-        let files =
-            pack_format::pack::open(&fx.v2, &content_keys(&fx), &pack_format::Limits::DEFAULT)
-                .unwrap()
-                .payload;
+    fn content_keys(&self) -> pack_format::ContentKeyRing {
+        pack_format::ContentKeyRing::new([pack_format::ContentKey::load(
+            &self.publisher.keys().join("content.key"),
+        )
+        .unwrap()])
+    }
+
+    /// v2's files sealed for `key` only.
+    fn sealed_for(&self, key: &pack_format::ContentKey) -> Vec<u8> {
+        let files = pack_format::pack::open(
+            &self.v2,
+            &self.content_keys(),
+            &pack_format::Limits::DEFAULT,
+        )
+        .unwrap()
+        .payload;
         let version = semver::Version::new(2, 0, 0);
         let input = pack_format::SealInput {
             name: "builtin",
@@ -345,54 +283,437 @@ async fn every_attack_leaves_the_previous_snapshot_serving_with_a_specific_error
             mtime: 0,
             zstd_level: 3,
         };
-        pack_format::seal(&input, &[&pack_format::ContentKey::generate()]).unwrap()
-    };
-    let foreign_sha = pack_format::sha256_hex(&foreign);
-    let foreign_doc = fx.signed(
-        &fx.doc(10, &foreign, "2.0.0", time::Duration::days(30)),
-        &fx.key,
-    );
-    let downloads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = {
-        let (doc, sig, sha, bytes, downloads) = (
-            foreign_doc.0.clone(),
-            foreign_doc.1.clone(),
-            foreign_sha.clone(),
-            foreign.clone(),
-            downloads.clone(),
-        );
-        Arc::new(move |path: &str| {
-            if path == "/v1/channels/stable" {
-                Reply::Ok(doc.clone())
-            } else if path == "/v1/channels/stable/signature" {
-                Reply::Ok(sig.clone().into_bytes())
-            } else if path == format!("/v1/blobs/{sha}") {
-                downloads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Reply::Ok(bytes.clone())
-            } else {
-                Reply::Status(404)
-            }
-        }) as Route
-    };
-    server.set(counted);
-    let err = client.refresh_now().await.unwrap_err().to_string();
-    assert!(err.contains("no content key"), "{err}");
-    assert_eq!(client.status().bad_packs, vec![foreign_sha.clone()]);
-    let err = client.refresh_now().await.unwrap_err().to_string();
-    assert!(err.contains("failed before and is not retried"), "{err}");
-    assert_eq!(
-        downloads.load(std::sync::atomic::Ordering::SeqCst),
-        1,
-        "a known-bad pack was downloaded again"
-    );
-    assert_eq!(client.store().capture().version().to_string(), "1.0.0");
+        pack_format::seal(&input, &[key]).unwrap()
+    }
+}
 
-    // And after all that, the honest next release still installs.
-    let honest_next = fx.signed(
-        &fx.doc(11, &fx.v2, "2.0.0", time::Duration::days(30)),
-        &fx.key,
+/// A client that installed v1 (sequence 5) from an honest hostile server.
+struct Installed {
+    fx: &'static Fixture,
+    server: Hostile,
+    cache: tempfile::TempDir,
+    client: Client,
+}
+
+impl Installed {
+    async fn new() -> Self {
+        Self::with_expiry(time::Duration::days(30)).await
+    }
+
+    async fn with_expiry(expires_in: time::Duration) -> Self {
+        let fx = Fixture::shared();
+        let good = fx.signed(&fx.doc(5, &fx.v1, "1.0.0", expires_in));
+        let server = Hostile::start(honest(&good, fx.blobs())).await;
+        let cache = tempfile::tempdir().unwrap();
+        let client = client_for(fx, &server, cache.path(), "");
+        client.refresh_now().await.unwrap();
+        let installed = Installed {
+            fx,
+            server,
+            cache,
+            client,
+        };
+        installed.assert_serving_v1("after the honest install");
+        installed
+    }
+
+    /// Runs one refresh against `route` and returns its error, checking that v1 still
+    /// serves and the status reports the error.
+    async fn refused(&self, route: Route) -> ClientError {
+        self.server.set(route);
+        let err = self
+            .client
+            .refresh_now()
+            .await
+            .expect_err("the refresh should fail");
+        self.assert_serving_v1(&err.to_string());
+        assert_eq!(
+            self.client.status().last_error.as_deref(),
+            Some(err.to_string().as_str())
+        );
+        err
+    }
+
+    fn assert_serving_v1(&self, context: &str) {
+        let serving = self.client.store().capture();
+        assert_eq!(serving.version().to_string(), "1.0.0", "{context}");
+        assert_eq!(serving.source(), Source::Remote, "{context}");
+    }
+}
+
+fn client_for(fx: &Fixture, server: &Hostile, cache: &std::path::Path, extra: &str) -> Client {
+    let config_path = fx
+        .publisher
+        .client_config(&server.url, &format!("deadline_secs = 3\n{extra}"));
+    let mut config =
+        ClientConfig::load(&config_path, cache.to_path_buf(), "1.0.0".parse().unwrap()).unwrap();
+    config.backoff = Duration::from_millis(10);
+    Client::new(config).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_pack_is_refused() {
+    let at = Installed::new().await;
+    let sha = pack_format::sha256_hex(&at.fx.v2);
+    let cut = Reply::Cut(at.fx.v2.clone(), at.fx.v2.len() / 2);
+    let err = at.refused(with_blob(&at.fx.next(), &sha, cut)).await;
+    assert!(matches!(err, ClientError::Truncated { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pack_longer_than_signed_is_refused() {
+    let at = Installed::new().await;
+    let sha = pack_format::sha256_hex(&at.fx.v2);
+    let mut longer = at.fx.v2.clone();
+    longer.extend_from_slice(b"extra bytes the publisher never signed");
+    let err = at
+        .refused(with_blob(
+            &at.fx.next(),
+            &sha,
+            Reply::Cut(longer, usize::MAX),
+        ))
+        .await;
+    assert!(matches!(err, ClientError::BodyTooLong { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_drip_is_cut_off_at_the_deadline() {
+    let at = Installed::new().await;
+    let sha = pack_format::sha256_hex(&at.fx.v2);
+    let drip = Reply::Drip(at.fx.v2.clone(), Duration::from_millis(50));
+    let started = std::time::Instant::now();
+    let err = at.refused(with_blob(&at.fx.next(), &sha, drip)).await;
+    assert!(matches!(err, ClientError::Deadline { .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(6));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pack_with_another_hash_is_refused_and_not_held_against_the_pack() {
+    let at = Installed::new().await;
+    let sha = pack_format::sha256_hex(&at.fx.v2);
+    let mut flipped = at.fx.v2.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 1;
+    let err = at
+        .refused(with_blob(&at.fx.next(), &sha, Reply::Ok(flipped)))
+        .await;
+    assert!(matches!(err, ClientError::HashMismatch { .. }), "{err:?}");
+    assert!(at.client.status().bad_packs.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_sequence_is_a_refused_rollback() {
+    let at = Installed::new().await;
+    let old = at
+        .fx
+        .signed(&at.fx.doc(4, &at.fx.v2, "2.0.0", time::Duration::days(30)));
+    let err = at.refused(honest(&old, at.fx.blobs())).await;
+    assert!(
+        matches!(
+            err,
+            ClientError::Rollback {
+                found: 4,
+                installed: 5
+            }
+        ),
+        "{err:?}"
     );
-    server.set(honest(honest_next.0, honest_next.1, blobs(&fx)));
-    client.refresh_now().await.unwrap();
-    assert_eq!(client.store().capture().version().to_string(), "2.0.0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_document_is_refused() {
+    let at = Installed::new().await;
+    let expired = at
+        .fx
+        .signed(&at.fx.doc(7, &at.fx.v2, "2.0.0", -time::Duration::days(1)));
+    let err = at.refused(honest(&expired, at.fx.blobs())).await;
+    assert!(
+        matches!(err, ClientError::Document(FormatError::Expired { .. })),
+        "{err:?}"
+    );
+}
+
+/// A mirror that answers 304 forever cannot keep an expired document fresh: the stored
+/// document's expiry is checked on every refresh, and the last success stays where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_304_does_not_freeze_the_client_on_an_expired_document() {
+    let at = Installed::with_expiry(time::Duration::seconds(3)).await;
+    // While the document is in date, a 304 is a success.
+    let outcome = at.client.refresh_now().await.unwrap();
+    assert_eq!(outcome, RefreshOutcome::NotModified);
+    let last_success = at.client.status().last_success;
+    assert!(last_success.is_some());
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    let err = at
+        .refused(Arc::new(move |request: &Request| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            assert!(request.if_none_match.is_some(), "no conditional request");
+            Reply::Status(304)
+        }))
+        .await;
+    assert!(
+        matches!(err, ClientError::Document(FormatError::Expired { .. })),
+        "{err:?}"
+    );
+    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    let status = at.client.status();
+    assert_eq!(
+        status.last_success, last_success,
+        "a freeze counted as success"
+    );
+    assert!(status.last_check > last_success);
+}
+
+/// Two validly signed documents with one sequence: the second is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_document_with_the_installed_sequence_is_equivocation() {
+    let at = Installed::new().await;
+    let fork = at
+        .fx
+        .signed(&at.fx.doc(5, &at.fx.v2, "2.0.0", time::Duration::days(30)));
+    let err = at.refused(honest(&fork, at.fx.blobs())).await;
+    assert!(
+        matches!(err, ClientError::Equivocation { sequence: 5, .. }),
+        "{err:?}"
+    );
+}
+
+/// The identical document at the installed sequence still repairs a cache whose pack is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identical_document_repairs_a_missing_pack() {
+    let at = Installed::new().await;
+    for entry in std::fs::read_dir(at.cache.path().join("packs")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    let restarted = client_for(at.fx, &at.server, at.cache.path(), "");
+    assert_eq!(restarted.store().capture().source(), Source::Builtin);
+    assert!(restarted.status().last_error.is_some());
+    let outcome = restarted.refresh_now().await.unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Installed { sequence: 5, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(restarted.store().capture().version().to_string(), "1.0.0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pack_header_that_disagrees_with_its_entry_is_refused() {
+    let at = Installed::new().await;
+    let mismatched = at
+        .fx
+        .signed(&at.fx.doc(8, &at.fx.v2, "9.9.9", time::Duration::days(30)));
+    let err = at.refused(honest(&mismatched, at.fx.blobs())).await;
+    assert!(
+        matches!(
+            err,
+            ClientError::HeaderMismatch {
+                field: "version",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        at.client.status().bad_packs.is_empty(),
+        "the document is at fault, not the pack"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_signature_from_an_untrusted_key_is_refused() {
+    let at = Installed::new().await;
+    let stranger = SigningKey::generate(None).unwrap().key;
+    let untrusted = at.fx.signed_by(
+        &at.fx.doc(9, &at.fx.v2, "2.0.0", time::Duration::days(30)),
+        &stranger,
+    );
+    let err = at.refused(honest(&untrusted, at.fx.blobs())).await;
+    assert!(
+        matches!(err, ClientError::Document(FormatError::UntrustedKey { .. })),
+        "{err:?}"
+    );
+}
+
+/// The signature of one publish paired with the document of another does not verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_of_another_document_is_refused() {
+    let at = Installed::new().await;
+    let next = at.fx.next();
+    let other = at
+        .fx
+        .signed(&at.fx.doc(6, &at.fx.v1, "1.0.0", time::Duration::days(30)));
+    let mixed = (next.0.clone(), other.1.clone());
+    let err = at.refused(honest(&mixed, at.fx.blobs())).await;
+    assert!(
+        matches!(err, ClientError::Document(FormatError::BadSignature { .. })),
+        "{err:?}"
+    );
+}
+
+/// A release between the document and the signature request does not fail the refresh: the
+/// client asks for the signature of the sequence the document response named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signature_is_fetched_for_the_sequence_the_document_response_named() {
+    let at = Installed::new().await;
+    let next = at.fx.next();
+    let later = at
+        .fx
+        .signed(&at.fx.doc(7, &at.fx.v1, "1.0.0", time::Duration::days(30)));
+    let inner = honest(&next, at.fx.blobs());
+    // The live signature already belongs to sequence 7; history/6 keeps sequence 6's.
+    at.server.set(Arc::new(move |request: &Request| {
+        if request.path == "/v1/channels/stable/signature" {
+            Reply::Ok(later.1.clone().into_bytes())
+        } else {
+            inner(request)
+        }
+    }));
+    let outcome = at.client.refresh_now().await.unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Installed { sequence: 6, .. }),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_is_a_malformed_document() {
+    let at = Installed::new().await;
+    let err = at
+        .refused(Arc::new(|_: &Request| {
+            Reply::Ok(b"\x00\x01garbage{{{".to_vec())
+        }))
+        .await;
+    assert!(
+        matches!(err, ClientError::Document(FormatError::Malformed { .. })),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_reported_with_their_status() {
+    let at = Installed::new().await;
+    let err = at.refused(Arc::new(|_: &Request| Reply::Status(500))).await;
+    assert!(
+        matches!(err, ClientError::Status { status: 500, .. }),
+        "{err:?}"
+    );
+}
+
+/// Serves `signed` and `pack` (under its hash), counting the pack's downloads.
+fn counting(signed: &Signed, pack: &[u8], downloads: Arc<AtomicUsize>) -> Route {
+    let sha = pack_format::sha256_hex(pack);
+    let inner = honest(signed, vec![(sha.clone(), pack.to_vec())]);
+    let blob_path = format!("/v1/blobs/{sha}");
+    Arc::new(move |request: &Request| {
+        if request.path == blob_path {
+            downloads.fetch_add(1, Ordering::SeqCst);
+        }
+        inner(request)
+    })
+}
+
+/// A pack that matches its signed hash but that no held content key opens is marked with
+/// that reason and not downloaded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pack_no_held_key_opens_is_marked_and_not_downloaded_again() {
+    let at = Installed::new().await;
+    let foreign = at.fx.sealed_for(&pack_format::ContentKey::generate());
+    let foreign_sha = pack_format::sha256_hex(&foreign);
+    let doc = at
+        .fx
+        .signed(&at.fx.doc(10, &foreign, "2.0.0", time::Duration::days(30)));
+    let downloads = Arc::new(AtomicUsize::new(0));
+    let route = counting(&doc, &foreign, downloads.clone());
+    let err = at.refused(route.clone()).await;
+    assert!(
+        matches!(
+            err,
+            ClientError::Pack(FormatError::UnknownContentKey { .. })
+        ),
+        "{err:?}"
+    );
+    let bad = at.client.status().bad_packs;
+    assert_eq!(bad.len(), 1);
+    assert_eq!(bad[0].sha256, foreign_sha);
+    assert_eq!(bad[0].reason, BadReason::ContentKey);
+    let err = at.refused(route).await;
+    assert!(matches!(err, ClientError::KnownBad { .. }), "{err:?}");
+    assert_eq!(downloads.load(Ordering::SeqCst), 1, "downloaded again");
+}
+
+/// Adding the content key that opens a marked pack lifts the mark: the next start tries the
+/// pack again and installs it. The rollback high-water mark is kept throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_content_key_lifts_a_content_key_mark() {
+    let at = Installed::new().await;
+    let new_key = pack_format::ContentKey::generate();
+    let foreign = at.fx.sealed_for(&new_key);
+    let doc = at
+        .fx
+        .signed(&at.fx.doc(10, &foreign, "2.0.0", time::Duration::days(30)));
+    let downloads = Arc::new(AtomicUsize::new(0));
+    at.refused(counting(&doc, &foreign, downloads.clone()))
+        .await;
+    assert_eq!(at.client.status().bad_packs.len(), 1);
+
+    // The same config with the new key added to its content keys.
+    let key_file = at.cache.path().join("second.key");
+    std::fs::write(&key_file, new_key.to_file_text().as_bytes()).unwrap();
+    let base = std::fs::read_to_string(at.fx.publisher.client_config(&at.server.url, "")).unwrap();
+    let with_key = base.replace(
+        "content_keys = [",
+        &format!("content_keys = [{:?}, ", key_file.display().to_string()),
+    );
+    assert_ne!(with_key, base);
+    let config_path = at.cache.path().join("with-second-key.toml");
+    std::fs::write(&config_path, format!("{with_key}deadline_secs = 3\n")).unwrap();
+    let config = ClientConfig::load(
+        &config_path,
+        at.cache.path().to_path_buf(),
+        "1.0.0".parse().unwrap(),
+    )
+    .unwrap();
+    drop(at.client);
+    let client = Client::new(config).unwrap();
+    assert!(client.status().bad_packs.is_empty(), "mark not lifted");
+    assert_eq!(client.status().sequence, 5, "high-water mark lost");
+    let outcome = client.refresh_now().await.unwrap();
+    assert!(
+        matches!(outcome, RefreshOutcome::Installed { sequence: 10, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(downloads.load(Ordering::SeqCst), 2);
+}
+
+/// A pack broken in itself stays marked when the keys change; `forget_bad` clears it
+/// without touching the rest of the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_bad_clears_marks_and_keeps_the_high_water_mark() {
+    let at = Installed::new().await;
+    let foreign = at.fx.sealed_for(&pack_format::ContentKey::generate());
+    let foreign_sha = pack_format::sha256_hex(&foreign);
+    let doc = at
+        .fx
+        .signed(&at.fx.doc(10, &foreign, "2.0.0", time::Duration::days(30)));
+    let downloads = Arc::new(AtomicUsize::new(0));
+    let route = counting(&doc, &foreign, downloads.clone());
+    at.refused(route.clone()).await;
+    assert_eq!(
+        at.client.forget_bad(&[]).await.unwrap(),
+        vec![foreign_sha.clone()]
+    );
+    assert!(at.client.status().bad_packs.is_empty());
+    assert_eq!(at.client.status().sequence, 5);
+    // Tried again (and marked again: the key is still missing).
+    let err = at.refused(route).await;
+    assert!(
+        matches!(
+            err,
+            ClientError::Pack(FormatError::UnknownContentKey { .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(downloads.load(Ordering::SeqCst), 2);
 }
