@@ -378,9 +378,10 @@ mod tests {
         let cache = Cache::open(dir.path()).unwrap();
         cache.write_pack("aa", b"old").unwrap();
         cache.write_pack("bb", b"new").unwrap();
-        let in_flight = dir
-            .path()
-            .join(format!("packs/.cc.pack.tmp-{}-0a1b2c3d", std::process::id()));
+        let in_flight = dir.path().join(format!(
+            "packs/.cc.pack.tmp-{}-0a1b2c3d",
+            std::process::id()
+        ));
         std::fs::write(&in_flight, b"half").unwrap();
         cache.collect_garbage(&["bb"]);
         assert!(!cache.pack_path("aa").exists());

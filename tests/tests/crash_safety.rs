@@ -1,5 +1,6 @@
 //! SIGKILL the refreshing process at random points, 100 times: every restart loads the old
-//! or the new pack, verified, never a mix and never a fallback caused by a torn install.
+//! or the new pack, verified, never a mix and never a fallback caused by a torn install, and
+//! leaves no temp file behind.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -103,6 +104,15 @@ fn killing_a_refresh_at_random_points_never_leaves_a_mix() {
             .collect();
         assert_eq!(loaded, files[now], "iteration {i}: files are a mix");
         installed = now;
+        // The next process to open the cache removed what the killed writer left.
+        let leftovers: Vec<_> = walk(cache.path())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(
+            leftovers.is_empty(),
+            "iteration {i}: temp files left behind: {leftovers:?}"
+        );
     }
     // The kills must really have landed during refreshes, not only after them.
     assert!(

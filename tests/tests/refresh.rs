@@ -373,3 +373,103 @@ fn the_schedule_refreshes_at_start_up_when_the_last_check_is_old() {
     assert!(crons.len() > 40, "{crons:?}");
     assert!(crons.iter().all(|c| c.ends_with("/6 * * *")));
 }
+
+/// The document and its signature come from one publish even while a publisher releases in
+/// a loop: the client asks for the signature of the sequence the document response named.
+/// (Fetching the live signature instead failed 9 of 175 refreshes under releases.)
+#[test]
+fn a_thousand_refreshes_during_a_release_loop_never_pair_mismatched_signatures() {
+    use pack_format::{ChannelDocument, ChannelEntry, EntryTarget, PackRef, SigningKey};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Arc::new(Packd::start(data.path(), &publisher.server_config()));
+    let cache = tempfile::tempdir().unwrap();
+    let config = publisher.client_config(&packd.url, "");
+    let pack_path = publisher.build("1.0.0", "RACE");
+    packd.upload(&publisher, &pack_path);
+    let pack = std::fs::read(&pack_path).unwrap();
+    let key_path = publisher.keys().join("signing.key");
+    // The same pack under a new sequence and issue time each release.
+    let document = move |key: &SigningKey, sequence: u64| {
+        let now = time::OffsetDateTime::now_utc();
+        let doc = ChannelDocument {
+            format: 1,
+            channel: "stable".into(),
+            pack: "builtin".into(),
+            sequence,
+            issued_at: now,
+            expires_at: now + time::Duration::days(30),
+            entries: vec![ChannelEntry {
+                clients: "*".parse().unwrap(),
+                target: EntryTarget::Pack(PackRef {
+                    version: "1.0.0".parse().unwrap(),
+                    sha256: pack_format::sha256_hex(&pack),
+                    size: pack.len() as u64,
+                    schema: 1,
+                }),
+                rollout: None,
+            }],
+        };
+        let signed = doc.sign(key).unwrap();
+        (signed.document, signed.signature)
+    };
+    let key = SigningKey::load(&key_path, None).unwrap();
+    packd.publish(&publisher, &document(&key, 1));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let released = Arc::new(AtomicU64::new(1));
+    let releaser = {
+        let (stop, released, packd) = (stop.clone(), released.clone(), packd.clone());
+        let publisher_token = publisher.token.clone();
+        std::thread::spawn(move || {
+            let http = reqwest::blocking::Client::new();
+            for sequence in 2u64.. {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let (doc, sig) = document(&key, sequence);
+                let response = http
+                    .put(format!("{}/v1/channels/stable", packd.url))
+                    .bearer_auth(&publisher_token)
+                    .json(&serde_json::json!({
+                        "document": String::from_utf8(doc).unwrap(),
+                        "signature": sig,
+                    }))
+                    .send()
+                    .unwrap();
+                assert!(response.status().is_success(), "{}", response.status());
+                released.store(sequence, Ordering::SeqCst);
+            }
+        })
+    };
+
+    let rt = rt();
+    let c = client(cache.path(), &config, "1.0.0");
+    let mut failures = Vec::new();
+    let mut sequences_seen = std::collections::BTreeSet::new();
+    for _ in 0..1000 {
+        match rt.block_on(c.refresh_now()) {
+            Ok(_) => {
+                sequences_seen.insert(c.status().sequence);
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    releaser.join().unwrap();
+    let releases = released.load(Ordering::SeqCst) - 1;
+    eprintln!(
+        "1000 refreshes during {releases} releases: {} failures, {} distinct sequences installed",
+        failures.len(),
+        sequences_seen.len()
+    );
+    assert!(failures.is_empty(), "{failures:?}");
+    // The releases really ran alongside the refreshes.
+    assert!(
+        releases >= 50,
+        "only {releases} releases during the refreshes"
+    );
+    assert!(sequences_seen.len() >= 50, "{}", sequences_seen.len());
+}
