@@ -378,6 +378,7 @@ fn the_schedule_refreshes_at_start_up_when_the_last_check_is_old() {
 /// a loop: the client asks for the signature of the sequence the document response named.
 /// (Fetching the live signature instead failed 9 of 175 refreshes under releases.)
 #[test]
+#[allow(clippy::print_stderr)] // the counts are the measurement
 fn a_thousand_refreshes_during_a_release_loop_never_pair_mismatched_signatures() {
     use pack_format::{ChannelDocument, ChannelEntry, EntryTarget, PackRef, SigningKey};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
