@@ -566,6 +566,67 @@ fn channel_refuses_a_sequence_that_does_not_increase() {
 }
 
 #[test]
+fn channel_refuses_a_sequence_over_the_limit_and_never_wraps() {
+    let fixture = Fixture::new();
+    let out = fixture.path("channel.json");
+    let channel = |sequence: &str| {
+        packer(&[
+            "channel",
+            "--keys",
+            s(&fixture.keys()),
+            "--channel",
+            "stable",
+            "--pack",
+            "prompts",
+            "--sequence",
+            sequence,
+            "--expires",
+            "2h",
+            "--entry",
+            "*=builtin",
+            "-o",
+            s(&out),
+        ])
+    };
+    let over = channel("9007199254740992");
+    assert_fails(&over);
+    assert!(
+        stderr(&over).contains("over the limit of 9007199254740991"),
+        "{}",
+        stderr(&over)
+    );
+    assert!(!out.exists(), "nothing is written");
+
+    // The limit itself is a valid sequence...
+    assert_ok(&channel("9007199254740991"));
+    let at_limit = std::fs::read(&out).unwrap();
+    // ...after which the channel can take no further document: the advice is a new
+    // channel, not a sequence that would be refused.
+    let full = channel("9007199254740991");
+    assert_fails(&full);
+    let message = stderr(&full);
+    assert!(message.contains("new channel name"), "{message}");
+    assert!(
+        !message.contains("--sequence 9007199254740992"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), at_limit);
+
+    // A document some other tool wrote at u64::MAX: refused with advice, no overflow.
+    let text = String::from_utf8(at_limit).unwrap().replace(
+        "\"sequence\": 9007199254740991",
+        "\"sequence\": 18446744073709551615",
+    );
+    std::fs::write(&out, &text).unwrap();
+    let wrapped = channel("5");
+    assert_fails(&wrapped);
+    let message = stderr(&wrapped);
+    assert!(!message.contains("panicked"), "{message}");
+    assert!(message.contains("new channel name"), "{message}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
+}
+
+#[test]
 fn channel_rejects_a_pack_of_another_name_and_a_bad_entry() {
     let fixture = Fixture::new();
     assert_ok(&fixture.build("p.pack", &[]));

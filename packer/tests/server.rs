@@ -521,3 +521,54 @@ fn release_that_loses_a_race_says_so_and_publishes_nothing() {
     assert_eq!(live.sequence, 2);
     assert_eq!(live.entries[0].target, EntryTarget::Builtin);
 }
+
+#[test]
+fn release_at_the_sequence_limit_refuses_instead_of_wrapping() {
+    let env = Env::start();
+    // A channel already at the limit, signed with `packer channel` and put on packd as is.
+    let document = env.path("at-limit.json");
+    let keys = env.keys();
+    assert_ok(&env.packer(&[
+        "channel",
+        "--keys",
+        s(&keys),
+        "--channel",
+        "stable",
+        "--pack",
+        "prompts",
+        "--sequence",
+        "9007199254740991",
+        "--expires",
+        "30d",
+        "--entry",
+        "*=builtin",
+        "-o",
+        s(&document),
+    ]));
+    let body = serde_json::json!({
+        "document": std::fs::read_to_string(&document).unwrap(),
+        "signature": std::fs::read_to_string(env.path("at-limit.json.minisig")).unwrap(),
+    });
+    let put = reqwest::blocking::Client::new()
+        .put(format!("{}/v1/channels/stable", env.packd.url))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert!(put.status().is_success(), "{put:?}");
+    assert_eq!(env.live_document().sequence, 9_007_199_254_740_991);
+
+    let refused = env.release(&["--rollback", "*=builtin", "--yes"]);
+    assert_fails(&refused);
+    let err = stderr(&refused);
+    assert!(err.contains("is at sequence 9007199254740991"), "{err}");
+    assert!(err.contains("new channel name"), "{err}");
+    assert!(
+        !err.contains("someone else released"),
+        "a re-run cannot help: {err}"
+    );
+    // Nothing was published; the channel still serves its document.
+    let live = env.live_document();
+    assert_eq!(live.sequence, 9_007_199_254_740_991);
+    assert_eq!(live.entries[0].target, EntryTarget::Builtin);
+}
