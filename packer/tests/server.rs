@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_fails, assert_ok, s, stderr, stdout};
+use common::{assert_fails, assert_ok, s, stderr, stdout, write_required_templates};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
@@ -79,6 +79,7 @@ impl Env {
         let template = dir.path().join("prompts/agents/mavis/system.hbs");
         std::fs::create_dir_all(template.parent().unwrap()).unwrap();
         std::fs::write(&template, TEMPLATE).unwrap();
+        write_required_templates(&dir.path().join("prompts"));
 
         let config = dir.path().join("packd.toml");
         std::fs::write(
