@@ -12,6 +12,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use crate::keys::validate_key_id;
 use crate::payload::Payload;
 use crate::{
     ContentKey, ContentKeyRing, FORMAT_VERSION, FormatError, Limits, sha256_hex, validate_name,
@@ -140,6 +141,19 @@ fn new_header(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<NewHeader, 
             format!(
                 "expected 1-{MAX_KEY_SLOTS} content keys, found {}",
                 keys.len()
+            ),
+        ));
+    }
+    if let Some(twice) = keys
+        .iter()
+        .enumerate()
+        .find(|(i, key)| keys[..*i].iter().any(|k| k.id() == key.id()))
+    {
+        return Err(FormatError::malformed(
+            "key slots",
+            format!(
+                "expected distinct content key ids, found {:?} twice",
+                twice.1.id()
             ),
         ));
     }
@@ -286,7 +300,24 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
         ));
     }
     decode_fixed::<12>("payload nonce", &header.nonce)?;
-    for slot in &header.key_slots {
+    for (i, slot) in header.key_slots.iter().enumerate() {
+        // The id is part of the slot's associated data and names the key that opens it:
+        // the same syntax as a content key's id, and one slot per id, so which slot a
+        // reader tries is never a matter of order.
+        validate_key_id(&slot.key_id)
+            .map_err(|e| FormatError::malformed("pack header", format!("key slot {i}: {e}")))?;
+        if header.key_slots[..i]
+            .iter()
+            .any(|earlier| earlier.key_id == slot.key_id)
+        {
+            return Err(FormatError::malformed(
+                "pack header",
+                format!(
+                    "expected one key slot per key id, found {:?} twice",
+                    slot.key_id
+                ),
+            ));
+        }
         decode_fixed::<12>("key slot nonce", &slot.nonce)?;
         decode_fixed::<48>("wrapped key", &slot.wrapped_key)?;
     }
