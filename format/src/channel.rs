@@ -19,6 +19,12 @@ use crate::{FormatError, Limits, SigningKey, TrustedKeys, sha256_hex, validate_n
 /// Version of the channel document layout.
 pub const CHANNEL_FORMAT: u32 = 1;
 
+/// The highest `sequence` a channel document may carry: 2^53 − 1, the largest integer
+/// every JSON reader (a JavaScript `Number`, a double in most libraries) holds exactly.
+/// Above it two readers can disagree on which of two documents is newer, and a channel
+/// whose sequence reached `u64::MAX` could never publish again.
+pub const MAX_SEQUENCE: u64 = (1 << 53) - 1;
+
 /// A channel document. Rolling out, pinning and rolling back are all a new document with a
 /// higher `sequence`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +142,12 @@ impl ChannelDocument {
         }
         validate_name("channel", &self.channel)?;
         validate_name("pack", &self.pack)?;
+        if self.sequence > MAX_SEQUENCE {
+            return Err(FormatError::SequenceOutOfRange {
+                found: self.sequence,
+                limit: MAX_SEQUENCE,
+            });
+        }
         if self.expires_at <= self.issued_at {
             return Err(FormatError::malformed(
                 "channel document",

@@ -68,6 +68,11 @@ pub enum FormatError {
     BadSignature { key_id: String },
     #[error("trusted comment does not match the document: expected {expected:?}, found {found:?}")]
     CommentMismatch { expected: String, found: String },
+    #[error(
+        "channel sequence {found} is over the limit of {limit} (2^53 - 1): larger integers are \
+         not exact in every JSON reader, so readers could disagree on which document is newer"
+    )]
+    SequenceOutOfRange { found: u64, limit: u64 },
     #[error("channel document expired at {expires_at}; now is {now}")]
     Expired { expires_at: String, now: String },
     #[error("key file {path}: {reason}")]

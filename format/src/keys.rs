@@ -117,7 +117,7 @@ impl ContentKey {
     }
 }
 
-fn validate_key_id(id: &str) -> Result<(), FormatError> {
+pub(crate) fn validate_key_id(id: &str) -> Result<(), FormatError> {
     if id.is_empty()
         || id.len() > 64
         || !id

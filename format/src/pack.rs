@@ -12,6 +12,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use crate::keys::validate_key_id;
 use crate::payload::Payload;
 use crate::{
     ContentKey, ContentKeyRing, FORMAT_VERSION, FormatError, Limits, sha256_hex, validate_name,
@@ -72,17 +73,63 @@ pub struct OpenedPack {
     pub sha256: String,
 }
 
-/// Seals `input` for every key in `keys` (at least one).
+/// The secrets one seal uses: the data key, the payload nonce and one key-slot nonce per
+/// content key. [`seal`] draws all of them fresh from the system's random generator.
+///
+/// Only for test vectors and for checking another implementation byte for byte, through
+/// [`seal_with_secrets`]: AES-GCM with a data key and nonce used twice for different
+/// payloads gives away both plaintexts and lets anyone forge ciphertexts.
+pub struct SealSecrets {
+    data_key: Zeroizing<[u8; 32]>,
+    nonce: [u8; 12],
+    slot_nonces: Vec<[u8; 12]>,
+}
+
+impl SealSecrets {
+    /// Explicit secrets: `slot_nonces[i]` wraps the data key for the `i`-th content key.
+    pub fn new(data_key: [u8; 32], nonce: [u8; 12], slot_nonces: Vec<[u8; 12]>) -> Self {
+        SealSecrets {
+            data_key: Zeroizing::new(data_key),
+            nonce,
+            slot_nonces,
+        }
+    }
+
+    /// Fresh random secrets for `slots` key slots.
+    fn random(slots: usize) -> Self {
+        let mut data_key = Zeroizing::new([0u8; 32]);
+        rand::fill(&mut data_key[..]);
+        SealSecrets {
+            data_key,
+            nonce: rand::random(),
+            slot_nonces: (0..slots).map(|_| rand::random()).collect(),
+        }
+    }
+}
+
+/// Seals `input` for every key in `keys` (at least one), with a fresh random data key and
+/// fresh random nonces.
+pub fn seal(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<Vec<u8>, FormatError> {
+    seal_with_secrets(input, keys, SealSecrets::random(keys.len()))
+}
+
+/// [`seal`] with the given secrets instead of random ones: the output is then a function of
+/// the inputs alone. For test vectors only — see [`SealSecrets`]; never seal two payloads
+/// with the same secrets.
 ///
 /// The payload is compressed straight into the output, behind room for the longest header
 /// it could need; the header, whose length depends on the payload's size, is written in
 /// front of it at the end.
-pub fn seal(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<Vec<u8>, FormatError> {
+pub fn seal_with_secrets(
+    input: &SealInput<'_>,
+    keys: &[&ContentKey],
+    secrets: SealSecrets,
+) -> Result<Vec<u8>, FormatError> {
     let NewHeader {
         mut header,
         data_key,
         nonce,
-    } = new_header(input, keys)?;
+    } = new_header(input, keys, secrets)?;
     header.plaintext_len = u64::MAX;
     let room = PREFIX_LEN + header_json(&header)?.len();
     let mut out = input
@@ -110,7 +157,7 @@ pub fn seal_compressed(
         mut header,
         data_key,
         nonce,
-    } = new_header(input, keys)?;
+    } = new_header(input, keys, SealSecrets::random(keys.len()))?;
     header.plaintext_len = compressed.len() as u64;
     let json = header_json(&header)?;
     let mut out = vec![0; PREFIX_LEN + json.len()];
@@ -130,9 +177,13 @@ struct NewHeader {
     nonce: [u8; 12],
 }
 
-/// A header for `input` with a fresh data key wrapped for every key in `keys` and a fresh
-/// payload nonce; `plaintext_len` is left for the caller.
-fn new_header(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<NewHeader, FormatError> {
+/// A header for `input` with the data key of `secrets` wrapped for every key in `keys` and
+/// its payload nonce; `plaintext_len` is left for the caller.
+fn new_header(
+    input: &SealInput<'_>,
+    keys: &[&ContentKey],
+    secrets: SealSecrets,
+) -> Result<NewHeader, FormatError> {
     validate_name("pack", input.name)?;
     if keys.is_empty() || keys.len() > MAX_KEY_SLOTS {
         return Err(FormatError::malformed(
@@ -143,10 +194,36 @@ fn new_header(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<NewHeader, 
             ),
         ));
     }
-    let data_key = Zeroizing::new(rand::random::<[u8; 32]>());
+    if let Some(twice) = keys
+        .iter()
+        .enumerate()
+        .find(|(i, key)| keys[..*i].iter().any(|k| k.id() == key.id()))
+    {
+        return Err(FormatError::malformed(
+            "key slots",
+            format!(
+                "expected distinct content key ids, found {:?} twice",
+                twice.1.id()
+            ),
+        ));
+    }
+    if secrets.slot_nonces.len() != keys.len() {
+        return Err(FormatError::malformed(
+            "seal secrets",
+            format!(
+                "expected one key-slot nonce per content key ({}), found {}",
+                keys.len(),
+                secrets.slot_nonces.len()
+            ),
+        ));
+    }
+    let SealSecrets {
+        data_key,
+        nonce,
+        slot_nonces,
+    } = secrets;
     let mut key_slots = Vec::with_capacity(keys.len());
-    for key in keys {
-        let slot_nonce: [u8; 12] = rand::random();
+    for (key, slot_nonce) in keys.iter().zip(slot_nonces) {
         let mut wrapped = data_key.to_vec();
         let tag = seal_detached(key.bytes(), slot_nonce, &slot_aad(key.id()), &mut wrapped)
             .map_err(|_| FormatError::Signing("wrapping the data key failed".to_string()))?;
@@ -157,7 +234,6 @@ fn new_header(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<NewHeader, 
             wrapped_key: B64.encode(&wrapped),
         });
     }
-    let nonce: [u8; 12] = rand::random();
     let header = PackHeader {
         format: FORMAT_VERSION,
         name: input.name.to_string(),
@@ -286,7 +362,24 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
         ));
     }
     decode_fixed::<12>("payload nonce", &header.nonce)?;
-    for slot in &header.key_slots {
+    for (i, slot) in header.key_slots.iter().enumerate() {
+        // The id is part of the slot's associated data and names the key that opens it:
+        // the same syntax as a content key's id, and one slot per id, so which slot a
+        // reader tries is never a matter of order.
+        validate_key_id(&slot.key_id)
+            .map_err(|e| FormatError::malformed("pack header", format!("key slot {i}: {e}")))?;
+        if header.key_slots[..i]
+            .iter()
+            .any(|earlier| earlier.key_id == slot.key_id)
+        {
+            return Err(FormatError::malformed(
+                "pack header",
+                format!(
+                    "expected one key slot per key id, found {:?} twice",
+                    slot.key_id
+                ),
+            ));
+        }
         decode_fixed::<12>("key slot nonce", &slot.nonce)?;
         decode_fixed::<48>("wrapped key", &slot.wrapped_key)?;
     }

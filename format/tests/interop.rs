@@ -255,3 +255,25 @@ fn the_decrypted_payload_lists_with_tar_zstd() {
         assert_eq!(&std::fs::read(out_dir.join(path)).unwrap(), bytes, "{path}");
     }
 }
+
+#[test]
+fn an_implementation_written_from_the_docs_agrees_with_the_vectors() {
+    // A second implementation written from docs/FORMAT.md alone (Python's standard
+    // library, the `cryptography` package for AES-GCM and Ed25519, the stock `zstd`): if
+    // the docs and the bytes drift apart, this fails.
+    tool("zstd");
+    let has_cryptography = tool("python3")
+        .args(["-c", "import cryptography"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        has_cryptography,
+        "this interop test needs Python's `cryptography` package: apt-get install python3-cryptography"
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/check_vectors.py");
+    let mut cmd = tool("python3");
+    cmd.arg(&script);
+    let out = run(cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("ok:"), "{stdout}");
+}

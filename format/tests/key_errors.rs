@@ -200,3 +200,76 @@ fn distinct_errors_render_distinct_messages() {
         }
     }
 }
+
+/// `sealed` with its header JSON passed through `edit` (the length prefix follows; the
+/// ciphertext no longer authenticates, but the header is refused before that matters).
+fn with_edited_header(sealed: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let (_, header_len) = pack::read_header(sealed, &Limits::DEFAULT).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&sealed[pack::PREFIX_LEN..header_len]).unwrap();
+    edit(&mut json);
+    let text = serde_json::to_vec(&json).unwrap();
+    let mut out = pack::MAGIC.to_vec();
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    out.extend_from_slice(&text);
+    out.extend_from_slice(&sealed[header_len..]);
+    out
+}
+
+#[test]
+fn a_key_slot_whose_id_is_not_a_content_key_id_is_refused() {
+    let key = ContentKey::from_parts("k1", [1u8; 32]).unwrap();
+    let sealed = seal_with(&small_payload(), &[&key]);
+    for bad_id in ["", "k 1", "k/1", &"k".repeat(65)] {
+        let bad = with_edited_header(&sealed, |json| {
+            json["key_slots"][0]["key_id"] = bad_id.into();
+        });
+        let err = pack::read_header(&bad, &Limits::DEFAULT).unwrap_err();
+        assert!(
+            matches!(err, FormatError::Malformed { what: "pack header", ref reason } if reason.contains("key slot 0")),
+            "{bad_id:?}: {err}"
+        );
+    }
+    // The untouched pack still opens.
+    pack::open(&sealed, &ring(&key), &Limits::DEFAULT).unwrap();
+}
+
+#[test]
+fn two_key_slots_with_one_id_are_refused() {
+    let key = ContentKey::from_parts("k1", [1u8; 32]).unwrap();
+    let other = ContentKey::from_parts("k2", [2u8; 32]).unwrap();
+    let sealed = seal_with(&small_payload(), &[&key, &other]);
+    let bad = with_edited_header(&sealed, |json| {
+        json["key_slots"][1]["key_id"] = "k1".into();
+    });
+    let err = pack::read_header(&bad, &Limits::DEFAULT).unwrap_err();
+    assert!(
+        matches!(err, FormatError::Malformed { what: "pack header", ref reason } if reason.contains("\"k1\" twice")),
+        "{err}"
+    );
+    // Sealing refuses to write such a header in the first place.
+    let twin = ContentKey::from_parts("k1", [3u8; 32]).unwrap();
+    let version = semver::Version::new(1, 0, 0);
+    let err = pack_format::seal(
+        &pack_format::SealInput {
+            name: "builtin",
+            version: &version,
+            schema: 1,
+            payload: &small_payload(),
+            mtime: 0,
+            zstd_level: 3,
+        },
+        &[&key, &twin],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FormatError::Malformed {
+                what: "key slots",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -19,7 +19,8 @@ use crate::{ContentKeyArgs, print_json, shown};
     Symbolic links, special files, non-UTF-8 names, unsafe names and files over the size \
     limit are errors.\n\n\
     Every *.hbs file is a template: it must be UTF-8 and pass strict validation against the \
-    runtime's variable contract for --schema. All problems are listed as FILE:LINE: message \
+    runtime's variable contract for --schema, and every template that contract requires (the \
+    files the runtime renders) must be present. All problems are listed as FILE:LINE: message \
     and nothing is written.\n\n\
     Builds are reproducible: the payload (the tar.zst before encryption) depends only on the \
     files and SOURCE_DATE_EPOCH (default 0), which is written as every file's mtime. The \
@@ -118,6 +119,14 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
         });
     }
     progress.finish_and_clear();
+    // Clients check this after opening and mark a pack without them bad: refuse here.
+    for missing in missing_templates(&contract, |path| files.iter().any(|f| f.path == path)) {
+        problems.push(format!(
+            "{}: missing; clients of schema {} render {missing} and refuse a pack without it",
+            shown(&args.pack_dir.join(missing)),
+            args.schema
+        ));
+    }
 
     if !problems.is_empty() {
         for problem in &problems {
@@ -227,6 +236,16 @@ fn source_date_epoch() -> Result<u64> {
         Err(std::env::VarError::NotPresent) => Ok(0),
         Err(e) => bail!("SOURCE_DATE_EPOCH: {e}"),
     }
+}
+
+/// The templates `contract` requires that `has` does not find, in the contract's order.
+pub(crate) fn missing_templates(contract: &Contract, has: impl Fn(&str) -> bool) -> Vec<&str> {
+    contract
+        .required_templates()
+        .iter()
+        .map(String::as_str)
+        .filter(|path| !has(path))
+        .collect()
 }
 
 /// A pack written inside its own directory would be packed by the next build.

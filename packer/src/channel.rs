@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use pack_format::channel::{CHANNEL_FORMAT, format_time};
+use pack_format::channel::{CHANNEL_FORMAT, MAX_SEQUENCE, format_time};
 use pack_format::{
     ChannelDocument, ChannelEntry, EntryTarget, Limits, PackRef, Rollout, TrustedKeys, sha256_hex,
     validate_name,
@@ -59,7 +59,8 @@ pub struct ChannelArgs {
     #[arg(long = "pack", value_name = "NAME")]
     pack: String,
 
-    /// Sequence number: must be higher than every earlier document of this channel.
+    /// Sequence number: must be higher than every earlier document of this channel, and at
+    /// most 9007199254740991 (2^53 - 1).
     #[arg(long)]
     sequence: u64,
 
@@ -191,6 +192,13 @@ pub(crate) fn describe(entry: &ChannelEntry) -> String {
 /// Refuses to overwrite a document of the same channel with a sequence that is not higher:
 /// clients ignore an equal sequence and reject a lower one as a rollback attack.
 fn check_sequence(output: &Path, channel: &str, sequence: u64) -> Result<()> {
+    if sequence > MAX_SEQUENCE {
+        bail!(
+            "--sequence {sequence} is over the limit of {MAX_SEQUENCE} (2^53 - 1): larger \
+             integers are not exact in every JSON reader, so clients refuse such a document. \
+             Use the next sequence after the channel's current one"
+        );
+    }
     let Ok(bytes) = std::fs::read(output) else {
         return Ok(());
     };
@@ -198,11 +206,25 @@ fn check_sequence(output: &Path, channel: &str, sequence: u64) -> Result<()> {
         return Ok(());
     };
     if existing.channel == channel && existing.sequence >= sequence {
+        // The file was written by anything, so its sequence may be anything, `u64::MAX`
+        // included.
+        let Some(next) = existing
+            .sequence
+            .checked_add(1)
+            .filter(|next| *next <= MAX_SEQUENCE)
+        else {
+            bail!(
+                "{} already holds channel {channel} at sequence {}, and no higher sequence is \
+                 allowed (the limit is {MAX_SEQUENCE} = 2^53 - 1); clients reject a lower one as \
+                 a rollback, so this channel cannot take another document: use a new channel name",
+                shown(output),
+                existing.sequence
+            );
+        };
         bail!(
-            "{} already holds channel {channel} at sequence {}; clients ignore or reject a sequence that is not higher: use --sequence {}",
+            "{} already holds channel {channel} at sequence {}; clients ignore or reject a sequence that is not higher: use --sequence {next}",
             shown(output),
             existing.sequence,
-            existing.sequence + 1
         );
     }
     Ok(())

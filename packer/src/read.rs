@@ -10,6 +10,7 @@ use pack_format::contract::{Contract, validate_template_all};
 use pack_format::{IndexEntry, Limits, OpenedPack, PackHeader, sha256_hex};
 use serde_json::json;
 
+use crate::build::missing_templates;
 use crate::fsio::{self, read_limited, spinner};
 use crate::keys::content_key_ring;
 use crate::{ContentKeyArgs, print_json, shown};
@@ -167,7 +168,16 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
             header.schema
         );
     };
-    let mut problems = Vec::new();
+    let mut problems: Vec<String> =
+        missing_templates(&contract, |path| opened.payload.get(path).is_some())
+            .into_iter()
+            .map(|missing| {
+                format!(
+                    "{missing}: missing from the pack; clients of schema {} render it and refuse a pack without it",
+                    header.schema
+                )
+            })
+            .collect();
     for (path, bytes) in opened.payload.files() {
         if !path.ends_with(".hbs") {
             continue;
@@ -186,7 +196,7 @@ pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
             eprintln!("{problem}");
         }
         bail!(
-            "{} opens, but {} template problem(s) against schema {}; a client would refuse it",
+            "{} opens, but {} template problem(s) against schema {}; every client would refuse it",
             shown(&args.pack),
             problems.len(),
             header.schema

@@ -5,11 +5,11 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use pack_format::channel::{CHANNEL_FORMAT, format_time};
+use pack_format::channel::{CHANNEL_FORMAT, MAX_SEQUENCE, format_time};
 use pack_format::keys::SIGNING_PUB_FILE;
 use pack_format::{
-    ChannelDocument, ChannelEntry, EntryTarget, Limits, PackRef, Rollout, TrustedKeys, sha256_hex,
-    validate_name,
+    ChannelDocument, ChannelEntry, EntryTarget, FormatError, Limits, PackRef, Rollout, TrustedKeys,
+    sha256_hex, validate_name,
 };
 use reqwest::StatusCode;
 use semver::{Version, VersionReq};
@@ -53,7 +53,9 @@ Changes are combinable and repeatable, applied in this order: --remove, --rollba
 
 Shows the old and new entries (- gone, + new) and asks before publishing; --yes skips the
 question and is required when stdin is not a terminal. If someone else releases between
-the fetch and the publish, nothing is published: re-run the command. The token (publish
+the fetch and the publish, nothing is published: re-run the command. Sequences stop at
+9007199254740991 (2^53 - 1, docs/FORMAT.md): a channel there takes no further document, and
+the command says so instead of wrapping around. The token (publish
 scope) comes from --token-file or PROMPTPACK_TOKEN; a password-protected signing key reads
 its password from --password-file or PROMPTPACK_KEY_PASSWORD.
 
@@ -250,7 +252,7 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         }
         (None, None) => now + Duration::days(30),
     };
-    let sequence = live.as_ref().map_or(0, |l| l.sequence) + 1;
+    let sequence = next_sequence(&args.channel, remote.base(), live.as_ref())?;
     let document = ChannelDocument {
         format: CHANNEL_FORMAT,
         channel: args.channel.clone(),
@@ -334,6 +336,26 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The sequence after the live one (1 for a new channel). Refused, never wrapped, past
+/// [`MAX_SEQUENCE`]: clients refuse a higher sequence and reject a lower one as a rollback,
+/// so such a channel can take no further document.
+fn next_sequence(channel: &str, server: &str, live: Option<&ChannelDocument>) -> Result<u64> {
+    let Some(live) = live else {
+        return Ok(1);
+    };
+    match live.sequence.checked_add(1) {
+        Some(next) if next <= MAX_SEQUENCE => Ok(next),
+        _ => bail!(
+            "channel {channel} on {server} is at sequence {}, the highest a channel document \
+             may carry ({MAX_SEQUENCE} = 2^53 - 1, the largest integer every JSON reader holds \
+             exactly); clients refuse any higher sequence and reject a lower one as a rollback, \
+             so this channel cannot be released again. Nothing was published: release on a new \
+             channel name and point clients at it",
+            live.sequence
+        ),
+    }
+}
+
 /// The live document, signature checked (expiry is not: an expired channel is exactly
 /// what a release fixes). `None` when nothing was published on the channel yet.
 fn fetch_live(
@@ -374,15 +396,32 @@ fn fetch_live(
             remote.url(&signature_path)
         )
     })?;
-    let verified =
-        pack_format::channel::verify_ignoring_expiry(&document, &signature, trusted, &limits)
-            .with_context(|| {
+    let verified = match pack_format::channel::verify_ignoring_expiry(
+        &document, &signature, trusted, &limits,
+    ) {
+        Ok(verified) => verified,
+        // Signed, but past the bound: no key or re-run fixes that.
+        Err(error @ FormatError::SequenceOutOfRange { .. }) => {
+            return Err(error).with_context(|| {
                 format!(
-                    "the live document of channel {channel} on {} does not verify against the trusted keys ({}); if the signing key was rotated, pass the old public key with --trusted-key FILE. Nothing was changed",
-                    remote.base(),
-                    trusted.ids().join(", ")
+                    "the live document of channel {channel} on {} carries a sequence no \
+                         client accepts, and no higher one exists; this channel cannot be \
+                         released again. Nothing was changed: release on a new channel name and \
+                         point clients at it",
+                    remote.base()
                 )
-            })?;
+            });
+        }
+        Err(error) => {
+            return Err(error).with_context(|| {
+                    format!(
+                        "the live document of channel {channel} on {} does not verify against the trusted keys ({}); if the signing key was rotated, pass the old public key with --trusted-key FILE. Nothing was changed",
+                        remote.base(),
+                        trusted.ids().join(", ")
+                    )
+                });
+        }
+    };
     if verified.document.channel != channel {
         bail!(
             "{} answered channel {channel} with a document for channel {:?}; nothing was changed",

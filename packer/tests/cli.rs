@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_fails, assert_ok, s, stderr, stdout};
+use common::{assert_fails, assert_ok, s, stderr, stdout, write_required_templates};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -52,6 +52,7 @@ impl Fixture {
             b"not a template: {{anything}} is fine here\n",
         );
         fixture.write("prompts/data.bin", &[0, 159, 146, 150, 255]);
+        write_required_templates(&fixture.pack_dir());
         fixture
     }
 
@@ -279,8 +280,10 @@ fn extract_of_a_pack_of_many_frames_gives_back_every_byte() {
     let extracted = fixture.extract(&fixture.path("big.pack"), &out, &["--json"]);
     assert_ok(&extracted);
     let summary: serde_json::Value = serde_json::from_slice(&extracted.stdout).unwrap();
-    assert_eq!(summary["files"], 404);
-    assert_eq!(files_under(&out), files_under(&fixture.pack_dir()));
+    let source = files_under(&fixture.pack_dir());
+    assert_eq!(summary["files"], source.len());
+    assert!(source.len() > 400, "{}", source.len());
+    assert_eq!(files_under(&out), source);
 }
 
 #[test]
@@ -388,6 +391,93 @@ fn build_reports_every_undeclared_variable_with_file_and_line() {
         !fixture.path("p.pack").exists(),
         "nothing is written on failure"
     );
+}
+
+#[test]
+fn build_refuses_a_pack_without_the_templates_clients_require() {
+    let fixture = Fixture::new();
+    let gone = ["agents/mavis/tui.hbs", "shared/memory.hbs"];
+    for template in gone {
+        std::fs::remove_file(fixture.pack_dir().join(template)).unwrap();
+    }
+    let result = fixture.build("p.pack", &[]);
+    assert_fails(&result);
+    let message = stderr(&result);
+    for template in gone {
+        let expected = fixture.pack_dir().join(template);
+        assert!(
+            message.contains(&format!("{}: missing", s(&expected))),
+            "names where {template} is expected: {message}"
+        );
+    }
+    assert!(message.contains("2 problem(s)"), "{message}");
+    assert!(
+        !message.contains("shared/persona.hbs"),
+        "only what is missing is named: {message}"
+    );
+    assert!(
+        !fixture.path("p.pack").exists(),
+        "nothing is written on failure"
+    );
+}
+
+#[test]
+fn verify_refuses_a_pack_without_the_templates_clients_require() {
+    let fixture = Fixture::new();
+    // Sealed without packer build, which would refuse it: a pack from another tool or an
+    // older packer, holding one template.
+    let payload = pack_format::Payload::new(
+        [pack_format::PayloadFile {
+            path: "agents/mavis/system.hbs".to_string(),
+            bytes: GOOD_TEMPLATE.as_bytes().to_vec(),
+        }],
+        &Limits::DEFAULT,
+    )
+    .unwrap();
+    let key = ContentKey::load(&fixture.keys().join("content.key")).unwrap();
+    let sealed = pack_format::seal(
+        &pack_format::SealInput {
+            name: "builtin",
+            version: &semver::Version::new(1, 0, 0),
+            schema: 1,
+            payload: &payload,
+            mtime: 0,
+            zstd_level: 3,
+        },
+        &[&key],
+    )
+    .unwrap();
+    let pack = fixture.path("incomplete.pack");
+    std::fs::write(&pack, sealed).unwrap();
+
+    let result = packer(&["verify", s(&pack), "--keys", s(&fixture.keys())]);
+    assert_fails(&result);
+    assert!(
+        stdout(&result).is_empty(),
+        "no ok line: {}",
+        stdout(&result)
+    );
+    let message = stderr(&result);
+    let required = pack_format::contract::Contract::builtin(1).unwrap();
+    for template in required.required_templates() {
+        assert!(
+            message.contains(&format!("{template}: missing from the pack")),
+            "names {template}: {message}"
+        );
+    }
+    assert!(
+        message.contains("every client would refuse it"),
+        "{message}"
+    );
+
+    // The complete pack packer build makes verifies.
+    assert_ok(&fixture.build("complete.pack", &[]));
+    assert_ok(&packer(&[
+        "verify",
+        s(&fixture.path("complete.pack")),
+        "--keys",
+        s(&fixture.keys()),
+    ]));
 }
 
 #[test]
@@ -563,6 +653,67 @@ fn channel_refuses_a_sequence_that_does_not_increase() {
     );
     assert_eq!(std::fs::read(&out).unwrap(), before);
     assert_ok(&channel("6"));
+}
+
+#[test]
+fn channel_refuses_a_sequence_over_the_limit_and_never_wraps() {
+    let fixture = Fixture::new();
+    let out = fixture.path("channel.json");
+    let channel = |sequence: &str| {
+        packer(&[
+            "channel",
+            "--keys",
+            s(&fixture.keys()),
+            "--channel",
+            "stable",
+            "--pack",
+            "prompts",
+            "--sequence",
+            sequence,
+            "--expires",
+            "2h",
+            "--entry",
+            "*=builtin",
+            "-o",
+            s(&out),
+        ])
+    };
+    let over = channel("9007199254740992");
+    assert_fails(&over);
+    assert!(
+        stderr(&over).contains("over the limit of 9007199254740991"),
+        "{}",
+        stderr(&over)
+    );
+    assert!(!out.exists(), "nothing is written");
+
+    // The limit itself is a valid sequence...
+    assert_ok(&channel("9007199254740991"));
+    let at_limit = std::fs::read(&out).unwrap();
+    // ...after which the channel can take no further document: the advice is a new
+    // channel, not a sequence that would be refused.
+    let full = channel("9007199254740991");
+    assert_fails(&full);
+    let message = stderr(&full);
+    assert!(message.contains("new channel name"), "{message}");
+    assert!(
+        !message.contains("--sequence 9007199254740992"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), at_limit);
+
+    // A document some other tool wrote at u64::MAX: refused with advice, no overflow.
+    let text = String::from_utf8(at_limit).unwrap().replace(
+        "\"sequence\": 9007199254740991",
+        "\"sequence\": 18446744073709551615",
+    );
+    std::fs::write(&out, &text).unwrap();
+    let wrapped = channel("5");
+    assert_fails(&wrapped);
+    let message = stderr(&wrapped);
+    assert!(!message.contains("panicked"), "{message}");
+    assert!(message.contains("new channel name"), "{message}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
 }
 
 #[test]

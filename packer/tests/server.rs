@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_fails, assert_ok, s, stderr, stdout};
+use common::{assert_fails, assert_ok, s, stderr, stdout, write_required_templates};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
@@ -79,6 +79,7 @@ impl Env {
         let template = dir.path().join("prompts/agents/mavis/system.hbs");
         std::fs::create_dir_all(template.parent().unwrap()).unwrap();
         std::fs::write(&template, TEMPLATE).unwrap();
+        write_required_templates(&dir.path().join("prompts"));
 
         let config = dir.path().join("packd.toml");
         std::fs::write(
@@ -519,5 +520,56 @@ fn release_that_loses_a_race_says_so_and_publishes_nothing() {
     assert!(err.contains("stale_sequence"), "{err}");
     let live = env.live_document();
     assert_eq!(live.sequence, 2);
+    assert_eq!(live.entries[0].target, EntryTarget::Builtin);
+}
+
+#[test]
+fn release_at_the_sequence_limit_refuses_instead_of_wrapping() {
+    let env = Env::start();
+    // A channel already at the limit, signed with `packer channel` and put on packd as is.
+    let document = env.path("at-limit.json");
+    let keys = env.keys();
+    assert_ok(&env.packer(&[
+        "channel",
+        "--keys",
+        s(&keys),
+        "--channel",
+        "stable",
+        "--pack",
+        "prompts",
+        "--sequence",
+        "9007199254740991",
+        "--expires",
+        "30d",
+        "--entry",
+        "*=builtin",
+        "-o",
+        s(&document),
+    ]));
+    let body = serde_json::json!({
+        "document": std::fs::read_to_string(&document).unwrap(),
+        "signature": std::fs::read_to_string(env.path("at-limit.json.minisig")).unwrap(),
+    });
+    let put = reqwest::blocking::Client::new()
+        .put(format!("{}/v1/channels/stable", env.packd.url))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert!(put.status().is_success(), "{put:?}");
+    assert_eq!(env.live_document().sequence, 9_007_199_254_740_991);
+
+    let refused = env.release(&["--rollback", "*=builtin", "--yes"]);
+    assert_fails(&refused);
+    let err = stderr(&refused);
+    assert!(err.contains("is at sequence 9007199254740991"), "{err}");
+    assert!(err.contains("new channel name"), "{err}");
+    assert!(
+        !err.contains("someone else released"),
+        "a re-run cannot help: {err}"
+    );
+    // Nothing was published; the channel still serves its document.
+    let live = env.live_document();
+    assert_eq!(live.sequence, 9_007_199_254_740_991);
     assert_eq!(live.entries[0].target, EntryTarget::Builtin);
 }

@@ -178,6 +178,7 @@ impl ApiError {
             | FormatError::IndexMismatch { .. }
             | FormatError::DecompressionBomb { .. }
             | FormatError::KeyFile { .. }
+            | FormatError::SequenceOutOfRange { .. }
             | FormatError::Signing(_)
             | FormatError::Io { .. } => ApiError::InvalidDocument(err),
         }

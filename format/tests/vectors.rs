@@ -1,0 +1,416 @@
+//! The test vectors of docs/FORMAT.md (`format/tests/vectors/*.json`): fixed inputs and the
+//! exact bytes they give, for anyone reimplementing the format to check against.
+//!
+//! Sealing the vector's inputs with its fixed data key and nonces must give its sealed
+//! bytes exactly, and its sealed bytes must open to its files. The channel vector's document
+//! bytes must be what the document serialises to, and its signature must verify (minisign
+//! signatures carry random noise, so they are checked, not recomputed). The vector files are written
+//! by this test only when `PROMPTPACK_WRITE_VECTORS=1` is set (after a deliberate change of
+//! the format); otherwise they are only read and compared.
+
+use std::path::{Path, PathBuf};
+
+use pack_format::channel::{self, ChannelDocument};
+use pack_format::pack::{self, SealSecrets};
+use pack_format::{
+    ContentKey, ContentKeyRing, Limits, Payload, PayloadFile, SealInput, SigningKey, TrustedKeys,
+    rollout_bucket, sha256_hex,
+};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+fn vector_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/vectors")
+        .join(name)
+}
+
+/// Hex in lines of 64 bytes, so a vector file diffs and reads line by line.
+fn hex_lines(bytes: &[u8]) -> Value {
+    bytes.chunks(64).map(hex::encode).collect()
+}
+
+fn unhex_lines(value: &Value) -> Vec<u8> {
+    let text: String = value
+        .as_array()
+        .expect("hex lines")
+        .iter()
+        .map(|line| line.as_str().expect("a hex line"))
+        .collect();
+    hex::decode(text).expect("hex")
+}
+
+fn unhex<const N: usize>(value: &Value) -> [u8; N] {
+    hex::decode(value.as_str().expect("hex text"))
+        .expect("hex")
+        .try_into()
+        .expect("length")
+}
+
+/// Reads a vector file, or (re)writes it from `computed` when asked to.
+fn load(name: &str, computed: &Value) -> Value {
+    let path = vector_path(name);
+    if std::env::var_os("PROMPTPACK_WRITE_VECTORS").is_some_and(|v| v == "1") {
+        let text = serde_json::to_string_pretty(computed).unwrap() + "\n";
+        std::fs::write(&path, text).unwrap();
+    }
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+// ---- the sealed pack ----
+
+const PACK_INPUTS: &str = r#"{
+  "content_keys": [
+    { "id": "vector-key-1", "key": "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f" },
+    { "id": "vector-key-2", "key": "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f" }
+  ],
+  "data_key": "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f",
+  "payload_nonce": "606162636465666768696a6b",
+  "slot_nonces": ["707172737475767778797a7b", "808182838485868788898a8b"],
+  "name": "vector",
+  "version": "1.0.0",
+  "schema": 1,
+  "mtime": 1700000000,
+  "zstd_level": 19,
+  "files": [
+    { "path": "agents/mavis/system.hbs", "text": "You are {{persona}}.\n" },
+    { "path": "README.md", "text": "Uppercase sorts first: paths are ordered by their UTF-8 bytes.\n" },
+    { "path": "shared/a-directory-name-long-enough-that-the-whole-path/does-not-fit-into-the-100-byte-name-field-of-a-tar-header.md", "text": "A path over 100 bytes takes a GNU long-name entry.\n" }
+  ]
+}"#;
+
+struct PackInputs {
+    keys: Vec<ContentKey>,
+    secrets: fn() -> SealSecrets,
+    name: String,
+    version: semver::Version,
+    schema: u32,
+    mtime: u64,
+    zstd_level: i32,
+    payload: Payload,
+    files: Vec<(String, Vec<u8>)>,
+}
+
+fn pack_inputs() -> (Value, PackInputs) {
+    let inputs: Value = serde_json::from_str(PACK_INPUTS).unwrap();
+    let keys = inputs["content_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| ContentKey::from_parts(k["id"].as_str().unwrap(), unhex(&k["key"])).unwrap())
+        .collect();
+    let files: Vec<(String, Vec<u8>)> = inputs["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["text"].as_str().unwrap().as_bytes().to_vec(),
+            )
+        })
+        .collect();
+    let payload = Payload::new(
+        files.iter().map(|(path, bytes)| PayloadFile {
+            path: path.clone(),
+            bytes: bytes.clone(),
+        }),
+        &Limits::DEFAULT,
+    )
+    .unwrap();
+    let parsed = PackInputs {
+        keys,
+        secrets: || {
+            let inputs: Value = serde_json::from_str(PACK_INPUTS).unwrap();
+            SealSecrets::new(
+                unhex(&inputs["data_key"]),
+                unhex(&inputs["payload_nonce"]),
+                inputs["slot_nonces"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(unhex)
+                    .collect(),
+            )
+        },
+        name: inputs["name"].as_str().unwrap().to_string(),
+        version: inputs["version"].as_str().unwrap().parse().unwrap(),
+        schema: inputs["schema"].as_u64().unwrap() as u32,
+        mtime: inputs["mtime"].as_u64().unwrap(),
+        zstd_level: inputs["zstd_level"].as_i64().unwrap() as i32,
+        payload,
+        files,
+    };
+    (inputs, parsed)
+}
+
+fn seal_inputs(inputs: &PackInputs) -> Vec<u8> {
+    let keys: Vec<&ContentKey> = inputs.keys.iter().collect();
+    pack::seal_with_secrets(
+        &SealInput {
+            name: &inputs.name,
+            version: &inputs.version,
+            schema: inputs.schema,
+            payload: &inputs.payload,
+            mtime: inputs.mtime,
+            zstd_level: inputs.zstd_level,
+        },
+        &keys,
+        (inputs.secrets)(),
+    )
+    .unwrap()
+}
+
+/// What the inputs give today, in the vector file's layout.
+fn computed_pack_vector(raw_inputs: &Value, inputs: &PackInputs) -> Value {
+    let tar = inputs.payload.to_tar(inputs.mtime).unwrap();
+    let compressed = inputs
+        .payload
+        .to_tar_zst(inputs.mtime, inputs.zstd_level)
+        .unwrap();
+    let sealed = seal_inputs(inputs);
+    let (_, header_len) = pack::read_header(&sealed, &Limits::DEFAULT).unwrap();
+    let index = tar_entry(&tar, "PACK-INDEX.json");
+    json!({
+        "description": "A sealed pack from fixed inputs; see docs/FORMAT.md, \"Test vectors\". \
+            Hex fields are split into lines of 64 bytes: join the lines, then decode.",
+        "inputs": raw_inputs,
+        "content_key_files": inputs.keys.iter().map(|k| k.to_file_text().to_string()).collect::<Vec<_>>(),
+        "index_json": String::from_utf8(index).unwrap(),
+        "tar": hex_lines(&tar),
+        "tar_sha256": sha256_hex(&tar),
+        "payload_zstd": hex_lines(&compressed),
+        "payload_zstd_sha256": sha256_hex(&compressed),
+        "header_json": String::from_utf8(sealed[pack::PREFIX_LEN..header_len].to_vec()).unwrap(),
+        "sealed": hex_lines(&sealed),
+        "sealed_sha256": sha256_hex(&sealed),
+    })
+}
+
+/// The bytes of the entry at `path` in a `tar`, read with the `tar` crate.
+fn tar_entry(tar: &[u8], path: &str) -> Vec<u8> {
+    let mut archive = tar::Archive::new(tar);
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry.path_bytes().as_ref() == path.as_bytes() {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+            return bytes;
+        }
+    }
+    panic!("{path} is not in the tar");
+}
+
+#[test]
+fn sealing_the_pack_vector_inputs_gives_the_vector_bytes() {
+    let (raw, inputs) = pack_inputs();
+    let computed = computed_pack_vector(&raw, &inputs);
+    let vector = load("pack-v1.json", &computed);
+    assert_eq!(
+        vector["inputs"], raw,
+        "the vector was made from these inputs"
+    );
+
+    // Layer by layer, so a difference names the layer it is in.
+    let tar = inputs.payload.to_tar(inputs.mtime).unwrap();
+    assert_eq!(tar, unhex_lines(&vector["tar"]), "the canonical tar");
+    assert_eq!(
+        inputs
+            .payload
+            .to_tar_zst(inputs.mtime, inputs.zstd_level)
+            .unwrap(),
+        unhex_lines(&vector["payload_zstd"]),
+        "the compressed payload"
+    );
+    let sealed = seal_inputs(&inputs);
+    let expected = unhex_lines(&vector["sealed"]);
+    assert_eq!(
+        sealed.len(),
+        expected.len(),
+        "the sealed length; header now {}",
+        String::from_utf8_lossy(&sealed[pack::PREFIX_LEN..sealed.len().min(2000)])
+    );
+    assert_eq!(sealed, expected, "the sealed bytes");
+    assert_eq!(sha256_hex(&sealed), vector["sealed_sha256"]);
+    assert_eq!(computed, vector, "every field of the vector");
+
+    // Sealing is deterministic only through the explicit secrets: the normal path draws
+    // fresh ones and gives other bytes.
+    let keys: Vec<&ContentKey> = inputs.keys.iter().collect();
+    let random = pack_format::seal(
+        &SealInput {
+            name: &inputs.name,
+            version: &inputs.version,
+            schema: inputs.schema,
+            payload: &inputs.payload,
+            mtime: inputs.mtime,
+            zstd_level: inputs.zstd_level,
+        },
+        &keys,
+    )
+    .unwrap();
+    assert_ne!(random, sealed);
+}
+
+#[test]
+fn the_pack_vector_opens_to_its_files_with_either_content_key() {
+    let (raw, inputs) = pack_inputs();
+    let vector = load("pack-v1.json", &computed_pack_vector(&raw, &inputs));
+    let sealed = unhex_lines(&vector["sealed"]);
+    let key_files = vector["content_key_files"].as_array().unwrap();
+    assert_eq!(key_files.len(), inputs.keys.len());
+    for (text, key) in key_files.iter().zip(&inputs.keys) {
+        // The key as a reader loads it: from the content-key file text of the vector.
+        let loaded =
+            ContentKey::from_file_text(Path::new("vector.key"), text.as_str().unwrap()).unwrap();
+        assert_eq!(loaded.id(), key.id());
+        let opened = pack::open(&sealed, &ContentKeyRing::new([loaded]), &Limits::DEFAULT).unwrap();
+        assert_eq!(opened.header.name, inputs.name);
+        assert_eq!(opened.header.version, inputs.version);
+        assert_eq!(opened.header.schema, inputs.schema);
+        assert_eq!(opened.sha256, vector["sealed_sha256"]);
+        let mut expected = inputs.files.clone();
+        expected.sort();
+        let files: Vec<(String, Vec<u8>)> = opened.payload.into_files().into_iter().collect();
+        assert_eq!(files, expected);
+    }
+    // Decrypting gives the vector's compressed payload, which decompresses to its tar.
+    let (_, compressed) = pack::decrypt(
+        &sealed,
+        &ContentKeyRing::new(inputs.keys.clone()),
+        &Limits::DEFAULT,
+    )
+    .unwrap();
+    assert_eq!(compressed, unhex_lines(&vector["payload_zstd"]));
+    assert_eq!(
+        pack_format::payload::decompress(&compressed, &Limits::DEFAULT).unwrap(),
+        unhex_lines(&vector["tar"])
+    );
+}
+
+// ---- the channel document, its signature and rollout buckets ----
+
+fn channel_document() -> ChannelDocument {
+    serde_json::from_value(json!({
+        "format": 1,
+        "channel": "stable",
+        "pack": "vector",
+        "sequence": 42,
+        "issued_at": "2026-11-29T12:00:00Z",
+        "expires_at": "2026-12-29T12:00:00Z",
+        "entries": [
+            {
+                "clients": ">=1.5.0",
+                "target": { "pack": { "version": "1.0.0", "sha256": "00".repeat(32), "size": 1234, "schema": 1 } },
+                "rollout": { "percent": 10, "salt": "vector@1.0.0" }
+            },
+            { "clients": ">=1.4.0, <1.5.0", "target": "builtin" }
+        ]
+    }))
+    .unwrap()
+}
+
+const BUCKET_INPUTS: [(&str, &str); 4] = [
+    ("vector@1.0.0", "00000000000000000000000000000000"),
+    ("vector@1.0.0", "0123456789abcdef0123456789abcdef"),
+    ("vector@1.0.0", "ffffffffffffffffffffffffffffffff"),
+    ("another-salt", "0123456789abcdef0123456789abcdef"),
+];
+
+/// The fields of the channel vector that follow from its inputs: the canonical document
+/// bytes, the trusted comment and the rollout buckets.
+fn computed_channel_fields() -> Value {
+    let document = channel_document();
+    let buckets: Vec<Value> = BUCKET_INPUTS
+        .iter()
+        .map(|(salt, install_id)| {
+            let mut input = salt.as_bytes().to_vec();
+            input.push(0);
+            input.extend_from_slice(install_id.as_bytes());
+            json!({
+                "salt": salt,
+                "install_id": install_id,
+                "sha256": sha256_hex(&input),
+                "bucket": rollout_bucket(salt, install_id),
+            })
+        })
+        .collect();
+    json!({
+        "description": "A channel document in canonical bytes with its minisign signature, and \
+            rollout buckets; see docs/FORMAT.md, \"Test vectors\".",
+        "trusted_comment": document.trusted_comment(),
+        "document": String::from_utf8(document.to_bytes()).unwrap(),
+        "rollout_buckets": buckets,
+    })
+}
+
+/// The channel vector. Its signature cannot be recomputed (minisign signs with random
+/// noise mixed into Ed25519's nonce, so every signature differs); when the vectors are
+/// written, a fresh key signs the document and only its public half is kept.
+fn channel_vector() -> Value {
+    let mut computed = computed_channel_fields();
+    if std::env::var_os("PROMPTPACK_WRITE_VECTORS").is_some_and(|v| v == "1") {
+        let generated = SigningKey::generate(None).unwrap();
+        let signed = channel_document().sign(&generated.key).unwrap();
+        computed["signing_key_id"] = generated.key.key_id().into();
+        computed["public_key_file"] = generated.public_file.into();
+        computed["signature"] = signed.signature.into();
+    }
+    load("channel-v1.json", &computed)
+}
+
+#[test]
+fn the_channel_vector_document_is_canonical_and_its_signature_verifies() {
+    let vector = channel_vector();
+    let computed = computed_channel_fields();
+    for field in ["document", "trusted_comment", "rollout_buckets"] {
+        assert_eq!(computed[field], vector[field], "{field}");
+    }
+
+    // The vector verifies with only its public key, at a time inside its validity.
+    let mut trusted = TrustedKeys::new();
+    let id = trusted
+        .add_text(
+            Path::new("signing-v1.pub"),
+            vector["public_key_file"].as_str().unwrap(),
+        )
+        .unwrap();
+    assert_eq!(id, vector["signing_key_id"]);
+    let inside = OffsetDateTime::parse(
+        "2026-12-01T00:00:00Z",
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let document = vector["document"].as_str().unwrap().as_bytes();
+    let signature = vector["signature"].as_str().unwrap();
+    let verified =
+        channel::verify(document, signature, &trusted, inside, &Limits::DEFAULT).unwrap();
+    assert_eq!(verified.document, channel_document());
+    assert!(
+        signature.contains(&format!(
+            "\ntrusted comment: {}\n",
+            vector["trusted_comment"].as_str().unwrap()
+        )),
+        "{signature}"
+    );
+}
+
+#[test]
+fn rollout_buckets_match_the_vector() {
+    let vector = channel_vector();
+    let buckets = vector["rollout_buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), BUCKET_INPUTS.len());
+    for bucket in buckets {
+        let salt = bucket["salt"].as_str().unwrap();
+        let install_id = bucket["install_id"].as_str().unwrap();
+        let found = rollout_bucket(salt, install_id);
+        assert_eq!(u64::from(found), bucket["bucket"].as_u64().unwrap());
+        // The rule in FORMAT.md, from the hash the vector gives: the first 8 bytes of the
+        // digest as a big-endian integer, mod 100.
+        let digest = hex::decode(bucket["sha256"].as_str().unwrap()).unwrap();
+        let first = u64::from_be_bytes(digest[..8].try_into().unwrap());
+        assert_eq!(first % 100, u64::from(found), "{salt} {install_id}");
+    }
+}

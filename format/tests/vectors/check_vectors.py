@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""A second implementation of the format, written from docs/FORMAT.md alone, checked
+against the test vectors in this directory.
+
+It rebuilds the canonical `tar` and index from the vector's files, rebuilds the header and
+seals the vector's compressed payload with the vector's fixed secrets, opens the vector's
+sealed bytes, verifies the channel vector's minisign signature and recomputes its rollout
+buckets, using only Python's standard library, the `cryptography` package (AES-256-GCM,
+Ed25519) and the stock `zstd` tool. Any difference is printed and the exit status is 1.
+
+    python3 format/tests/vectors/check_vectors.py [VECTOR_DIR]
+"""
+
+import base64
+import hashlib
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+FAILURES = []
+
+
+def check(what, found, expected):
+    if found != expected:
+        FAILURES.append(what)
+        print(f"MISMATCH {what}:\n  found    {found!r:.300}\n  expected {expected!r:.300}")
+
+
+def unhex_lines(lines):
+    return bytes.fromhex("".join(lines))
+
+
+def b64(text, length):
+    raw = base64.b64decode(text, validate=True)
+    assert base64.b64encode(raw).decode() == text, f"non-canonical base64 {text!r}"
+    assert len(raw) == length, f"{text!r}: expected {length} bytes, found {len(raw)}"
+    return raw
+
+
+# ---- tar, as FORMAT.md "The tar (canonical bytes)" describes it ----
+
+def octal(value, size):
+    """ASCII octal, zero-padded on the left, ending in one NUL."""
+    digits = format(value, "o").rjust(size - 1, "0")
+    assert len(digits) == size - 1, f"{value} does not fit {size} bytes"
+    return digits.encode() + b"\0"
+
+
+def tar_header(name, size, mtime, typeflag):
+    block = bytearray(512)
+    block[0 : len(name)] = name  # NUL-padded; a 100-byte name has no NUL
+    block[100:108] = octal(0o644, 8)
+    block[108:116] = octal(0, 8)
+    block[116:124] = octal(0, 8)
+    block[124:136] = octal(size, 12)
+    block[136:148] = octal(mtime, 12)
+    block[156:157] = typeflag
+    block[257:263] = b"ustar "
+    block[263:265] = b" \0"
+    block[148:156] = b" " * 8
+    block[148:156] = octal(sum(block), 8)
+    return bytes(block)
+
+
+def padded(data):
+    return data + b"\0" * (-len(data) % 512)
+
+
+def tar_entry(path, data, mtime):
+    name = path.encode()
+    out = b""
+    if len(name) > 100:
+        out += tar_header(b"././@LongLink", len(name) + 1, 0, b"L")
+        out += padded(name + b"\0")
+        cut = name[:100]
+        while True:  # back to a UTF-8 character boundary
+            try:
+                cut.decode()
+                break
+            except UnicodeDecodeError:
+                cut = cut[:-1]
+        name = cut
+    return out + tar_header(name, len(data), mtime, b"0") + padded(data)
+
+
+def index_json(files):
+    index = {
+        "format": 1,
+        "files": [
+            {"path": p, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+            for p, d in files
+        ],
+    }
+    return json.dumps(index, indent=2, ensure_ascii=False).encode()
+
+
+def canonical_tar(files, mtime):
+    files = sorted(files, key=lambda f: f[0].encode())
+    out = tar_entry("PACK-INDEX.json", index_json(files), mtime)
+    for path, data in files:
+        out += tar_entry(path, data, mtime)
+    return out + b"\0" * 1024
+
+
+# ---- the sealed pack ----
+
+SLOT_AAD = b"promptpack key slot v1:"
+
+
+def header_json(inputs, wrapped_slots, plaintext_len):
+    header = {
+        "format": 1,
+        "name": inputs["name"],
+        "version": inputs["version"],
+        "schema": inputs["schema"],
+        "key_slots": wrapped_slots,
+        "nonce": base64.b64encode(bytes.fromhex(inputs["payload_nonce"])).decode(),
+        "plaintext_len": plaintext_len,
+    }
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def seal(inputs, compressed):
+    data_key = bytes.fromhex(inputs["data_key"])
+    slots = []
+    for key, nonce in zip(inputs["content_keys"], inputs["slot_nonces"]):
+        aad = SLOT_AAD + key["id"].encode()
+        wrapped = AESGCM(bytes.fromhex(key["key"])).encrypt(bytes.fromhex(nonce), data_key, aad)
+        slots.append(
+            {
+                "key_id": key["id"],
+                "nonce": base64.b64encode(bytes.fromhex(nonce)).decode(),
+                "wrapped_key": base64.b64encode(wrapped).decode(),
+            }
+        )
+    header = header_json(inputs, slots, len(compressed))
+    prefix = b"PROMPTPK" + struct.pack("<I", len(header)) + header
+    sealed = AESGCM(data_key).encrypt(bytes.fromhex(inputs["payload_nonce"]), compressed, prefix)
+    return prefix + sealed, header
+
+
+def open_pack(sealed, key_id, key):
+    assert sealed[:8] == b"PROMPTPK"
+    (j,) = struct.unpack("<I", sealed[8:12])
+    header = json.loads(sealed[12 : 12 + j])
+    assert header["format"] == 1
+    plaintext_len = header["plaintext_len"]
+    assert len(sealed) == 12 + j + plaintext_len + 16
+    slot = next(s for s in header["key_slots"] if s["key_id"] == key_id)
+    data_key = AESGCM(key).decrypt(
+        b64(slot["nonce"], 12), b64(slot["wrapped_key"], 48), SLOT_AAD + key_id.encode()
+    )
+    return AESGCM(data_key).decrypt(b64(header["nonce"], 12), sealed[12 + j :], sealed[: 12 + j])
+
+
+def check_pack(vector):
+    inputs = vector["inputs"]
+    files = [(f["path"], f["text"].encode()) for f in inputs["files"]]
+    tar = canonical_tar(files, inputs["mtime"])
+    check("tar", tar, unhex_lines(vector["tar"]))
+    check("index_json", index_json(sorted(files, key=lambda f: f[0].encode())).decode(), vector["index_json"])
+
+    compressed = unhex_lines(vector["payload_zstd"])
+    decompressed = subprocess.run(
+        ["zstd", "-d", "-c", "-q"], input=compressed, capture_output=True, check=True
+    ).stdout
+    check("zstd -d payload_zstd", decompressed, tar)
+
+    sealed, header = seal(inputs, compressed)
+    check("header_json", header.decode(), vector["header_json"])
+    check("sealed", sealed, unhex_lines(vector["sealed"]))
+    check("sealed_sha256", hashlib.sha256(sealed).hexdigest(), vector["sealed_sha256"])
+
+    for key, text in zip(inputs["content_keys"], vector["content_key_files"]):
+        file = json.loads(text)
+        check("content key file fields", sorted(file), ["id", "key", "kind"])
+        check("content key kind", file["kind"], "promptpack-content-key")
+        check("content key id", file["id"], key["id"])
+        raw = b64(file["key"], 32)
+        check("content key bytes", raw.hex(), key["key"])
+        opened = open_pack(unhex_lines(vector["sealed"]), file["id"], raw)
+        check(f"payload opened with {file['id']}", opened, compressed)
+
+
+# ---- the channel document ----
+
+def check_channel(vector):
+    document = vector["document"].encode()
+    doc = json.loads(document)
+    check(
+        "canonical document bytes",
+        (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode(),
+        document,
+    )
+    comment = (
+        f"promptpack channel={doc['channel']} pack={doc['pack']} "
+        f"sequence={doc['sequence']} expires_at={doc['expires_at']}"
+    )
+    check("trusted comment", comment, vector["trusted_comment"])
+    check("sequence within 2^53 - 1", doc["sequence"] <= 2**53 - 1, True)
+
+    lines = vector["signature"].split("\n")
+    check("signature lines", (len(lines), lines[4:]), (5, [""]))
+    check("untrusted comment prefix", lines[0].startswith("untrusted comment: "), True)
+    check("trusted comment line", lines[2], "trusted comment: " + comment)
+    sig = b64(lines[1], 74)
+    global_sig = b64(lines[3], 64)
+    check("algorithm", sig[:2], b"ED")
+    public = vector["public_key_file"].split("\n")[1]
+    pk = b64(public, 42)
+    check("public key algorithm", pk[:2], b"Ed")
+    check("key id in the signature", sig[2:10], pk[2:10])
+    check(
+        "key id as minisign prints it",
+        format(int.from_bytes(sig[2:10], "little"), "016X"),
+        vector["signing_key_id"],
+    )
+    key = Ed25519PublicKey.from_public_bytes(pk[10:])
+    key.verify(sig[10:], hashlib.blake2b(document, digest_size=64).digest())
+    key.verify(global_sig, sig[10:] + comment.encode())
+
+    for bucket in vector["rollout_buckets"]:
+        digest = hashlib.sha256(
+            bucket["salt"].encode() + b"\0" + bucket["install_id"].encode()
+        ).digest()
+        check(f"rollout sha256 {bucket}", digest.hex(), bucket["sha256"])
+        check(f"rollout bucket {bucket}", int.from_bytes(digest[:8], "big") % 100, bucket["bucket"])
+
+
+def main():
+    here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
+    check_pack(json.loads((here / "pack-v1.json").read_text()))
+    check_channel(json.loads((here / "channel-v1.json").read_text()))
+    if FAILURES:
+        print(f"{len(FAILURES)} mismatch(es): {', '.join(FAILURES)}")
+        return 1
+    print("ok: the vectors match an implementation written from docs/FORMAT.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
