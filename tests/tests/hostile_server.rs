@@ -717,3 +717,60 @@ async fn forget_bad_clears_marks_and_keeps_the_high_water_mark() {
     );
     assert_eq!(downloads.load(Ordering::SeqCst), 2);
 }
+
+/// A validly signed document whose sequence is past 2^53 − 1 (where JSON readers stop
+/// agreeing, and after which a channel could take no further release) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_past_two_to_the_53_is_refused() {
+    let at = Installed::new().await;
+    let over = at.fx.doc(
+        pack_format::channel::MAX_SEQUENCE + 1,
+        &at.fx.v2,
+        "2.0.0",
+        time::Duration::days(30),
+    );
+    // Our signer refuses such a document; any other minisign signer does not.
+    let minisign::KeyPair { pk, sk } = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
+    let document = over.to_bytes();
+    let signature = minisign::sign(
+        Some(&pk),
+        &sk,
+        std::io::Cursor::new(&document),
+        Some(&over.trusted_comment()),
+        None,
+    )
+    .unwrap()
+    .into_string();
+    let public = at.cache.path().join("other-signer.pub");
+    std::fs::write(&public, pk.to_box().unwrap().into_string()).unwrap();
+    let base = std::fs::read_to_string(at.fx.publisher.client_config(&at.server.url, "")).unwrap();
+    let with_signer = base.replace(
+        "trusted_keys = [",
+        &format!("trusted_keys = [{:?}, ", public.display().to_string()),
+    );
+    assert_ne!(with_signer, base);
+    let config_path = at.cache.path().join("with-other-signer.toml");
+    std::fs::write(&config_path, with_signer).unwrap();
+    let config = ClientConfig::load(
+        &config_path,
+        at.cache.path().to_path_buf(),
+        "1.0.0".parse().unwrap(),
+    )
+    .unwrap();
+    let at = Installed {
+        client: Client::new(config).unwrap(),
+        ..at
+    };
+    at.assert_serving_v1("after the restart");
+    let err = at
+        .refused(honest(&(document, signature), at.fx.blobs()))
+        .await;
+    assert!(
+        matches!(
+            err,
+            ClientError::Document(FormatError::SequenceOutOfRange { .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(at.client.status().sequence, 5);
+}
