@@ -161,9 +161,12 @@ pub(crate) struct Fold {
 
 impl Fold {
     fn usage(&mut self, usage: WireUsage) {
-        let input = usage.input_tokens.unwrap_or(0)
-            + usage.cache_creation_input_tokens.unwrap_or(0)
-            + usage.cache_read_input_tokens.unwrap_or(0);
+        // The server's numbers: saturate rather than overflow on absurd ones.
+        let input = usage
+            .input_tokens
+            .unwrap_or(0)
+            .saturating_add(usage.cache_creation_input_tokens.unwrap_or(0))
+            .saturating_add(usage.cache_read_input_tokens.unwrap_or(0));
         if input > 0 {
             self.usage.input_tokens = input;
         }

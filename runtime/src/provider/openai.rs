@@ -165,7 +165,13 @@ impl Fold {
                     last
                 }
                 (None, Some(last)) => last,
-                _ => self.calls.keys().next_back().map_or(0, |k| k + 1),
+                // The index is the server's number: at u64::MAX the "next" call joins the
+                // last one rather than overflowing.
+                _ => self
+                    .calls
+                    .keys()
+                    .next_back()
+                    .map_or(0, |k| k.saturating_add(1)),
             },
         };
         self.last_index = Some(index);
