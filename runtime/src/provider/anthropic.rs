@@ -13,7 +13,7 @@ use super::settings::ProviderSettings;
 use super::sse::SseEvent;
 use super::{
     Delta, Message, ModelRequest, ModelResponse, ProviderError, StreamFold, ToolCall, Usage,
-    decode_error, fresh_call_id,
+    decode_error, fresh_call_id, server_error,
 };
 
 /// Messages requires `max_tokens`; this is used when the config sets none.
@@ -255,11 +255,7 @@ impl StreamFold for Fold {
             }
             Event::MessageStop {} => return Ok(true),
             Event::Error { error } => {
-                let message = error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| error.to_string(), str::to_string);
-                return Err(ProviderError::Server(message));
+                return Err(server_error(&error));
             }
             Event::ContentBlockStop {} | Event::Ping {} | Event::Unknown => {}
         }

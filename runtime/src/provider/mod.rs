@@ -464,6 +464,17 @@ pub(crate) fn fresh_call_id() -> String {
     format!("call_{nanos:x}_{n}")
 }
 
+/// An error event in the stream: its `message`, else the whole error, cut to
+/// [`MAX_ERROR_BODY`] bytes like an error answer's body.
+fn server_error(error: &Value) -> ProviderError {
+    let mut message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| error.to_string(), str::to_string);
+    truncate_utf8(&mut message, MAX_ERROR_BODY);
+    ProviderError::Server(message)
+}
+
 fn decode_error(api: &'static str, e: serde_json::Error, data: &str) -> ProviderError {
     let mut data = data.to_string();
     truncate_utf8(&mut data, 500);
