@@ -357,6 +357,8 @@ pub mod model {
 
     #[derive(Debug, Clone, Deserialize)]
     pub struct ChannelSummary {
+        /// Checked here because `status` puts it in the next request's URL.
+        #[serde(deserialize_with = "channel_name")]
         pub channel: String,
         pub sequence: u64,
         pub sha256: String,
@@ -374,6 +376,12 @@ pub mod model {
     pub struct PublishResponse {
         pub created: bool,
         pub channel: ChannelSummary,
+    }
+
+    fn channel_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        pack_format::validate_name("channel", &name).map_err(D::Error::custom)?;
+        Ok(name)
     }
 
     /// A SHA-256 as packd writes it: 64 lowercase hex digits.

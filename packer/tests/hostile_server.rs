@@ -90,3 +90,22 @@ fn an_error_body_that_is_not_utf8_is_still_shown() {
         "{err}"
     );
 }
+
+#[test]
+fn a_channel_name_that_would_leave_the_channels_path_is_refused() {
+    let url = serve(|path| {
+        match path {
+        "/v1/channels" => (
+            "200 OK",
+            br#"{"channels":[{"channel":"../packs","sequence":1,"sha256":"x","key_id":"k","expires_at":"","published_at":""}]}"#
+                .to_vec(),
+        ),
+        // Reached only if packer followed the name out of /v1/channels/.
+        _ => ("200 OK", br#"{"packs":[]}"#.to_vec()),
+    }
+    });
+    let out = status(&url);
+    assert_refused_without_panic(&out);
+    let err = stderr(&out);
+    assert!(err.contains("invalid channel name \"../packs\""), "{err}");
+}
