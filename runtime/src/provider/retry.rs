@@ -15,7 +15,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 /// The millisecond variant of `Retry-After`.
 pub const RETRY_AFTER_MS: &str = "retry-after-ms";
 
-/// Longest header value looked at. The longest valid one, an RFC 850 date, is 38 bytes;
+/// Longest header value looked at. The longest valid one, an RFC 850 date, is 33 bytes;
 /// a longer value is garbage and not worth parsing.
 const MAX_VALUE_LEN: usize = 64;
 
