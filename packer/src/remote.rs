@@ -231,10 +231,18 @@ fn not_found_is_none<T>(result: Result<T>) -> Result<Option<T>> {
     }
 }
 
+/// Largest error body read from the server; only its start is ever shown.
+const MAX_ERROR_BYTES: u64 = 64 * 1024;
+
 fn server_error(method: &'static str, url: &str, response: Response) -> ServerError {
     let status = response.status();
-    let mut text = String::new();
-    let _ = response.take(64 * 1024).read_to_string(&mut text);
+    // Bytes, not a string: `read_to_string` keeps nothing at all when the body is not
+    // UTF-8 or the cap falls inside a character, and then the server's explanation is lost.
+    // A connection that breaks mid-body still leaves what arrived in `bytes`, which is the
+    // best explanation there is.
+    let mut bytes = Vec::new();
+    let _ = response.take(MAX_ERROR_BYTES).read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
     let (code, message) = match serde_json::from_str::<ErrorBody>(&text) {
         Ok(body) => (Some(body.error.code), body.error.message),
         Err(_) => {
@@ -259,7 +267,7 @@ fn server_error(method: &'static str, url: &str, response: Response) -> ServerEr
 fn read_limited(url: &str, response: Response, limit: u64) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     response
-        .take(limit + 1)
+        .take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
         .with_context(|| format!("GET {url}: reading the answer"))?;
     if bytes.len() as u64 > limit {
@@ -314,13 +322,17 @@ fn token(file: Option<&Path>) -> Result<Option<Zeroizing<String>>> {
 
 /// The JSON shapes of packd's answers that packer reads (see `server/src/model.rs`).
 pub mod model {
-    use serde::Deserialize;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer};
 
     #[derive(Debug, Clone, Deserialize)]
     pub struct PackRecord {
         pub name: String,
         pub version: String,
         pub schema: u32,
+        /// Checked here, once, because it is shown abbreviated and copied into signed
+        /// channel entries.
+        #[serde(deserialize_with = "sha256_hex")]
         pub sha256: String,
         pub size: u64,
         pub uploaded_at: String,
@@ -345,6 +357,8 @@ pub mod model {
 
     #[derive(Debug, Clone, Deserialize)]
     pub struct ChannelSummary {
+        /// Checked here because `status` puts it in the next request's URL.
+        #[serde(deserialize_with = "channel_name")]
         pub channel: String,
         pub sequence: u64,
         pub sha256: String,
@@ -362,5 +376,24 @@ pub mod model {
     pub struct PublishResponse {
         pub created: bool,
         pub channel: ChannelSummary,
+    }
+
+    fn channel_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        pack_format::validate_name("channel", &name).map_err(D::Error::custom)?;
+        Ok(name)
+    }
+
+    /// A SHA-256 as packd writes it: 64 lowercase hex digits.
+    fn sha256_hex<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Ok(text);
+        }
+        let shown: String = text.chars().take(80).collect();
+        Err(D::Error::custom(format!(
+            "expected a SHA-256 as 64 lowercase hex digits, found {shown:?} ({} bytes)",
+            text.len()
+        )))
     }
 }

@@ -134,7 +134,7 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
             outln!(
                 "  {:<12} sha256 {}  {} bytes  schema {}{live}",
                 v.version,
-                &v.sha256[..v.sha256.len().min(12)],
+                v.sha256.get(..12).unwrap_or(&v.sha256),
                 v.size,
                 v.schema
             );

@@ -381,7 +381,7 @@ impl AgentLoop<'_> {
             };
             let response = response?;
             usage += response.usage;
-            self.state.reported_tokens = response.usage.input_tokens + response.usage.output_tokens;
+            self.state.reported_tokens = response.usage.total();
             let message = response.to_message();
             transcript.append(&Record::Message {
                 message: message.clone(),

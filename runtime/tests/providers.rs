@@ -238,3 +238,136 @@ async fn an_error_event_mid_stream_stops_the_call() {
     assert!(err.to_string().contains("Overloaded"), "{err}");
     assert_eq!(streamed, "Working");
 }
+
+/// Wire values for `Retry-After` that a hostile or broken server might send: values of a
+/// form we accept are waited for up to the cap; anything else is ignored and the (10 ms)
+/// backoff applies. Either way the call goes on and succeeds.
+#[tokio::test]
+async fn absurd_retry_after_values_are_ignored_or_capped() {
+    const CAP: Duration = Duration::from_millis(800);
+    // (value, whether the wait is the cap)
+    let cases = [
+        ("1e20", false),
+        ("-5", false),
+        ("NaN", false),
+        ("inf", false),
+        ("0x10", false),
+        ("soon", false),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", false),
+        ("99999999999999999999999999", true),
+        ("18446744073709551616", true),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", true),
+    ];
+    for (value, capped) in cases {
+        let server = ModelServer::start(vec![
+            Reply::Status {
+                status: 429,
+                retry_after: Some(value.into()),
+                body: String::new(),
+            },
+            Reply::fixture("openai_4_done.sse", &[]),
+        ]);
+        let started = std::time::Instant::now();
+        let (response, _) = call(Api::OpenAi, &server, |s| s.max_retry_wait = CAP).await;
+        let elapsed = started.elapsed();
+        let response = response.unwrap_or_else(|e| panic!("{value}: {e}"));
+        assert_eq!(
+            response.text, "The greeting now says \"Hello, promptpack\".",
+            "{value}"
+        );
+        assert_eq!(server.requests().len(), 2, "{value}");
+        if capped {
+            assert!(elapsed >= CAP, "{value}: waited only {elapsed:?}");
+            assert!(elapsed < CAP * 5, "{value}: waited {elapsed:?}");
+        } else {
+            assert!(elapsed < CAP, "{value}: waited {elapsed:?}");
+        }
+    }
+}
+
+/// `retry-after-ms` is more precise than `Retry-After` and wins when both are sent.
+#[tokio::test]
+async fn retry_after_ms_wins_over_retry_after() {
+    let server = ModelServer::start(vec![
+        Reply::Raw {
+            status: 429,
+            headers: vec![
+                ("retry-after-ms".into(), "600".into()),
+                ("retry-after".into(), "0".into()),
+            ],
+            body: Vec::new(),
+        },
+        Reply::fixture("openai_4_done.sse", &[]),
+    ]);
+    let started = std::time::Instant::now();
+    let (response, _) = call(Api::OpenAi, &server, |_| {}).await;
+    response.unwrap();
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_millis(600), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+/// An error answer's body only explains the status: a huge one is not read whole and a
+/// stalled one does not hold the call, and the part that arrived is still shown.
+#[tokio::test]
+async fn huge_and_stalled_error_bodies_do_not_hold_the_call() {
+    // One ASCII byte first, so the 2000-byte cut falls inside an `é`.
+    let mut huge = b"a".to_vec();
+    huge.extend_from_slice("é".repeat(4 * 1024 * 1024).as_bytes());
+    // Not UTF-8 at the end either: only the start is ever looked at.
+    huge.extend_from_slice(&[0xff, 0xfe]);
+    let server = ModelServer::start(vec![
+        Reply::Raw {
+            status: 400,
+            headers: Vec::new(),
+            body: huge,
+        },
+        Reply::StatusStall {
+            status: 404,
+            body_start: "no such model: test-model".into(),
+        },
+    ]);
+    let (response, _) = call(Api::OpenAi, &server, |_| {}).await;
+    let err = response.unwrap_err();
+    let ProviderError::Status {
+        status: 400, body, ..
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    // The half character at the cut is dropped, not shown as a replacement character.
+    assert_eq!(body.len(), 1999);
+    assert!(
+        body.starts_with("aéé") && !body.contains('\u{fffd}'),
+        "{body}"
+    );
+
+    let started = std::time::Instant::now();
+    let (response, _) = call(Api::OpenAi, &server, |s| {
+        s.idle_timeout = Duration::from_millis(300)
+    })
+    .await;
+    let err = response.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Status { status: 404, body, .. } if body == "no such model: test-model"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// A server that streams without end is cut off at the response cap with a clear error,
+/// instead of holding the call and growing memory until it runs out.
+#[tokio::test]
+async fn an_endless_stream_stops_at_the_response_cap() {
+    // Comment lines: valid SSE that never finishes an event, the cheapest flood to decode.
+    let line = format!(": {}\n", "x".repeat(60_000));
+    const LIMIT: usize = 4 * 1024 * 1024;
+    let server = ModelServer::start(vec![Reply::Sse(line.repeat(LIMIT / line.len() + 2))]);
+    let (response, _) = call(Api::OpenAi, &server, |s| s.max_response_bytes = LIMIT).await;
+    let err = response.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::TooLarge { limit: LIMIT }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("bytes without finishing"), "{err}");
+}

@@ -13,7 +13,7 @@ use super::settings::ProviderSettings;
 use super::sse::SseEvent;
 use super::{
     Delta, Message, ModelRequest, ModelResponse, ProviderError, StreamFold, ToolCall, Usage,
-    decode_error, fresh_call_id,
+    decode_error, fresh_call_id, server_error,
 };
 
 /// Messages requires `max_tokens`; this is used when the config sets none.
@@ -161,9 +161,12 @@ pub(crate) struct Fold {
 
 impl Fold {
     fn usage(&mut self, usage: WireUsage) {
-        let input = usage.input_tokens.unwrap_or(0)
-            + usage.cache_creation_input_tokens.unwrap_or(0)
-            + usage.cache_read_input_tokens.unwrap_or(0);
+        // The server's numbers: saturate rather than overflow on absurd ones.
+        let input = usage
+            .input_tokens
+            .unwrap_or(0)
+            .saturating_add(usage.cache_creation_input_tokens.unwrap_or(0))
+            .saturating_add(usage.cache_read_input_tokens.unwrap_or(0));
         if input > 0 {
             self.usage.input_tokens = input;
         }
@@ -252,11 +255,7 @@ impl StreamFold for Fold {
             }
             Event::MessageStop {} => return Ok(true),
             Event::Error { error } => {
-                let message = error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| error.to_string(), str::to_string);
-                return Err(ProviderError::Server(message));
+                return Err(server_error(&error));
             }
             Event::ContentBlockStop {} | Event::Ping {} | Event::Unknown => {}
         }

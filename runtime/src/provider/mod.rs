@@ -7,6 +7,7 @@
 
 pub mod anthropic;
 pub mod openai;
+pub mod retry;
 pub mod settings;
 pub mod sse;
 
@@ -70,10 +71,18 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+impl Usage {
+    /// Input and output together. The counts are the server's word, so they saturate
+    /// rather than overflow.
+    pub fn total(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+}
+
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
     }
 }
 
@@ -135,6 +144,8 @@ pub enum ProviderError {
     IdleTimeout(Duration),
     #[error("the model stream broke: {0}")]
     Stream(String),
+    #[error("the model stream went past {limit} bytes without finishing")]
+    TooLarge { limit: usize },
     #[error("the model server sent an error: {0}")]
     Server(String),
     #[error("cannot decode a {api} stream event: {reason}; event: {data}")]
@@ -145,8 +156,14 @@ pub enum ProviderError {
     },
 }
 
-/// Longest error body kept from a failed response.
+/// Longest error body kept from a failed response; the rest is never read.
 const MAX_ERROR_BODY: usize = 2000;
+
+/// The most bytes one streamed answer may take on the wire (the default of
+/// [`ProviderSettings::max_response_bytes`]). Servers send each token as its own JSON event
+/// of a few hundred bytes, so this is still over a million tokens: it only stops a server
+/// that streams without end.
+pub const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
 
 /// A configured model endpoint.
 #[derive(Debug, Clone)]
@@ -192,8 +209,9 @@ impl Provider {
     }
 
     /// One model call, streamed. Retries 429 and 5xx answers (and failed connections)
-    /// with exponential backoff, honouring `Retry-After`; never retries once the stream
-    /// has started, because the reader has already seen part of the answer.
+    /// with exponential backoff, honouring `Retry-After` (see [`retry`]) up to the
+    /// settings' `max_retry_wait`; never retries once the stream has started, because the
+    /// reader has already seen part of the answer.
     pub async fn complete(
         &self,
         request: &ModelRequest<'_>,
@@ -203,7 +221,7 @@ impl Provider {
         let url = self.settings.endpoint();
         let mut attempt: u32 = 0;
         loop {
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
             let mut builder = self
                 .http
                 .post(&url)
@@ -234,9 +252,12 @@ impl Provider {
                 }
                 Ok(response) => {
                     let status = response.status().as_u16();
-                    let retry_after = retry_after(response.headers());
-                    let mut text = response.text().await.unwrap_or_default();
-                    truncate_utf8(&mut text, MAX_ERROR_BODY);
+                    let retry_after = retry::requested_wait(
+                        response.headers(),
+                        std::time::SystemTime::now(),
+                        self.settings.max_retry_wait,
+                    );
+                    let text = error_text(response, self.settings.idle_timeout).await;
                     let retryable = status == 429 || status >= 500;
                     if !retryable {
                         return Err(ProviderError::Status {
@@ -265,8 +286,14 @@ impl Provider {
                     last,
                 });
             }
-            let backoff = self.settings.retry_base * 2u32.saturating_pow(attempt - 1);
-            let wait = retry_after.unwrap_or(backoff).min(MAX_RETRY_WAIT);
+            let backoff = self
+                .settings
+                .retry_base
+                .checked_mul(2u32.saturating_pow(attempt - 1))
+                .unwrap_or(Duration::MAX);
+            let wait = retry_after
+                .unwrap_or(backoff)
+                .min(self.settings.max_retry_wait);
             tracing::warn!(attempt, ?wait, "model call failed, retrying: {last}");
             tokio::time::sleep(wait).await;
         }
@@ -278,47 +305,140 @@ impl Provider {
         on_delta: &mut (dyn FnMut(Delta<'_>) + Send),
     ) -> Result<ModelResponse, ProviderError> {
         let mut stream = response.bytes_stream();
-        let mut parser = sse::SseParser::new();
-        let mut fold = F::default();
+        let mut decoder = Decoder::<F>::new(self.settings.max_response_bytes);
         let idle = self.settings.idle_timeout;
         loop {
             let chunk = match tokio::time::timeout(idle, stream.next()).await {
                 Err(_) => return Err(ProviderError::IdleTimeout(idle)),
-                Ok(None) => break,
+                Ok(None) => return decoder.finish(on_delta),
                 Ok(Some(Err(e))) => return Err(ProviderError::Stream(e.to_string())),
                 Ok(Some(Ok(chunk))) => chunk,
             };
-            let events = parser
-                .feed(&chunk)
-                .map_err(|e| ProviderError::Stream(e.to_string()))?;
-            for event in &events {
-                if fold.event(event, on_delta)? {
-                    return Ok(fold.finish());
-                }
+            if decoder.feed(&chunk, on_delta)? {
+                return Ok(decoder.done());
             }
         }
-        // Some servers close without a final marker; what arrived is the answer.
-        if let Some(event) = parser.finish() {
-            fold.event(&event, on_delta)?;
-        }
-        Ok(fold.finish())
     }
 }
 
-/// A server asking for a longer pause than this is treated as asking for this.
-const MAX_RETRY_WAIT: Duration = Duration::from_secs(120);
-
-/// `Retry-After` as seconds or an HTTP date.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    let value = value.trim();
-    if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+/// Decodes a whole recorded stream of `api`, given as the chunks it arrived in, exactly as
+/// [`Provider::complete`] decodes a live one: the same parser, the same limits, the same
+/// answer for any split of the same bytes.
+pub fn decode_stream<'c>(
+    api: Api,
+    chunks: impl IntoIterator<Item = &'c [u8]>,
+    on_delta: &mut (dyn FnMut(Delta<'_>) + Send),
+) -> Result<ModelResponse, ProviderError> {
+    fn decode<'c, F: StreamFold>(
+        chunks: impl IntoIterator<Item = &'c [u8]>,
+        on_delta: &mut (dyn FnMut(Delta<'_>) + Send),
+    ) -> Result<ModelResponse, ProviderError> {
+        let mut decoder = Decoder::<F>::new(MAX_RESPONSE_BYTES);
+        for chunk in chunks {
+            if decoder.feed(chunk, on_delta)? {
+                return Ok(decoder.done());
+            }
+        }
+        decoder.finish(on_delta)
     }
-    let when =
-        time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc2822).ok()?;
-    let delta = when - time::OffsetDateTime::now_utc();
-    Some(Duration::try_from(delta).unwrap_or(Duration::ZERO))
+    match api {
+        Api::OpenAi => decode::<openai::Fold>(chunks, on_delta),
+        Api::Anthropic => decode::<anthropic::Fold>(chunks, on_delta),
+    }
+}
+
+/// Bytes in, one answer out: the SSE parser feeding one API's fold, with the whole answer
+/// held to `limit` bytes.
+struct Decoder<F> {
+    parser: sse::SseParser,
+    fold: F,
+    received: usize,
+    limit: usize,
+}
+
+impl<F: StreamFold> Decoder<F> {
+    fn new(limit: usize) -> Self {
+        Decoder {
+            parser: sse::SseParser::new(),
+            fold: F::default(),
+            received: 0,
+            limit,
+        }
+    }
+
+    /// Feeds one chunk; `true` when the stream said it is finished (anything after that is
+    /// not read).
+    fn feed(
+        &mut self,
+        chunk: &[u8],
+        on_delta: &mut (dyn FnMut(Delta<'_>) + Send),
+    ) -> Result<bool, ProviderError> {
+        self.received = self.received.saturating_add(chunk.len());
+        if self.received > self.limit {
+            return Err(ProviderError::TooLarge { limit: self.limit });
+        }
+        let events = self
+            .parser
+            .feed(chunk)
+            .map_err(|e| ProviderError::Stream(e.to_string()))?;
+        for event in &events {
+            if self.fold.event(event, on_delta)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The stream ended. Some servers close without a final marker; what arrived is the
+    /// answer.
+    fn finish(
+        mut self,
+        on_delta: &mut (dyn FnMut(Delta<'_>) + Send),
+    ) -> Result<ModelResponse, ProviderError> {
+        if let Some(event) = self.parser.finish() {
+            self.fold.event(&event, on_delta)?;
+        }
+        Ok(self.fold.finish())
+    }
+
+    /// The answer, after the stream said it is finished.
+    fn done(self) -> ModelResponse {
+        self.fold.finish()
+    }
+}
+
+/// The start of an error answer's body, for the error message: at most [`MAX_ERROR_BODY`]
+/// bytes are read, and no more than `idle` is waited for each piece, because the body
+/// only explains a status we already have — a server sending gigabytes or stalling must
+/// not hold the call. Whatever arrived before a stall or a broken connection is kept.
+async fn error_text(mut response: reqwest::Response, idle: Duration) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < MAX_ERROR_BODY {
+        match tokio::time::timeout(idle, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                let room = MAX_ERROR_BODY - bytes.len();
+                bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => {
+                tracing::debug!("reading an error answer: {e}");
+                break;
+            }
+            Err(_) => {
+                tracing::debug!("an error answer stalled after {} bytes", bytes.len());
+                break;
+            }
+        }
+    }
+    // A cut may fall inside a character; drop its first bytes rather than show a
+    // replacement character for them.
+    if bytes.len() == MAX_ERROR_BODY
+        && let Err(e) = std::str::from_utf8(&bytes)
+        && e.error_len().is_none()
+    {
+        bytes.truncate(e.valid_up_to());
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Cuts `text` to at most `max` bytes on a character boundary.
@@ -344,6 +464,17 @@ pub(crate) fn fresh_call_id() -> String {
     format!("call_{nanos:x}_{n}")
 }
 
+/// An error event in the stream: its `message`, else the whole error, cut to
+/// [`MAX_ERROR_BODY`] bytes like an error answer's body.
+fn server_error(error: &Value) -> ProviderError {
+    let mut message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| error.to_string(), str::to_string);
+    truncate_utf8(&mut message, MAX_ERROR_BODY);
+    ProviderError::Server(message)
+}
+
 fn decode_error(api: &'static str, e: serde_json::Error, data: &str) -> ProviderError {
     let mut data = data.to_string();
     truncate_utf8(&mut data, 500);
@@ -351,24 +482,5 @@ fn decode_error(api: &'static str, e: serde_json::Error, data: &str) -> Provider
         api,
         reason: e.to_string(),
         data,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_seconds_and_dates() {
-        let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert("retry-after", "2".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
-        headers.insert(
-            "retry-after",
-            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
-        );
-        assert_eq!(retry_after(&headers), Some(Duration::ZERO));
-        headers.insert("retry-after", "soon".parse().unwrap());
-        assert_eq!(retry_after(&headers), None);
     }
 }

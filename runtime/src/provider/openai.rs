@@ -13,7 +13,7 @@ use super::settings::ProviderSettings;
 use super::sse::SseEvent;
 use super::{
     Delta, Message, ModelRequest, ModelResponse, ProviderError, StreamFold, ToolCall, Usage,
-    decode_error, fresh_call_id,
+    decode_error, fresh_call_id, server_error,
 };
 
 pub(crate) fn body(settings: &ProviderSettings, request: &ModelRequest<'_>) -> Value {
@@ -165,7 +165,13 @@ impl Fold {
                     last
                 }
                 (None, Some(last)) => last,
-                _ => self.calls.keys().next_back().map_or(0, |k| k + 1),
+                // The index is the server's number: at u64::MAX the "next" call joins the
+                // last one rather than overflowing.
+                _ => self
+                    .calls
+                    .keys()
+                    .next_back()
+                    .map_or(0, |k| k.saturating_add(1)),
             },
         };
         self.last_index = Some(index);
@@ -208,11 +214,7 @@ impl StreamFold for Fold {
         let chunk: Chunk =
             serde_json::from_str(data).map_err(|e| decode_error(Self::API, e, data))?;
         if let Some(error) = chunk.error {
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| error.to_string(), str::to_string);
-            return Err(ProviderError::Server(message));
+            return Err(server_error(&error));
         }
         if let Some(usage) = chunk.usage {
             self.usage = Usage {
@@ -345,5 +347,20 @@ mod tests {
         };
         let err = fold.event(&event, &mut |_| {}).unwrap_err();
         assert!(err.to_string().contains("context too long"), "{err}");
+    }
+
+    #[test]
+    fn a_huge_error_message_is_cut_on_a_character_boundary() {
+        let mut fold = Fold::default();
+        let message = format!("a{}", "é".repeat(100_000));
+        let event = SseEvent {
+            event: None,
+            data: serde_json::json!({"error": {"message": message}}).to_string(),
+        };
+        let ProviderError::Server(shown) = fold.event(&event, &mut |_| {}).unwrap_err() else {
+            panic!("not a server error");
+        };
+        assert_eq!(shown.len(), 1999);
+        assert!(message.starts_with(&shown));
     }
 }

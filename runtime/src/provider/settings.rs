@@ -11,7 +11,13 @@
 //! max_tokens = 8192                   # optional
 //! idle_timeout_secs = 120             # optional
 //! max_retries = 4                     # optional
+//! max_retry_wait_secs = 60            # optional: longest pause between two attempts
 //! ```
+//!
+//! A 429 or 5xx answer is retried after the pause the server asks for (`Retry-After` in
+//! seconds or as an HTTP date, or `retry-after-ms`), else after an exponential backoff;
+//! either way never longer than `max_retry_wait_secs`. A value that is neither a plain
+//! number nor a date (`-5`, `1e20`, `NaN`) is ignored and the backoff applies.
 //!
 //! Precedence, highest first: flags, then `AGENT_BASE_URL`, `AGENT_API`, `AGENT_MODEL`
 //! and `AGENT_API_KEY`, then the file. For `openai` the base URL includes the version
@@ -28,6 +34,8 @@ pub const MODEL_ENV: &str = "AGENT_MODEL";
 pub const API_KEY_ENV: &str = "AGENT_API_KEY";
 /// The model's context window in tokens; history is compacted past it.
 pub const CONTEXT_TOKENS_ENV: &str = "AGENT_CONTEXT_TOKENS";
+/// The longest pause between two attempts of a model call when the config sets none.
+pub const DEFAULT_MAX_RETRY_WAIT_SECS: u64 = 60;
 /// Context window assumed when neither the file nor the environment gives one.
 pub const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
 
@@ -80,6 +88,7 @@ struct Entry {
     max_tokens: Option<u32>,
     idle_timeout_secs: Option<u64>,
     max_retries: Option<u32>,
+    max_retry_wait_secs: Option<u64>,
     context_tokens: Option<u64>,
 }
 
@@ -105,6 +114,10 @@ pub struct ProviderSettings {
     pub idle_timeout: Duration,
     pub max_retries: u32,
     pub retry_base: Duration,
+    /// The longest pause between two attempts, whatever the server asks for.
+    pub max_retry_wait: Duration,
+    /// The most bytes one streamed answer may take on the wire.
+    pub max_response_bytes: usize,
     /// The context window: past it, older history is summarised.
     pub context_tokens: u64,
 }
@@ -186,6 +199,12 @@ impl ProviderSettings {
             idle_timeout: Duration::from_secs(entry.idle_timeout_secs.unwrap_or(120).max(1)),
             max_retries: entry.max_retries.unwrap_or(4),
             retry_base: Duration::from_millis(500),
+            max_retry_wait: Duration::from_secs(
+                entry
+                    .max_retry_wait_secs
+                    .unwrap_or(DEFAULT_MAX_RETRY_WAIT_SECS),
+            ),
+            max_response_bytes: super::MAX_RESPONSE_BYTES,
             context_tokens: match env(CONTEXT_TOKENS_ENV) {
                 Some(text) => text
                     .trim()
@@ -216,6 +235,8 @@ impl ProviderSettings {
             idle_timeout: Duration::from_secs(5),
             max_retries: 3,
             retry_base: Duration::from_millis(10),
+            max_retry_wait: Duration::from_secs(DEFAULT_MAX_RETRY_WAIT_SECS),
+            max_response_bytes: super::MAX_RESPONSE_BYTES,
             context_tokens: DEFAULT_CONTEXT_TOKENS,
         }
     }

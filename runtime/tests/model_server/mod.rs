@@ -31,6 +31,14 @@ pub enum Reply {
     },
     /// Sends this much of a transcript and then nothing, never closing.
     Stall(String),
+    /// An answer with any status, headers and body, for servers that misbehave.
+    Raw {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+    /// An error status whose body starts and then stalls, never closing.
+    StatusStall { status: u16, body_start: String },
 }
 
 impl Reply {
@@ -185,6 +193,28 @@ async fn handle(
                 builder = builder.header("retry-after", value);
             }
             builder.body(Body::from(body)).unwrap()
+        }
+        Some(Reply::Raw {
+            status,
+            headers,
+            body,
+        }) => {
+            let mut builder = Response::builder().status(StatusCode::from_u16(status).unwrap());
+            for (name, value) in headers {
+                builder = builder.header(name, value);
+            }
+            builder.body(Body::from(body)).unwrap()
+        }
+        Some(Reply::StatusStall { status, body_start }) => {
+            let first = futures_util::stream::once(async move {
+                Ok::<_, std::io::Error>(axum::body::Bytes::from(body_start))
+            });
+            let never = futures_util::stream::pending();
+            use futures_util::StreamExt;
+            Response::builder()
+                .status(StatusCode::from_u16(status).unwrap())
+                .body(Body::from_stream(first.chain(never)))
+                .unwrap()
         }
         Some(Reply::Stall(text)) => {
             let first = futures_util::stream::once(async move {
