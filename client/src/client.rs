@@ -284,8 +284,9 @@ impl Client {
     /// Seconds since the last successful check, `None` if there never was one.
     pub fn since_last_success(&self, now: OffsetDateTime) -> Option<Duration> {
         let last = lock(&self.state).last_success?;
+        // `last` comes from the state file: saturate rather than trust it.
         Some(Duration::from_secs(
-            (now.unix_timestamp() - last).max(0) as u64
+            u64::try_from(now.unix_timestamp().saturating_sub(last)).unwrap_or(0),
         ))
     }
 
@@ -380,6 +381,7 @@ impl Client {
                 return Err(ClientError::Status {
                     url: channel_url,
                     status: 304,
+                    detail: "Not Modified, but no document is stored to reuse".to_string(),
                 });
             };
             channel::verify(
@@ -414,6 +416,7 @@ impl Client {
             return Err(ClientError::Status {
                 url: sig_url,
                 status: 304,
+                detail: "Not Modified, to a request that was not conditional".to_string(),
             });
         };
         let signature = String::from_utf8(signature.body).map_err(|_| {
@@ -555,6 +558,7 @@ impl Client {
             return Err(ClientError::Status {
                 url: blob_url,
                 status: 304,
+                detail: "Not Modified, to a request that was not conditional".to_string(),
             });
         };
 
@@ -706,11 +710,14 @@ impl Client {
             attempt += 1;
             match self.get_once(url, what, cap, exact, etag).await {
                 Err(e) if e.is_transient() && attempt < self.config.attempts => {
-                    let base =
-                        self.config.backoff.as_millis() as u64 * (1 << (attempt - 1).min(10));
-                    let jitter = rand::random_range(0..=base / 2 + 1);
-                    tracing::info!("{e}; retrying in {} ms", base + jitter);
-                    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+                    let base = u64::try_from(self.config.backoff.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .saturating_mul(1 << (attempt - 1).min(10))
+                        .min(MAX_BACKOFF_MS);
+                    let wait = base.saturating_add(rand::random_range(0..=base / 2 + 1));
+                    tracing::info!("{e}; retrying in {wait} ms");
+                    // The refresh deadline still bounds the whole refresh.
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
                 }
                 other => return other,
             }
@@ -747,12 +754,21 @@ impl Client {
         let mut response = request.send().await.map_err(http_err)?;
         let status = response.status();
         if status == reqwest::StatusCode::NOT_MODIFIED {
+            // Only an answer to `If-None-Match`: otherwise there is nothing it can refer to.
+            if etag.is_none() {
+                return Err(ClientError::Status {
+                    url: url.to_string(),
+                    status: 304,
+                    detail: "Not Modified, to a request that was not conditional".to_string(),
+                });
+            }
             return Ok(None);
         }
         if !status.is_success() {
             return Err(ClientError::Status {
                 url: url.to_string(),
                 status: status.as_u16(),
+                detail: error_detail(response).await,
             });
         }
         let too_long = || ClientError::BodyTooLong {
@@ -764,9 +780,12 @@ impl Client {
             return Err(too_long());
         }
         let headers = response.headers();
+        // Stored in the state and sent back: an oversized one is dropped (no conditional
+        // request next time) rather than kept.
         let new_etag = headers
             .get(reqwest::header::ETAG)
             .and_then(|v| v.to_str().ok())
+            .filter(|v| v.len() <= MAX_ETAG_LEN)
             .map(str::to_string);
         // Anything but a plain number is ignored: the signature is then fetched as the live
         // one, and the signature check decides.
@@ -774,7 +793,9 @@ impl Client {
             .get(HEADER_SEQUENCE)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let mut body = Vec::with_capacity(response.content_length().unwrap_or(0).min(cap) as usize);
+        // The server's length is only a hint: never reserve more than a bounded first piece.
+        let hint = response.content_length().unwrap_or(0).min(cap).min(1 << 20);
+        let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
         while let Some(chunk) = response.chunk().await.map_err(http_err)? {
             if body.len() as u64 + chunk.len() as u64 > cap {
                 return Err(too_long());
@@ -797,6 +818,32 @@ impl Client {
             sequence,
         }))
     }
+}
+
+/// Bytes of a failed response's body kept for the error message.
+pub const ERROR_BODY_LIMIT: usize = 2048;
+/// Longest ETag kept.
+const MAX_ETAG_LEN: usize = 256;
+/// Longest pause between attempts.
+const MAX_BACKOFF_MS: u64 = 30_000;
+
+/// Up to [`ERROR_BODY_LIMIT`] bytes of what a failed response says, as text (bad bytes
+/// replaced, control characters dropped so nothing reaches a terminal as an escape code).
+async fn error_detail(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < ERROR_BODY_LIMIT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.truncate(ERROR_BODY_LIMIT);
+    String::from_utf8_lossy(&body)
+        .chars()
+        .filter(|c| !c.is_control() || *c == ' ')
+        .collect::<String>()
+        .trim()
+        .to_string()
 }
 
 /// Lifts the content-key marks made under another set of content keys: a key added since

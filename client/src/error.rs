@@ -11,8 +11,13 @@ pub enum ClientError {
     NoServer,
     #[error("request to {url} failed: {reason}")]
     Http { url: String, reason: String },
-    #[error("{url} answered {status}")]
-    Status { url: String, status: u16 },
+    #[error("{url} answered {status}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") })]
+    Status {
+        url: String,
+        status: u16,
+        /// What the server said, cut to [`crate::client::ERROR_BODY_LIMIT`] bytes; may be empty.
+        detail: String,
+    },
     #[error("{what} from {url} is longer than the {limit} bytes allowed")]
     BodyTooLong {
         what: &'static str,

@@ -19,6 +19,8 @@ enum Reply {
     /// 200 with extra headers.
     With(Vec<(&'static str, String)>, Vec<u8>),
     Status(u16),
+    /// An error status with a body.
+    StatusBody(u16, Vec<u8>),
     /// Declares no length, sends `n` bytes of the body, then closes.
     Cut(Vec<u8>, usize),
     /// One byte every `delay`.
@@ -92,6 +94,14 @@ async fn send(socket: &mut tokio::net::TcpStream, reply: Reply) -> std::io::Resu
             let head =
                 format!("HTTP/1.1 {code} Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
             socket.write_all(head.as_bytes()).await
+        }
+        Reply::StatusBody(code, body) => {
+            let head = format!(
+                "HTTP/1.1 {code} Oops\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            socket.write_all(head.as_bytes()).await?;
+            socket.write_all(&body).await
         }
         Reply::Cut(body, n) => {
             socket
@@ -773,4 +783,45 @@ async fn a_sequence_past_two_to_the_53_is_refused() {
         "{err:?}"
     );
     assert_eq!(at.client.status().sequence, 5);
+}
+
+/// A 304 only answers a conditional request: to a client that sent no ETag it refers to
+/// nothing, and is refused rather than taken as "no change".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_304_to_an_unconditional_request_is_refused() {
+    let fx = Fixture::shared();
+    let server = Hostile::start(Arc::new(|_: &Request| Reply::Status(304))).await;
+    let cache = tempfile::tempdir().unwrap();
+    let client = client_for(fx, &server, cache.path(), "");
+    let err = client.refresh_now().await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::Status { status: 304, .. }),
+        "{err:?}"
+    );
+    assert_eq!(client.store().capture().source(), Source::Builtin);
+    assert!(client.status().last_success.is_none());
+}
+
+/// What a failing server says reaches the user, cut to a bounded size and without control
+/// characters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_error_body_is_shown_bounded_and_without_control_characters() {
+    let at = Installed::new().await;
+    let mut body = b"storage is down\x1b[31m ".to_vec();
+    body.extend(std::iter::repeat_n(b'x', 1 << 20));
+    let err = at
+        .refused(Arc::new(move |_: &Request| {
+            Reply::StatusBody(503, body.clone())
+        }))
+        .await;
+    let ClientError::Status {
+        status: 503,
+        detail,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert!(detail.starts_with("storage is down[31m x"), "{detail:?}");
+    assert!(detail.len() <= pack_client::client::ERROR_BODY_LIMIT);
 }
