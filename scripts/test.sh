@@ -8,6 +8,14 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v minisign >/dev/null 2>&1 || need_apt+=(minisign)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
+# The format's second implementation (format/tests/vectors/check_vectors.py) needs Python's
+# `cryptography`: from PyPI for the python3 on PATH, else Debian's package.
+if ! command -v python3 >/dev/null 2>&1; then
+  need_apt+=(python3 python3-cryptography)
+elif ! python3 -c 'import cryptography' >/dev/null 2>&1; then
+  echo "installing Python's cryptography package"
+  python3 -m pip install -q cryptography >/dev/null 2>&1 || need_apt+=(python3-cryptography)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   SUDO=""

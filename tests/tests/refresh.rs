@@ -474,3 +474,79 @@ fn a_thousand_refreshes_during_a_release_loop_never_pair_mismatched_signatures()
     );
     assert!(sequences_seen.len() >= 50, "{}", sequences_seen.len());
 }
+
+/// `pack-client forget-bad` clears a bad-pack mark from the command line; the rest of the
+/// state survives, and a hash that is not marked is an error that lists the marks.
+#[test]
+fn pack_client_forget_bad_clears_marks_and_keeps_the_sequence() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let cache = tempfile::tempdir().unwrap();
+    let config = publisher.client_config(&packd.url, "");
+    // v1 sealed for a content key no client holds.
+    let v1 = publisher.build("1.0.0", "FOREIGN");
+    let keys = pack_format::ContentKeyRing::new([pack_format::ContentKey::load(
+        &publisher.keys().join("content.key"),
+    )
+    .unwrap()]);
+    let files = pack_format::pack::open(
+        &std::fs::read(&v1).unwrap(),
+        &keys,
+        &pack_format::Limits::DEFAULT,
+    )
+    .unwrap()
+    .payload;
+    let version = semver::Version::new(1, 0, 0);
+    let foreign = pack_format::seal(
+        &pack_format::SealInput {
+            name: "builtin",
+            version: &version,
+            schema: 1,
+            payload: &files,
+            mtime: 0,
+            zstd_level: 3,
+        },
+        &[&pack_format::ContentKey::generate()],
+    )
+    .unwrap();
+    std::fs::write(&v1, &foreign).unwrap();
+    let sha = packd.upload(&publisher, &v1);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", v1.display())], "30d"),
+    );
+
+    let mut refresh = client_cmd(cache.path(), &config, "1.0.0");
+    refresh.arg("refresh");
+    let out = refresh.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "the refresh should fail");
+    let mut status = client_cmd(cache.path(), &config, "1.0.0");
+    status.args(["--json", "status"]);
+    let before: serde_json::Value = serde_json::from_str(&run(status)).unwrap();
+    assert_eq!(before["bad_packs"][0]["sha256"], sha.as_str());
+    assert_eq!(before["bad_packs"][0]["reason"], "content_key");
+
+    let mut unknown = client_cmd(cache.path(), &config, "1.0.0");
+    unknown.args(["forget-bad", &"0".repeat(64)]);
+    let out = unknown.output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no bad-pack mark for") && stderr.contains(&sha),
+        "{stderr}"
+    );
+
+    let mut forget = client_cmd(cache.path(), &config, "1.0.0");
+    forget.args(["forget-bad", &sha]);
+    assert!(run(forget).contains(&format!("cleared {sha}")));
+    let mut status = client_cmd(cache.path(), &config, "1.0.0");
+    status.args(["--json", "status"]);
+    let after: serde_json::Value = serde_json::from_str(&run(status)).unwrap();
+    assert_eq!(after["bad_packs"], serde_json::json!([]));
+    assert_eq!(
+        after["sequence"], before["sequence"],
+        "the state went with the marks"
+    );
+    assert_eq!(after["last_check"], before["last_check"]);
+}
