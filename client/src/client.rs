@@ -7,16 +7,14 @@ use pack_format::contract::Contract;
 use pack_format::{
     ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
 };
+use pack_protocol::{headers, paths};
 use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::cache::{BadPack, BadReason, Cache, Installed, State};
 use crate::config::key_set_fingerprint;
 use crate::snapshot::{Snapshot, SnapshotMeta, Source};
-use crate::{
-    ClientConfig, ClientError, HEADER_CLIENT_VERSION, HEADER_INSTALLED_PACK, HEADER_SEQUENCE,
-    PromptStore, builtin,
-};
+use crate::{ClientConfig, ClientError, PromptStore, builtin};
 
 /// What one refresh did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -362,7 +360,8 @@ impl Client {
     async fn prepare(&self, now: OffsetDateTime) -> Result<Plan, ClientError> {
         let server = self.config.server.as_deref().ok_or(ClientError::NoServer)?;
         let state = lock(&self.state).clone();
-        let channel_url = format!("{server}/v1/channels/{}", self.config.channel);
+        let channel = &self.config.channel;
+        let channel_url = format!("{server}{}", paths::channel(channel));
 
         // 1. Conditional GET of the document. A 304 only says "same bytes": the stored
         // document must still be in date (a mirror answering 304 forever is a freeze).
@@ -400,8 +399,8 @@ impl Client {
         // between the two requests cannot pair one publish's document with another's
         // signature. A server that does not say which sequence it sent gets the live one.
         let sig_url = match fetched.sequence {
-            Some(sequence) => format!("{channel_url}/history/{sequence}/signature"),
-            None => format!("{channel_url}/signature"),
+            Some(sequence) => format!("{server}{}", paths::history_signature(channel, sequence)),
+            None => format!("{server}{}", paths::channel_signature(channel)),
         };
         let Some(signature) = self
             .get_capped(
@@ -550,7 +549,7 @@ impl Client {
         }
 
         // 4. Download, never more than the signed size; hash before parsing anything.
-        let blob_url = format!("{server}/v1/blobs/{}", entry.sha256);
+        let blob_url = format!("{server}{}", paths::blob(&entry.sha256));
         let Some(fetched) = self
             .get_capped(&blob_url, "pack", entry.size, Some(entry.size), None)
             .await?
@@ -738,16 +737,16 @@ impl Client {
         };
         let installed = match self.store.capture().source() {
             Source::Remote => self.store.capture().sha256().to_string(),
-            Source::Builtin => "builtin".to_string(),
+            Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
         };
         let mut request = self
             .http
             .get(url)
             .header(
-                HEADER_CLIENT_VERSION,
+                headers::CLIENT_VERSION,
                 self.config.client_version.to_string(),
             )
-            .header(HEADER_INSTALLED_PACK, installed);
+            .header(headers::INSTALLED_PACK, installed);
         if let Some(etag) = etag {
             request = request.header(reqwest::header::IF_NONE_MATCH, etag);
         }
@@ -790,7 +789,7 @@ impl Client {
         // Anything but a plain number is ignored: the signature is then fetched as the live
         // one, and the signature check decides.
         let sequence = headers
-            .get(HEADER_SEQUENCE)
+            .get(headers::SEQUENCE)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         // The server's length is only a hint: never reserve more than a bounded first piece.

@@ -21,9 +21,3 @@ pub use config::ClientConfig;
 pub use error::ClientError;
 pub use snapshot::{Snapshot, SnapshotError, Source};
 pub use store::{PromptStore, Served};
-
-/// Request headers the client sends with every channel fetch: the server's fleet view.
-pub const HEADER_CLIENT_VERSION: &str = "x-promptpack-client-version";
-pub const HEADER_INSTALLED_PACK: &str = "x-promptpack-installed-pack";
-/// Response header on a channel document: the sequence of the document sent.
-pub const HEADER_SEQUENCE: &str = "x-promptpack-sequence";

@@ -48,8 +48,11 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
     let size = bytes.len() as u64;
     let progress = (size >= PROGRESS_FROM_BYTES && std::io::stderr().is_terminal())
         .then(|| crate::fsio::bar(size, "uploading"));
-    let result =
-        remote.put_bytes::<UploadResponse>(&format!("/v1/blobs/{sha256}"), bytes, progress.clone());
+    let result = remote.put_bytes::<UploadResponse>(
+        &pack_protocol::paths::blob(&sha256),
+        bytes,
+        progress.clone(),
+    );
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }

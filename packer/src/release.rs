@@ -11,6 +11,7 @@ use pack_format::{
     ChannelDocument, ChannelEntry, EntryTarget, FormatError, Limits, PackRef, Rollout, TrustedKeys,
     sha256_hex, validate_name,
 };
+use pack_protocol::{headers, paths};
 use reqwest::StatusCode;
 use semver::{Version, VersionReq};
 use serde_json::json;
@@ -19,7 +20,7 @@ use time::{Duration, OffsetDateTime};
 use crate::channel::{describe, parse_expires};
 use crate::keys::signing_key;
 use crate::print_json;
-use crate::remote::model::{PackRecord, PackVersions, PublishResponse};
+use crate::remote::model::{PackRecord, PackVersions, PublishRequest, PublishResponse};
 use crate::remote::{Remote, ServerArgs, ServerError};
 
 const RELEASE_HELP: &str = "\
@@ -203,7 +204,7 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         || !rollouts.is_empty();
     let versions = if needs_versions {
         remote
-            .get_json_opt::<PackVersions>(&format!("/v1/packs/{pack}"))?
+            .get_json_opt::<PackVersions>(&paths::pack(&pack))?
             .map(|p| p.versions)
             .unwrap_or_default()
     } else {
@@ -288,10 +289,11 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
     .context("the freshly signed document does not verify")?;
     let text = String::from_utf8(signed.document.clone())
         .context("the signed document is not UTF-8 text")?;
-    let body = json!({ "document": text, "signature": signed.signature });
-    let answer = match remote
-        .put_json::<PublishResponse>(&format!("/v1/channels/{}", args.channel), &body)
-    {
+    let body = PublishRequest {
+        document: text,
+        signature: signed.signature.clone(),
+    };
+    let answer = match remote.put_json::<PublishResponse>(&paths::channel(&args.channel), &body) {
         Ok(answer) => answer,
         Err(error) => {
             if let Some(server) = error.downcast_ref::<ServerError>()
@@ -364,22 +366,20 @@ fn fetch_live(
     trusted: &TrustedKeys,
 ) -> Result<Option<ChannelDocument>> {
     let limits = Limits::DEFAULT;
-    let Some((document, headers)) = remote.get_bytes_opt(
-        &format!("/v1/channels/{channel}"),
-        limits.max_channel_len as u64,
-    )?
+    let Some((document, headers)) =
+        remote.get_bytes_opt(&paths::channel(channel), limits.max_channel_len as u64)?
     else {
         return Ok(None);
     };
     // The signature of exactly this sequence, so a publish landing between the two
     // requests cannot pair a document with another one's signature.
     let sequence = headers
-        .get("x-promptpack-sequence")
+        .get(headers::SEQUENCE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let signature_path = match sequence {
-        Some(sequence) => format!("/v1/channels/{channel}/history/{sequence}/signature"),
-        None => format!("/v1/channels/{channel}/signature"),
+        Some(sequence) => paths::history_signature(channel, sequence),
+        None => paths::channel_signature(channel),
     };
     let Some((signature, _)) =
         remote.get_bytes_opt(&signature_path, limits.max_signature_len as u64)?

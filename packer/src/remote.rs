@@ -10,7 +10,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use reqwest::StatusCode;
 use reqwest::blocking::{Body, Client, RequestBuilder, Response};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use zeroize::Zeroizing;
 
@@ -63,17 +62,6 @@ impl fmt::Display for ServerError {
 }
 
 impl std::error::Error for ServerError {}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: ErrorDetail,
-}
-
-#[derive(Deserialize)]
-struct ErrorDetail {
-    code: String,
-    message: String,
-}
 
 /// A connection to one packd.
 pub struct Remote {
@@ -213,7 +201,11 @@ impl Remote {
     }
 
     /// PUT a JSON body.
-    pub fn put_json<T: DeserializeOwned>(&self, path: &str, body: &serde_json::Value) -> Result<T> {
+    pub fn put_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<T> {
         let url = self.url(path);
         let response = self.send("PUT", &url, self.client.put(&url).json(body))?;
         json_body(&url, response)
@@ -243,7 +235,7 @@ fn server_error(method: &'static str, url: &str, response: Response) -> ServerEr
     let mut bytes = Vec::new();
     let _ = response.take(MAX_ERROR_BYTES).read_to_end(&mut bytes);
     let text = String::from_utf8_lossy(&bytes);
-    let (code, message) = match serde_json::from_str::<ErrorBody>(&text) {
+    let (code, message) = match serde_json::from_str::<pack_protocol::ErrorBody>(&text) {
         Ok(body) => (Some(body.error.code), body.error.message),
         Err(_) => {
             let snippet: String = text.trim().chars().take(300).collect();
@@ -320,80 +312,10 @@ fn token(file: Option<&Path>) -> Result<Option<Zeroizing<String>>> {
     Ok(Some(token))
 }
 
-/// The JSON shapes of packd's answers that packer reads (see `server/src/model.rs`).
+/// The JSON shapes of packd's answers: the protocol crate's, checked where they are parsed.
 pub mod model {
-    use serde::de::Error as _;
-    use serde::{Deserialize, Deserializer};
-
-    #[derive(Debug, Clone, Deserialize)]
-    pub struct PackRecord {
-        pub name: String,
-        pub version: String,
-        pub schema: u32,
-        /// Checked here, once, because it is shown abbreviated and copied into signed
-        /// channel entries.
-        #[serde(deserialize_with = "sha256_hex")]
-        pub sha256: String,
-        pub size: u64,
-        pub uploaded_at: String,
-    }
-
-    #[derive(Debug, Deserialize)]
-    pub struct UploadResponse {
-        pub created: bool,
-        pub pack: PackRecord,
-    }
-
-    #[derive(Debug, Deserialize)]
-    pub struct PackVersions {
-        pub name: String,
-        pub versions: Vec<PackRecord>,
-    }
-
-    #[derive(Debug, Deserialize)]
-    pub struct PackList {
-        pub packs: Vec<PackVersions>,
-    }
-
-    #[derive(Debug, Clone, Deserialize)]
-    pub struct ChannelSummary {
-        /// Checked here because `status` puts it in the next request's URL.
-        #[serde(deserialize_with = "channel_name")]
-        pub channel: String,
-        pub sequence: u64,
-        pub sha256: String,
-        pub key_id: String,
-        pub expires_at: String,
-        pub published_at: String,
-    }
-
-    #[derive(Debug, Deserialize)]
-    pub struct ChannelList {
-        pub channels: Vec<ChannelSummary>,
-    }
-
-    #[derive(Debug, Deserialize)]
-    pub struct PublishResponse {
-        pub created: bool,
-        pub channel: ChannelSummary,
-    }
-
-    fn channel_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        pack_format::validate_name("channel", &name).map_err(D::Error::custom)?;
-        Ok(name)
-    }
-
-    /// A SHA-256 as packd writes it: 64 lowercase hex digits.
-    fn sha256_hex<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        if text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Ok(text);
-        }
-        let shown: String = text.chars().take(80).collect();
-        Err(D::Error::custom(format!(
-            "expected a SHA-256 as 64 lowercase hex digits, found {shown:?} ({} bytes)",
-            text.len()
-        )))
-    }
+    pub use pack_protocol::{
+        ChannelList, ChannelSummary, PackList, PackRecord, PackVersions, PublishRequest,
+        PublishResponse, UploadResponse,
+    };
 }

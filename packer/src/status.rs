@@ -29,10 +29,10 @@ struct Live {
 
 pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
     let remote = Remote::new(&args.server, false)?;
-    let list: ChannelList = remote.get_json("/v1/channels")?;
+    let list: ChannelList = remote.get_json(pack_protocol::paths::CHANNELS)?;
     let mut channels = Vec::with_capacity(list.channels.len());
     for summary in list.channels {
-        let path = format!("/v1/channels/{}", summary.channel);
+        let path = pack_protocol::paths::channel(&summary.channel);
         let Some((bytes, _)) =
             remote.get_bytes_opt(&path, Limits::DEFAULT.max_channel_len as u64)?
         else {
@@ -46,7 +46,7 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
         })?;
         channels.push(Live { summary, document });
     }
-    let packs: PackList = remote.get_json("/v1/packs")?;
+    let packs: PackList = remote.get_json(pack_protocol::paths::PACKS)?;
     let now = OffsetDateTime::now_utc();
 
     if json {

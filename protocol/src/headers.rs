@@ -1,0 +1,19 @@
+//! Headers of the protocol (lowercase, as HTTP/2 and `http::HeaderName` want them).
+
+/// Request, on channel fetches: the client's release (semver), e.g. `1.4.2`. packd counts
+/// fetches by it.
+pub const CLIENT_VERSION: &str = "x-promptpack-client-version";
+
+/// Request, on channel fetches: what the client serves — the lowercase hex SHA-256 of the
+/// installed sealed pack, or `builtin` for the pack compiled into the client. packd counts
+/// fetches by it.
+pub const INSTALLED_PACK: &str = "x-promptpack-installed-pack";
+
+/// The [`INSTALLED_PACK`] value of a client serving its built-in pack.
+pub const INSTALLED_BUILTIN: &str = "builtin";
+
+/// Response, on channel documents and signatures: the channel sequence of the document
+/// served. A client fetches the signature of exactly this sequence
+/// ([`crate::paths::history_signature`]), so a release between its two requests cannot pair
+/// one publish's document with another's signature.
+pub const SEQUENCE: &str = "x-promptpack-sequence";

@@ -1,0 +1,226 @@
+//! The packd HTTP protocol, written once: the paths of every route, the headers clients and
+//! servers exchange, and the JSON bodies. packd serves it (and generates its OpenAPI document
+//! from these types with the `openapi` feature), packer and the client speak it.
+//!
+//! Every body a reader takes from the network is checked where it is parsed: SHA-256 values
+//! are 64 lowercase hex digits and names follow the format's name rule, so nothing
+//! downstream slices or builds a URL from an unchecked string.
+
+pub mod headers;
+pub mod paths;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
+
+#[cfg(feature = "openapi")]
+use utoipa::ToSchema;
+
+/// Which blob holds pack `name` at `version`. packd stores it create-only at
+/// `packs/{name}/{version}.json`, so one name and version can never point at two blobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct PackRecord {
+    #[serde(deserialize_with = "pack_name")]
+    pub name: String,
+    /// Semantic version of the pack.
+    pub version: String,
+    /// Template schema the pack was validated against.
+    pub schema: u32,
+    /// Lowercase hex SHA-256 of the sealed bytes.
+    #[serde(deserialize_with = "sha256_hex")]
+    pub sha256: String,
+    /// Bytes of the sealed pack.
+    pub size: u64,
+    /// RFC 3339 time of the first upload.
+    pub uploaded_at: String,
+}
+
+/// Answer to `PUT /v1/blobs/{sha256}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct UploadResponse {
+    /// `true` when this request stored the pack, `false` when the same bytes were already there.
+    pub created: bool,
+    pub pack: PackRecord,
+}
+
+/// Every version of one pack: `GET /v1/packs/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct PackVersions {
+    #[serde(deserialize_with = "pack_name")]
+    pub name: String,
+    /// Sorted by semantic version, oldest first.
+    pub versions: Vec<PackRecord>,
+}
+
+/// `GET /v1/packs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct PackList {
+    pub packs: Vec<PackVersions>,
+}
+
+/// Body of `PUT /v1/channels/{channel}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PublishRequest {
+    /// The channel document, exactly the bytes that were signed (UTF-8 JSON text).
+    pub document: String,
+    /// The minisign signature file text for `document`.
+    pub signature: String,
+}
+
+/// Answer to a publish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct PublishResponse {
+    /// `true` when this request made the document live; `false` when it already was.
+    pub created: bool,
+    pub channel: ChannelSummary,
+    /// The strong ETag `GET /v1/channels/{channel}` now answers with.
+    pub etag: String,
+}
+
+/// A published channel document without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ChannelSummary {
+    /// Checked where it is read: readers put it into the next request's URL.
+    #[serde(deserialize_with = "channel_name")]
+    pub channel: String,
+    #[serde(deserialize_with = "pack_name")]
+    pub pack: String,
+    pub sequence: u64,
+    /// Lowercase hex SHA-256 of the document bytes.
+    #[serde(deserialize_with = "sha256_hex")]
+    pub sha256: String,
+    /// The minisign key id that signed it.
+    pub key_id: String,
+    pub issued_at: String,
+    pub expires_at: String,
+    /// RFC 3339 time the server accepted it.
+    pub published_at: String,
+}
+
+/// `GET /v1/channels`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ChannelList {
+    /// The live document of every channel, sorted by name.
+    pub channels: Vec<ChannelSummary>,
+}
+
+/// Documents of one channel, oldest first: `GET /v1/channels/{channel}/history`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ChannelHistory {
+    #[serde(deserialize_with = "channel_name")]
+    pub channel: String,
+    /// Sequence of the live document, if any.
+    pub live_sequence: Option<u64>,
+    /// Total documents ever published on this channel.
+    pub total: usize,
+    /// The newest `limit` documents (all by default), oldest first.
+    pub entries: Vec<ChannelSummary>,
+}
+
+/// Every error under `/v1` answers with this body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `stale_sequence`.
+    pub code: String,
+    /// Human-readable explanation.
+    pub message: String,
+    /// For `missing_blobs`: the SHA-256 of every referenced blob that is not on the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<Vec<String>>,
+    /// For `stale_sequence`: the current sequence of the channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_sequence: Option<u64>,
+}
+
+/// Whether `text` is a SHA-256 as the protocol writes it: 64 lowercase hex digits.
+pub fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn sha256_hex<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    if is_sha256_hex(&text) {
+        return Ok(text);
+    }
+    let shown: String = text.chars().take(80).collect();
+    Err(D::Error::custom(format!(
+        "expected a SHA-256 as 64 lowercase hex digits, found {shown:?} ({} bytes)",
+        text.len()
+    )))
+}
+
+fn checked_name<'de, D: Deserializer<'de>>(
+    what: &'static str,
+    deserializer: D,
+) -> Result<String, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    pack_format::validate_name(what, &name).map_err(D::Error::custom)?;
+    Ok(name)
+}
+
+fn channel_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    checked_name("channel", deserializer)
+}
+
+fn pack_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    checked_name("pack", deserializer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(channel: &str, sha256: &str) -> serde_json::Value {
+        serde_json::json!({
+            "channel": channel, "pack": "core", "sequence": 3, "sha256": sha256,
+            "key_id": "ABCD", "issued_at": "t", "expires_at": "t", "published_at": "t"
+        })
+    }
+
+    #[test]
+    fn a_summary_round_trips() {
+        let value = summary("stable", &"a".repeat(64));
+        let parsed: ChannelSummary = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), value);
+    }
+
+    #[test]
+    fn a_channel_name_that_leaves_its_path_is_refused() {
+        let err = serde_json::from_value::<ChannelSummary>(summary("../packs", &"a".repeat(64)))
+            .unwrap_err();
+        assert!(err.to_string().contains("invalid channel name"), "{err}");
+    }
+
+    #[test]
+    fn a_sha256_that_is_not_lowercase_hex_is_refused() {
+        for bad in ["A".repeat(64), "a".repeat(63), "é".repeat(32)] {
+            let err =
+                serde_json::from_value::<ChannelSummary>(summary("stable", &bad)).unwrap_err();
+            assert!(err.to_string().contains("64 lowercase hex"), "{err}");
+        }
+    }
+
+    #[test]
+    fn error_bodies_without_optional_fields_parse() {
+        let body: ErrorBody =
+            serde_json::from_str(r#"{"error":{"code":"busy","message":"try again"}}"#).unwrap();
+        assert_eq!(body.error.code, "busy");
+        assert_eq!(body.error.missing, None);
+    }
+}

@@ -1,0 +1,46 @@
+//! Paths of packd's routes, relative to the server's base URL. Names and hashes passed in
+//! must already be valid (they come from signed documents or checked bodies).
+
+/// `PUT` (upload), `GET`, `HEAD`: one sealed pack by the SHA-256 of its bytes.
+pub fn blob(sha256: &str) -> String {
+    format!("/v1/blobs/{sha256}")
+}
+
+/// `GET`: every pack with its versions.
+pub const PACKS: &str = "/v1/packs";
+
+/// `GET`: every version of one pack.
+pub fn pack(name: &str) -> String {
+    format!("/v1/packs/{name}")
+}
+
+/// `GET`: the live document of every channel.
+pub const CHANNELS: &str = "/v1/channels";
+
+/// `GET`: the live document's bytes; `PUT`: publish.
+pub fn channel(channel: &str) -> String {
+    format!("/v1/channels/{channel}")
+}
+
+/// `GET`: the live document's signature.
+pub fn channel_signature(channel: &str) -> String {
+    format!("/v1/channels/{channel}/signature")
+}
+
+/// `GET`: every document published on a channel.
+pub fn history(channel: &str) -> String {
+    format!("/v1/channels/{channel}/history")
+}
+
+/// `GET`: the document published at `sequence`.
+pub fn history_document(channel: &str, sequence: u64) -> String {
+    format!("/v1/channels/{channel}/history/{sequence}")
+}
+
+/// `GET`: the signature of the document published at `sequence`.
+pub fn history_signature(channel: &str, sequence: u64) -> String {
+    format!("/v1/channels/{channel}/history/{sequence}/signature")
+}
+
+/// `GET`: the OpenAPI description, generated from this crate's types.
+pub const OPENAPI: &str = "/v1/openapi.json";
