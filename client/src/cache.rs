@@ -21,6 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::ClientError;
 
 const STATE_FILE: &str = "state.json";
+const REFRESH_LOCK: &str = "refresh.lock";
 const STATE_FORMAT: u32 = 1;
 const MAX_STATE_LEN: u64 = 4 * 1024 * 1024;
 
@@ -245,6 +246,29 @@ impl Cache {
             if !wanted && let Err(e) = std::fs::remove_file(entry.path()) {
                 tracing::warn!("could not remove old pack {}: {e}", entry.path().display());
             }
+        }
+    }
+
+    /// The cross-process refresh lock (`<cache>/refresh.lock`): every process sharing the
+    /// cache refreshes under it, one at a time. `wait`: block until it is free; otherwise
+    /// `None` when another process holds it. Released when the file is dropped (and by the
+    /// kernel when the holder dies).
+    pub fn lock_refresh(&self, wait: bool) -> Result<Option<std::fs::File>, ClientError> {
+        let path = self.dir.join(REFRESH_LOCK);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| cache_err(&path, e))?;
+        if wait {
+            file.lock().map_err(|e| cache_err(&path, e))?;
+            return Ok(Some(file));
+        }
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(cache_err(&path, e)),
         }
     }
 

@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 
 use crate::cache::{BadPack, BadReason, Cache, Installed, State};
 use crate::config::key_set_fingerprint;
+use crate::schedule;
 use crate::snapshot::{Snapshot, SnapshotMeta, Source};
 use crate::{ClientConfig, ClientError, PromptStore, builtin};
 
@@ -307,7 +308,45 @@ impl Client {
     /// is then made durable and served whole, outside the deadline, so a refresh is never
     /// cut off half-committed.
     pub async fn refresh_now(&self) -> Result<RefreshOutcome, ClientError> {
+        self.refresh_locked(true).await
+    }
+
+    /// A refresh unless another process sharing the cache is refreshing right now (then
+    /// `Skipped`): the background refresh that short-lived entry points start.
+    pub async fn refresh_if_idle(&self) -> Result<RefreshOutcome, ClientError> {
+        self.refresh_locked(false).await
+    }
+
+    /// Whether a short-lived process should start a background refresh: updates are on, a
+    /// server is configured, the last success is older than the six-hour interval plus this
+    /// install's spread (up to an hour, so installs that ran together drift apart), and no
+    /// check was made in the last [`schedule::RETRY_AFTER`] (an unreachable server is not
+    /// asked on every run).
+    pub fn refresh_due(&self, now: OffsetDateTime) -> bool {
+        if !self.config.auto_update || self.config.server.is_none() {
+            return false;
+        }
+        let state = lock(&self.state);
+        let age = |t: Option<i64>| t.map(|t| now.unix_timestamp().saturating_sub(t));
+        let interval = schedule::INTERVAL.as_secs() + schedule::spread(&self.install_id);
+        let stale = age(state.last_success).is_none_or(|a| a < 0 || a as u64 > interval);
+        let tried_lately = age(state.last_check)
+            .is_some_and(|a| a >= 0 && (a as u64) < schedule::RETRY_AFTER.as_secs());
+        stale && !tried_lately
+    }
+
+    /// One refresh at a time in this process, and under the cache's refresh lock across
+    /// processes. Under the lock the state is read again: another process may have refreshed
+    /// since this one loaded it, and its newer state must not be overwritten with an older one.
+    async fn refresh_locked(&self, wait: bool) -> Result<RefreshOutcome, ClientError> {
         let _one_at_a_time = self.refreshing.lock().await;
+        let cache = self.cache.clone();
+        let Some(_across_processes) = blocking(move || cache.lock_refresh(wait)).await?? else {
+            return Ok(RefreshOutcome::Skipped {
+                reason: "another process is refreshing this cache".to_string(),
+            });
+        };
+        self.adopt_newer_state();
         let now = OffsetDateTime::now_utc();
         let deadline = self.config.deadline;
         let plan = match tokio::time::timeout(deadline, self.prepare(now)).await {
@@ -329,6 +368,21 @@ impl Client {
             }
         }
         result
+    }
+
+    /// Takes the state on disk when another process wrote a newer one (a higher sequence, or
+    /// the same with later checks). What is served changes only when a refresh installs.
+    fn adopt_newer_state(&self) {
+        let Ok(Some(disk)) = self.cache.load_state() else {
+            return;
+        };
+        let mut state = lock(&self.state);
+        let newer = disk.sequence > state.sequence
+            || (disk.sequence == state.sequence && disk.last_check > state.last_check);
+        if disk.channel == state.channel && newer {
+            *state = disk;
+            lift_key_marks(&mut state, &key_set_fingerprint(&self.config.content_keys));
+        }
     }
 
     /// Clears bad-pack marks: the given hashes, or all of them. Returns the hashes cleared.

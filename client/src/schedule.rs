@@ -12,6 +12,16 @@ use crate::Client;
 /// How often a client checks.
 pub const INTERVAL: Duration = Duration::from_secs(6 * 60 * 60);
 
+/// After a check, short-lived processes start no background refresh for this long, even
+/// when the check failed.
+pub const RETRY_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// This install's spread on top of the interval for background refreshes, in seconds
+/// (under an hour).
+pub fn spread(install_id: &str) -> u64 {
+    offset_for(install_id) % 3600
+}
+
 /// The cron expression (`sec min hour day month weekday`) for an install: every six hours,
 /// offset within the six-hour window by the install id.
 pub fn cron_for(install_id: &str) -> String {
