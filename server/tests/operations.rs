@@ -401,7 +401,14 @@ async fn a_data_dir_of_the_old_layout_keeps_working() {
         StatusCode::CREATED
     );
 
-    // No hint at all: the history alone says what is live.
+    // A hint that does not parse, then no hint at all: the history alone says what is live.
+    server.kill9();
+    std::fs::write(&head, b"{\"sequence\": ").unwrap();
+    let mut server = server.restart();
+    assert_eq!(
+        live(server.base.clone()).await,
+        next["document"].as_str().unwrap()
+    );
     server.kill9();
     std::fs::remove_file(&head).unwrap();
     let server = server.restart();

@@ -385,10 +385,12 @@ async fn find_live(
 /// The sequence the head hint points at, when it points at a committed document. A missing
 /// or unreadable hint is no error: the history is the truth.
 async fn hinted(state: &SharedState, channel: &str) -> Result<Option<u64>, ApiError> {
-    let key = keys::head(channel);
-    let hint = match load_record(state, &key).await {
-        Ok(Some(record)) => record.summary.sequence,
-        Ok(None) => return Ok(None),
+    // A store that does not answer is an error; a hint that does not parse is only no hint.
+    let Some(bytes) = state.storage.get(&keys::head(channel)).await? else {
+        return Ok(None);
+    };
+    let hint = match serde_json::from_slice::<ChannelRecord>(&bytes) {
+        Ok(record) => record.summary.sequence,
         Err(err) => {
             tracing::warn!(channel, %err, "ignoring an unreadable head hint");
             return Ok(None);
