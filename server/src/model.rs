@@ -78,8 +78,8 @@ pub struct ChannelSummary {
     pub published_at: String,
 }
 
-/// A published document as stored: `channels/{channel}/head.json` (the live one) and
-/// `channels/{channel}/history/{sequence:020}.json` (every one, create-only).
+/// A published document as stored: `channels/{channel}/history/{sequence:020}.json` (every
+/// one, create-only; the highest is live) and `channels/{channel}/head.json` (the hint).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelRecord {
     #[serde(flatten)]

@@ -15,6 +15,12 @@ use tokio::sync::Semaphore;
 use crate::config::{Settings, StorageConfig};
 use crate::storage::{Storage, StorageError};
 
+/// How old a staging file under a data directory must be before the start-up sweep removes
+/// it. Several nodes may share one data directory, so a staging file can be another live
+/// node's write in progress; a write lasts at most one request (bounded by the request
+/// timeout, and the sweep waits at least twice that), so an hour is far past any live one.
+pub const STALE_STAGING_AGE: Duration = Duration::from_secs(3600);
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -47,6 +53,19 @@ impl Server {
             StorageConfig::Local(dir) => Storage::local(dir)?,
             StorageConfig::S3(url) => Storage::s3(url)?,
         };
+        let min_age = STALE_STAGING_AGE.max(settings.request_timeout.saturating_mul(2));
+        let sweeping = storage.clone();
+        tokio::spawn(async move {
+            match sweeping.sweep_staging(min_age).await {
+                Ok(sweep) => tracing::info!(
+                    removed = sweep.removed,
+                    kept = sweep.kept,
+                    failed = sweep.failed,
+                    "staging sweep done"
+                ),
+                Err(err) => tracing::warn!(%err, "staging sweep failed"),
+            }
+        });
         let listener =
             TcpListener::bind(settings.listen)
                 .await

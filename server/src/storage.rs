@@ -1,10 +1,12 @@
-//! Where everything lives: an [`ObjectStore`] (local disk or S3-compatible) plus a lock per
-//! channel and per pack version.
+//! Where everything lives: an [`ObjectStore`] (local disk or S3-compatible).
 //!
 //! Nodes keep no state of their own, so every rule that spans requests is enforced here:
-//! writes are whole objects (temp file + rename on disk, one PUT on S3) so nothing partial is
-//! ever visible; records that must never change are written create-only; and a publish runs
-//! under a lock that works across processes and machines (see [`crate::lock`]).
+//! writes are whole objects (temp file + rename or hard link on disk, one PUT on S3) so
+//! nothing partial is ever visible, and records that must never change are written
+//! create-only. A create-only write is the only coordination packd needs between processes
+//! and machines: it is atomic on disk (`link(2)` fails when the name exists) and on object
+//! stores that implement `If-None-Match: *` atomically (AWS S3, SeaweedFS). There are no
+//! locks.
 //!
 //! Layout under the root (a data directory or `s3://bucket/prefix`):
 //!
@@ -12,14 +14,13 @@
 //! |---|---|
 //! | `blobs/{sha256}` | a sealed pack, content-addressed |
 //! | `packs/{name}/{version}.json` | which blob holds pack `name` at `version` (create-only) |
-//! | `channels/{channel}/head.json` | the live document and its signature |
-//! | `channels/{channel}/history/{sequence:020}.json` | every document ever published (create-only) |
-//! | `locks/{scope}/…` | claim objects of the object-storage lock |
+//! | `channels/{channel}/history/{sequence:020}.json` | every document ever published (create-only); the highest is live |
+//! | `channels/{channel}/head.json` | a hint: a recently live document, for finding the live one without a LIST |
 
 use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
@@ -30,10 +31,8 @@ use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::{
     GetOptions, GetRange, GetResult, GetResultPayload, ObjectMeta, ObjectStore, ObjectStoreExt,
-    PutMode, PutOptions, PutPayload, UpdateVersion,
+    PutMode, PutOptions, PutPayload,
 };
-
-use crate::lock::{LockGuard, acquire};
 
 /// A storage failure. Not-found and lost races are not errors: they are return values.
 #[derive(Debug, thiserror::Error)]
@@ -73,40 +72,15 @@ impl StorageError {
     }
 }
 
-/// A small object and the version to compare against when replacing it.
-#[derive(Debug, Clone)]
-pub struct Versioned {
-    pub bytes: Bytes,
-    pub version: UpdateVersion,
-}
-
-/// One version of an object, from [`Storage::fingerprint`]. Two equal fingerprints of a key
-/// taken at different times mean it was not replaced in between: on disk every write is a new
-/// file renamed into place (a new inode, new times), on object storage a new ETag or version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fingerprint(Option<Identity>);
-
-impl Fingerprint {
-    /// Whether two fingerprints show the same version. Never, when the store gave nothing
-    /// to compare.
-    pub fn same_as(&self, other: &Fingerprint) -> bool {
-        self.0.is_some() && self.0 == other.0
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Identity {
-    File {
-        dev: u64,
-        ino: u64,
-        size: u64,
-        mtime: (i64, i64),
-        ctime: (i64, i64),
-    },
-    Object {
-        e_tag: Option<String>,
-        version: Option<String>,
-    },
+/// What a sweep of staging files did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sweep {
+    /// Staging files old enough to be left by a dead writer, removed.
+    pub removed: usize,
+    /// Staging files too young to be sure nobody is still writing them, kept.
+    pub kept: usize,
+    /// Staging files that could not be removed (logged).
+    pub failed: usize,
 }
 
 /// Outcome of a create-only write.
@@ -116,22 +90,14 @@ pub enum Created {
     AlreadyExists,
 }
 
-/// Outcome of a compare-and-swap write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Swapped {
-    Swapped,
-    /// Someone else changed the object since it was read.
-    Conflict,
-}
-
 #[derive(Debug, Clone)]
 enum Backend {
-    /// A directory. Locks are `flock`s on files under `{root}/.locks`.
+    /// A directory.
     Local {
         root: PathBuf,
         files: Arc<LocalFileSystem>,
     },
-    /// S3-compatible object storage. Locks are claim objects under `locks/`.
+    /// S3-compatible object storage.
     Object,
 }
 
@@ -165,9 +131,6 @@ pub mod keys {
     /// The sequence of a history key, from its file name.
     pub fn history_sequence(key: &str) -> Option<u64> {
         key.rsplit('/').next()?.strip_suffix(".json")?.parse().ok()
-    }
-    pub fn lock_dir(scope: &str) -> String {
-        format!("locks/{scope}")
     }
 }
 
@@ -253,23 +216,19 @@ impl Storage {
         self.head("readyz-probe").await.map(|_| ())
     }
 
-    /// A whole small object with its version, or `None`.
-    pub async fn get(&self, key: &str) -> Result<Option<Versioned>, StorageError> {
+    /// A whole small object, or `None`.
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, StorageError> {
         let location = path(key)?;
         let result = match self.store.get(&location).await {
             Ok(r) => r,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(source) => return Err(StorageError::store("get", &location, source)),
         };
-        let version = UpdateVersion {
-            e_tag: result.meta.e_tag.clone(),
-            version: result.meta.version.clone(),
-        };
-        let bytes = result
+        result
             .bytes()
             .await
-            .map_err(|source| StorageError::store("read", &location, source))?;
-        Ok(Some(Versioned { bytes, version }))
+            .map(Some)
+            .map_err(|source| StorageError::store("read", &location, source))
     }
 
     pub async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, StorageError> {
@@ -281,32 +240,10 @@ impl Storage {
         }
     }
 
-    /// What identifies the current version of an object, or `None` when there is none. Cheap:
-    /// on disk one `stat` (see [`Storage::size`]); on object storage a HEAD. A fingerprint
-    /// from a store that reports neither an ETag nor a version matches nothing.
-    pub async fn fingerprint(&self, key: &str) -> Result<Option<Fingerprint>, StorageError> {
-        match &self.backend {
-            Backend::Local { files, .. } => {
-                use std::os::unix::fs::MetadataExt;
-                Ok(stat_local(files, key)?.map(|m| {
-                    Fingerprint(Some(Identity::File {
-                        dev: m.dev(),
-                        ino: m.ino(),
-                        size: m.size(),
-                        mtime: (m.mtime(), m.mtime_nsec()),
-                        ctime: (m.ctime(), m.ctime_nsec()),
-                    }))
-                }))
-            }
-            Backend::Object => Ok(self.head(key).await?.map(|meta| {
-                Fingerprint((meta.e_tag.is_some() || meta.version.is_some()).then_some(
-                    Identity::Object {
-                        e_tag: meta.e_tag,
-                        version: meta.version,
-                    },
-                ))
-            })),
-        }
+    /// Whether an object exists. On disk one `stat` (see [`Storage::size`]), on object
+    /// storage a HEAD.
+    pub async fn exists(&self, key: &str) -> Result<bool, StorageError> {
+        Ok(self.size(key).await?.is_some())
     }
 
     /// The size of an object, or `None` when there is none. On disk one `stat`, made inline:
@@ -370,46 +307,8 @@ impl Storage {
         }
     }
 
-    /// Replaces the object if it is still at `expected` (`None`: if it still does not exist).
-    /// Callers hold the lock for the key as well; on object storage the conditional PUT is a
-    /// second line of defence, on disk the lock is the only one (LocalFileSystem has no
-    /// compare-and-swap) and the version is re-checked under it.
-    pub async fn swap(
-        &self,
-        key: &str,
-        bytes: Bytes,
-        expected: Option<UpdateVersion>,
-    ) -> Result<Swapped, StorageError> {
-        let location = path(key)?;
-        let mode = match (&self.backend, expected) {
-            (Backend::Object, Some(version)) => PutMode::Update(version),
-            (Backend::Object, None) => PutMode::Create,
-            (Backend::Local { .. }, None) => PutMode::Create,
-            (Backend::Local { .. }, Some(version)) => {
-                let current = self.head(key).await?;
-                let unchanged = current
-                    .is_some_and(|m| m.e_tag == version.e_tag && m.version == version.version);
-                if !unchanged {
-                    return Ok(Swapped::Conflict);
-                }
-                PutMode::Overwrite
-            }
-        };
-        match self
-            .store
-            .put_opts(&location, PutPayload::from(bytes), PutOptions::from(mode))
-            .await
-        {
-            Ok(_) => Ok(Swapped::Swapped),
-            Err(
-                object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. },
-            ) => Ok(Swapped::Conflict),
-            Err(source) => Err(StorageError::store("swap", &location, source)),
-        }
-    }
-
-    /// Writes or replaces an object (lock claims only).
+    /// Writes or replaces an object. Only for hints that readers verify (`head.json`): a
+    /// replace is not a commit.
     pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), StorageError> {
         let location = path(key)?;
         self.store
@@ -417,15 +316,6 @@ impl Storage {
             .await
             .map(|_| ())
             .map_err(|source| StorageError::store("put", &location, source))
-    }
-
-    /// Deletes an object (lock claims only); a missing object is fine.
-    pub async fn delete(&self, key: &str) -> Result<(), StorageError> {
-        let location = path(key)?;
-        match self.store.delete(&location).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(source) => Err(StorageError::store("delete", &location, source)),
-        }
     }
 
     /// Every object under `prefix/`, recursively.
@@ -452,18 +342,94 @@ impl Storage {
             .filter_map(|p| p.filename().map(str::to_string))
             .collect())
     }
+}
 
-    /// Takes the lock named `scope`, waiting up to `wait`. `None` when it stayed busy.
-    pub async fn lock(
-        &self,
-        scope: &str,
-        wait: Duration,
-    ) -> Result<Option<LockGuard>, StorageError> {
-        match &self.backend {
-            Backend::Local { root, .. } => acquire::local(root, scope, wait).await,
-            Backend::Object => acquire::object(self.clone(), scope, wait).await,
+impl Storage {
+    /// Removes the staging files that writers killed mid-write left under a data directory:
+    /// LocalFileSystem writes `{key}#{n}` and renames or links it into place, so a `kill -9`
+    /// in between leaves the staging file (a whole pack, for a blob). They are never listed
+    /// or served, only wasted space. Files younger than `min_age` are kept: several nodes may
+    /// share one data directory, and a young staging file may be another node's write in
+    /// progress. On object storage there is nothing to sweep (see server/README.md).
+    pub async fn sweep_staging(&self, min_age: Duration) -> Result<Sweep, StorageError> {
+        let Backend::Local { root, .. } = &self.backend else {
+            return Ok(Sweep::default());
+        };
+        let root = root.clone();
+        tokio::task::spawn_blocking(move || sweep_dir(&root, min_age))
+            .await
+            .map_err(|e| StorageError::Io {
+                what: "sweeping staging files".to_string(),
+                source: std::io::Error::other(e.to_string()),
+            })?
+    }
+}
+
+/// Whether a file name is one of LocalFileSystem's staging names, `{name}#{digits}`. No key
+/// packd writes contains `#` (names and versions are checked on the way in).
+fn is_staging_name(name: &str) -> bool {
+    name.rsplit_once('#').is_some_and(|(base, n)| {
+        !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+fn sweep_dir(root: &FsPath, min_age: Duration) -> Result<Sweep, StorageError> {
+    let mut sweep = Sweep::default();
+    let now = SystemTime::now();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            // Removed by another node in the meantime.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(StorageError::Io {
+                    what: format!("listing {}", dir.display()),
+                    source,
+                });
+            }
+        };
+        for entry in entries {
+            let entry = entry.map_err(|source| StorageError::Io {
+                what: format!("listing {}", dir.display()),
+                source,
+            })?;
+            // Not followed: a link is nothing packd wrote.
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let file = entry.path();
+            if kind.is_dir() {
+                stack.push(file);
+                continue;
+            }
+            if !kind.is_file() || !is_staging_name(&entry.file_name().to_string_lossy()) {
+                continue;
+            }
+            // A modification time in the future counts as brand new.
+            let age = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .map(|t| now.duration_since(t).unwrap_or_default())
+                .unwrap_or_default();
+            if age < min_age {
+                sweep.kept += 1;
+                continue;
+            }
+            match std::fs::remove_file(&file) {
+                Ok(()) => {
+                    tracing::info!(file = %file.display(), age_secs = age.as_secs(), "removed a stale staging file");
+                    sweep.removed += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    tracing::warn!(file = %file.display(), %err, "could not remove a stale staging file");
+                    sweep.failed += 1;
+                }
+            }
         }
     }
+    Ok(sweep)
 }
 
 /// `stat` of the file holding `key` under a data directory; `None` when there is no such file.
@@ -595,33 +561,74 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_fingerprint_changes_when_the_object_is_replaced() {
+    async fn put_replaces_and_exists_sees_only_objects() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::local(dir.path()).unwrap();
         let key = keys::head("stable");
-        assert!(storage.fingerprint(&key).await.unwrap().is_none());
-        assert!(storage.size(&key).await.unwrap().is_none());
+        assert!(!storage.exists(&key).await.unwrap());
+        storage.put(&key, Bytes::from_static(b"one")).await.unwrap();
+        storage.put(&key, Bytes::from_static(b"two")).await.unwrap();
+        assert!(storage.exists(&key).await.unwrap());
+        assert_eq!(
+            storage.get(&key).await.unwrap().unwrap(),
+            Bytes::from_static(b"two")
+        );
+        // A directory is not an object.
+        assert!(!storage.exists("channels").await.unwrap());
+    }
+
+    #[test]
+    fn staging_names_are_told_apart_from_keys() {
+        assert!(is_staging_name("head.json#1"));
+        assert!(is_staging_name(&format!("{}#12", "ab".repeat(32))));
+        assert!(!is_staging_name("head.json"));
+        assert!(!is_staging_name("head.json#"));
+        assert!(!is_staging_name("#3"));
+        assert!(!is_staging_name("head.json#1a"));
+    }
+
+    /// Old staging files go, young ones (maybe another node's write in progress) and real
+    /// objects stay.
+    #[tokio::test]
+    async fn the_sweep_removes_only_old_staging_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::local(dir.path()).unwrap();
+        let sha = "cd".repeat(32);
         storage
-            .create(&key, Bytes::from_static(b"one"))
+            .create(&keys::blob(&sha), Bytes::from_static(b"whole"))
             .await
             .unwrap();
-        let first = storage.fingerprint(&key).await.unwrap().unwrap();
-        assert!(first.same_as(&storage.fingerprint(&key).await.unwrap().unwrap()));
-        assert_eq!(storage.size(&key).await.unwrap(), Some(3));
-        // Same size, same content even: still another version.
-        let version = storage.get(&key).await.unwrap().unwrap().version;
+        let old = dir.path().join(format!("blobs/{sha}#1"));
+        let young = dir.path().join(format!("blobs/{sha}#2"));
+        std::fs::create_dir_all(dir.path().join("channels/stable")).unwrap();
+        let old_head = dir.path().join("channels/stable/head.json#7");
+        for file in [&old, &young, &old_head] {
+            std::fs::write(file, b"partial").unwrap();
+        }
+        let two_hours_ago = SystemTime::now() - Duration::from_secs(7200);
+        for file in [&old, &old_head] {
+            std::fs::File::options()
+                .write(true)
+                .open(file)
+                .unwrap()
+                .set_modified(two_hours_ago)
+                .unwrap();
+        }
+        let sweep = storage
+            .sweep_staging(Duration::from_secs(3600))
+            .await
+            .unwrap();
         assert_eq!(
-            storage
-                .swap(&key, Bytes::from_static(b"one"), Some(version))
-                .await
-                .unwrap(),
-            Swapped::Swapped
+            sweep,
+            Sweep {
+                removed: 2,
+                kept: 1,
+                failed: 0
+            }
         );
-        let second = storage.fingerprint(&key).await.unwrap().unwrap();
-        assert!(!first.same_as(&second));
-        // A directory is not an object.
-        assert!(storage.size("channels").await.unwrap().is_none());
-        assert!(!Fingerprint(None).same_as(&Fingerprint(None)));
+        assert!(!old.exists() && !old_head.exists());
+        assert!(young.exists());
+        assert!(storage.exists(&keys::blob(&sha)).await.unwrap());
     }
 
     #[tokio::test]
@@ -658,7 +665,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn local_create_never_replaces_and_swap_checks_the_version() {
+    async fn local_create_never_replaces() {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::local(dir.path()).unwrap();
         assert_eq!(
@@ -675,25 +682,20 @@ mod tests {
                 .unwrap(),
             Created::AlreadyExists
         );
-        let first = storage.get("a/b").await.unwrap().unwrap();
-        assert_eq!(first.bytes, Bytes::from_static(b"1"));
         assert_eq!(
-            storage
-                .swap("a/b", Bytes::from_static(b"3"), Some(first.version.clone()))
-                .await
-                .unwrap(),
-            Swapped::Swapped
+            storage.get("a/b").await.unwrap().unwrap(),
+            Bytes::from_static(b"1")
         );
-        assert_eq!(
-            storage
-                .swap("a/b", Bytes::from_static(b"4"), Some(first.version))
-                .await
-                .unwrap(),
-            Swapped::Conflict
-        );
-        assert_eq!(
-            storage.get("a/b").await.unwrap().unwrap().bytes,
-            Bytes::from_static(b"3")
-        );
+        // The losing write's staging file is gone too.
+        assert_eq!(files_in(&dir.path().join("a")), ["b"]);
+    }
+
+    fn files_in(dir: &FsPath) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
     }
 }

@@ -1,5 +1,6 @@
 //! Running `packd`: zero config, the OpenAPI description, timeouts, graceful shutdown, the
-//! token commands, and what the s3s-fs test store does with conditional writes.
+//! token commands, data directories of the old layout, the start-up sweep of staging files,
+//! and the atomic create-only write of SeaweedFS that publishing rests on.
 
 #![allow(clippy::print_stderr)] // tests report what they measured
 
@@ -257,114 +258,230 @@ fn token_new_prints_a_token_and_its_config_entry() {
     assert!(!bad.status.success());
 }
 
-/// What s3s-fs does with the conditional writes the design could lean on. It refuses a
-/// create-only PUT of an existing key and a PUT whose `If-Match` is stale, but checks the
-/// condition before streaming the body and renames afterwards without a lock, so two PUTs
-/// racing on one key can both succeed. That is why packd serializes publishes with its own
-/// lock (claim object + LIST, see `server/src/lock.rs`) and uses conditional writes only as
-/// a second line of defence; `two_nodes_racing_lose_no_update` shows the result stays safe.
+/// Publishing rests on one property of the object store: of several create-only PUTs
+/// (`If-None-Match: *`) of one new key, exactly one succeeds and its bytes are what is
+/// stored. SeaweedFS, the store the S3 tests run on, has it; 20 keys, each raced for by 8
+/// PUTs of 256 KiB at once, check it (a store that checks the condition before receiving the
+/// body and writes afterwards without a lock, as s3s-fs does, lets several through). The keys
+/// race side by side: SeaweedFS makes the losers of one key wait a second or two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3s_fs_conditional_writes_are_checked_but_not_atomic() {
-    use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+async fn seaweedfs_create_only_puts_are_atomic() {
     use object_store::path::Path;
-    use object_store::{
-        ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
-    };
+    use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-    let Some(s3) = S3::start() else { return };
-    let mut builder = AmazonS3Builder::new()
-        .with_bucket_name(S3_BUCKET)
-        .with_allow_http(true)
-        .with_conditional_put(S3ConditionalPut::ETagMatch);
-    for (key, value) in s3.env() {
-        builder = builder.with_config(key.to_lowercase().parse().unwrap(), value);
+    const KEYS: usize = 20;
+    const RACERS: u8 = 8;
+    const SIZE: usize = 256 * 1024;
+    let Some(s3) = Seaweed::shared() else { return };
+    let store = std::sync::Arc::new(s3.store());
+    let prefix = format!("probe-{:016x}", rand::random::<u64>());
+    let started = Instant::now();
+    let mut racers = Vec::new();
+    for key in 0..KEYS {
+        for i in 0..RACERS {
+            let store = store.clone();
+            let location = Path::from(format!("{prefix}/{key}"));
+            racers.push(tokio::spawn(async move {
+                let put = store
+                    .put_opts(
+                        &location,
+                        PutPayload::from(vec![i; SIZE]),
+                        PutOptions::from(PutMode::Create),
+                    )
+                    .await;
+                match put {
+                    Ok(_) => (key, Some(i)),
+                    Err(object_store::Error::AlreadyExists { .. }) => (key, None),
+                    Err(other) => panic!("key {key}, racer {i}: {other}"),
+                }
+            }));
+        }
     }
-    let store = std::sync::Arc::new(builder.build().unwrap());
-    let key = Path::from("probe/object");
-
-    let create = |bytes: Vec<u8>| PutPayload::from(bytes);
-    let first = store
-        .put_opts(
-            &key,
-            create(b"one".to_vec()),
-            PutOptions::from(PutMode::Create),
-        )
-        .await
-        .unwrap();
-    let again = store
-        .put_opts(
-            &key,
-            create(b"two".to_vec()),
-            PutOptions::from(PutMode::Create),
-        )
-        .await;
-    assert!(
-        matches!(
-            again,
-            Err(object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. })
-        ),
-        "If-None-Match: * on an existing key: {again:?}"
-    );
-    let version = UpdateVersion {
-        e_tag: first.e_tag.clone(),
-        version: first.version.clone(),
-    };
-    store
-        .put_opts(
-            &key,
-            create(b"three".to_vec()),
-            PutOptions::from(PutMode::Update(version.clone())),
-        )
-        .await
-        .unwrap();
-    let stale = store
-        .put_opts(
-            &key,
-            create(b"four".to_vec()),
-            PutOptions::from(PutMode::Update(version)),
-        )
-        .await;
-    assert!(
-        matches!(stale, Err(object_store::Error::Precondition { .. })),
-        "If-Match with a stale ETag: {stale:?}"
-    );
-    assert_eq!(
-        store
-            .get(&key)
+    let mut winners = vec![Vec::new(); KEYS];
+    for racer in racers {
+        let (key, won) = racer.await.unwrap();
+        winners[key].extend(won);
+    }
+    let elapsed = started.elapsed();
+    for (key, won) in winners.iter().enumerate() {
+        assert_eq!(won.len(), 1, "key {key}: winners {won:?}");
+        let stored = store
+            .get(&Path::from(format!("{prefix}/{key}")))
             .await
             .unwrap()
             .bytes()
             .await
-            .unwrap()
-            .as_ref(),
-        b"three"
+            .unwrap();
+        assert!(
+            stored.len() == SIZE && stored.iter().all(|b| *b == won[0]),
+            "key {key}: the stored bytes are the winner's"
+        );
+    }
+    eprintln!(
+        "SeaweedFS: {KEYS} keys x {RACERS} racing create-only PUTs, one winner each, in {} ms",
+        elapsed.as_millis()
+    );
+}
+
+/// A data directory the old layout wrote keeps working: `head.json` (then the live pointer)
+/// is read as a hint, the old lock files are ignored, and a history entry the old packd left
+/// ahead of `head.json` when it died between its two writes is live at once (the old packd
+/// made it live only at the next publish, which it then refused as not greater).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_of_the_old_layout_keeps_working() {
+    let fx = Fixture::new("");
+    let backend = fx.disk();
+    let Backend::Disk(data) = &backend else {
+        unreachable!()
+    };
+    let mut server = Packd::start(&backend, Some(&fx.config));
+    let c = client();
+    let pack = fx.pack("core", "1.0.0", "one");
+    let put = |body: Value, base: String| {
+        let c = c.clone();
+        async move {
+            c.put(format!("{base}/v1/channels/stable"))
+                .bearer_auth(PUBLISH_TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let r = c
+        .put(server.url(&format!("/v1/blobs/{}", pack_format::sha256_hex(&pack))))
+        .bearer_auth(PUBLISH_TOKEN)
+        .body(pack.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let head = data.join("channels/stable/head.json");
+    let mut bodies = Vec::new();
+    let mut head_at_2 = Vec::new();
+    for sequence in 1..=3 {
+        let body =
+            fx.publish_body(&fx.document("stable", sequence, &pack, &format!("s{sequence}")));
+        assert_eq!(
+            put(body.clone(), server.base.clone()).await,
+            StatusCode::CREATED
+        );
+        if sequence == 2 {
+            head_at_2 = std::fs::read(&head).unwrap();
+        }
+        bodies.push(body);
+    }
+    server.kill9();
+    // What the old packd left after dying between writing history 3 and head.json.
+    std::fs::write(&head, &head_at_2).unwrap();
+    std::fs::create_dir_all(data.join(".locks")).unwrap();
+    std::fs::write(data.join(".locks/channel.stable.lock"), b"").unwrap();
+
+    let mut server = server.restart();
+    let live = |base: String| {
+        let c = c.clone();
+        async move {
+            c.get(format!("{base}/v1/channels/stable"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        live(server.base.clone()).await,
+        bodies[2]["document"].as_str().unwrap()
+    );
+    let next = fx.publish_body(&fx.document("stable", 4, &pack, "s4"));
+    assert_eq!(
+        put(next.clone(), server.base.clone()).await,
+        StatusCode::CREATED
     );
 
-    // Racing create-only PUTs of one new key. Informational: how many "won" depends on timing.
-    let racing = Path::from("probe/raced");
-    let mut tasks = Vec::new();
-    for i in 0..8u8 {
-        let store = store.clone();
-        let racing = racing.clone();
-        tasks.push(tokio::spawn(async move {
-            let body = vec![i; 2 * 1024 * 1024];
-            store
-                .put_opts(
-                    &racing,
-                    PutPayload::from(body),
-                    PutOptions::from(PutMode::Create),
-                )
-                .await
-                .is_ok()
-        }));
-    }
-    let mut won = 0;
-    for task in tasks {
-        won += usize::from(task.await.unwrap());
-    }
-    assert!(won >= 1);
-    eprintln!(
-        "s3s-fs: {won} of 8 racing create-only PUTs of one key succeeded (an atomic store allows 1)"
+    // A hint that does not parse, then no hint at all: the history alone says what is live.
+    server.kill9();
+    std::fs::write(&head, b"{\"sequence\": ").unwrap();
+    let mut server = server.restart();
+    assert_eq!(
+        live(server.base.clone()).await,
+        next["document"].as_str().unwrap()
     );
+    server.kill9();
+    std::fs::remove_file(&head).unwrap();
+    let server = server.restart();
+    assert_eq!(
+        live(server.base.clone()).await,
+        next["document"].as_str().unwrap()
+    );
+    let fifth = fx.publish_body(&fx.document("stable", 5, &pack, "s5"));
+    assert_eq!(
+        put(fifth.clone(), server.base.clone()).await,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        live(server.base.clone()).await,
+        fifth["document"].as_str().unwrap()
+    );
+}
+
+/// Staging files (`{key}#{n}`) that a killed writer left are removed when packd starts, once
+/// they are older than any write can take; a young one may be another node's write in
+/// progress on a shared data directory and is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_staging_files_are_swept_at_start_and_young_ones_kept() {
+    let fx = Fixture::new("");
+    let backend = fx.disk();
+    let Backend::Disk(data) = &backend else {
+        unreachable!()
+    };
+    let mut server = Packd::start(&backend, Some(&fx.config));
+    let pack = fx.pack("core", "1.0.0", "one");
+    let sha = pack_format::sha256_hex(&pack);
+    let r = client()
+        .put(server.url(&format!("/v1/blobs/{sha}")))
+        .bearer_auth(PUBLISH_TOKEN)
+        .body(pack.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    server.kill9();
+
+    let stale_blob = data.join(format!("blobs/{sha}#1"));
+    let stale_record = data.join("packs/core/1.0.0.json#2");
+    let young_blob = data.join(format!("blobs/{sha}#3"));
+    std::fs::write(&stale_blob, vec![7u8; 4 << 20]).unwrap();
+    std::fs::write(&stale_record, b"{\"name\": ").unwrap();
+    std::fs::write(&young_blob, vec![7u8; 1 << 20]).unwrap();
+    for file in [&stale_blob, &stale_record] {
+        let touched = Command::new("touch")
+            .arg("-d")
+            .arg("2 hours ago")
+            .arg(file)
+            .status()
+            .unwrap();
+        assert!(touched.success());
+    }
+
+    let server = server.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.stderr().contains("staging sweep done") {
+        assert!(Instant::now() < deadline, "no sweep: {}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !stale_blob.exists() && !stale_record.exists(),
+        "{:?}",
+        files_under(data)
+    );
+    assert!(young_blob.exists(), "a young staging file is kept");
+    let blob = client()
+        .get(server.url(&format!("/v1/blobs/{sha}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(blob.bytes().await.unwrap().as_ref(), pack.as_slice());
 }

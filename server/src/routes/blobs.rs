@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
@@ -43,7 +42,7 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
         (status = 409, description = "`version_exists`: this name and version hold other bytes", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 422, description = "`hash_mismatch` or `invalid_pack`", body = ErrorBody),
-        (status = 503, description = "`busy` or `storage_unavailable`", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn put_blob(
@@ -86,44 +85,7 @@ pub async fn put_blob(
         uploaded_at: rfc3339(OffsetDateTime::now_utc()),
     };
 
-    if let Some(existing) = load_record(&state, &record_key).await? {
-        return same_or_conflict(existing, &record);
-    }
-    let lock_scope = format!("pack.{}.{version}", header.name);
-    let Some(guard) = state.storage.lock(&lock_scope, lock_wait(&state)).await? else {
-        return Err(ApiError::Busy {
-            what: format!("pack {} {version}", header.name),
-        });
-    };
-    let result = async {
-        if let Some(existing) = load_record(&state, &record_key).await? {
-            return same_or_conflict(existing, &record);
-        }
-        // Blob first, record second: a record always points at a blob that is there.
-        state
-            .storage
-            .create(&keys::blob(&sha256), bytes.clone())
-            .await?;
-        let json =
-            serde_json::to_vec_pretty(&record).map_err(|e| ApiError::Internal(e.to_string()))?;
-        match state.storage.create(&record_key, Bytes::from(json)).await? {
-            Created::Created => Ok((
-                StatusCode::CREATED,
-                Json(UploadResponse {
-                    created: true,
-                    pack: record.clone(),
-                }),
-            )),
-            Created::AlreadyExists => match load_record(&state, &record_key).await? {
-                Some(existing) => same_or_conflict(existing, &record),
-                None => Err(ApiError::Internal(format!(
-                    "{record_key} exists but cannot be read"
-                ))),
-            },
-        }
-    }
-    .await;
-    guard.release().await;
+    let result = store_upload(&state, &sha256, bytes, &record_key, &record).await;
     if let Ok((StatusCode::CREATED, _)) = &result {
         tracing::info!(
             token,
@@ -137,15 +99,46 @@ pub async fn put_blob(
     result
 }
 
-pub(crate) fn lock_wait(state: &SharedState) -> Duration {
-    (state.settings.request_timeout / 2).min(Duration::from_secs(20))
+/// Stores an upload without a lock: both writes are create-only, and the record's create
+/// decides. Of two uploads of one name and version with different bytes exactly one record
+/// is created; the other upload gets `409 version_exists` (its blob stays, unreferenced and
+/// harmless: blobs are content-addressed).
+async fn store_upload(
+    state: &SharedState,
+    sha256: &str,
+    bytes: Bytes,
+    record_key: &str,
+    record: &PackRecord,
+) -> Result<(StatusCode, Json<UploadResponse>), ApiError> {
+    if let Some(existing) = load_record(state, record_key).await? {
+        return same_or_conflict(existing, record);
+    }
+    // Blob first, record second: a record always points at a blob that is there. A blob that
+    // exists already holds these bytes (its key is their hash).
+    state.storage.create(&keys::blob(sha256), bytes).await?;
+    let json = serde_json::to_vec_pretty(record).map_err(|e| ApiError::Internal(e.to_string()))?;
+    match state.storage.create(record_key, Bytes::from(json)).await? {
+        Created::Created => Ok((
+            StatusCode::CREATED,
+            Json(UploadResponse {
+                created: true,
+                pack: record.clone(),
+            }),
+        )),
+        Created::AlreadyExists => match load_record(state, record_key).await? {
+            Some(existing) => same_or_conflict(existing, record),
+            None => Err(ApiError::Internal(format!(
+                "{record_key} exists but cannot be read"
+            ))),
+        },
+    }
 }
 
 async fn load_record(state: &SharedState, key: &str) -> Result<Option<PackRecord>, ApiError> {
     let Some(stored) = state.storage.get(key).await? else {
         return Ok(None);
     };
-    serde_json::from_slice(&stored.bytes)
+    serde_json::from_slice(&stored)
         .map(Some)
         .map_err(|e| ApiError::Internal(format!("stored record {key} is corrupt: {e}")))
 }
@@ -279,7 +272,7 @@ async fn serve_blob(
         return Ok((status, response_headers, slice(bytes)).into_response());
     }
     if let Some(_fill) = state.blobs.try_fill(size) {
-        let bytes = state.storage.get(&key).await?.ok_or_else(not_found)?.bytes;
+        let bytes = state.storage.get(&key).await?.ok_or_else(not_found)?;
         if bytes.len() as u64 == size {
             state.blobs.put(sha256, bytes.clone());
             return Ok((status, response_headers, slice(bytes)).into_response());

@@ -1,13 +1,14 @@
 //! `/v1/channels`: signed channel documents, the live one per channel and every one ever
 //! published.
 //!
-//! A publish runs under the channel's lock (see [`crate::lock`]) and, inside it:
-//! 1. reads the live document (`head.json`) and the highest sequence in the history;
-//! 2. rolls `head.json` forward if the history is ahead of it (a publisher that died between
-//!    its two writes);
-//! 3. refuses a sequence that is not above both (`409 stale_sequence`);
-//! 4. writes `history/{sequence}` create-only (a sequence is published at most once);
-//! 5. replaces `head.json` with a compare-and-swap against the version read in step 1.
+//! A channel is its history: `history/{sequence}` objects written create-only, each a signed
+//! document. Writing the next one *is* the publish (there is no lock and no second write that
+//! could be lost): two publishers cannot both create one sequence, and a crash either
+//! committed it or not. The live document is the highest committed sequence. Sequences are
+//! contiguous (a publish must be exactly live + 1), so the live one is found cheaply: from
+//! any committed sequence, walk forward while the next one exists. `head.json` is a hint
+//! where to start walking, written after the create on a best-effort basis and never
+//! trusted further than that.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
@@ -33,12 +34,11 @@ use crate::model::{
     PublishResponse, rfc3339,
 };
 use crate::range::if_none_match;
-use crate::routes::blobs::lock_wait;
 use crate::routes::{
     CLIENT_VERSION_HEADER, INSTALLED_PACK_HEADER, SEQUENCE_HEADER, check_name, etag, header_str,
     read_body,
 };
-use crate::storage::{Created, Fingerprint, Swapped, Versioned, keys};
+use crate::storage::{Created, keys};
 
 /// Room for a document at its limit plus a signature, JSON-escaped.
 fn publish_limit(state: &SharedState) -> u64 {
@@ -51,9 +51,10 @@ fn publish_limit(state: &SharedState) -> u64 {
 /// Body: `{"document": "<document text exactly as signed>", "signature": "<minisign signature text>"}`.
 /// The signature must verify against one of the server's publisher keys, the document must
 /// name this channel and not be expired, every pack it references must have been uploaded
-/// (same pack name, version, SHA-256, size and schema), and its sequence must be greater
-/// than every sequence published on this channel before. Re-publishing the live document is
-/// a no-op (200).
+/// (same pack name, version, SHA-256, size and schema), and its sequence must be the live
+/// sequence + 1 (1 on a new channel). Re-publishing the live document is a no-op (200). Of
+/// two publishers racing for one sequence exactly one gets 201; the other gets 409 and should
+/// re-read the channel, sign the change as the next sequence and retry.
 #[utoipa::path(
     put,
     path = "/v1/channels/{channel}",
@@ -67,10 +68,10 @@ fn publish_limit(state: &SharedState) -> u64 {
         (status = 400, description = "`invalid_name` or `invalid_body`", body = ErrorBody),
         (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 403, description = "`forbidden`", body = ErrorBody),
-        (status = 409, description = "`stale_sequence` (not above the current one) or `sequence_taken`", body = ErrorBody),
+        (status = 409, description = "`stale_sequence` (not the live sequence + 1; `current_sequence` says which is live) or `sequence_taken` (another publisher just took it)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 422, description = "`invalid_signature`, `invalid_document`, `expired`, `channel_mismatch`, `missing_blobs` or `pack_mismatch`", body = ErrorBody),
-        (status = 503, description = "`publishing_disabled`, `busy` or `storage_unavailable`", body = ErrorBody),
+        (status = 503, description = "`publishing_disabled` or `storage_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn publish(
@@ -117,18 +118,7 @@ pub async fn publish(
         document: request.document,
         signature: request.signature,
     };
-    let Some(guard) = state
-        .storage
-        .lock(&format!("channel.{channel}"), lock_wait(&state))
-        .await?
-    else {
-        return Err(ApiError::Busy {
-            what: format!("channel {channel}"),
-        });
-    };
-    let result = publish_locked(&state, &record).await;
-    guard.release().await;
-    let created = result?;
+    let created = commit(&state, &record).await?;
     if created {
         tracing::info!(
             token,
@@ -199,7 +189,7 @@ async fn check_packs(state: &SharedState, verified: &VerifiedChannel) -> Result<
                 ),
             });
         };
-        let record: PackRecord = serde_json::from_slice(&stored.bytes).map_err(|e| {
+        let record: PackRecord = serde_json::from_slice(&stored).map_err(|e| {
             ApiError::Internal(format!("stored record {record_key} is corrupt: {e}"))
         })?;
         if record.sha256 != sha256 {
@@ -226,76 +216,50 @@ async fn check_packs(state: &SharedState, verified: &VerifiedChannel) -> Result<
     }
 }
 
-/// The body of [`publish`] that runs under the channel lock. `Ok(true)`: now live.
-async fn publish_locked(state: &SharedState, record: &ChannelRecord) -> Result<bool, ApiError> {
+/// Commits `record` as the next sequence of its channel. `Ok(true)`: created, now live;
+/// `Ok(false)`: this exact document is already live.
+async fn commit(state: &SharedState, record: &ChannelRecord) -> Result<bool, ApiError> {
     let channel = &record.summary.channel;
     let sequence = record.summary.sequence;
-    let head_key = keys::head(channel);
-    let mut head = load_versioned(state, &head_key).await?;
-    let history_max = history_sequences(state, channel).await?.last().copied();
-
-    // A publisher that died after writing the history but before the head left the head
-    // behind; the history is the log, the head follows it.
-    if let Some(max) = history_max
-        && head.as_ref().is_none_or(|(h, _)| h.summary.sequence < max)
+    let live = find_live(state, channel).await?;
+    let current = live.as_ref().map_or(0, |l| l.summary.sequence);
+    if let Some(live) = &live
+        && live.summary.sha256 == record.summary.sha256
     {
-        let newest = load_record(state, &keys::history(channel, max))
-            .await?
-            .ok_or_else(|| ApiError::Internal(format!("history {max} of {channel} vanished")))?;
-        tracing::warn!(
-            channel,
-            sequence = max,
-            "rolling head forward to the newest history entry"
-        );
-        let expected = head.as_ref().map(|(_, v)| v.version.clone());
-        match state
-            .storage
-            .swap(&head_key, encode(&newest)?, expected)
-            .await?
-        {
-            Swapped::Swapped => {}
-            Swapped::Conflict => return Err(lock_violated(channel)),
-        }
-        head = load_versioned(state, &head_key).await?;
+        return Ok(false);
     }
-
-    if let Some((live, _)) = &head {
-        if live.summary.sha256 == record.summary.sha256 {
-            return Ok(false);
-        }
-        if sequence <= live.summary.sequence {
-            return Err(ApiError::StaleSequence {
-                found: sequence,
-                current: live.summary.sequence,
-            });
-        }
+    if sequence != current.saturating_add(1) {
+        return Err(ApiError::StaleSequence {
+            found: sequence,
+            current,
+        });
     }
-
-    match state
-        .storage
-        .create(&keys::history(channel, sequence), encode(record)?)
-        .await?
-    {
+    let key = keys::history(channel, sequence);
+    match state.storage.create(&key, encode(record)?).await? {
         Created::Created => {}
-        Created::AlreadyExists => return Err(ApiError::SequenceTaken { sequence }),
+        Created::AlreadyExists => {
+            // The same document may be there already: an identical racer, or our own PUT
+            // retried by the store client after a lost response. Either way it is live now.
+            let existing = load_record(state, &key).await?;
+            if existing.is_some_and(|e| e.summary.sha256 == record.summary.sha256) {
+                return Ok(false);
+            }
+            return Err(ApiError::SequenceTaken { sequence });
+        }
     }
-    let expected = head.map(|(_, v)| v.version);
-    match state
+    // Committed: from here on every reader sees it (they check for live + 1). The hint only
+    // saves a later cold reader some steps, so a failure to write it is not the publisher's
+    // failure. A slow writer may even move it back behind a newer publish; readers walk
+    // forward from wherever it points.
+    if let Err(err) = state
         .storage
-        .swap(&head_key, encode(record)?, expected)
-        .await?
+        .put(&keys::head(channel), encode(record)?)
+        .await
     {
-        Swapped::Swapped => Ok(true),
-        Swapped::Conflict => Err(lock_violated(channel)),
+        tracing::warn!(channel, sequence, %err, "could not update the head hint; the publish stands");
     }
-}
-
-/// The head changed while we held the lock: another writer ignored it, or a lease ran out.
-fn lock_violated(channel: &str) -> ApiError {
-    tracing::error!(channel, "channel head changed under the lock");
-    ApiError::Busy {
-        what: format!("channel {channel}"),
-    }
+    state.live.advance(channel, Arc::new(record.clone()));
+    Ok(true)
 }
 
 fn encode(record: &ChannelRecord) -> Result<Bytes, ApiError> {
@@ -304,23 +268,32 @@ fn encode(record: &ChannelRecord) -> Result<Bytes, ApiError> {
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-fn decode(key: &str, stored: &Versioned) -> Result<ChannelRecord, ApiError> {
-    serde_json::from_slice(&stored.bytes)
+async fn load_record(state: &SharedState, key: &str) -> Result<Option<ChannelRecord>, ApiError> {
+    let Some(bytes) = state.storage.get(key).await? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
         .map_err(|e| ApiError::Internal(format!("stored record {key} is corrupt: {e}")))
 }
 
-async fn load_versioned(
+/// The committed document `sequence` of `channel`, checked to be what its key says.
+async fn load_committed(
     state: &SharedState,
-    key: &str,
-) -> Result<Option<(ChannelRecord, Versioned)>, ApiError> {
-    let Some(stored) = state.storage.get(key).await? else {
+    channel: &str,
+    sequence: u64,
+) -> Result<Option<ChannelRecord>, ApiError> {
+    let key = keys::history(channel, sequence);
+    let Some(record) = load_record(state, &key).await? else {
         return Ok(None);
     };
-    Ok(Some((decode(key, &stored)?, stored)))
-}
-
-async fn load_record(state: &SharedState, key: &str) -> Result<Option<ChannelRecord>, ApiError> {
-    Ok(load_versioned(state, key).await?.map(|(r, _)| r))
+    if record.summary.sequence != sequence || record.summary.channel != channel {
+        return Err(ApiError::Internal(format!(
+            "stored record {key} holds channel {} sequence {}",
+            record.summary.channel, record.summary.sequence
+        )));
+    }
+    Ok(Some(record))
 }
 
 /// Every published sequence of `channel`, ascending.
@@ -336,49 +309,112 @@ async fn history_sequences(state: &SharedState, channel: &str) -> Result<Vec<u64
     Ok(sequences)
 }
 
-/// The live record of each channel read so far, with the fingerprint of the `head.json` it
-/// came from. Not state of the node: every request still asks storage whether `head.json`
-/// changed (a `stat` on disk, a HEAD on object storage), so a publish through any node is
-/// served by the next request on every node. What a hit saves is reading and decoding the
-/// record. At most one entry per channel that exists.
+/// The live record of each channel seen so far. Not state of the node: a committed document
+/// never changes, so the only question per request is whether a newer one was committed
+/// since, and that is one existence check of `history/{live + 1}` (a `stat` on disk, a HEAD
+/// on object storage). A publish through any node is served by the next request on every
+/// node. At most one entry per channel that exists.
 #[derive(Debug, Default)]
 pub struct LiveCache {
-    entries: RwLock<HashMap<String, (Fingerprint, Arc<ChannelRecord>)>>,
+    entries: RwLock<HashMap<String, Arc<ChannelRecord>>>,
 }
 
 impl LiveCache {
-    fn get(&self, channel: &str, current: &Fingerprint) -> Option<Arc<ChannelRecord>> {
+    fn get(&self, channel: &str) -> Option<Arc<ChannelRecord>> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        let (fingerprint, record) = entries.get(channel)?;
-        fingerprint.same_as(current).then(|| record.clone())
+        entries.get(channel).cloned()
     }
 
-    fn put(&self, channel: &str, fingerprint: Fingerprint, record: Arc<ChannelRecord>) {
+    /// Keeps the higher of the cached and the given record: two requests resolving at once
+    /// must not move the cache back.
+    fn advance(&self, channel: &str, record: Arc<ChannelRecord>) {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        entries.insert(channel.to_string(), (fingerprint, record));
+        match entries.get(channel) {
+            Some(cached) if cached.summary.sequence >= record.summary.sequence => {}
+            Some(_) | None => {
+                entries.insert(channel.to_string(), record);
+            }
+        }
+    }
+}
+
+/// The live document of `channel` (served from the cache when `history/{live + 1}` does not
+/// exist), or `None` when nothing was published on it.
+async fn find_live(
+    state: &SharedState,
+    channel: &str,
+) -> Result<Option<Arc<ChannelRecord>>, ApiError> {
+    let known = match state.live.get(channel) {
+        Some(cached) => {
+            let next = cached.summary.sequence.saturating_add(1);
+            if !state.storage.exists(&keys::history(channel, next)).await? {
+                return Ok(Some(cached));
+            }
+            // Newer documents were committed; the hint may point past the first of them.
+            hinted(state, channel)
+                .await?
+                .map_or(next, |hint| hint.max(next))
+        }
+        None => match hinted(state, channel).await? {
+            Some(sequence) => sequence,
+            // No usable hint (a new channel, or a crash right after its first create):
+            // the history itself says.
+            None => match history_sequences(state, channel).await?.last() {
+                Some(&sequence) => sequence,
+                None => return Ok(None),
+            },
+        },
+    };
+    // `known` is committed; sequences above it are contiguous, so the first gap ends them.
+    let mut sequence = known;
+    while state
+        .storage
+        .exists(&keys::history(channel, sequence.saturating_add(1)))
+        .await?
+    {
+        sequence += 1;
+    }
+    let record = load_committed(state, channel, sequence)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("history {sequence} of {channel} vanished")))?;
+    let record = Arc::new(record);
+    state.live.advance(channel, record.clone());
+    Ok(Some(record))
+}
+
+/// The sequence the head hint points at, when it points at a committed document. A missing
+/// or unreadable hint is no error: the history is the truth.
+async fn hinted(state: &SharedState, channel: &str) -> Result<Option<u64>, ApiError> {
+    // A store that does not answer is an error; a hint that does not parse is only no hint.
+    let Some(bytes) = state.storage.get(&keys::head(channel)).await? else {
+        return Ok(None);
+    };
+    let hint = match serde_json::from_slice::<ChannelRecord>(&bytes) {
+        Ok(record) => record.summary.sequence,
+        Err(err) => {
+            tracing::warn!(channel, %err, "ignoring an unreadable head hint");
+            return Ok(None);
+        }
+    };
+    if state.storage.exists(&keys::history(channel, hint)).await? {
+        Ok(Some(hint))
+    } else {
+        tracing::warn!(
+            channel,
+            hint,
+            "ignoring a head hint that names no committed document"
+        );
+        Ok(None)
     }
 }
 
 async fn live(state: &SharedState, channel: &str) -> Result<Arc<ChannelRecord>, ApiError> {
     check_name("channel", channel)?;
-    let key = keys::head(channel);
-    let not_found = || ApiError::NotFound {
-        what: format!("channel {channel}"),
-    };
-    let fingerprint = state
-        .storage
-        .fingerprint(&key)
+    find_live(state, channel)
         .await?
-        .ok_or_else(not_found)?;
-    if let Some(record) = state.live.get(channel, &fingerprint) {
-        return Ok(record);
-    }
-    // Read after the fingerprint was taken: the record is that version of `head.json` or a
-    // newer one, so the cache never holds anything older than its fingerprint says (a newer
-    // record under an older fingerprint only costs one more read).
-    let record = Arc::new(load_record(state, &key).await?.ok_or_else(not_found)?);
-    state.live.put(channel, fingerprint, record.clone());
-    Ok(record)
+        .ok_or_else(|| ApiError::NotFound {
+            what: format!("channel {channel}"),
+        })
 }
 
 /// Builds a `200` (or `304` when `If-None-Match` matches) for a document or signature.
@@ -502,8 +538,12 @@ pub async fn list_channels(
     names.sort();
     let mut channels = Vec::with_capacity(names.len());
     for name in names {
-        if let Some(record) = load_record(&state, &keys::head(&name)).await? {
-            channels.push(record.summary);
+        // A directory name that is no valid channel name is nothing packd wrote.
+        if check_name("channel", &name).is_err() {
+            continue;
+        }
+        if let Some(record) = find_live(&state, &name).await? {
+            channels.push(record.summary.clone());
         }
     }
     Ok(Json(ChannelList { channels }))
@@ -558,7 +598,7 @@ pub async fn history(
             .buffered(8)
             .try_collect()
             .await?;
-    let live_sequence = load_record(&state, &keys::head(&channel))
+    let live_sequence = find_live(&state, &channel)
         .await?
         .map(|r| r.summary.sequence);
     Ok(Json(ChannelHistory {
@@ -575,7 +615,7 @@ async fn historic(
     sequence: u64,
 ) -> Result<ChannelRecord, ApiError> {
     check_name("channel", channel)?;
-    load_record(state, &keys::history(channel, sequence))
+    load_committed(state, channel, sequence)
         .await?
         .ok_or_else(|| ApiError::NotFound {
             what: format!("channel {channel} sequence {sequence}"),

@@ -26,7 +26,7 @@ async fn records(state: &SharedState, prefix: &str) -> Result<Vec<PackRecord>, A
                     .get(&key)
                     .await?
                     .ok_or_else(|| ApiError::Internal(format!("{key} vanished")))?;
-                serde_json::from_slice::<PackRecord>(&stored.bytes)
+                serde_json::from_slice::<PackRecord>(&stored)
                     .map_err(|e| ApiError::Internal(format!("stored record {key} is corrupt: {e}")))
             }
         })

