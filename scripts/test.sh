@@ -14,7 +14,9 @@ if ! command -v python3 >/dev/null 2>&1; then
   need_apt+=(python3 python3-cryptography)
 elif ! python3 -c 'import cryptography' >/dev/null 2>&1; then
   echo "installing Python's cryptography package"
-  python3 -m pip install -q cryptography >/dev/null 2>&1 || need_apt+=(python3-cryptography)
+  python3 -m pip install -q cryptography >/dev/null 2>&1 ||
+    python3 -m pip install -q --user --break-system-packages cryptography >/dev/null 2>&1 ||
+    need_apt+=(python3-cryptography)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"

@@ -7,8 +7,6 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use pack_format::FormatError;
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::auth::Scope;
 use crate::storage::StorageError;
@@ -73,25 +71,8 @@ pub enum ApiError {
     Internal(String),
 }
 
-/// The JSON error body.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Stable machine-readable code, e.g. `stale_sequence`.
-    pub code: String,
-    /// Human-readable explanation.
-    pub message: String,
-    /// For `missing_blobs`: the SHA-256 of every referenced blob that is not on the server.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub missing: Option<Vec<String>>,
-    /// For `stale_sequence`: the current sequence of the channel.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub current_sequence: Option<u64>,
-}
+/// The JSON error body: the protocol crate's, shared with every reader.
+pub use pack_protocol::{ErrorBody, ErrorDetail};
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {

@@ -214,14 +214,16 @@ mod tests {
             "stable",
             FetchResult::NotModified,
             Some("bad\"value"),
-            Some("core@1.2.0"),
+            Some("abababababababababababababababababababababababababababababababab"),
         );
         let text = m.render().unwrap();
         assert!(text.contains(r#"client_version="1.0.0""#));
         assert!(text.contains(r#"client_version="other""#));
         assert!(text.contains(r#"client_version="invalid""#));
         assert!(text.contains(r#"installed_pack="none""#));
-        assert!(text.contains(r#"installed_pack="core@1.2.0""#));
+        assert!(text.contains(
+            r#"installed_pack="abababababababababababababababababababababababababababababababab""#
+        ));
         assert!(!text.contains(&format!(r#"client_version="1.0.{}""#, MAX_LABEL_VALUES + 5)));
         let ratio = 1.0 / (MAX_LABEL_VALUES as f64 + 11.0);
         assert!(

@@ -127,6 +127,32 @@ async fn openapi_describes_every_route() {
             "{method} {path} hit the fallback: {body}"
         );
     }
+    // The protocol crate's paths, which packer and the client request, are these routes.
+    use pack_protocol::paths;
+    let sha = "0".repeat(64);
+    let served: BTreeSet<String> = described
+        .iter()
+        .map(|(_, path)| {
+            path.replace("{sha256}", &sha)
+                .replace("{channel}", "stable")
+                .replace("{sequence}", "1")
+                .replace("{name}", "core")
+        })
+        .collect();
+    for path in [
+        paths::blob(&sha),
+        paths::PACKS.to_string(),
+        paths::pack("core"),
+        paths::CHANNELS.to_string(),
+        paths::channel("stable"),
+        paths::channel_signature("stable"),
+        paths::history("stable"),
+        paths::history_document("stable", 1),
+        paths::history_signature("stable", 1),
+        paths::OPENAPI.to_string(),
+    ] {
+        assert!(served.contains(&path), "{path} is not a described route");
+    }
     // And the fallback is what an undescribed route gets.
     let r = c.get(server.url("/v1/nothing-here")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);

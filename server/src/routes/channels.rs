@@ -25,6 +25,8 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
+use pack_protocol::headers;
+
 use crate::app::SharedState;
 use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
@@ -34,10 +36,7 @@ use crate::model::{
     PublishResponse, rfc3339,
 };
 use crate::range::if_none_match;
-use crate::routes::{
-    CLIENT_VERSION_HEADER, INSTALLED_PACK_HEADER, SEQUENCE_HEADER, check_name, etag, header_str,
-    read_body,
-};
+use crate::routes::{check_name, etag, header_str, read_body};
 use crate::storage::{Created, keys};
 
 /// Room for a document at its limit plus a signature, JSON-escaped.
@@ -431,7 +430,7 @@ fn revalidated(
         header::ETAG,
         HeaderValue::from_str(tag).map_err(|e| ApiError::Internal(e.to_string()))?,
     );
-    out.insert(SEQUENCE_HEADER, HeaderValue::from(summary.sequence));
+    out.insert(headers::SEQUENCE, HeaderValue::from(summary.sequence));
     if if_none_match(header_str(headers, "if-none-match"), tag) {
         return Ok((
             (StatusCode::NOT_MODIFIED, out).into_response(),
@@ -486,8 +485,8 @@ pub async fn get_channel(
     state.metrics.channel_fetch(
         &channel,
         result,
-        header_str(&headers, CLIENT_VERSION_HEADER),
-        header_str(&headers, INSTALLED_PACK_HEADER),
+        header_str(&headers, headers::CLIENT_VERSION),
+        header_str(&headers, headers::INSTALLED_PACK),
     );
     Ok(response)
 }

@@ -12,13 +12,6 @@ use futures_util::StreamExt;
 
 use crate::error::ApiError;
 
-/// Request header a client sends with its version, counted in `/metrics`.
-pub const CLIENT_VERSION_HEADER: &str = "x-promptpack-client-version";
-/// Request header naming the pack a client has installed (`name@version`), counted in `/metrics`.
-pub const INSTALLED_PACK_HEADER: &str = "x-promptpack-installed-pack";
-/// Response header with the sequence of the channel document served.
-pub const SEQUENCE_HEADER: &str = "x-promptpack-sequence";
-
 /// Reads a request body of at most `limit` bytes: `413` as soon as it is known to be longer,
 /// from `Content-Length` before reading anything, or while reading.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, ApiError> {
