@@ -93,6 +93,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
         model: args.model.clone(),
     };
     let host = Host::open(&overrides)?;
+    host.packs.refresh_in_background_if_due();
     let settings = &host.settings;
     let data_dir = &host.data_dir;
 

@@ -75,7 +75,12 @@ enum PacksCommand {
         json: bool,
     },
     /// Refresh from the configured server now (even with auto-update off).
-    Refresh,
+    Refresh {
+        /// Quietly, and only if no other process is refreshing: what `exec`, `prompt` and
+        /// `init` start in the background when the last refresh is old.
+        #[arg(long, hide = true)]
+        background: bool,
+    },
     /// Stay on this pack version; saved in the config file.
     Pin { version: semver::Version },
     /// Follow the channel again.
@@ -130,6 +135,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Packs(command)) => packs(command),
         Some(Command::Init(args)) => {
             let host = host::Host::open(&args.provider.overrides())?;
+            host.packs.refresh_in_background_if_due();
             let dir = match args.dir {
                 Some(dir) => dir,
                 None => std::env::current_dir()?,
@@ -179,7 +185,18 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        PacksCommand::Refresh => {
+        PacksCommand::Refresh { background: true } => {
+            let packs = Packs::open(&data_dir, &text)?;
+            if let Some(client) = packs.client() {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                // The outcome is in the cache's state for the next run to show.
+                let _ = runtime.block_on(client.refresh_if_idle());
+            }
+            return Ok(());
+        }
+        PacksCommand::Refresh { background: false } => {
             let packs = Packs::open(&data_dir, &text)?;
             let Some(client) = packs.client() else {
                 bail!(
@@ -255,6 +272,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     let config = Config::parse(&config_text)
         .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
     let packs = Packs::open(&data_dir, &config_text)?;
+    packs.refresh_in_background_if_due();
     let (custom_agents, _errors) = agents::load_custom_agents(&data_dir.agents_dir());
     let cwd = match args.cwd {
         Some(dir) => dir,

@@ -90,6 +90,38 @@ impl Packs {
         }
     }
 
+    /// For short-lived entry points (`exec`, `prompt`, `init`): when a refresh is due,
+    /// starts one in a detached `agent packs refresh --background` process and returns at
+    /// once, so this run is not delayed and the next run serves what it installs. One such
+    /// process at a time per cache (it takes the cache's refresh lock, or leaves).
+    pub fn refresh_in_background_if_due(&self) {
+        let Some(client) = &self.client else {
+            return;
+        };
+        if !client.refresh_due(time::OffsetDateTime::now_utc()) {
+            return;
+        }
+        let exe = match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => {
+                tracing::warn!("no background pack refresh: cannot find this program: {e}");
+                return;
+            }
+        };
+        let mut command = std::process::Command::new(exe);
+        command
+            .args(["packs", "refresh", "--background"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // Its own process group: a Ctrl-C meant for this run does not stop the refresh.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        if let Err(e) = command.spawn() {
+            tracing::warn!("no background pack refresh: {e}");
+        }
+    }
+
     pub fn config_file(&self) -> &Path {
         &self.config_file
     }

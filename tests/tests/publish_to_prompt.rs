@@ -75,3 +75,79 @@ fn a_published_template_edit_reaches_the_rendered_prompt_and_a_rollback_removes_
     );
     assert!(rolled_back["metadata"].to_string().contains("builtin"));
 }
+
+/// A one-shot run on a stale cache is not delayed by a refresh, but leaves one running in
+/// the background: a later run serves the new pack without anyone running `packs refresh`.
+#[test]
+fn a_one_shot_run_on_a_stale_cache_leaves_the_next_run_updated() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let edited = publisher.build("3.2.0", "BACKGROUND-REFRESH-3.2.0");
+    packd.upload(&publisher, &edited);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", edited.display())], "30d"),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let client_config = std::fs::read_to_string(publisher.client_config(&packd.url, "")).unwrap();
+    std::fs::write(home.path().join("config.toml"), client_config).unwrap();
+
+    // Never refreshed: this run renders the built-in pack and starts a refresh.
+    let first = prompt_json(home.path());
+    assert!(
+        !first["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("BACKGROUND-REFRESH")
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let next = prompt_json(home.path());
+        if next["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("BACKGROUND-REFRESH-3.2.0")
+        {
+            assert!(next["metadata"].to_string().contains("remote"));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background refresh installed the pack within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
+    // With updates off, nothing starts: a new release stays unseen.
+    let newer = publisher.build("3.3.0", "NOT-WITH-UPDATES-OFF");
+    packd.upload(&publisher, &newer);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", newer.display())], "30d"),
+    );
+    let config = home.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("[updates]\n", "[updates]\nauto_update = false\n"),
+    )
+    .unwrap();
+    let state = home.path().join("packs/state.json");
+    // Make the cache stale again: only auto_update = false keeps the refresh away.
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    value["last_success"] = serde_json::json!(0);
+    value["last_check"] = serde_json::json!(0);
+    std::fs::write(&state, value.to_string()).unwrap();
+    prompt_json(home.path());
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let after = prompt_json(home.path());
+    assert!(
+        after["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("BACKGROUND-REFRESH-3.2.0"),
+        "auto_update = false was not respected"
+    );
+}
