@@ -386,10 +386,17 @@ impl Client {
     }
 
     /// Clears bad-pack marks: the given hashes, or all of them. Returns the hashes cleared.
-    /// The next refresh downloads and checks those packs again.
+    /// The next refresh downloads and checks those packs again. A given hash that carries no
+    /// mark is an error that lists the marks, and nothing is cleared.
     pub async fn forget_bad(&self, only: &[String]) -> Result<Vec<String>, ClientError> {
         let _one_at_a_time = self.refreshing.lock().await;
         let mut next = lock(&self.state).clone();
+        if let Some(unknown) = only.iter().find(|sha| !next.bad.contains_key(*sha)) {
+            return Err(ClientError::NotMarked {
+                sha256: unknown.clone(),
+                marked: next.bad.keys().cloned().collect(),
+            });
+        }
         let cleared: Vec<String> = next
             .bad
             .keys()
@@ -1001,6 +1008,7 @@ fn bad_reason(error: &ClientError) -> Option<BadReason> {
         | ClientError::HashMismatch { .. }
         | ClientError::Cache { .. }
         | ClientError::Config { .. }
+        | ClientError::NotMarked { .. }
         | ClientError::Worker { .. } => None,
     }
 }

@@ -72,6 +72,8 @@ pub enum ClientError {
     Cache { path: String, reason: String },
     #[error("config {path}: {reason}")]
     Config { path: String, reason: String },
+    #[error("no bad-pack mark for {sha256}; marked: [{}] (see the client's status)", marked.join(", "))]
+    NotMarked { sha256: String, marked: Vec<String> },
     #[error("refresh worker thread failed: {reason}")]
     Worker { reason: String },
 }
@@ -100,6 +102,7 @@ impl ClientError {
             | ClientError::Snapshot(_)
             | ClientError::Cache { .. }
             | ClientError::Config { .. }
+            | ClientError::NotMarked { .. }
             | ClientError::Worker { .. } => false,
         }
     }

@@ -161,18 +161,6 @@ fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::ForgetBad { sha256 } => {
-            let known: Vec<String> = client
-                .status()
-                .bad_packs
-                .into_iter()
-                .map(|b| b.sha256)
-                .collect();
-            if let Some(unknown) = sha256.iter().find(|s| !known.contains(s)) {
-                anyhow::bail!(
-                    "no bad-pack mark for {unknown}; marked: [{}] (see `pack-client status`)",
-                    known.join(", ")
-                );
-            }
             let cleared = runtime.block_on(client.forget_bad(&sha256))?;
             if cli.json {
                 outln!(

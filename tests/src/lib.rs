@@ -375,3 +375,23 @@ pub fn dump(
         files,
     )
 }
+
+/// The files of sealed `pack` (opened with `keys`) sealed again, as the same name and
+/// version, for `key` only: a pack whose bytes are genuine but that a client without `key`
+/// cannot open.
+pub fn reseal_for(
+    pack: &[u8],
+    keys: &pack_format::ContentKeyRing,
+    key: &pack_format::ContentKey,
+) -> Vec<u8> {
+    let opened = pack_format::pack::open(pack, keys, &pack_format::Limits::DEFAULT).unwrap();
+    let input = pack_format::SealInput {
+        name: &opened.header.name,
+        version: &opened.header.version,
+        schema: opened.header.schema,
+        payload: &opened.payload,
+        mtime: 0,
+        zstd_level: 3,
+    };
+    pack_format::seal(&input, &[key]).unwrap()
+}

@@ -277,23 +277,7 @@ impl Fixture {
 
     /// v2's files sealed for `key` only.
     fn sealed_for(&self, key: &pack_format::ContentKey) -> Vec<u8> {
-        let files = pack_format::pack::open(
-            &self.v2,
-            &self.content_keys(),
-            &pack_format::Limits::DEFAULT,
-        )
-        .unwrap()
-        .payload;
-        let version = semver::Version::new(2, 0, 0);
-        let input = pack_format::SealInput {
-            name: "builtin",
-            version: &version,
-            schema: 1,
-            payload: &files,
-            mtime: 0,
-            zstd_level: 3,
-        };
-        pack_format::seal(&input, &[key]).unwrap()
+        reseal_for(&self.v2, &self.content_keys(), key)
     }
 }
 

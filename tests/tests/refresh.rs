@@ -490,26 +490,11 @@ fn pack_client_forget_bad_clears_marks_and_keeps_the_sequence() {
         &publisher.keys().join("content.key"),
     )
     .unwrap()]);
-    let files = pack_format::pack::open(
+    let foreign = reseal_for(
         &std::fs::read(&v1).unwrap(),
         &keys,
-        &pack_format::Limits::DEFAULT,
-    )
-    .unwrap()
-    .payload;
-    let version = semver::Version::new(1, 0, 0);
-    let foreign = pack_format::seal(
-        &pack_format::SealInput {
-            name: "builtin",
-            version: &version,
-            schema: 1,
-            payload: &files,
-            mtime: 0,
-            zstd_level: 3,
-        },
-        &[&pack_format::ContentKey::generate()],
-    )
-    .unwrap();
+        &pack_format::ContentKey::generate(),
+    );
     std::fs::write(&v1, &foreign).unwrap();
     let sha = packd.upload(&publisher, &v1);
     packd.publish(
