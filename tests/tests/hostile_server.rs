@@ -284,6 +284,8 @@ impl Fixture {
 /// A client that installed v1 (sequence 5) from an honest hostile server.
 struct Installed {
     fx: &'static Fixture,
+    /// The document v1 was installed from (sequence 5).
+    good: Signed,
     server: Hostile,
     cache: tempfile::TempDir,
     client: Client,
@@ -303,6 +305,7 @@ impl Installed {
         client.refresh_now().await.unwrap();
         let installed = Installed {
             fx,
+            good,
             server,
             cache,
             client,
@@ -808,4 +811,34 @@ async fn a_server_error_body_is_shown_bounded_and_without_control_characters() {
     };
     assert!(detail.starts_with("storage is down[31m x"), "{detail:?}");
     assert!(detail.len() <= pack_client::client::ERROR_BODY_LIMIT);
+}
+
+/// Two processes share a cache. One installs sequence 6; the other, which loaded the cache
+/// at sequence 5, is then served sequence 5 again: it reads the state under the refresh
+/// lock, sees 6, and refuses the replay instead of writing the high-water mark back to 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_the_cache_never_writes_back_an_older_sequence() {
+    let at = Installed::new().await;
+    let other = client_for(at.fx, &at.server, at.cache.path(), "");
+    assert_eq!(other.status().sequence, 5);
+    at.server.set(honest(&at.fx.next(), at.fx.blobs()));
+    at.client.refresh_now().await.unwrap();
+    assert_eq!(at.client.status().sequence, 6);
+
+    // The very document it installed from: without the re-read this is "unchanged".
+    at.server.set(honest(&at.good, at.fx.blobs()));
+    let err = other.refresh_now().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Rollback {
+                found: 5,
+                installed: 6
+            }
+        ),
+        "{err:?}"
+    );
+    let restarted = client_for(at.fx, &at.server, at.cache.path(), "");
+    assert_eq!(restarted.status().sequence, 6);
+    assert_eq!(restarted.store().capture().version().to_string(), "2.0.0");
 }
