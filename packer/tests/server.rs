@@ -526,7 +526,7 @@ fn release_that_loses_a_race_says_so_and_publishes_nothing() {
 #[test]
 fn release_at_the_sequence_limit_refuses_instead_of_wrapping() {
     let env = Env::start();
-    // A channel already at the limit, signed with `packer channel` and put on packd as is.
+    // A channel already at the limit, signed with `packer channel`.
     let document = env.path("at-limit.json");
     let keys = env.keys();
     assert_ok(&env.packer(&[
@@ -546,17 +546,28 @@ fn release_at_the_sequence_limit_refuses_instead_of_wrapping() {
         "-o",
         s(&document),
     ]));
-    let body = serde_json::json!({
-        "document": std::fs::read_to_string(&document).unwrap(),
+    // packd takes only the next sequence (live + 1), so the record is put into its data
+    // directory as a publish would have left it after 2^53 − 1 releases.
+    let text = std::fs::read_to_string(&document).unwrap();
+    let record = serde_json::json!({
+        "channel": "stable",
+        "pack": "prompts",
+        "sequence": 9_007_199_254_740_991u64,
+        "sha256": pack_format::sha256_hex(text.as_bytes()),
+        "key_id": "planted",
+        "issued_at": "2026-01-01T00:00:00Z",
+        "expires_at": "2099-01-01T00:00:00Z",
+        "published_at": "2026-01-01T00:00:00Z",
+        "document": text,
         "signature": std::fs::read_to_string(env.path("at-limit.json.minisig")).unwrap(),
     });
-    let put = reqwest::blocking::Client::new()
-        .put(format!("{}/v1/channels/stable", env.packd.url))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .unwrap();
-    assert!(put.status().is_success(), "{put:?}");
+    let history = env.dir.path().join("data/channels/stable/history");
+    std::fs::create_dir_all(&history).unwrap();
+    std::fs::write(
+        history.join("00009007199254740991.json"),
+        record.to_string(),
+    )
+    .unwrap();
     assert_eq!(env.live_document().sequence, 9_007_199_254_740_991);
 
     let refused = env.release(&["--rollback", "*=builtin", "--yes"]);
