@@ -97,7 +97,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", pack_format::error::report(error.as_ref()));
             ExitCode::FAILURE
         }
     }

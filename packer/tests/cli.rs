@@ -801,3 +801,37 @@ fn a_password_protected_signing_key_needs_its_password() {
     );
     assert_ok(&channel(&[("PROMPTPACK_KEY_PASSWORD", "correct horse")]));
 }
+
+#[test]
+fn build_refuses_to_overwrite_an_existing_pack_without_force() {
+    let fixture = Fixture::new();
+    assert_ok(&fixture.build("p.pack", &[]));
+    let first = std::fs::read(fixture.path("p.pack")).unwrap();
+
+    let again = fixture.build("p.pack", &[]);
+    assert_fails(&again);
+    assert_eq!(
+        stderr(&again),
+        format!(
+            "error: {} already exists; nothing was written. --force overwrites it (if that pack \
+             is published, packd refuses other bytes for its version: build a higher --version)\n",
+            fixture.path("p.pack").display()
+        )
+    );
+    // The published-or-not pack is untouched: same bytes, not a fresh sealing.
+    assert_eq!(std::fs::read(fixture.path("p.pack")).unwrap(), first);
+
+    let out = fixture.path("p.pack");
+    assert_ok(&packer(&[
+        "build",
+        s(&fixture.pack_dir()),
+        "--version",
+        "1.2.0",
+        "--keys",
+        s(&fixture.keys()),
+        "-o",
+        s(&out),
+        "--force",
+    ]));
+    assert_ne!(std::fs::read(&out).unwrap(), first);
+}
