@@ -41,7 +41,7 @@ impl Host {
         for error in errors {
             tracing::warn!("{error}");
         }
-        let packs = Packs::open(&data_dir, &config_text)?;
+        let packs = crate::open_packs_or_builtin(&data_dir, &config_text);
         let provider = Arc::new(Provider::new(settings.clone())?);
         Ok(Host {
             data_dir,

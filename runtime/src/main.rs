@@ -201,6 +201,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The configured pack client, or, when its `[updates]` settings are unusable (a trusted
+/// key file missing or malformed), the built-in pack with the problem reported: the
+/// compiled-in pack needs no key, and a broken update setting must not stop the agent from
+/// working. `agent packs …` still refuses such settings outright.
+pub(crate) fn open_packs_or_builtin(data_dir: &DataDir, config_text: &str) -> Packs {
+    match Packs::open(data_dir, config_text) {
+        Ok(packs) => packs,
+        Err(error) => {
+            tracing::warn!(
+                "prompt pack updates are off for this run, serving the built-in pack: {}",
+                pack_format::error::report(&error)
+            );
+            Packs::builtin()
+        }
+    }
+}
+
 /// The config file's text; a missing file is an empty config.
 pub(crate) fn read_config(data_dir: &DataDir) -> anyhow::Result<String> {
     let path = data_dir.config_file();
@@ -308,7 +325,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     let config_text = read_config(&data_dir)?;
     let config = Config::parse(&config_text)
         .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
-    let packs = Packs::open(&data_dir, &config_text)?;
+    let packs = open_packs_or_builtin(&data_dir, &config_text);
     let (custom_agents, _errors) = agents::load_custom_agents(&data_dir.agents_dir());
     let cwd = match args.cwd {
         Some(dir) => dir,

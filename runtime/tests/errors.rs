@@ -124,3 +124,29 @@ fn a_missing_trusted_key_file_names_the_path_tried() {
     );
     assert_eq!(text.lines().count(), 1, "{text}");
 }
+
+#[test]
+fn a_missing_trusted_key_still_renders_the_builtin_pack_and_says_why() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[updates]\nserver = \"http://127.0.0.1:1\"\ntrusted_keys = [\"keys/signing.pub\"]\n",
+    )
+    .unwrap();
+    let out = agent(home.path(), &["prompt"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!out.stdout.is_empty());
+    assert_no_report_noise(&stderr);
+    let warning = stderr.lines().next().unwrap();
+    assert!(
+        warning.contains(
+            " WARN prompt pack updates are off for this run, serving the built-in pack: "
+        ) && warning.contains("keys/signing.pub: no such file"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\npack builtin 0.0.0 (builtin) "),
+        "{stderr}"
+    );
+}
