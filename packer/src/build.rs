@@ -32,7 +32,7 @@ pub struct BuildArgs {
     pack_dir: PathBuf,
 
     /// Pack version (semver), e.g. 1.4.0.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::parse_version)]
     version: semver::Version,
 
     /// Key directory (from `packer keygen`); the pack is sealed for KEYS/content.key.

@@ -126,6 +126,38 @@ fn print_json(value: &serde_json::Value) {
     );
 }
 
+/// Parses a pack version, saying which number is missing: semver's own message for `1.2`
+/// blames the *minor* number.
+fn parse_version(text: &str) -> Result<semver::Version, String> {
+    let text = text.trim();
+    semver::Version::parse(text).map_err(|error| {
+        let core = text.split(['-', '+']).next().unwrap_or_default();
+        match core.split('.').count() {
+            1 => format!(
+                "expected MAJOR.MINOR.PATCH such as 1.2.0, found {text:?}: the minor and patch numbers are missing"
+            ),
+            2 => format!(
+                "expected MAJOR.MINOR.PATCH such as 1.2.0, found {text:?}: the patch number is missing"
+            ),
+            _ => format!("expected MAJOR.MINOR.PATCH such as 1.2.0, found {text:?}: {error}"),
+        }
+    })
+}
+
+/// Says what a bare version means as a range: `1.4` is semver's `^1.4`, every 1.x from 1.4
+/// on, where a publisher may well have meant 1.4.x only.
+fn note_bare_range(text: &str, range: &semver::VersionReq) {
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
+        return;
+    }
+    let instead = if text.split('.').count() >= 3 {
+        format!("for {text} only write '={text}'")
+    } else {
+        format!("for {text}.x only write '~{text}'")
+    };
+    eprintln!("note: range '{text}' means '{range}' (a caret range); {instead}");
+}
+
 /// A path as the user should see it in a message.
 fn shown(path: &std::path::Path) -> String {
     path.display().to_string()
