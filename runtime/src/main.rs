@@ -195,7 +195,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .block_on(init::run(&host, &dir, args.existing, args.max_steps))
         }
         None => {
-            let host = host::Host::open(&cli.provider.overrides())?;
+            let host = host::Host::open_without_model(&cli.provider.overrides())?;
             repl::repl(host, cli.prompt_mode, 50)
         }
     }
