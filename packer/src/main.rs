@@ -126,22 +126,9 @@ fn print_json(value: &serde_json::Value) {
     );
 }
 
-/// Parses a pack version, saying which number is missing: semver's own message for `1.2`
-/// blames the *minor* number.
+/// Parses a pack version for clap, saying which number is missing.
 fn parse_version(text: &str) -> Result<semver::Version, String> {
-    let text = text.trim();
-    semver::Version::parse(text).map_err(|error| {
-        let core = text.split(['-', '+']).next().unwrap_or_default();
-        match core.split('.').count() {
-            1 => format!(
-                "expected MAJOR.MINOR.PATCH such as 1.2.0, found {text:?}: the minor and patch numbers are missing"
-            ),
-            2 => format!(
-                "expected MAJOR.MINOR.PATCH such as 1.2.0, found {text:?}: the patch number is missing"
-            ),
-            _ => format!("expected MAJOR.MINOR.PATCH such as 1.2.0, found {text:?}: {error}"),
-        }
-    })
+    pack_format::parse_version(text).map_err(|e| e.to_string())
 }
 
 /// Says what a bare version means as a range: `1.4` is semver's `^1.4`, every 1.x from 1.4

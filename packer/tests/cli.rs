@@ -853,8 +853,8 @@ fn a_version_missing_its_patch_number_says_so() {
     let err = stderr(&out);
     assert!(
         err.starts_with(
-            "error: invalid value '1.2' for '--version <VERSION>': expected MAJOR.MINOR.PATCH \
-             such as 1.2.0, found \"1.2\": the patch number is missing\n"
+            "error: invalid value '1.2' for '--version <VERSION>': malformed version: expected \
+             MAJOR.MINOR.PATCH such as 1.2.0, found \"1.2\": the patch number is missing\n"
         ),
         "{err}"
     );

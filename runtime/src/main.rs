@@ -84,7 +84,10 @@ enum PacksCommand {
     /// Refresh from the configured server now (even with auto-update off).
     Refresh,
     /// Stay on this pack version; saved in the config file.
-    Pin { version: semver::Version },
+    Pin {
+        #[arg(value_parser = |text: &str| pack_format::parse_version(text).map_err(|e| e.to_string()))]
+        version: semver::Version,
+    },
     /// Follow the channel again.
     Unpin,
     /// Clear bad-pack marks (all, or the given SHA-256s) so the next refresh tries those

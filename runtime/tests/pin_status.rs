@@ -28,3 +28,22 @@ fn a_pin_that_is_not_installed_says_what_is_served_instead() {
         "{status}"
     );
 }
+
+#[test]
+fn pinning_a_version_without_its_patch_number_says_which_number_is_missing() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["packs", "pin", "1.2"])
+        .env("AGENT_HOME", home.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(
+            "error: invalid value '1.2' for '<VERSION>': malformed version: expected \
+             MAJOR.MINOR.PATCH such as 1.2.0, found \"1.2\": the patch number is missing\n"
+        ),
+        "{err}"
+    );
+}
