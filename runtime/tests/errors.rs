@@ -150,3 +150,63 @@ fn a_missing_trusted_key_still_renders_the_builtin_pack_and_says_why() {
         "{stderr}"
     );
 }
+
+/// Runs `agent exec hello` on a pseudo-terminal (python3's `pty`), returning what it showed.
+fn exec_on_a_terminal(home: &Path, no_color: bool) -> String {
+    const DRIVER: &str = r#"
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "exec", "hello"])
+seen = b""
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    seen += chunk
+os.waitpid(pid, 0)
+sys.stdout.write(seen.decode(errors="replace"))
+"#;
+    let mut command = Command::new("python3");
+    command
+        .args(["-c", DRIVER, env!("CARGO_BIN_EXE_agent")])
+        .env("AGENT_HOME", home)
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR")
+        .env_remove("AGENT_BASE_URL")
+        .env_remove("AGENT_MODEL");
+    if no_color {
+        command.env("NO_COLOR", "1");
+    }
+    let out = command.output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn colour_only_on_a_terminal_and_never_with_no_color() {
+    let home = tempfile::tempdir().unwrap();
+    let port = refused_port();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "provider = \"local\"\n[providers.local]\napi = \"openai\"\n\
+             base_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\nmax_retries = 1\n\
+             max_retry_wait_secs = 0\n"
+        ),
+    )
+    .unwrap();
+    // The retry warning is logged; on a terminal it is coloured...
+    let coloured = exec_on_a_terminal(home.path(), false);
+    assert!(
+        coloured.contains("model call failed, retrying"),
+        "{coloured}"
+    );
+    assert!(coloured.contains("\u{1b}["), "{coloured}");
+    // ...unless NO_COLOR is set.
+    let plain = exec_on_a_terminal(home.path(), true);
+    assert!(plain.contains("model call failed, retrying"), "{plain}");
+    assert!(!plain.contains("\u{1b}["), "{plain}");
+}
