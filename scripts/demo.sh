@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # The main job, the whole story on the embedded defaults (local disk, nothing external):
-# start packd on a temporary directory, make demo keys, build and publish packs/builtin as
-# a new version, release it, refresh the agent's client, print what it serves and the
-# system prompt it renders from it, stop.
+# start packd on a temporary directory, make demo keys, edit a template of packs/builtin,
+# build, publish and release it as a new version, refresh the agent's client and show the
+# edited line in the system prompt it renders; then roll back to the built-in pack, refresh
+# again and show the line gone; stop.
+# DEMO_PROFILE=dev uses debug binaries (quicker to build, slower to run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -q -p packer -p pack-server -p agent-runtime
-bin=target/release
+profile=${DEMO_PROFILE:-release}
+case "$profile" in
+  release) bin=target/release ;;
+  dev) bin=target/debug ;;
+  *) echo "DEMO_PROFILE must be release or dev, found $profile" >&2; exit 2 ;;
+esac
+echo "== building packer, packd and agent ($profile; several minutes the first time, seconds after)"
+cargo build --profile "$profile" -p packer -p pack-server -p agent-runtime
 work=$(mktemp -d)
 packd_pid=""
 cleanup() {
@@ -42,8 +50,15 @@ echo "packd at $server"
 export PROMPTPACK_SERVER="$server" PROMPTPACK_TOKEN="$token"
 
 version="1.0.$(date +%s)"
-echo "== build packs/builtin as $version"
-"$bin/packer" build packs/builtin --version "$version" --keys "$work/keys" -o "$work/builtin-$version.pack"
+line="Published at $version: answer in the voice of a ship's captain."
+echo "== edit a template: mavis's tui prompt gets one line"
+cp -R packs/builtin "$work/prompts"
+printf '\n%s\n' "$line" >>"$work/prompts/agents/mavis/tui.hbs"
+echo "+ $line"
+
+echo "== build the edited pack as $version"
+"$bin/packer" build "$work/prompts" --name builtin --version "$version" --keys "$work/keys" \
+  -o "$work/builtin-$version.pack"
 
 echo "== publish and release"
 "$bin/packer" publish "$work/builtin-$version.pack"
@@ -64,8 +79,19 @@ TOML
 "$bin/agent" packs refresh
 echo "== what the client serves now"
 "$bin/agent" packs status
-echo "== the system prompt mavis gets this turn (first lines; metadata on stderr)"
-"$bin/agent" prompt --agent mavis --mode tui 2>"$work/prompt-metadata.txt" | head -n 15 || true
-echo "--- prompt metadata"
-head -n 20 "$work/prompt-metadata.txt"
+echo "== the system prompt mavis gets this turn (the edited line; metadata on stderr)"
+"$bin/agent" prompt --agent mavis --mode tui 2>"$work/prompt-metadata.txt" >"$work/prompt.txt"
+grep -F -- "$line" "$work/prompt.txt"
+grep '^pack ' "$work/prompt-metadata.txt"
+
+echo "== roll back to the pack built into the agent"
+"$bin/packer" release stable --keys "$work/keys" --rollback "*=builtin" --yes
+"$bin/agent" packs refresh
+"$bin/agent" prompt --agent mavis --mode tui 2>"$work/prompt-metadata.txt" >"$work/prompt.txt"
+if grep -qF -- "$line" "$work/prompt.txt"; then
+  echo "the edited line is still in the prompt after the rollback" >&2
+  exit 1
+fi
+echo "the edited line is gone:"
+grep '^pack ' "$work/prompt-metadata.txt"
 echo "== done; stopping packd"

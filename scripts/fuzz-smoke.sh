@@ -25,8 +25,10 @@ cargo run --quiet --manifest-path fuzz/Cargo.toml --example make_seeds -- fuzz/c
 
 cargo fuzz build --sanitizer none --debug-assertions
 # Logs go to a directory of their own: fuzz/target need not exist (CARGO_TARGET_DIR may
-# point elsewhere).
+# point elsewhere). A failing target's log is printed before exiting, so the directory
+# goes with the run, however it ends.
 logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 for target in $targets; do
   log="$logs/smoke-$target.log"
   # Inputs that once crashed a target stay fixed: replay each once before fuzzing.

@@ -139,10 +139,7 @@ impl Client {
             .connect_timeout(config.connect_timeout)
             .user_agent(format!("promptpack-client/{}", config.client_version))
             .build()
-            .map_err(|e| ClientError::Http {
-                url: config.server.clone().unwrap_or_default(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| ClientError::http(config.server.clone().unwrap_or_default(), &e))?;
         let mut last_error = None;
         let mut state = match cache.load_state() {
             Ok(Some(state)) if state.channel == config.channel => state,
@@ -792,10 +789,7 @@ impl Client {
         exact: Option<u64>,
         etag: Option<&str>,
     ) -> Result<Option<Fetched>, ClientError> {
-        let http_err = |e: reqwest::Error| ClientError::Http {
-            url: url.to_string(),
-            reason: e.to_string(),
-        };
+        let http_err = |e: reqwest::Error| ClientError::http(url, &e);
         let installed = match self.store.capture().source() {
             Source::Remote => self.store.capture().sha256().to_string(),
             Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),

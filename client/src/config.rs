@@ -134,24 +134,16 @@ impl ConfigFile {
             );
         }
         for key in u.trusted_keys {
-            let path = base.join(&key);
-            if path.is_file() {
-                config
-                    .trusted_keys
-                    .add_file(&path)
-                    .map_err(|e| e.to_string())?;
-            } else {
-                config
-                    .trusted_keys
-                    .add_text(Path::new("config"), &key)
-                    .map_err(|e| format!("trusted key {key:?} is neither a readable file nor a minisign public key: {e}"))?;
-            }
+            config
+                .trusted_keys
+                .add_entry(base, &key)
+                .map_err(|e| format!("trusted key {key:?}: {e}"))?;
         }
         for key in u.content_keys {
-            let path = base.join(&key);
-            config
-                .content_keys
-                .add(ContentKey::load(&path).map_err(|e| e.to_string())?);
+            config.content_keys.add(
+                ContentKey::load_entry(base, &key)
+                    .map_err(|e| format!("content key {key:?}: {e}"))?,
+            );
         }
         if let Some(s) = u.deadline_secs {
             config.deadline = Duration::from_secs(s);

@@ -79,6 +79,16 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// A request that got no answer. reqwest's own message repeats the URL ("error sending
+    /// request for url (…)") and hides the cause two sources down; the reason is that cause
+    /// ("Connection refused (os error 111)"), which is what a person can act on.
+    pub(crate) fn http(url: impl Into<String>, error: &reqwest::Error) -> Self {
+        ClientError::Http {
+            url: url.into(),
+            reason: pack_format::error::root_cause(error),
+        }
+    }
+
     /// Whether trying again later may succeed without anything changing on the publisher's
     /// side (network trouble, server errors).
     pub fn is_transient(&self) -> bool {

@@ -18,6 +18,8 @@ macro_rules! outln {
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use pack_client::{Client, ClientConfig};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 #[derive(Parser)]
 #[command(
@@ -60,21 +62,44 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // `refresh` prints its own failure; the library's warning for unattended refreshes
+    // would only say it a second time.
+    let client_level = match cli.command {
+        Command::Refresh => tracing::Level::ERROR,
+        Command::Status
+        | Command::Show { .. }
+        | Command::Dump
+        | Command::Run
+        | Command::ForgetBad { .. } => tracing::Level::WARN,
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
+        .with_ansi(colour_stderr())
+        .finish()
+        .with(
+            tracing_subscriber::filter::Targets::new()
+                .with_default(tracing::Level::WARN)
+                .with_target("pack_client::client", client_level),
+        )
         .init();
-    match run() {
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One line, each cause once: no `Debug` report, so no backtrace either.
+            eprintln!("error: {}", pack_format::error::report(e.as_ref()));
             ExitCode::FAILURE
         }
     }
 }
 
-fn run() -> Result<ExitCode> {
-    let cli = Cli::parse();
+/// Colour only for a person at a terminal who has not asked for none (https://no-color.org).
+fn colour_stderr() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
     let config = match &cli.config {
         Some(path) => ClientConfig::load(path, cli.cache.clone(), cli.client_version.clone())?,
         None => ClientConfig::new(cli.cache.clone(), cli.client_version.clone()),
@@ -118,7 +143,7 @@ fn run() -> Result<ExitCode> {
                             )?
                         );
                     } else {
-                        eprintln!("refresh failed: {e}");
+                        eprintln!("refresh failed: {}", pack_format::error::report(&e));
                         eprintln!(
                             "still serving {} {} ({})",
                             status.serving.name, status.serving.version, status.serving.source

@@ -2,7 +2,7 @@
 //! key, and the set of signing keys a client trusts.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -112,8 +112,15 @@ impl ContentKey {
     }
 
     pub fn load(path: &Path) -> Result<Self, FormatError> {
-        let text = read_small(path)?;
+        let text = read_small(path, None)?;
         Self::from_file_text(path, &text)
+    }
+
+    /// Loads a content key file named in a config file; a relative `entry` resolves against
+    /// `base` (see [`resolve_key_path`]).
+    pub fn load_entry(base: &Path, entry: &str) -> Result<Self, FormatError> {
+        let (path, text) = read_entry(base, entry)?;
+        Self::from_file_text(&path, &text)
     }
 }
 
@@ -132,9 +139,51 @@ pub(crate) fn validate_key_id(id: &str) -> Result<(), FormatError> {
     Ok(())
 }
 
-fn read_small(path: &Path) -> Result<Zeroizing<String>, FormatError> {
-    let meta = std::fs::metadata(path)
-        .map_err(|e| FormatError::io(format!("reading {}", path.display()), e))?;
+/// Where a key file named in a config file lives: a relative `entry` resolves against `base`
+/// (the config file's directory, or the agent's data directory), made absolute so that an
+/// error names the very file that was tried.
+pub fn resolve_key_path(base: &Path, entry: &str) -> PathBuf {
+    let joined = base.join(entry);
+    std::path::absolute(&joined).unwrap_or(joined)
+}
+
+/// Reads a key file named in a config file, saying on a missing file how the name resolved.
+fn read_entry(base: &Path, entry: &str) -> Result<(PathBuf, Zeroizing<String>), FormatError> {
+    let path = resolve_key_path(base, entry);
+    let relative_to = Path::new(entry).is_relative().then_some(base);
+    let text = read_small(&path, relative_to)?;
+    Ok((path, text))
+}
+
+/// Reads a small key file. A missing file says so with the path tried (and, for a name
+/// from a config file, what relative names resolve against) rather than surfacing later as
+/// a malformed key.
+fn read_small(path: &Path, relative_to: Option<&Path>) -> Result<Zeroizing<String>, FormatError> {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return FormatError::io(format!("reading {}", path.display()), e);
+        }
+        let reason = match relative_to {
+            Some(base) => {
+                // `Path::parent` of a bare file name is the empty path: the current directory.
+                let base = if base.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    base
+                };
+                let base = std::path::absolute(base).unwrap_or_else(|_| base.to_path_buf());
+                format!(
+                    "no such file (relative key paths resolve against {})",
+                    base.display()
+                )
+            }
+            None => "no such file".to_string(),
+        };
+        FormatError::KeyFile {
+            path: path.to_path_buf(),
+            reason,
+        }
+    })?;
     if meta.len() > 64 * 1024 {
         return Err(FormatError::KeyFile {
             path: path.to_path_buf(),
@@ -271,7 +320,7 @@ impl SigningKey {
     }
 
     pub fn load(path: &Path, password: Option<&str>) -> Result<Self, FormatError> {
-        let text = read_small(path)?;
+        let text = read_small(path, None)?;
         Self::from_file_text(path, &text, password)
     }
 
@@ -326,8 +375,27 @@ impl TrustedKeys {
     }
 
     pub fn add_file(&mut self, path: &Path) -> Result<String, FormatError> {
-        let text = read_small(path)?;
+        let text = read_small(path, None)?;
         self.add_text(path, &text)
+    }
+
+    /// Adds a key named in a config file: an inline minisign public key (the base64 line, or
+    /// a whole `.pub` file's text), else a file path that resolves against `base` (see
+    /// [`resolve_key_path`]). Deciding by the text's shape, not by whether a file happens to
+    /// exist, is what lets a missing file be reported as missing rather than as a bad key.
+    pub fn add_entry(&mut self, base: &Path, entry: &str) -> Result<String, FormatError> {
+        let trimmed = entry.trim();
+        let inline = trimmed.starts_with("untrusted comment:")
+            || (trimmed.starts_with("RW")
+                && trimmed.len() >= 40
+                && trimmed
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')));
+        if inline {
+            return self.add_text(Path::new("(inline key)"), trimmed);
+        }
+        let (path, text) = read_entry(base, entry)?;
+        self.add_text(&path, &text)
     }
 
     pub fn add_signing_key(&mut self, key: &SigningKey) {

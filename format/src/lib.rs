@@ -38,6 +38,24 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
+/// Parses a MAJOR.MINOR.PATCH version, saying which number is missing: semver's own message
+/// for `1.2` blames the *minor* number when it is the patch that is missing.
+pub fn parse_version(text: &str) -> Result<semver::Version, FormatError> {
+    let text = text.trim();
+    semver::Version::parse(text).map_err(|error| {
+        let core = text.split(['-', '+']).next().unwrap_or_default();
+        let problem = match core.split('.').count() {
+            1 => "the minor and patch numbers are missing".to_string(),
+            2 => "the patch number is missing".to_string(),
+            _ => error.to_string(),
+        };
+        FormatError::malformed(
+            "version",
+            format!("expected MAJOR.MINOR.PATCH such as 1.2.0, found {text:?}: {problem}"),
+        )
+    })
+}
+
 /// Checks a pack or channel name: 1–64 characters of `a-z`, `0-9`, `-`, `_`, `.`, not
 /// starting with `.`. Names end up in file names and URLs, so the alphabet is small.
 pub fn validate_name(what: &'static str, name: &str) -> Result<(), FormatError> {

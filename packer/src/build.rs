@@ -32,7 +32,7 @@ pub struct BuildArgs {
     pack_dir: PathBuf,
 
     /// Pack version (semver), e.g. 1.4.0.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::parse_version)]
     version: semver::Version,
 
     /// Key directory (from `packer keygen`); the pack is sealed for KEYS/content.key.
@@ -57,6 +57,11 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
     zstd_level: i32,
 
+    /// Overwrite an existing output file. Without it a build never replaces a pack, which
+    /// may already be published: packd refuses other bytes under a published version.
+    #[arg(long)]
+    force: bool,
+
     #[command(flatten)]
     extra_keys: ContentKeyArgs,
 }
@@ -74,6 +79,13 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     let keys = content_keys(Some(&args.keys), &args.extra_keys.content_keys)?;
     let mtime = source_date_epoch()?;
     check_output_outside(&args.pack_dir, &args.output)?;
+    if !args.force && args.output.exists() {
+        bail!(
+            "{} already exists; nothing was written. --force overwrites it (if that pack is \
+             published, packd refuses other bytes for its version: build a higher --version)",
+            shown(&args.output)
+        );
+    }
 
     let mut problems = Vec::new();
     let mut found = Vec::new();

@@ -24,7 +24,9 @@ first entry that matches, so list narrow ranges and partial rollouts before catc
 Syntax:  RANGE=TARGET[@PERCENT%[:SALT]]
 
   RANGE    a semver range of client releases: '*', '>=1.4.0, <1.5.0', '^1.2', '=1.4.2'.
-           The split is at the first '=' after a complete range, so '>=' and '=1.4.2' work.
+           A bare version is a caret range: '1.4' means '^1.4' (>=1.4.0, <2.0.0); for
+           1.4.x only write '~1.4'. The split is at the first '=' after a complete range,
+           so '>=' and '=1.4.2' work.
   TARGET   a sealed pack file: its version, schema, SHA-256 and size are read from it
            (its pack name must be --pack); or the word 'builtin': use the pack compiled
            into the client (roll back to the embedded prompts).
@@ -275,7 +277,10 @@ fn parse_entry(spec: &str, pack_name: &str) -> Result<ChannelEntry> {
                 if range.is_empty() || target.is_empty() {
                     return None;
                 }
-                VersionReq::parse(range).ok().map(|req| (req, target))
+                VersionReq::parse(range).ok().map(|req| {
+                    crate::note_bare_range(range, &req);
+                    (req, target)
+                })
             })
     else {
         bail!(

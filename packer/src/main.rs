@@ -97,7 +97,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", pack_format::error::report(error.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -124,6 +124,25 @@ fn print_json(value: &serde_json::Value) {
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()
     );
+}
+
+/// Parses a pack version for clap, saying which number is missing.
+fn parse_version(text: &str) -> Result<semver::Version, String> {
+    pack_format::parse_version(text).map_err(|e| e.to_string())
+}
+
+/// Says what a bare version means as a range: `1.4` is semver's `^1.4`, every 1.x from 1.4
+/// on, where a publisher may well have meant 1.4.x only.
+fn note_bare_range(text: &str, range: &semver::VersionReq) {
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
+        return;
+    }
+    let instead = if text.split('.').count() >= 3 {
+        format!("for {text} only write '={text}'")
+    } else {
+        format!("for {text}.x only write '~{text}'")
+    };
+    eprintln!("note: range '{text}' means '{range}' (a caret range); {instead}");
 }
 
 /// A path as the user should see it in a message.

@@ -102,8 +102,10 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
             );
         }
         outln!(
-            "next      packer release CHANNEL --server {} --keys DIR --pin '*={}'",
+            // `--pack` is what a new channel needs; on an existing one it must match, and does.
+            "next      packer release CHANNEL --server {} --keys DIR --pack {} --pin '*={}'",
             remote.base(),
+            pack.name,
             pack.version
         );
     }

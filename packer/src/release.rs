@@ -32,7 +32,9 @@ come from the server's pack list.
 
 Changes are combinable and repeatable, applied in this order: --remove, --rollback, --pin,
 --rollout (each in the order given). RANGE is a semver range of client releases: '*',
-'>=1.4.0, <1.5.0', '^1.2'. Ranges are compared by meaning ('>=1.4, <1.5' = '>=1.4,<1.5').
+'>=1.4.0, <1.5.0', '^1.2'. A bare version is a caret range: '1.4' means '^1.4' (>=1.4.0,
+<2.0.0); for 1.4.x only write '~1.4'. Ranges are compared by meaning ('>=1.4, <1.5' =
+'>=1.4,<1.5').
 
   --pin 'RANGE=VERSION'
       Clients in RANGE get VERSION: replaces the range's entry, or adds one before the
@@ -548,12 +550,14 @@ fn rollout(
 }
 
 fn parse_range(text: &str) -> Result<VersionReq> {
-    VersionReq::parse(text.trim()).with_context(|| {
+    let range = VersionReq::parse(text.trim()).with_context(|| {
         format!(
             "expected a semver range of client releases such as '*', '>=1.4.0, <1.5.0' or '^1.2', found {:?}",
             text.trim()
         )
-    })
+    })?;
+    crate::note_bare_range(text.trim(), &range);
+    Ok(range)
 }
 
 /// Splits `RANGE=VALUE` at the first `=` after which the left side is a whole range, so
@@ -566,18 +570,16 @@ fn split_range<'a>(spec: &'a str, example: &str) -> Result<(VersionReq, &'a str)
             if range.is_empty() || value.is_empty() {
                 return None;
             }
-            VersionReq::parse(range).ok().map(|req| (req, value))
+            VersionReq::parse(range).ok().map(|req| {
+                crate::note_bare_range(range, &req);
+                (req, value)
+            })
         })
         .with_context(|| format!("expected {example}"))
 }
 
 fn parse_version(text: &str) -> Result<Version> {
-    Version::parse(text.trim()).with_context(|| {
-        format!(
-            "expected a pack version such as 1.2.0, found {:?}",
-            text.trim()
-        )
-    })
+    crate::parse_version(text).map_err(anyhow::Error::msg)
 }
 
 fn parse_target(spec: &str, builtin_allowed: bool) -> Result<(VersionReq, Wanted)> {

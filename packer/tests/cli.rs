@@ -801,3 +801,93 @@ fn a_password_protected_signing_key_needs_its_password() {
     );
     assert_ok(&channel(&[("PROMPTPACK_KEY_PASSWORD", "correct horse")]));
 }
+
+#[test]
+fn build_refuses_to_overwrite_an_existing_pack_without_force() {
+    let fixture = Fixture::new();
+    assert_ok(&fixture.build("p.pack", &[]));
+    let first = std::fs::read(fixture.path("p.pack")).unwrap();
+
+    let again = fixture.build("p.pack", &[]);
+    assert_fails(&again);
+    assert_eq!(
+        stderr(&again),
+        format!(
+            "error: {} already exists; nothing was written. --force overwrites it (if that pack \
+             is published, packd refuses other bytes for its version: build a higher --version)\n",
+            fixture.path("p.pack").display()
+        )
+    );
+    // The published-or-not pack is untouched: same bytes, not a fresh sealing.
+    assert_eq!(std::fs::read(fixture.path("p.pack")).unwrap(), first);
+
+    let out = fixture.path("p.pack");
+    assert_ok(&packer(&[
+        "build",
+        s(&fixture.pack_dir()),
+        "--version",
+        "1.2.0",
+        "--keys",
+        s(&fixture.keys()),
+        "-o",
+        s(&out),
+        "--force",
+    ]));
+    assert_ne!(std::fs::read(&out).unwrap(), first);
+}
+
+#[test]
+fn a_version_missing_its_patch_number_says_so() {
+    let fixture = Fixture::new();
+    let out = packer(&[
+        "build",
+        s(&fixture.pack_dir()),
+        "--version",
+        "1.2",
+        "--keys",
+        s(&fixture.keys()),
+        "-o",
+        s(&fixture.path("p.pack")),
+    ]);
+    assert_fails(&out);
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(
+            "error: invalid value '1.2' for '--version <VERSION>': malformed version: expected \
+             MAJOR.MINOR.PATCH such as 1.2.0, found \"1.2\": the patch number is missing\n"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bare_version_as_a_range_is_explained() {
+    let fixture = Fixture::new();
+    assert_ok(&fixture.build("p.pack", &[]));
+    let entry = format!("1.4={}", fixture.path("p.pack").display());
+    let out = packer(&[
+        "channel",
+        "--keys",
+        s(&fixture.keys()),
+        "--channel",
+        "stable",
+        "--pack",
+        "prompts",
+        "--sequence",
+        "1",
+        "--expires",
+        "30d",
+        "--entry",
+        &entry,
+        "-o",
+        s(&fixture.path("channel.json")),
+    ]);
+    assert_ok(&out);
+    assert!(
+        stderr(&out).contains(
+            "note: range '1.4' means '^1.4' (a caret range); for 1.4.x only write '~1.4'\n"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -584,3 +584,40 @@ fn release_at_the_sequence_limit_refuses_instead_of_wrapping() {
     assert_eq!(live.sequence, 9_007_199_254_740_991);
     assert_eq!(live.entries[0].target, EntryTarget::Builtin);
 }
+
+#[test]
+fn the_next_step_publish_prints_works_on_a_new_channel() {
+    let env = Env::start();
+    let pack = env.build("1.0.0", "prompts-1.0.0.pack");
+    let human = env.packer(&["publish", s(&pack), "--server", &env.packd.url]);
+    assert_ok(&human);
+    let out = stdout(&human);
+    let next = out
+        .lines()
+        .find_map(|l| l.strip_prefix("next      "))
+        .unwrap_or_else(|| panic!("no next line in {out}"));
+    // The user fills in CHANNEL and DIR; the rest runs as printed.
+    let command = next
+        .replace("CHANNEL", "stable")
+        .replace("DIR", s(&env.keys()))
+        + " --yes";
+    let run = Command::new("bash")
+        .args(["-c", &command])
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                Path::new(env!("CARGO_BIN_EXE_packer"))
+                    .parent()
+                    .unwrap()
+                    .display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("PROMPTPACK_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ok(&run);
+    assert_eq!(env.live_document().sequence, 1);
+}

@@ -216,13 +216,15 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             }
         },
         Err(e) => {
+            // Said once, here: the error, then how to carry on. `main` only sets the exit code.
             printer.event(Event::Error {
-                message: e.to_string(),
+                message: pack_format::error::report(&e),
             });
-            Err(anyhow::Error::new(e).context(format!(
+            eprintln!(
                 "session {} saved; continue with `agent exec --resume {}`",
                 header.id, header.id
-            )))
+            );
+            Err(crate::Reported.into())
         }
     }
 }

@@ -12,7 +12,7 @@ use agent_runtime::delegation::Subagents;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
 use agent_runtime::packs::Packs;
-use agent_runtime::provider::{Message, Provider, ProviderOverrides, ProviderSettings};
+use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
 use agent_runtime::session::SessionContext;
 use agent_runtime::skills::{self, Skill};
 use agent_runtime::tools::{Protected, ToolContext, notes_file};
@@ -24,30 +24,54 @@ pub struct Host {
     pub config: Arc<Config>,
     pub settings: ProviderSettings,
     pub provider: Arc<Provider>,
+    /// Why no model is configured, for an interactive session opened without one: it
+    /// still serves /agents, /prompt and /packs, and refuses only what needs a model.
+    pub no_model: Option<String>,
     pub packs: Packs,
     pub custom_agents: Arc<Vec<AgentDefinition>>,
 }
 
 impl Host {
     pub fn open(overrides: &ProviderOverrides) -> anyhow::Result<Host> {
+        Host::open_with(overrides, false)
+    }
+
+    /// For the interactive session: without a configured model it opens anyway, with the
+    /// reason in [`Host::no_model`] and a provider that is never called.
+    pub fn open_without_model(overrides: &ProviderOverrides) -> anyhow::Result<Host> {
+        Host::open_with(overrides, true)
+    }
+
+    fn open_with(overrides: &ProviderOverrides, model_optional: bool) -> anyhow::Result<Host> {
         let data_dir = DataDir::locate()?;
         let config_text = crate::read_config(&data_dir)?;
         let config = Config::parse(&config_text)
             .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
-        let settings =
-            ProviderSettings::resolve(&config_text, overrides, |name| std::env::var(name).ok())
-                .map_err(|reason| anyhow::anyhow!("model provider: {reason}"))?;
+        let resolved =
+            ProviderSettings::resolve(&config_text, overrides, |name| std::env::var(name).ok());
+        let (settings, no_model) = match resolved {
+            Ok(settings) => (settings, None),
+            Err(reason) if model_optional => {
+                // Placeholder settings: the session checks `no_model` before any model call.
+                let mut settings = ProviderSettings::for_tests(Api::OpenAi, "http://127.0.0.1:9");
+                settings.id = "none".to_string();
+                settings.model = "no model".to_string();
+                (settings, Some(reason))
+            }
+            Err(reason) => anyhow::bail!("model provider: {reason}"),
+        };
         let (custom_agents, errors) = agents::load_custom_agents(&data_dir.agents_dir());
         for error in errors {
             tracing::warn!("{error}");
         }
-        let packs = Packs::open(&data_dir, &config_text)?;
+        let packs = crate::open_packs_or_builtin(&data_dir, &config_text);
         let provider = Arc::new(Provider::new(settings.clone())?);
         Ok(Host {
             data_dir,
             config: Arc::new(config),
             settings,
             provider,
+            no_model,
             packs,
             custom_agents: Arc::new(custom_agents),
         })

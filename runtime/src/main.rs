@@ -4,13 +4,17 @@
 //! runs it against a pack directory (`--pack`) to review the pack before release.
 //! `agent exec` runs the agent loop against a model provider until the task is done.
 
+// The binary owns the terminal: errors go to stderr.
+#![allow(clippy::print_stderr)]
+
 mod exec;
 mod host;
 mod init;
 mod repl;
 
-use std::io::Write;
+use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_runtime::agents::{self, BUILTIN_AGENTS, ORCHESTRATOR};
@@ -25,6 +29,9 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 use pack_client::snapshot::SnapshotMeta;
 use pack_client::{Snapshot, Source};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 #[derive(Parser)]
 #[command(name = "agent", version, about = "The promptpack local agent runtime")]
@@ -82,7 +89,10 @@ enum PacksCommand {
         background: bool,
     },
     /// Stay on this pack version; saved in the config file.
-    Pin { version: semver::Version },
+    Pin {
+        #[arg(value_parser = |text: &str| pack_format::parse_version(text).map_err(|e| e.to_string()))]
+        version: semver::Version,
+    },
     /// Follow the channel again.
     Unpin,
     /// Clear bad-pack marks (all, or the given SHA-256s) so the next refresh tries those
@@ -122,13 +132,60 @@ struct PromptArgs {
     session: Option<String>,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // `packs refresh` prints its own failure; the pack client's warning for unattended
+    // refreshes would only say it a second time.
+    let client_level = match &cli.command {
+        Some(Command::Packs(PacksCommand::Refresh { .. })) => tracing::Level::ERROR,
+        Some(
+            Command::Prompt(_)
+            | Command::Exec(_)
+            | Command::Init(_)
+            | Command::Packs(
+                PacksCommand::Status { .. }
+                | PacksCommand::Pin { .. }
+                | PacksCommand::Unpin
+                | PacksCommand::ForgetBad { .. },
+            ),
+        )
+        | None => tracing::Level::WARN,
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
+        .with_ansi(colour_stderr())
         .with_target(false)
+        .finish()
+        .with(
+            Targets::new()
+                .with_default(tracing::Level::WARN)
+                .with_target("pack_client::client", client_level),
+        )
         .init();
-    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The command has shown the error in its own words already.
+        Err(error) if error.is::<Reported>() => ExitCode::FAILURE,
+        Err(error) => {
+            // One line, each cause once: never anyhow's `Debug` report, which repeats the
+            // causes and adds a backtrace whenever RUST_BACKTRACE is set.
+            eprintln!("error: {}", pack_format::error::report(error.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A failure the command has already reported on stderr; `main` only sets the exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("the error was reported above")]
+pub(crate) struct Reported;
+
+/// Colour only for a person at a terminal who has not asked for none (https://no-color.org).
+pub(crate) fn colour_stderr() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Prompt(args)) => prompt(args),
         Some(Command::Exec(args)) => exec::exec(args),
@@ -147,8 +204,25 @@ fn main() -> anyhow::Result<()> {
                 .block_on(init::run(&host, &dir, args.existing, args.max_steps))
         }
         None => {
-            let host = host::Host::open(&cli.provider.overrides())?;
+            let host = host::Host::open_without_model(&cli.provider.overrides())?;
             repl::repl(host, cli.prompt_mode, 50)
+        }
+    }
+}
+
+/// The configured pack client, or, when its `[updates]` settings are unusable (a trusted
+/// key file missing or malformed), the built-in pack with the problem reported: the
+/// compiled-in pack needs no key, and a broken update setting must not stop the agent from
+/// working. `agent packs …` still refuses such settings outright.
+pub(crate) fn open_packs_or_builtin(data_dir: &DataDir, config_text: &str) -> Packs {
+    match Packs::open(data_dir, config_text) {
+        Ok(packs) => packs,
+        Err(error) => {
+            tracing::warn!(
+                "prompt pack updates are off for this run, serving the built-in pack: {}",
+                pack_format::error::report(&error)
+            );
+            Packs::builtin()
         }
     }
 }
@@ -259,7 +333,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     let config_text = read_config(&data_dir)?;
     let config = Config::parse(&config_text)
         .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
-    let packs = Packs::open(&data_dir, &config_text)?;
+    let packs = open_packs_or_builtin(&data_dir, &config_text);
     packs.refresh_in_background_if_due();
     let (custom_agents, _errors) = agents::load_custom_agents(&data_dir.agents_dir());
     let cwd = match args.cwd {

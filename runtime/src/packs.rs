@@ -159,6 +159,18 @@ impl Packs {
             ts(status.last_check),
             ts(status.last_success),
         ));
+        // Why a pinned version is not served: the last refresh's reason when this process
+        // made one, else what the state shows (a later refresh answers 304 and says no more).
+        if let Some(pack_client::RefreshOutcome::Skipped { reason }) = &status.last_outcome {
+            out.push_str(&format!("last refresh: skipped: {reason}\n"));
+        } else if let Some(pin) = &status.pin
+            && meta.version.to_string() != *pin
+        {
+            out.push_str(&format!(
+                "pin {pin} is not installed; serving {} until the channel offers {pin}\n",
+                meta.version
+            ));
+        }
         if let Some(error) = &status.last_error {
             out.push_str(&format!("last error: {error}\n"));
         }

@@ -59,6 +59,25 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
         snapshot.meta().version,
         snapshot.meta().source
     )?;
+    if let Some(reason) = &host.no_model {
+        writeln!(
+            out,
+            "no model configured ({reason}).\n/agents, /prompt and /packs work; to talk to the \
+             agent, set AGENT_BASE_URL and AGENT_MODEL, or a [providers.<id>] table in {}, and \
+             start again.",
+            host.data_dir.config_file().display()
+        )?;
+    }
+    // What needs a model is refused, with the reason, rather than sent to a placeholder.
+    let needs_model = |out: &mut std::io::Stdout, what: &str| -> std::io::Result<bool> {
+        match &host.no_model {
+            Some(reason) => {
+                writeln!(out, "{what} needs a model: {reason}")?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    };
 
     loop {
         let line = match editor.readline("› ") {
@@ -83,6 +102,9 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
                     Err(e) => writeln!(out, "cannot build the prompt: {e}")?,
                 },
                 "compact" => {
+                    if needs_model(&mut out, "/compact")? {
+                        continue;
+                    }
                     let result = runtime.block_on(agent_loop.compact(
                         &messages,
                         &mut transcript,
@@ -95,6 +117,9 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
                     }
                 }
                 "init" => {
+                    if needs_model(&mut out, "/init")? {
+                        continue;
+                    }
                     let dir = words.next().map_or(cwd.as_path(), Path::new);
                     if let Err(e) = runtime.block_on(crate::init::run(&host, dir, None, max_steps))
                     {
@@ -106,6 +131,9 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
             continue;
         }
 
+        if needs_model(&mut out, "a message")? {
+            continue;
+        }
         let user = Message::User {
             content: line.to_string(),
         };

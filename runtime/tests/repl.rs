@@ -103,3 +103,44 @@ fn interactive_session_through_a_pty() {
     let history = std::fs::read_to_string(home.path().join("history.txt")).unwrap();
     assert!(history.contains("list the text files"), "{history}");
 }
+
+#[test]
+fn a_session_without_a_model_serves_the_commands_that_need_none() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let steps = json!([
+        ["", "no model configured (no model base_url"],
+        ["/agents\r", "verifier"],
+        ["/prompt\r", "# Harness"],
+        ["/packs\r", "serving: builtin"],
+        ["hello\r", "a message needs a model: no model base_url"],
+        ["/init\r", "/init needs a model"],
+        ["/exit\r", "saved"],
+    ]);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(DRIVER)
+        .arg(steps.to_string())
+        .arg(env!("CARGO_BIN_EXE_agent"))
+        .current_dir(work.path())
+        .env("AGENT_HOME", home.path())
+        .env("TERM", "xterm")
+        .env_remove("AGENT_BASE_URL")
+        .env_remove("AGENT_MODEL")
+        .env_remove("AGENT_API")
+        .env_remove("AGENT_API_KEY")
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n---\n{screen}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        screen.contains("set AGENT_BASE_URL and AGENT_MODEL"),
+        "{screen}"
+    );
+    // Nothing was written into the workspace by a refused /init.
+    assert!(!work.path().join("AGENTS.md").exists());
+}

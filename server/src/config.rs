@@ -174,12 +174,7 @@ impl Settings {
 
         let mut trusted_keys = TrustedKeys::new();
         for entry in &file.publisher_keys {
-            let as_path = base.join(entry);
-            let added = if as_path.is_file() {
-                trusted_keys.add_file(&as_path)
-            } else {
-                trusted_keys.add_text(Path::new("config publisher_keys"), entry)
-            };
+            let added = trusted_keys.add_entry(base, entry);
             added.map_err(|source| ConfigError::PublisherKey {
                 entry: entry.clone(),
                 source,

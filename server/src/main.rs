@@ -1,8 +1,9 @@
 //! `packd`: serve packs and channel documents; hash and mint tokens.
-#![allow(clippy::print_stdout)] // the binary owns stdout
+#![allow(clippy::print_stdout, clippy::print_stderr)] // the binary owns the terminal
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal as _, Read, Write};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -59,8 +60,19 @@ enum TokenCommand {
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    // One `error:` line, as packer prints, never anyhow's `Debug` report: that repeats
+    // every cause and adds a backtrace whenever RUST_BACKTRACE is set.
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", pack_format::error::report(error.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve {
             listen,
@@ -116,7 +128,7 @@ fn serve(config: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(log_level())
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(colour_stderr())
         .init();
     let settings =
         Settings::load(config.as_deref(), overrides).context("loading the configuration")?;
@@ -129,12 +141,23 @@ fn serve(config: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
         let server = Server::bind(settings).await.context("starting packd")?;
         let addr = server.local_addr().context("reading the bound address")?;
         tracing::info!(%addr, storage = server.storage(), publisher_keys = keys, "packd started");
+        if keys.is_empty() {
+            tracing::warn!(
+                "publishing is disabled: no publisher_keys in the config, so every release \
+                 is refused (503 publishing_disabled); see server/README.md"
+            );
+        }
         // Tests and scripts read this line to find the port.
         println!("listening on http://{addr}");
         std::io::stdout().flush().ok();
         server.run(shutdown_signal()).await;
         Ok(())
     })
+}
+
+/// Colour only for a person at a terminal who has not asked for none (https://no-color.org).
+fn colour_stderr() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// `PACKD_LOG=debug|info|warn|error` (default info).

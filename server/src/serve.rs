@@ -53,8 +53,23 @@ impl Server {
             StorageConfig::Local(dir) => Storage::local(dir)?,
             StorageConfig::S3(url) => Storage::s3(url)?,
         };
+        let listener =
+            TcpListener::bind(settings.listen)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: settings.listen,
+                    source,
+                })?;
         let min_age = STALE_STAGING_AGE.max(settings.request_timeout.saturating_mul(2));
+        let (header_timeout, shutdown_grace, max_connections) = (
+            settings.header_timeout,
+            settings.shutdown_grace,
+            settings.max_connections,
+        );
+        let describe = storage.describe().to_string();
         let sweeping = storage.clone();
+        let app = crate::app::router(settings, storage)?;
+        // Only once the node can start: one that cannot sweeps nothing.
         tokio::spawn(async move {
             match sweeping.sweep_staging(min_age).await {
                 Ok(sweep) => tracing::info!(
@@ -66,20 +81,13 @@ impl Server {
                 Err(err) => tracing::warn!(%err, "staging sweep failed"),
             }
         });
-        let listener =
-            TcpListener::bind(settings.listen)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    addr: settings.listen,
-                    source,
-                })?;
         Ok(Server {
             listener,
-            header_timeout: settings.header_timeout,
-            shutdown_grace: settings.shutdown_grace,
-            max_connections: settings.max_connections,
-            storage: storage.describe().to_string(),
-            app: crate::app::router(settings, storage)?,
+            header_timeout,
+            shutdown_grace,
+            max_connections,
+            storage: describe,
+            app,
         })
     }
 

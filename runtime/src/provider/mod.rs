@@ -268,13 +268,16 @@ impl Provider {
                     }
                     (format!("{status}: {text}"), retry_after)
                 }
+                // reqwest's own message repeats the URL ("error sending request for url
+                // (…)") and hides the cause two sources down; the URL is in our message
+                // already, so keep only the cause ("Connection refused (os error 111)").
                 Err(e) if e.is_connect() || e.is_timeout() || e.is_request() => {
-                    (e.to_string(), None)
+                    (pack_format::error::root_cause(&e), None)
                 }
                 Err(e) => {
                     return Err(ProviderError::Connect {
                         url,
-                        reason: e.to_string(),
+                        reason: pack_format::error::root_cause(&e),
                     });
                 }
             };

@@ -1,0 +1,212 @@
+//! What a person sees when `agent` fails: one `error:` line with the cause once (a model
+//! server that is not running says "Connection refused"), no backtrace even with
+//! `RUST_BACKTRACE=1`, no colour codes when stderr is not a terminal, exit code 1.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn agent(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .current_dir(home)
+        .env("AGENT_HOME", home)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("NO_COLOR")
+        .env_remove("AGENT_BASE_URL")
+        .env_remove("AGENT_MODEL")
+        .env_remove("AGENT_API")
+        .env_remove("AGENT_API_KEY")
+        .output()
+        .unwrap()
+}
+
+/// A loopback port nothing listens on: bound, then released.
+fn refused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn assert_no_report_noise(text: &str) {
+    for noise in ["Caused by", "Stack backtrace", "Error: ", "\u{1b}["] {
+        assert!(!text.contains(noise), "{noise:?} in {text}");
+    }
+}
+
+#[test]
+fn exec_without_a_model_server_says_connection_refused_once() {
+    let home = tempfile::tempdir().unwrap();
+    let port = refused_port();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "provider = \"local\"\n[providers.local]\napi = \"openai\"\n\
+             base_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\nmax_retries = 1\n\
+             max_retry_wait_secs = 0\n"
+        ),
+    )
+    .unwrap();
+    let out = agent(home.path(), &["exec", "hello"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_no_report_noise(&text);
+    let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(
+        errors,
+        [format!(
+            "error: {url} still failing after 2 attempts; last: Connection refused (os error 111)"
+        )]
+    );
+    assert!(!text.contains("error sending request"), "{text}");
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("session ") && last.contains("saved; continue with `agent exec --resume "),
+        "{text}"
+    );
+}
+
+#[test]
+fn exec_without_a_model_configured_is_one_line() {
+    let home = tempfile::tempdir().unwrap();
+    let out = agent(home.path(), &["exec", "hello"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: model provider: no model base_url: pass --base-url, set AGENT_BASE_URL, or set \
+         `base_url` under [providers.<id>] in config.toml\n"
+    );
+}
+
+#[test]
+fn packs_refresh_without_a_server_running_says_connection_refused_once() {
+    let home = tempfile::tempdir().unwrap();
+    let port = refused_port();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!("[updates]\nserver = \"http://127.0.0.1:{port}\"\nattempts = 1\n"),
+    )
+    .unwrap();
+    let out = agent(home.path(), &["packs", "refresh"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: request to http://127.0.0.1:{port}/v1/channels/stable failed: \
+             Connection refused (os error 111)\n"
+        )
+    );
+}
+
+#[test]
+fn a_missing_trusted_key_file_names_the_path_tried() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[updates]\nserver = \"http://127.0.0.1:1\"\ntrusted_keys = [\"keys/signing.pub\"]\n",
+    )
+    .unwrap();
+    let out = agent(home.path(), &["packs", "status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_no_report_noise(&text);
+    let home = std::path::absolute(home.path()).unwrap();
+    assert!(
+        text.contains(&format!(
+            "trusted key \"keys/signing.pub\": key file {}/keys/signing.pub: no such file \
+             (relative key paths resolve against {})\n",
+            home.display(),
+            home.display()
+        )),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
+
+#[test]
+fn a_missing_trusted_key_still_renders_the_builtin_pack_and_says_why() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[updates]\nserver = \"http://127.0.0.1:1\"\ntrusted_keys = [\"keys/signing.pub\"]\n",
+    )
+    .unwrap();
+    let out = agent(home.path(), &["prompt"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!out.stdout.is_empty());
+    assert_no_report_noise(&stderr);
+    let warning = stderr.lines().next().unwrap();
+    assert!(
+        warning.contains(
+            " WARN prompt pack updates are off for this run, serving the built-in pack: "
+        ) && warning.contains("keys/signing.pub: no such file"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\npack builtin 0.0.0 (builtin) "),
+        "{stderr}"
+    );
+}
+
+/// Runs `agent exec hello` on a pseudo-terminal (python3's `pty`), returning what it showed.
+fn exec_on_a_terminal(home: &Path, no_color: bool) -> String {
+    const DRIVER: &str = r#"
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], [sys.argv[1], "exec", "hello"])
+seen = b""
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    seen += chunk
+os.waitpid(pid, 0)
+sys.stdout.write(seen.decode(errors="replace"))
+"#;
+    let mut command = Command::new("python3");
+    command
+        .args(["-c", DRIVER, env!("CARGO_BIN_EXE_agent")])
+        .env("AGENT_HOME", home)
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR")
+        .env_remove("AGENT_BASE_URL")
+        .env_remove("AGENT_MODEL");
+    if no_color {
+        command.env("NO_COLOR", "1");
+    }
+    let out = command.output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn colour_only_on_a_terminal_and_never_with_no_color() {
+    let home = tempfile::tempdir().unwrap();
+    let port = refused_port();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "provider = \"local\"\n[providers.local]\napi = \"openai\"\n\
+             base_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\nmax_retries = 1\n\
+             max_retry_wait_secs = 0\n"
+        ),
+    )
+    .unwrap();
+    // The retry warning is logged; on a terminal it is coloured...
+    let coloured = exec_on_a_terminal(home.path(), false);
+    assert!(
+        coloured.contains("model call failed, retrying"),
+        "{coloured}"
+    );
+    assert!(coloured.contains("\u{1b}["), "{coloured}");
+    // ...unless NO_COLOR is set.
+    let plain = exec_on_a_terminal(home.path(), true);
+    assert!(plain.contains("model call failed, retrying"), "{plain}");
+    assert!(!plain.contains("\u{1b}["), "{plain}");
+}

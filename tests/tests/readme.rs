@@ -1,0 +1,96 @@
+//! The README's hand-run flows, run as written: "Publishing a pack by hand" then
+//! "Publishing to packd", in a scratch directory that sees the repository's `packs/`, with
+//! the workspace's binaries on `PATH`, against the real packd the section itself starts.
+//! Only the port is changed, so parallel runs do not collide.
+
+use std::process::{Command, Stdio};
+
+use promptpack_tests::{bin, workspace};
+
+/// The body of the first ```sh block after `heading`.
+fn sh_block<'a>(readme: &'a str, heading: &str) -> &'a str {
+    let section = &readme[readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("README has no {heading:?}"))..];
+    let start = section.find("```sh\n").expect("a ```sh block") + "```sh\n".len();
+    let end = section[start..].find("```").expect("the block ends") + start;
+    &section[start..end]
+}
+
+#[test]
+fn publishing_to_packd_runs_as_written() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let by_hand = sh_block(&readme, "## Publishing a pack by hand");
+    let to_packd = sh_block(&readme, "## Publishing to packd");
+
+    // The example's client range is the one the agent built from this tree falls into.
+    let version = semver::Version::parse(env!("CARGO_PKG_VERSION")).unwrap();
+    let range = format!(
+        ">={}.{}.0, <{}.{}.0",
+        version.major,
+        version.minor,
+        version.major,
+        version.minor + 1
+    );
+    assert!(
+        by_hand.contains(&range) && to_packd.contains(&range),
+        "the README's client range should be {range:?}, what `agent --version` matches"
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = format!("{by_hand}\n{to_packd}").replace("8470", &port.to_string());
+
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(workspace().join("packs"), dir.path().join("packs")).unwrap();
+    let bins = bin("pack-server", "packd");
+    bin("packer", "packer");
+    let path = format!(
+        "{}:{}",
+        bins.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        // Whatever happens, packd started by the section does not outlive the test.
+        .args(["-euo", "pipefail", "-c"])
+        .arg(format!(
+            "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{script}"
+        ))
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .env_remove("PROMPTPACK_TOKEN")
+        .env_remove("PROMPTPACK_SERVER")
+        .env_remove("PACKD_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the README section failed ({}):\n{stdout}\n{stderr}\npackd log:\n{}",
+        out.status,
+        std::fs::read_to_string(dir.path().join("packd.log")).unwrap_or_default()
+    );
+
+    // What the publisher sees at the end: the rollback and removal took effect, 1.2.0 is
+    // what every client gets, and 1.3.0 is uploaded but live nowhere.
+    let status = &stdout[stdout.rfind("\nserver http://").expect("packer status ran")..];
+    assert!(status.contains("sequence 6"), "{status}");
+    assert!(status.contains("*                    -> 1.2.0"), "{status}");
+    assert!(!status.contains("0.2.0"), "{status}");
+    assert!(status.contains("live in stable (*)"), "{status}");
+    let v130 = status.lines().find(|l| l.contains("1.3.0")).unwrap();
+    assert!(!v130.contains("live"), "{status}");
+    // packd really served it: its log shows the six published documents.
+    let log = std::fs::read_to_string(dir.path().join("packd.log")).unwrap();
+    assert_eq!(
+        log.matches("channel document published").count(),
+        6,
+        "{log}"
+    );
+    assert!(dir.path().join("packd-data").is_dir());
+}
