@@ -8,12 +8,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Notify, oneshot};
 
 use super::bash::{kill_group, shell};
-use super::{ToolError, ToolResult, cut_middle};
+use super::{Call, Gate, Tool, ToolError, ToolResult, cut_middle};
+use crate::capabilities::ToolId;
 
 /// Output kept per task; older bytes are dropped from the front.
 const KEEP_BYTES: usize = 1024 * 1024;
@@ -105,24 +107,96 @@ pub struct TaskManager {
     next: AtomicU32,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct QueryArgs {
+    /// One task; without it, every task of the session.
     #[serde(default)]
     task_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct OutputArgs {
     task_id: String,
+    /// Block until there is new output or the task ends.
     #[serde(default)]
     wait: bool,
+    /// Longest wait (default 30000).
     #[serde(default)]
+    #[schemars(range(min = 1))]
     timeout_ms: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct StopArgs {
     task_id: String,
+}
+
+pub(super) struct TaskQuery;
+
+impl Tool for TaskQuery {
+    type Args = QueryArgs;
+
+    fn name(&self) -> &'static str {
+        "task_query"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::TaskQuery)
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, call: Call<'_>, args: QueryArgs) -> ToolResult {
+        call.context.tasks.query(args)
+    }
+}
+
+pub(super) struct TaskOutput;
+
+impl Tool for TaskOutput {
+    type Args = OutputArgs;
+
+    fn name(&self) -> &'static str {
+        "task_output"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::TaskOutput)
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: OutputArgs) -> ToolResult {
+        // Reading output advances the task's read offset, so it is not a pure read.
+        let max = call.context.limits.bash_bytes / 2;
+        call.context.tasks.output(args, max).await
+    }
+}
+
+pub(super) struct TaskStop;
+
+impl Tool for TaskStop {
+    type Args = StopArgs;
+
+    fn name(&self) -> &'static str {
+        "task_stop"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::TaskStop)
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: StopArgs) -> ToolResult {
+        call.context.tasks.stop(args).await
+    }
 }
 
 async fn pump(task: Arc<Task>, mut reader: impl AsyncRead + Unpin) {
@@ -218,7 +292,7 @@ impl TaskManager {
         }))
     }
 
-    pub(super) fn query(&self, args: QueryArgs) -> ToolResult {
+    fn query(&self, args: QueryArgs) -> ToolResult {
         let line = |t: &Task| {
             format!(
                 "{}: {} after {}s — {}",
@@ -242,7 +316,7 @@ impl TaskManager {
             .join("\n"))
     }
 
-    pub(super) async fn output(&self, args: OutputArgs, max: usize) -> ToolResult {
+    async fn output(&self, args: OutputArgs, max: usize) -> ToolResult {
         let task = self.get(&args.task_id)?;
         if args.wait {
             let timeout = Duration::from_millis(args.timeout_ms.unwrap_or(30_000).min(600_000));
@@ -269,7 +343,7 @@ impl TaskManager {
         Ok(format!("{}: {state}\n{}", task.id, cut_middle(&text, max)))
     }
 
-    pub(super) async fn stop(&self, args: StopArgs) -> ToolResult {
+    async fn stop(&self, args: StopArgs) -> ToolResult {
         let task = self.get(&args.task_id)?;
         if task.state() != TaskState::Running {
             return Ok(format!("{} already {}", task.id, task.state().describe()));
