@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use schemars::JsonSchema;
@@ -64,11 +64,11 @@ struct Task {
 
 impl Task {
     fn state(&self) -> TaskState {
-        *self.state.lock().unwrap()
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn append(&self, chunk: &[u8]) {
-        let mut out = self.output.lock().unwrap();
+        let mut out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
         out.bytes.extend_from_slice(chunk);
         if out.bytes.len() > KEEP_BYTES {
             let extra = out.bytes.len() - KEEP_BYTES;
@@ -81,7 +81,7 @@ impl Task {
 
     /// Output since the last call, as text.
     fn take_new(&self) -> String {
-        let mut out = self.output.lock().unwrap();
+        let mut out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
         let start = out.read_to.max(out.dropped);
         let skipped = start - out.read_to;
         let end = out.dropped + out.bytes.len();
@@ -95,7 +95,7 @@ impl Task {
     }
 
     fn tail(&self, max: usize) -> String {
-        let out = self.output.lock().unwrap();
+        let out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
         cut_middle(&String::from_utf8_lossy(&out.bytes), max)
     }
 }
@@ -266,17 +266,20 @@ impl TaskManager {
             // A grandchild can keep the pipes open; the exit is what counts.
             let _ = tokio::time::timeout(Duration::from_secs(1), stdout).await;
             let _ = tokio::time::timeout(Duration::from_secs(1), stderr).await;
-            *watcher.state.lock().unwrap() = state;
+            *watcher.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
             watcher.changed.notify_waiters();
         });
-        self.tasks.lock().unwrap().insert(id.clone(), task);
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), task);
         Ok(format!(
             "started background task {id}: {command}\nFollow it with task_output (task_id \"{id}\"); you will also be notified when it finishes."
         ))
     }
 
     fn get(&self, id: &str) -> Result<Arc<Task>, ToolError> {
-        let tasks = self.tasks.lock().unwrap();
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(task) = tasks.get(id) {
             return Ok(task.clone());
         }
@@ -305,7 +308,7 @@ impl TaskManager {
         if let Some(id) = args.task_id {
             return Ok(line(&*self.get(&id)?));
         }
-        let tasks = self.tasks.lock().unwrap();
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         if tasks.is_empty() {
             return Ok("no background tasks in this session".to_string());
         }
@@ -324,7 +327,7 @@ impl TaskManager {
             loop {
                 let changed = task.changed.notified();
                 let pending = {
-                    let out = task.output.lock().unwrap();
+                    let out = task.output.lock().unwrap_or_else(PoisonError::into_inner);
                     out.dropped + out.bytes.len() > out.read_to
                 };
                 if pending || task.state() != TaskState::Running {
@@ -349,25 +352,30 @@ impl TaskManager {
             return Ok(format!("{} already {}", task.id, task.state().describe()));
         }
         let changed = task.changed.notified();
-        if let Some(stop) = task.stop.lock().unwrap().take() {
+        if let Some(stop) = task
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = stop.send(());
         }
         let _ = tokio::time::timeout(STOP_GRACE * 2, changed).await;
         // Stopping was asked for; announcing it as a surprise later would be noise.
-        *task.notified.lock().unwrap() = true;
+        *task.notified.lock().unwrap_or_else(PoisonError::into_inner) = true;
         Ok(format!("{} {}", task.id, task.state().describe()))
     }
 
     /// One `<notification>` block per task that finished since the last call.
     pub fn take_notifications(&self) -> Vec<String> {
-        let tasks = self.tasks.lock().unwrap();
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
         for task in tasks.values() {
             let state = task.state();
             if state == TaskState::Running {
                 continue;
             }
-            let mut notified = task.notified.lock().unwrap();
+            let mut notified = task.notified.lock().unwrap_or_else(PoisonError::into_inner);
             if *notified {
                 continue;
             }
@@ -391,7 +399,12 @@ impl TaskManager {
 
     /// Kills every task still running (the session is ending).
     pub fn stop_all(&self) {
-        for task in self.tasks.lock().unwrap().values() {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
             if task.state() == TaskState::Running {
                 kill_group(task.pid, "-KILL");
             }
@@ -401,7 +414,7 @@ impl TaskManager {
     pub fn running(&self) -> usize {
         self.tasks
             .lock()
-            .unwrap()
+            .unwrap_or_else(PoisonError::into_inner)
             .values()
             .filter(|t| t.state() == TaskState::Running)
             .count()

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use pack_client::Snapshot;
@@ -319,6 +319,10 @@ impl ToolError {
 type ToolResult = Result<String, ToolError>;
 
 /// State the tools share within one session.
+///
+/// Every lock here guards one insert, read or whole-value swap, so the data is consistent
+/// even if a holder panicked: a poisoned lock is taken over (as the client and packd do)
+/// rather than ending the session.
 #[derive(Debug)]
 pub struct ToolContext {
     pub cwd: PathBuf,
@@ -368,11 +372,19 @@ impl ToolContext {
     }
 
     pub fn mark_written(&self, path: &Path) {
-        self.written.lock().unwrap().insert(path.to_path_buf());
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_path_buf());
     }
 
     pub fn written(&self) -> Vec<PathBuf> {
-        self.written.lock().unwrap().iter().cloned().collect()
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 
     pub fn with_limits(mut self, limits: ToolLimits) -> ToolContext {
@@ -398,15 +410,24 @@ impl ToolContext {
     }
 
     pub fn mark_read(&self, path: &Path) {
-        self.read_files.lock().unwrap().insert(path.to_path_buf());
+        self.read_files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_path_buf());
     }
 
     pub fn was_read(&self, path: &Path) -> bool {
-        self.read_files.lock().unwrap().contains(path)
+        self.read_files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(path)
     }
 
     pub fn todos(&self) -> Vec<TodoItem> {
-        self.todos.lock().unwrap().clone()
+        self.todos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Replays a finished call from a stored session, so a resumed run knows which files
@@ -537,4 +558,25 @@ fn parse<A: DeserializeOwned + JsonSchema>(name: &str, arguments: &str) -> Resul
             schema_of::<A>()
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic while a lock is held (a tool thread crashing) leaves the session usable.
+    #[test]
+    fn a_poisoned_lock_does_not_end_the_session() {
+        let context = Arc::new(ToolContext::new(PathBuf::from("/w")));
+        let holder = context.clone();
+        let crashed = std::thread::spawn(move || {
+            let _held = holder.read_files.lock().unwrap();
+            panic!("a tool crashed while holding the lock");
+        })
+        .join();
+        assert!(crashed.is_err());
+        assert!(context.read_files.is_poisoned());
+        context.mark_read(Path::new("/w/a.rs"));
+        assert!(context.was_read(Path::new("/w/a.rs")));
+    }
 }

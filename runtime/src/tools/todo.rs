@@ -1,5 +1,7 @@
 //! `todowrite`: the session's task list, replaced whole on every call.
 
+use std::sync::PoisonError;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +50,7 @@ impl Tool for TodoWrite {
     }
 
     fn replay(&self, context: &ToolContext, args: Args) {
-        *context.todos.lock().unwrap() = args.items;
+        *context.todos.lock().unwrap_or_else(PoisonError::into_inner) = args.items;
     }
 }
 
@@ -75,6 +77,6 @@ fn run(context: &ToolContext, args: Args) -> ToolResult {
     if args.items.is_empty() {
         out.push_str("(the task list is empty)\n");
     }
-    *context.todos.lock().unwrap() = args.items;
+    *context.todos.lock().unwrap_or_else(PoisonError::into_inner) = args.items;
     Ok(out)
 }
