@@ -83,10 +83,13 @@ fn parts_come_in_the_documented_order() {
     let mut turn = Turn::new("worker");
     turn.instructions =
         agent_runtime::instructions::Instructions::read(&dir.path().join("AGENTS.md"), dir.path());
-    turn.profile = agent_runtime::Profile::Full;
     turn.config = agent_runtime::config::Config::default();
     turn.memory = Some("remembered fact".to_string());
     let text = turn.render().text;
+    assert!(
+        !text.contains("remembered fact"),
+        "the command line keeps no memory"
+    );
     let order = [
         "You are `worker`",
         "# Model Notes",
@@ -99,8 +102,6 @@ fn parts_come_in_the_documented_order() {
         "project rule",
         "# Environment",
         "# Session Context",
-        // The worker ceiling keeps memory on, and the full profile stores it.
-        "remembered fact",
         "# Skills",
     ];
     let mut last = 0;
