@@ -327,15 +327,6 @@ impl SigningKey {
     pub fn key_id(&self) -> String {
         key_id_hex(self.public.keynum())
     }
-
-    /// The public half as a minisign `.pub` file text.
-    pub fn public_file_text(&self) -> Result<String, FormatError> {
-        Ok(self
-            .public
-            .to_box()
-            .map_err(|e| FormatError::Signing(e.to_string()))?
-            .into_string())
-    }
 }
 
 /// The set of minisign public keys a reader trusts, looked up by key id. Trusting two keys

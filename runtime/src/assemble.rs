@@ -24,7 +24,9 @@ use crate::context::{self, ContextInputs, Layer, SkillEntry};
 use crate::environment::Environment;
 use crate::error::PromptError;
 use crate::instructions::Instructions;
-use crate::metadata::{PackRef, PromptMetadata, sha256_hex};
+use pack_format::sha256_hex;
+
+use crate::metadata::{PackRef, PromptMetadata};
 use crate::mode::PromptMode;
 use crate::session::SessionContext;
 

@@ -231,8 +231,6 @@ pub enum Occasion {
 pub enum Profile {
     /// The `agent` command line: no memory, no scheduling.
     Cli,
-    /// A host that provides memory and scheduling.
-    Full,
 }
 
 /// The outcome of narrowing.
@@ -268,7 +266,6 @@ pub fn resolve(
             capabilities.features.memory = false;
             (false, false)
         }
-        Profile::Full => (true, true),
     };
     Resolved {
         capabilities,

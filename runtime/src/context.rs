@@ -46,9 +46,14 @@ pub enum Layer {
 /// Builds the context as JSON, with every layer flag off.
 pub fn build(inputs: &ContextInputs<'_>) -> Value {
     let caps = &inputs.resolved.capabilities;
+    // A flag is on only for a tool the model is offered: allowed *and* implemented, so a
+    // template never tells the model to use a tool it does not have (`web_fetch`).
     let tools: Map<String, Value> = ToolId::ALL
         .into_iter()
-        .map(|t| (t.as_str().to_string(), Value::Bool(caps.has(t))))
+        .map(|t| {
+            let offered = caps.has(t) && crate::tools::implemented(t);
+            (t.as_str().to_string(), Value::Bool(offered))
+        })
         .collect();
     let features = &caps.features;
     serde_json::json!({

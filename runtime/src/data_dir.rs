@@ -74,8 +74,4 @@ impl DataDir {
     pub fn pack_cache_dir(&self) -> PathBuf {
         self.root.join("packs")
     }
-
-    pub fn memory_file(&self) -> PathBuf {
-        self.root.join("memory").join("MEMORY.md")
-    }
 }

@@ -309,7 +309,7 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
         PacksCommand::Pin { version } => Some(version),
         PacksCommand::Unpin => None,
     };
-    let updated = agent_runtime::packs::set_pin(&text, pin.as_ref());
+    let updated = agent_runtime::packs::set_pin(&data_dir, &text, pin.as_ref())?;
     // Refuse to save a file the runtime could not read back.
     agent_runtime::packs::client_config(&data_dir, &updated)?;
     std::fs::create_dir_all(data_dir.root())?;

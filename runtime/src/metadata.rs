@@ -34,8 +34,3 @@ pub struct PromptMetadata {
     /// Things the user should know (an instruction file cut or left out).
     pub warnings: Vec<String>,
 }
-
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
-}

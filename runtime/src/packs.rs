@@ -211,67 +211,76 @@ pub fn client_config(data_dir: &DataDir, config_text: &str) -> Result<ClientConf
     Ok(config)
 }
 
-/// Sets (`Some`) or removes (`None`) `pin` in the `[updates]` table of `text`, editing
-/// only that line so the user's comments and layout survive.
-pub fn set_pin(text: &str, pin: Option<&semver::Version>) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let header = lines.iter().position(|l| l.trim() == "[updates]");
-    let new_line = pin.map(|v| format!("pin = \"{v}\""));
-    let Some(header) = header else {
-        let Some(new_line) = new_line else {
-            return text.to_string();
-        };
-        let mut out = text.to_string();
-        if !out.is_empty() && !out.ends_with('\n') {
-            out.push('\n');
-        }
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&format!("[updates]\n{new_line}\n"));
-        return out;
+/// Sets (`Some`) or removes (`None`) `pin` in the `[updates]` table of `text`. The file is
+/// edited as TOML, not as lines, so the user's comments and layout survive whatever the
+/// header looks like (`[updates] # mine`), and a missing table is added once.
+pub fn set_pin(
+    data_dir: &DataDir,
+    text: &str,
+    pin: Option<&semver::Version>,
+) -> Result<String, RuntimeError> {
+    let fail = |reason: String| RuntimeError::Config {
+        path: data_dir.config_file(),
+        reason,
     };
-    let end = lines[header + 1..]
-        .iter()
-        .position(|l| l.trim_start().starts_with('['))
-        .map_or(lines.len(), |i| header + 1 + i);
-    let existing = (header + 1..end).find(|&i| {
-        let line = lines[i].trim_start();
-        line.strip_prefix("pin")
-            .is_some_and(|rest| rest.trim_start().starts_with('='))
-    });
-    let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    match (existing, new_line) {
-        (Some(i), Some(line)) => out[i] = line,
-        (Some(i), None) => {
-            out.remove(i);
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| fail(e.to_string()))?;
+    match pin {
+        Some(version) => {
+            let updates = doc
+                .entry("updates")
+                .or_insert_with(toml_edit::table)
+                .as_table_like_mut()
+                .ok_or_else(|| fail("`updates` is not a table".to_string()))?;
+            updates.insert("pin", toml_edit::value(version.to_string()));
         }
-        (None, Some(line)) => out.insert(header + 1, line),
-        (None, None) => {}
+        None => {
+            let removed = doc
+                .get_mut("updates")
+                .and_then(toml_edit::Item::as_table_like_mut)
+                .and_then(|updates| updates.remove("pin"));
+            if removed.is_none() {
+                // Nothing to unpin: leave the file byte for byte as it was.
+                return Ok(text.to_string());
+            }
+        }
     }
-    let mut joined = out.join("\n");
-    joined.push('\n');
-    joined
+    Ok(doc.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn pin(text: &str, version: Option<&semver::Version>) -> String {
+        let dir = DataDir::new("/home/dev/.agent");
+        set_pin(&dir, text, version).unwrap()
+    }
+
     #[test]
-    fn pin_edits_only_its_line() {
+    fn pin_edits_only_its_key() {
         let v = semver::Version::new(1, 2, 0);
-        let text =
-            "# mine\n[agents.default]\ntools = []\n\n[updates]\nserver = \"http://x\" # keep\n";
-        let pinned = set_pin(text, Some(&v));
+        let text = "# mine\n[agents.default]\ntools = []\n\n[updates] # from the installer\nserver = \"http://x\" # keep\n";
+        let pinned = pin(text, Some(&v));
         assert_eq!(
             pinned,
-            "# mine\n[agents.default]\ntools = []\n\n[updates]\npin = \"1.2.0\"\nserver = \"http://x\" # keep\n"
+            "# mine\n[agents.default]\ntools = []\n\n[updates] # from the installer\nserver = \"http://x\" # keep\npin = \"1.2.0\"\n"
         );
-        let repinned = set_pin(&pinned, Some(&semver::Version::new(1, 3, 0)));
+        let repinned = pin(&pinned, Some(&semver::Version::new(1, 3, 0)));
         assert!(repinned.contains("pin = \"1.3.0\"") && !repinned.contains("1.2.0"));
-        assert_eq!(set_pin(&pinned, None), text);
-        assert_eq!(set_pin("", Some(&v)), "[updates]\npin = \"1.2.0\"\n");
-        assert_eq!(set_pin("a = 1", None), "a = 1");
+        assert_eq!(repinned.matches("[updates]").count(), 1, "{repinned}");
+        assert_eq!(pin(&pinned, None), text);
+        assert_eq!(pin("", Some(&v)), "[updates]\npin = \"1.2.0\"\n");
+        assert_eq!(pin("a = 1", None), "a = 1");
+    }
+
+    #[test]
+    fn pin_refuses_a_file_that_is_not_toml() {
+        let dir = DataDir::new("/home/dev/.agent");
+        let v = semver::Version::new(1, 2, 0);
+        assert!(set_pin(&dir, "[updates\n", Some(&v)).is_err());
+        let err = set_pin(&dir, "updates = 3\n", Some(&v)).unwrap_err();
+        assert!(err.to_string().contains("not a table"), "{err}");
     }
 }

@@ -109,10 +109,10 @@ fn narrowing_table() {
             config: "",
             agent: "mavis",
             occasion: Occasion::Root,
-            profile: Profile::Full,
+            profile: Profile::Cli,
             tools: all,
             delegation: true,
-            memory: true,
+            memory: false,
             persona: true,
         },
         Case {
@@ -120,10 +120,10 @@ fn narrowing_table() {
             config: "[agents.default]\ntools = []",
             agent: "mavis",
             occasion: Occasion::Root,
-            profile: Profile::Full,
+            profile: Profile::Cli,
             tools: &[],
             delegation: true,
-            memory: true,
+            memory: false,
             persona: true,
         },
         Case {
@@ -131,7 +131,7 @@ fn narrowing_table() {
             config: "[agents.default]\ntools = [\"read\", \"grep\", \"write\"]",
             agent: "explore",
             occasion: Occasion::TaskChild,
-            profile: Profile::Full,
+            profile: Profile::Cli,
             tools: &["read", "grep"],
             delegation: false,
             memory: false,
@@ -142,7 +142,7 @@ fn narrowing_table() {
             config: "[agents.default]\ntools = [\"read\", \"write\", \"edit\", \"bash\", \"grep\"]",
             agent: "verifier",
             occasion: Occasion::TaskChild,
-            profile: Profile::Full,
+            profile: Profile::Cli,
             tools: &["read", "bash", "grep"],
             delegation: false,
             memory: false,
@@ -153,7 +153,7 @@ fn narrowing_table() {
             config: "[agents.default.features]\nmemory = false\npersona = false",
             agent: "worker",
             occasion: Occasion::TaskChild,
-            profile: Profile::Full,
+            profile: Profile::Cli,
             tools: all,
             delegation: false,
             memory: false,
@@ -164,10 +164,10 @@ fn narrowing_table() {
             config: "",
             agent: "mavis",
             occasion: Occasion::TaskChild,
-            profile: Profile::Full,
+            profile: Profile::Cli,
             tools: all,
             delegation: false,
-            memory: true,
+            memory: false,
             persona: true,
         },
         Case {
@@ -189,18 +189,9 @@ fn narrowing_table() {
         assert_eq!(features.delegation, case.delegation, "{}", case.what);
         assert_eq!(features.memory, case.memory, "{}", case.what);
         assert_eq!(features.persona, case.persona, "{}", case.what);
-        assert_eq!(
-            resolved.memory_enabled,
-            case.profile == Profile::Full,
-            "{}",
-            case.what
-        );
-        assert_eq!(
-            resolved.scheduling,
-            case.profile == Profile::Full,
-            "{}",
-            case.what
-        );
+        // The command line keeps no memory and schedules nothing.
+        assert!(!resolved.memory_enabled, "{}", case.what);
+        assert!(!resolved.scheduling, "{}", case.what);
     }
 }
 
@@ -213,7 +204,7 @@ fn a_ceiling_never_widens() {
             &config.defaults,
             ceiling_of(agent).as_ref(),
             Occasion::Root,
-            Profile::Full,
+            Profile::Cli,
         );
         let allowed: BTreeSet<ToolId> = [ToolId::Read].into();
         assert!(resolved.capabilities.tools.is_subset(&allowed), "{agent}");
@@ -240,12 +231,6 @@ fn narrowing_shows_in_the_rendered_prompt() {
     assert!(!narrow.contains("# Delegation"));
     assert!(!narrow.contains("`bash`"));
     assert!(!narrow.contains("# Skills"), "no skill tool, no catalog");
-
-    turn.config = Config::default();
-    turn.profile = Profile::Full;
-    let desktop = turn.render().text;
-    assert!(desktop.contains("# Scheduling"));
-    assert!(desktop.contains("# Memory"));
 }
 
 #[test]

@@ -100,3 +100,27 @@ fn a_bad_updates_table_is_refused() {
     let pin = agent(home.path(), &["packs", "pin", "not-a-version"]);
     assert!(!pin.status.success());
 }
+
+#[test]
+fn pin_works_under_an_updates_header_with_a_comment() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    let original = "[updates] # set by the installer\nserver = \"http://127.0.0.1:9\" # our mirror\nchannel = \"beta\"\n";
+    std::fs::write(&config, original).unwrap();
+
+    stdout(&agent(home.path(), &["packs", "pin", "1.4.2"]));
+    let pinned = std::fs::read_to_string(&config).unwrap();
+    // One table, the pin inside it, the user's comments kept.
+    assert_eq!(pinned.matches("[updates]").count(), 1, "{pinned}");
+    assert!(
+        pinned.starts_with("[updates] # set by the installer\n"),
+        "{pinned}"
+    );
+    assert!(pinned.contains("# our mirror"), "{pinned}");
+    let status = stdout(&agent(home.path(), &["packs", "status"]));
+    assert!(status.contains("pin: 1.4.2"), "{status}");
+    assert!(status.contains("channel: beta"), "{status}");
+
+    stdout(&agent(home.path(), &["packs", "unpin"]));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
+}

@@ -3,8 +3,11 @@
 
 mod common;
 
-use agent_runtime::PromptMode;
+use std::sync::Arc;
+
 use agent_runtime::agents::BUILTIN_AGENTS;
+use agent_runtime::tools::{ToolContext, Toolbox};
+use agent_runtime::{Occasion, PromptMode};
 use common::Turn;
 
 #[test]
@@ -80,10 +83,13 @@ fn parts_come_in_the_documented_order() {
     let mut turn = Turn::new("worker");
     turn.instructions =
         agent_runtime::instructions::Instructions::read(&dir.path().join("AGENTS.md"), dir.path());
-    turn.profile = agent_runtime::Profile::Full;
     turn.config = agent_runtime::config::Config::default();
     turn.memory = Some("remembered fact".to_string());
     let text = turn.render().text;
+    assert!(
+        !text.contains("remembered fact"),
+        "the command line keeps no memory"
+    );
     let order = [
         "You are `worker`",
         "# Model Notes",
@@ -96,8 +102,6 @@ fn parts_come_in_the_documented_order() {
         "project rule",
         "# Environment",
         "# Session Context",
-        // The worker ceiling keeps memory on, and the full profile stores it.
-        "remembered fact",
         "# Skills",
     ];
     let mut last = 0;
@@ -155,4 +159,87 @@ fn insert_rules_appends_missing_headings_and_skips_fenced_code() {
         out,
         "# Intro\ntext\n```\n# Harness\n```\n\n# Other\nmore\n- second\n\n# Harness\n- a rule"
     );
+}
+
+/// A delegate that is never called: its presence is what offers `task` at the root.
+#[derive(Debug)]
+struct NoDelegate;
+
+impl agent_runtime::tools::Delegate for NoDelegate {
+    fn delegate<'a>(
+        &'a self,
+        _request: agent_runtime::tools::DelegateRequest,
+        _cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<String, agent_runtime::tools::ToolError>>
+                + Send
+                + 'a,
+        >,
+    > {
+        Box::pin(async { Err(agent_runtime::tools::ToolError("unused".to_string())) })
+    }
+}
+
+/// The tool names a prompt mentions: every `name` in backticks, and every name that cannot
+/// be an ordinary English word (`web_fetch`, `task_query`, `todowrite`) wherever it stands.
+fn named_tools(text: &str) -> std::collections::BTreeSet<String> {
+    let known: std::collections::BTreeSet<&str> = agent_runtime::ToolId::ALL
+        .iter()
+        .map(|t| t.as_str())
+        .chain(agent_runtime::tools::registered())
+        .collect();
+    let word = regex::Regex::new(r"[A-Za-z_]+").unwrap();
+    let mut named = std::collections::BTreeSet::new();
+    for found in word.find_iter(text) {
+        let name = found.as_str();
+        if !known.contains(name) {
+            continue;
+        }
+        let quoted = text[..found.start()].ends_with('`') && text[found.end()..].starts_with('`');
+        if quoted || name.contains('_') || name == "todowrite" {
+            named.insert(name.to_string());
+        }
+    }
+    named
+}
+
+#[test]
+fn every_tool_a_prompt_names_is_offered() {
+    let dir = tempfile::tempdir().unwrap();
+    for agent in BUILTIN_AGENTS {
+        for mode in PromptMode::ALL {
+            for occasion in [Occasion::Root, Occasion::TaskChild] {
+                let mut turn = Turn::new(agent);
+                turn.mode = mode;
+                turn.occasion = occasion;
+                let prompt = turn.render();
+                // The context the host builds: a root can delegate and keep notes, a
+                // delegated child gets a plain one.
+                let context = match occasion {
+                    Occasion::Root => ToolContext::new(dir.path().to_path_buf())
+                        .with_delegate(Arc::new(NoDelegate))
+                        .with_notes(dir.path().join("notes.json")),
+                    Occasion::TaskChild => ToolContext::new(dir.path().to_path_buf()),
+                };
+                let offered = Toolbox::new(&prompt.capabilities, Arc::new(context)).names();
+                let named = named_tools(&prompt.text);
+                let missing: Vec<&String> = named
+                    .iter()
+                    .filter(|n| !offered.contains(&n.as_str()))
+                    .collect();
+                assert!(
+                    missing.is_empty(),
+                    "{agent} {mode} {occasion:?} names {missing:?}, not offered (offered: {offered:?})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_tool_scan_sees_backticked_and_distinctive_names() {
+    let named = named_tools("Use `grep`, then web_fetch; read the file; `sed` is not a tool.");
+    let named: Vec<&str> = named.iter().map(String::as_str).collect();
+    assert_eq!(named, ["grep", "web_fetch"]);
 }

@@ -272,3 +272,42 @@ async fn mistakes_come_back_with_the_valid_choices() {
         out.content
     );
 }
+
+/// The schemas the model reads are derived from the argument types the tools parse.
+#[test]
+fn tool_schemas_say_what_the_parsers_accept() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = toolbox(dir.path(), ToolLimits::default());
+    let specs = tools.specs(&pack_client::builtin::snapshot()).unwrap();
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, tools.names());
+    assert!(!names.contains(&"web_fetch"), "{names:?}");
+    let schema = |name: &str| {
+        specs
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("{name} offered"))
+            .parameters
+            .clone()
+    };
+    let read = schema("read");
+    assert_eq!(read["type"], "object");
+    assert_eq!(read["required"], json!(["path"]));
+    assert_eq!(read["properties"]["offset"]["type"], "integer");
+    assert_eq!(read["properties"]["offset"]["minimum"], 1);
+    assert_eq!(
+        read["properties"]["path"]["description"],
+        "Absolute path of the file."
+    );
+    let todo = schema("todowrite");
+    assert_eq!(
+        todo["properties"]["items"]["items"]["properties"]["status"]["enum"],
+        json!(["pending", "in_progress", "done"])
+    );
+    for spec in &specs {
+        let text = spec.parameters.to_string();
+        // Optional fields are left out, never sent as null; nothing refers elsewhere.
+        assert!(!text.contains("null"), "{}: {text}", spec.name);
+        assert!(!text.contains("$ref"), "{}: {text}", spec.name);
+    }
+}

@@ -5,15 +5,17 @@
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Notify, oneshot};
 
 use super::bash::{kill_group, shell};
-use super::{ToolError, ToolResult, cut_middle};
+use super::{Call, Gate, Tool, ToolError, ToolResult, cut_middle};
+use crate::capabilities::ToolId;
 
 /// Output kept per task; older bytes are dropped from the front.
 const KEEP_BYTES: usize = 1024 * 1024;
@@ -62,11 +64,11 @@ struct Task {
 
 impl Task {
     fn state(&self) -> TaskState {
-        *self.state.lock().unwrap()
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn append(&self, chunk: &[u8]) {
-        let mut out = self.output.lock().unwrap();
+        let mut out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
         out.bytes.extend_from_slice(chunk);
         if out.bytes.len() > KEEP_BYTES {
             let extra = out.bytes.len() - KEEP_BYTES;
@@ -79,7 +81,7 @@ impl Task {
 
     /// Output since the last call, as text.
     fn take_new(&self) -> String {
-        let mut out = self.output.lock().unwrap();
+        let mut out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
         let start = out.read_to.max(out.dropped);
         let skipped = start - out.read_to;
         let end = out.dropped + out.bytes.len();
@@ -93,7 +95,7 @@ impl Task {
     }
 
     fn tail(&self, max: usize) -> String {
-        let out = self.output.lock().unwrap();
+        let out = self.output.lock().unwrap_or_else(PoisonError::into_inner);
         cut_middle(&String::from_utf8_lossy(&out.bytes), max)
     }
 }
@@ -105,24 +107,96 @@ pub struct TaskManager {
     next: AtomicU32,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct QueryArgs {
+    /// One task; without it, every task of the session.
     #[serde(default)]
     task_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct OutputArgs {
     task_id: String,
+    /// Block until there is new output or the task ends.
     #[serde(default)]
     wait: bool,
+    /// Longest wait (default 30000).
     #[serde(default)]
+    #[schemars(range(min = 1))]
     timeout_ms: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct StopArgs {
     task_id: String,
+}
+
+pub(super) struct TaskQuery;
+
+impl Tool for TaskQuery {
+    type Args = QueryArgs;
+
+    fn name(&self) -> &'static str {
+        "task_query"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::TaskQuery)
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, call: Call<'_>, args: QueryArgs) -> ToolResult {
+        call.context.tasks.query(args)
+    }
+}
+
+pub(super) struct TaskOutput;
+
+impl Tool for TaskOutput {
+    type Args = OutputArgs;
+
+    fn name(&self) -> &'static str {
+        "task_output"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::TaskOutput)
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: OutputArgs) -> ToolResult {
+        // Reading output advances the task's read offset, so it is not a pure read.
+        let max = call.context.limits.bash_bytes / 2;
+        call.context.tasks.output(args, max).await
+    }
+}
+
+pub(super) struct TaskStop;
+
+impl Tool for TaskStop {
+    type Args = StopArgs;
+
+    fn name(&self) -> &'static str {
+        "task_stop"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::TaskStop)
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: StopArgs) -> ToolResult {
+        call.context.tasks.stop(args).await
+    }
 }
 
 async fn pump(task: Arc<Task>, mut reader: impl AsyncRead + Unpin) {
@@ -192,17 +266,20 @@ impl TaskManager {
             // A grandchild can keep the pipes open; the exit is what counts.
             let _ = tokio::time::timeout(Duration::from_secs(1), stdout).await;
             let _ = tokio::time::timeout(Duration::from_secs(1), stderr).await;
-            *watcher.state.lock().unwrap() = state;
+            *watcher.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
             watcher.changed.notify_waiters();
         });
-        self.tasks.lock().unwrap().insert(id.clone(), task);
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), task);
         Ok(format!(
             "started background task {id}: {command}\nFollow it with task_output (task_id \"{id}\"); you will also be notified when it finishes."
         ))
     }
 
     fn get(&self, id: &str) -> Result<Arc<Task>, ToolError> {
-        let tasks = self.tasks.lock().unwrap();
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(task) = tasks.get(id) {
             return Ok(task.clone());
         }
@@ -218,7 +295,7 @@ impl TaskManager {
         }))
     }
 
-    pub(super) fn query(&self, args: QueryArgs) -> ToolResult {
+    fn query(&self, args: QueryArgs) -> ToolResult {
         let line = |t: &Task| {
             format!(
                 "{}: {} after {}s — {}",
@@ -231,7 +308,7 @@ impl TaskManager {
         if let Some(id) = args.task_id {
             return Ok(line(&*self.get(&id)?));
         }
-        let tasks = self.tasks.lock().unwrap();
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         if tasks.is_empty() {
             return Ok("no background tasks in this session".to_string());
         }
@@ -242,7 +319,7 @@ impl TaskManager {
             .join("\n"))
     }
 
-    pub(super) async fn output(&self, args: OutputArgs, max: usize) -> ToolResult {
+    async fn output(&self, args: OutputArgs, max: usize) -> ToolResult {
         let task = self.get(&args.task_id)?;
         if args.wait {
             let timeout = Duration::from_millis(args.timeout_ms.unwrap_or(30_000).min(600_000));
@@ -250,7 +327,7 @@ impl TaskManager {
             loop {
                 let changed = task.changed.notified();
                 let pending = {
-                    let out = task.output.lock().unwrap();
+                    let out = task.output.lock().unwrap_or_else(PoisonError::into_inner);
                     out.dropped + out.bytes.len() > out.read_to
                 };
                 if pending || task.state() != TaskState::Running {
@@ -269,31 +346,36 @@ impl TaskManager {
         Ok(format!("{}: {state}\n{}", task.id, cut_middle(&text, max)))
     }
 
-    pub(super) async fn stop(&self, args: StopArgs) -> ToolResult {
+    async fn stop(&self, args: StopArgs) -> ToolResult {
         let task = self.get(&args.task_id)?;
         if task.state() != TaskState::Running {
             return Ok(format!("{} already {}", task.id, task.state().describe()));
         }
         let changed = task.changed.notified();
-        if let Some(stop) = task.stop.lock().unwrap().take() {
+        if let Some(stop) = task
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = stop.send(());
         }
         let _ = tokio::time::timeout(STOP_GRACE * 2, changed).await;
         // Stopping was asked for; announcing it as a surprise later would be noise.
-        *task.notified.lock().unwrap() = true;
+        *task.notified.lock().unwrap_or_else(PoisonError::into_inner) = true;
         Ok(format!("{} {}", task.id, task.state().describe()))
     }
 
     /// One `<notification>` block per task that finished since the last call.
     pub fn take_notifications(&self) -> Vec<String> {
-        let tasks = self.tasks.lock().unwrap();
+        let tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
         for task in tasks.values() {
             let state = task.state();
             if state == TaskState::Running {
                 continue;
             }
-            let mut notified = task.notified.lock().unwrap();
+            let mut notified = task.notified.lock().unwrap_or_else(PoisonError::into_inner);
             if *notified {
                 continue;
             }
@@ -317,7 +399,12 @@ impl TaskManager {
 
     /// Kills every task still running (the session is ending).
     pub fn stop_all(&self) {
-        for task in self.tasks.lock().unwrap().values() {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
             if task.state() == TaskState::Running {
                 kill_group(task.pid, "-KILL");
             }
@@ -327,7 +414,7 @@ impl TaskManager {
     pub fn running(&self) -> usize {
         self.tasks
             .lock()
-            .unwrap()
+            .unwrap_or_else(PoisonError::into_inner)
             .values()
             .filter(|t| t.state() == TaskState::Running)
             .count()

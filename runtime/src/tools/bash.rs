@@ -3,24 +3,49 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::watch;
 
-use super::{ToolContext, ToolError, ToolResult, cut_middle};
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, cut_middle};
+use crate::capabilities::ToolId;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
+    /// The shell command.
     command: String,
+    /// Kill the command after this long (default 120000, at most 600000).
     #[serde(default)]
+    #[schemars(range(min = 1))]
     timeout_ms: Option<u64>,
+    /// Start the command and return at once with a task id.
     #[serde(default)]
-    pub(super) run_in_background: bool,
+    run_in_background: bool,
 }
 
-impl Args {
-    pub(super) fn command(&self) -> &str {
-        &self.command
+pub(super) struct Bash;
+
+impl Tool for Bash {
+    type Args = Args;
+
+    fn name(&self) -> &'static str {
+        "bash"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::Bash)
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
+        if args.run_in_background {
+            return call.context.tasks.spawn(&args.command, &call.context.cwd);
+        }
+        run(call.context, args, call.cancel).await
     }
 }
 
@@ -78,11 +103,7 @@ enum End {
     Cancelled,
 }
 
-pub(super) async fn run(
-    context: &ToolContext,
-    args: Args,
-    mut cancel: watch::Receiver<bool>,
-) -> ToolResult {
+async fn run(context: &ToolContext, args: Args, mut cancel: watch::Receiver<bool>) -> ToolResult {
     if args.command.trim().is_empty() {
         return Err(ToolError::new("command is empty"));
     }

@@ -14,15 +14,21 @@
 
 use std::ops::Range;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ToolContext, ToolError, ToolResult};
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking};
+use crate::capabilities::ToolId;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
+    /// Absolute path of the file.
     path: String,
+    /// The text to replace; must match exactly one place.
     old_text: String,
+    /// The replacement.
     new_text: String,
+    /// Replace every match instead of exactly one.
     #[serde(default)]
     replace_all: bool,
 }
@@ -296,7 +302,35 @@ fn not_found_hint(text: &str, old: &str) -> String {
     message
 }
 
-pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
+pub(super) struct Edit;
+
+impl Tool for Edit {
+    type Args = Args;
+
+    fn name(&self) -> &'static str {
+        "edit"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::Edit)
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
+        blocking(call.context, move |context| run(context, args)).await
+    }
+
+    fn replay(&self, context: &ToolContext, args: Args) {
+        let path = context.resolve(&args.path);
+        context.mark_read(&path);
+        context.mark_written(&path);
+    }
+}
+
+fn run(context: &ToolContext, args: Args) -> ToolResult {
     let path = context.resolve(&args.path);
     let shown = path.display();
     if context.protected.as_ref().is_some_and(|p| p.path == path) {

@@ -1,4 +1,5 @@
-//! The built-in tools the loop can run: schemas here, descriptions from the pack.
+//! The built-in tools the loop can run: each one a [`Tool`] in its own file, listed once
+//! in the registry; schemas derived from their arguments, descriptions from the pack.
 //!
 //! A tool never stops the run. Whatever goes wrong — bad arguments, a missing file, an
 //! ambiguous edit, an unknown tool — becomes a [`ToolOutput`] with `is_error` set and a
@@ -10,6 +11,8 @@ mod edit;
 mod notes;
 mod read;
 mod search;
+mod skill;
+mod task;
 mod text;
 mod todo;
 mod write;
@@ -18,12 +21,13 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use pack_client::Snapshot;
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::capabilities::{Capabilities, ToolId};
@@ -37,50 +41,190 @@ pub use notes::{Note, notes_file};
 pub use text::cut_middle;
 pub use todo::{TodoItem, TodoStatus};
 
-/// The capability-listed tools this runtime implements (`web_fetch` is not one of them).
-pub const IMPLEMENTED: [ToolId; 11] = [
-    ToolId::Read,
-    ToolId::Write,
-    ToolId::Edit,
-    ToolId::Bash,
-    ToolId::TaskQuery,
-    ToolId::TaskOutput,
-    ToolId::TaskStop,
-    ToolId::Grep,
-    ToolId::Glob,
-    ToolId::Todowrite,
-    ToolId::Skill,
+/// Every tool the runtime implements, in the order they are offered. Adding a tool is one
+/// [`Tool`] implementation in its own file plus its line here.
+static REGISTRY: [&dyn Registered; 14] = [
+    &read::Read,
+    &write::Write,
+    &edit::Edit,
+    &bash::Bash,
+    &background::TaskQuery,
+    &background::TaskOutput,
+    &background::TaskStop,
+    &search::Grep,
+    &search::Glob,
+    &todo::TodoWrite,
+    &skill::SkillTool,
+    &task::Task,
+    &notes::RecordNote,
+    &notes::RecallNotes,
 ];
 
-/// A tool the model can call: one of the capability-listed tools, or one that follows a
-/// feature rather than the tool list (`task` follows `delegation`; the note tools follow
-/// `todowrite`, the other piece of bookkeeping an agent keeps for itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Tool {
-    Builtin(ToolId),
-    Task,
-    RecordNote,
-    RecallNotes,
+/// When a tool is offered to an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// The capability-listed tool with this id.
+    Tool(ToolId),
+    /// The `delegation` feature, and a context that can start children (a child cannot).
+    Delegation,
+    /// `todowrite`, the other piece of bookkeeping an agent keeps for itself, and a context
+    /// with a notes file.
+    Notes,
 }
 
-impl Tool {
-    pub fn name(self) -> &'static str {
+impl Gate {
+    fn open(self, capabilities: &Capabilities, context: &ToolContext) -> bool {
         match self {
-            Tool::Builtin(id) => id.as_str(),
-            Tool::Task => "task",
-            Tool::RecordNote => "record_note",
-            Tool::RecallNotes => "recall_notes",
+            Gate::Tool(id) => capabilities.has(id),
+            Gate::Delegation => capabilities.features.delegation && context.delegate.is_some(),
+            Gate::Notes => capabilities.has(ToolId::Todowrite) && context.notes_file.is_some(),
+        }
+    }
+}
+
+/// What a running tool may use.
+pub struct Call<'a> {
+    pub toolbox: &'a Toolbox,
+    pub context: &'a Arc<ToolContext>,
+    /// Turns true when the user interrupts; long-running tools stop.
+    pub cancel: watch::Receiver<bool>,
+}
+
+/// One tool the model can call. Its JSON schema is derived from `Args`, so the schema the
+/// model sees and the parser that reads its arguments cannot drift apart.
+pub trait Tool: Send + Sync + 'static {
+    type Args: DeserializeOwned + JsonSchema + Send + 'static;
+
+    fn name(&self) -> &'static str;
+
+    /// The pack file with the description the model reads.
+    fn description_key(&self) -> String {
+        format!("tools/{}.md", self.name())
+    }
+
+    fn gate(&self) -> Gate;
+
+    /// The call only reads, so it may run alongside other reads.
+    fn read_only(&self) -> bool;
+
+    fn run(&self, call: Call<'_>, args: Self::Args) -> impl Future<Output = ToolResult> + Send;
+
+    /// Replays a finished call from a stored session, so a resumed run knows which files
+    /// were read and what the task list was.
+    fn replay(&self, _context: &ToolContext, _args: Self::Args) {}
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A [`Tool`] with its `Args` erased, so the registry can hold every tool in one list.
+trait Registered: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description_key(&self) -> String;
+    fn gate(&self) -> Gate;
+    fn read_only(&self) -> bool;
+    fn schema(&self) -> Value;
+    fn call<'a>(&'a self, call: Call<'a>, arguments: &str) -> BoxFuture<'a, ToolResult>;
+    fn replay(&self, context: &ToolContext, arguments: &str);
+}
+
+impl<T: Tool> Registered for T {
+    fn name(&self) -> &'static str {
+        Tool::name(self)
+    }
+
+    fn description_key(&self) -> String {
+        Tool::description_key(self)
+    }
+
+    fn gate(&self) -> Gate {
+        Tool::gate(self)
+    }
+
+    fn read_only(&self) -> bool {
+        Tool::read_only(self)
+    }
+
+    fn schema(&self) -> Value {
+        schema_of::<T::Args>()
+    }
+
+    fn call<'a>(&'a self, call: Call<'a>, arguments: &str) -> BoxFuture<'a, ToolResult> {
+        match parse::<T::Args>(Tool::name(self), arguments) {
+            Ok(args) => Box::pin(self.run(call, args)),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
         }
     }
 
-    pub fn parse(name: &str) -> Option<Tool> {
-        match name {
-            "task" => Some(Tool::Task),
-            "record_note" => Some(Tool::RecordNote),
-            "recall_notes" => Some(Tool::RecallNotes),
-            other => ToolId::parse(other).ok().map(Tool::Builtin),
+    fn replay(&self, context: &ToolContext, arguments: &str) {
+        // A call whose arguments did not parse failed when it ran and changed nothing.
+        if let Ok(args) = serde_json::from_str(arguments) {
+            Tool::replay(self, context, args);
         }
     }
+}
+
+/// The names of every tool the runtime implements.
+pub fn registered() -> impl Iterator<Item = &'static str> {
+    REGISTRY.iter().map(|t| t.name())
+}
+
+/// Whether the runtime implements the capability-listed tool `id`: a prompt may only
+/// mention a tool the model is offered, so an unimplemented one reads as off.
+pub fn implemented(id: ToolId) -> bool {
+    REGISTRY.iter().any(|t| t.gate() == Gate::Tool(id))
+}
+
+/// The JSON Schema of a tool's arguments, as the model reads it.
+fn schema_of<A: JsonSchema>() -> Value {
+    let mut settings = schemars::generate::SchemaSettings::draft07();
+    settings.meta_schema = None;
+    settings.inline_subschemas = true;
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<A>()
+        .to_value();
+    if let Some(object) = schema.as_object_mut() {
+        // The title is the Rust type name: noise to the model.
+        object.remove("title");
+    }
+    drop_null(&mut schema);
+    schema
+}
+
+/// `Option` fields come out as `"type": ["string", "null"]` with `"default": null`; models
+/// should omit them rather than send null, so the schema says only the real type.
+fn drop_null(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("default") == Some(&Value::Null) {
+                map.remove("default");
+            }
+            if let Some(Value::Array(types)) = map.get("type") {
+                let kept: Vec<Value> = types
+                    .iter()
+                    .filter(|t| t.as_str() != Some("null"))
+                    .cloned()
+                    .collect();
+                if let [only] = kept.as_slice() {
+                    map.insert("type".to_string(), only.clone());
+                }
+            }
+            map.values_mut().for_each(drop_null);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+    }
+}
+
+/// Runs file work on the blocking pool, where reads really do overlap.
+async fn blocking(
+    context: &Arc<ToolContext>,
+    run: impl FnOnce(&ToolContext) -> ToolResult + Send + 'static,
+) -> ToolResult {
+    let context = context.clone();
+    tokio::task::spawn_blocking(move || run(&context))
+        .await
+        .unwrap_or_else(|e| Err(ToolError::new(format!("the tool crashed: {e}"))))
 }
 
 /// One delegated task, as the `task` tool received it.
@@ -175,6 +319,10 @@ impl ToolError {
 type ToolResult = Result<String, ToolError>;
 
 /// State the tools share within one session.
+///
+/// Every lock here guards one insert, read or whole-value swap, so the data is consistent
+/// even if a holder panicked: a poisoned lock is taken over (as the client and packd do)
+/// rather than ending the session.
 #[derive(Debug)]
 pub struct ToolContext {
     pub cwd: PathBuf,
@@ -224,11 +372,19 @@ impl ToolContext {
     }
 
     pub fn mark_written(&self, path: &Path) {
-        self.written.lock().unwrap().insert(path.to_path_buf());
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_path_buf());
     }
 
     pub fn written(&self) -> Vec<PathBuf> {
-        self.written.lock().unwrap().iter().cloned().collect()
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 
     pub fn with_limits(mut self, limits: ToolLimits) -> ToolContext {
@@ -254,78 +410,61 @@ impl ToolContext {
     }
 
     pub fn mark_read(&self, path: &Path) {
-        self.read_files.lock().unwrap().insert(path.to_path_buf());
+        self.read_files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_path_buf());
     }
 
     pub fn was_read(&self, path: &Path) -> bool {
-        self.read_files.lock().unwrap().contains(path)
+        self.read_files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(path)
     }
 
     pub fn todos(&self) -> Vec<TodoItem> {
-        self.todos.lock().unwrap().clone()
+        self.todos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Replays a finished call from a stored session, so a resumed run knows which files
     /// were read and what the task list was.
     pub fn replay(&self, call: &ToolCall) {
-        let Ok(tool) = ToolId::parse(&call.name) else {
-            return;
-        };
-        let Ok(args) = serde_json::from_str::<Value>(&call.arguments) else {
-            return;
-        };
-        match tool {
-            ToolId::Read => {
-                if let Some(path) = args.get("path").and_then(Value::as_str) {
-                    self.mark_read(&self.resolve(path));
-                }
-            }
-            ToolId::Write | ToolId::Edit => {
-                if let Some(path) = args.get("path").and_then(Value::as_str) {
-                    self.mark_read(&self.resolve(path));
-                    self.mark_written(&self.resolve(path));
-                }
-            }
-            ToolId::Todowrite => {
-                if let Ok(args) = serde_json::from_value::<todo::Args>(args) {
-                    *self.todos.lock().unwrap() = args.items;
-                }
-            }
-            ToolId::Bash
-            | ToolId::Grep
-            | ToolId::Glob
-            | ToolId::TaskQuery
-            | ToolId::TaskOutput
-            | ToolId::TaskStop
-            | ToolId::WebFetch
-            | ToolId::Skill => {}
+        if let Some(tool) = REGISTRY.iter().find(|t| t.name() == call.name) {
+            tool.replay(self, &call.arguments);
         }
     }
 }
 
 /// The tools one agent is offered, and how to run them.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Toolbox {
-    offered: Vec<Tool>,
+    offered: Vec<&'static dyn Registered>,
     context: Arc<ToolContext>,
     /// The skills of this turn (the catalog in the prompt), for the `skill` tool.
     skills: Arc<Vec<Skill>>,
 }
 
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolbox")
+            .field("offered", &self.names())
+            .field("context", &self.context)
+            .field("skills", &self.skills)
+            .finish()
+    }
+}
+
 impl Toolbox {
     /// Offers the implemented tools the agent's capabilities allow.
     pub fn new(capabilities: &Capabilities, context: Arc<ToolContext>) -> Toolbox {
-        let mut offered: Vec<Tool> = IMPLEMENTED
+        let offered = REGISTRY
             .into_iter()
-            .filter(|t| capabilities.has(*t))
-            .map(Tool::Builtin)
+            .filter(|t| t.gate().open(capabilities, &context))
             .collect();
-        if capabilities.features.delegation && context.delegate.is_some() {
-            offered.push(Tool::Task);
-        }
-        if capabilities.has(ToolId::Todowrite) && context.notes_file.is_some() {
-            offered.extend([Tool::RecordNote, Tool::RecallNotes]);
-        }
         Toolbox {
             offered,
             context,
@@ -338,10 +477,6 @@ impl Toolbox {
         self
     }
 
-    pub fn offered(&self) -> &[Tool] {
-        &self.offered
-    }
-
     /// The names of the offered tools, in order.
     pub fn names(&self) -> Vec<&'static str> {
         self.offered.iter().map(|t| t.name()).collect()
@@ -351,20 +486,24 @@ impl Toolbox {
         &self.context
     }
 
-    /// The tool definitions for one model call, descriptions read from `snapshot`
-    /// (`tools/<name>.md`), so they come from the same pack as the system prompt.
+    pub fn skills(&self) -> &[Skill] {
+        &self.skills
+    }
+
+    /// The tool definitions for one model call, descriptions read from `snapshot`, so they
+    /// come from the same pack as the system prompt.
     pub fn specs(&self, snapshot: &Snapshot) -> Result<Vec<ToolSpec>, PromptError> {
         self.offered
             .iter()
             .map(|tool| {
-                let key = format!("tools/{}.md", tool.name());
+                let key = tool.description_key();
                 let bytes = snapshot.read(&key)?;
                 let description = std::str::from_utf8(bytes)
                     .map_err(|_| PromptError::NotUtf8 { key: key.clone() })?;
                 Ok(ToolSpec {
                     name: tool.name().to_string(),
                     description: description.trim().to_string(),
-                    parameters: schema(*tool),
+                    parameters: tool.schema(),
                 })
             })
             .collect()
@@ -372,320 +511,72 @@ impl Toolbox {
 
     /// Whether the call only reads, so it may run alongside other reads.
     pub fn is_read_only(&self, call: &ToolCall) -> bool {
-        matches!(
-            Tool::parse(&call.name),
-            Some(
-                Tool::Builtin(
-                    ToolId::Read | ToolId::Grep | ToolId::Glob | ToolId::TaskQuery | ToolId::Skill
-                ) | Tool::RecallNotes
-            )
-        )
+        self.offered
+            .iter()
+            .any(|t| t.name() == call.name && t.read_only())
     }
 
     /// Runs one call. `cancel` turning true stops a running command.
     pub async fn run(&self, call: &ToolCall, cancel: watch::Receiver<bool>) -> ToolOutput {
-        let tool = match Tool::parse(&call.name) {
-            Some(tool) if self.offered.contains(&tool) => tool,
-            Some(Tool::Task) => {
-                return ToolOutput::error(format!(
+        let Some(tool) = self.offered.iter().find(|t| t.name() == call.name) else {
+            let message = if call.name == Tool::name(&task::Task) {
+                format!(
                     "task is not available to you: a delegated agent cannot start agents of its own. Do the work yourself with the tools you have ({}) or report back why it cannot be done.",
                     self.names().join(", ")
-                ));
-            }
-            Some(_) | None => {
-                return ToolOutput::error(format!(
+                )
+            } else {
+                format!(
                     "unknown tool {:?}; the tools available are: {}",
                     call.name,
                     self.names().join(", ")
-                ));
-            }
+                )
+            };
+            return ToolOutput::error(message);
         };
-        let context = self.context.clone();
         let arguments = if call.arguments.trim().is_empty() {
-            "{}".to_string()
+            "{}"
         } else {
-            call.arguments.clone()
+            call.arguments.as_str()
         };
-        let result = match tool {
-            Tool::Builtin(ToolId::Bash) => match parse::<bash::Args>(tool, &arguments) {
-                Ok(args) if args.run_in_background => {
-                    context.tasks.spawn(args.command(), &context.cwd)
-                }
-                Ok(args) => bash::run(&context, args, cancel).await,
-                Err(e) => Err(e),
-            },
-            Tool::Builtin(ToolId::TaskQuery) => {
-                parse(tool, &arguments).and_then(|args| context.tasks.query(args))
-            }
-            Tool::Builtin(ToolId::TaskOutput) => match parse(tool, &arguments) {
-                Ok(args) => {
-                    context
-                        .tasks
-                        .output(args, context.limits.bash_bytes / 2)
-                        .await
-                }
-                Err(e) => Err(e),
-            },
-            Tool::Builtin(ToolId::TaskStop) => match parse(tool, &arguments) {
-                Ok(args) => context.tasks.stop(args).await,
-                Err(e) => Err(e),
-            },
-            Tool::Builtin(ToolId::Skill) => {
-                parse::<SkillArgs>(tool, &arguments).and_then(|args| self.skill(&args.name))
-            }
-            Tool::Task => match parse::<TaskArgs>(tool, &arguments) {
-                Ok(args) => match &context.delegate {
-                    Some(delegate) => {
-                        let request = DelegateRequest {
-                            agent: args.agent,
-                            task: args.task,
-                            files: context.written(),
-                        };
-                        delegate.delegate(request, cancel).await
-                    }
-                    None => Err(ToolError::new("delegation is not available")),
-                },
-                Err(e) => Err(e),
-            },
-            Tool::RecordNote | Tool::RecallNotes => match &context.notes_file {
-                Some(file) => {
-                    let file = file.clone();
-                    let run = move || match tool {
-                        Tool::RecordNote => notes::record(&file, parse(tool, &arguments)?),
-                        _ => notes::recall(&file, parse(tool, &arguments)?),
-                    };
-                    tokio::task::spawn_blocking(run)
-                        .await
-                        .unwrap_or_else(|e| Err(ToolError::new(format!("the tool crashed: {e}"))))
-                }
-                None => Err(ToolError::new("notes are not available in this session")),
-            },
-            Tool::Builtin(
-                id @ (ToolId::Read
-                | ToolId::Write
-                | ToolId::Edit
-                | ToolId::Grep
-                | ToolId::Glob
-                | ToolId::Todowrite),
-            ) => {
-                // File work is blocking; on the blocking pool, reads really do overlap.
-                let task =
-                    tokio::task::spawn_blocking(move || run_blocking(id, &context, &arguments));
-                match task.await {
-                    Ok(result) => result,
-                    Err(e) => Err(ToolError::new(format!("the tool crashed: {e}"))),
-                }
-            }
-            Tool::Builtin(ToolId::WebFetch) => Err(ToolError::new(format!(
-                "web_fetch is not available here; the tools available are: {}",
-                self.names().join(", ")
-            ))),
+        let invocation = Call {
+            toolbox: self,
+            context: &self.context,
+            cancel,
         };
-        match result {
+        match tool.call(invocation, arguments).await {
             Ok(content) => ToolOutput::ok(content),
             Err(e) => ToolOutput::error(e.0),
         }
     }
-
-    fn skill(&self, name: &str) -> ToolResult {
-        match self.skills.iter().find(|s| s.name == name) {
-            Some(skill) => {
-                let location = match &skill.dir {
-                    Some(dir) => format!(" (files in {})", dir.display()),
-                    None => String::new(),
-                };
-                Ok(format!(
-                    "<skill name=\"{}\"{location}>\n{}\n</skill>",
-                    skill.name,
-                    crate::skills::expand(skill).trim()
-                ))
-            }
-            None => {
-                let names: Vec<&str> = self.skills.iter().map(|s| s.name.as_str()).collect();
-                Err(ToolError::new(if names.is_empty() {
-                    format!("unknown skill {name:?}; no skills are available in this session")
-                } else {
-                    format!(
-                        "unknown skill {name:?}; the available skills are: {}",
-                        names.join(", ")
-                    )
-                }))
-            }
-        }
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct SkillArgs {
-    name: String,
-}
-
-#[derive(serde::Deserialize)]
-struct TaskArgs {
-    agent: String,
-    task: String,
-}
-
-fn run_blocking(tool: ToolId, context: &ToolContext, arguments: &str) -> ToolResult {
-    match tool {
-        ToolId::Read => read::run(context, parse(Tool::Builtin(tool), arguments)?),
-        ToolId::Write => write::run(context, parse(Tool::Builtin(tool), arguments)?),
-        ToolId::Edit => edit::run(context, parse(Tool::Builtin(tool), arguments)?),
-        ToolId::Grep => search::grep(context, parse(Tool::Builtin(tool), arguments)?),
-        ToolId::Glob => search::glob(context, parse(Tool::Builtin(tool), arguments)?),
-        ToolId::Todowrite => todo::run(context, parse(Tool::Builtin(tool), arguments)?),
-        ToolId::Bash
-        | ToolId::TaskQuery
-        | ToolId::TaskOutput
-        | ToolId::TaskStop
-        | ToolId::WebFetch
-        | ToolId::Skill => Err(ToolError::new(format!(
-            "{} does not run here",
-            tool.as_str()
-        ))),
-    }
 }
 
 /// Parses arguments; the error repeats the schema so the model can retry correctly.
-fn parse<T: DeserializeOwned>(tool: Tool, arguments: &str) -> Result<T, ToolError> {
+fn parse<A: DeserializeOwned + JsonSchema>(name: &str, arguments: &str) -> Result<A, ToolError> {
     serde_json::from_str(arguments).map_err(|e| {
         ToolError::new(format!(
-            "invalid arguments for {}: {e}. Expected a JSON object matching: {}",
-            tool.name(),
-            schema(tool)
+            "invalid arguments for {name}: {e}. Expected a JSON object matching: {}",
+            schema_of::<A>()
         ))
     })
 }
 
-/// JSON Schema of each tool's arguments.
-pub fn schema(tool: Tool) -> Value {
-    let tool = match tool {
-        Tool::Builtin(id) => id,
-        Tool::Task => {
-            return json!({
-                "type": "object",
-                "properties": {
-                    "agent": {"type": "string", "description": "The helper: explore, worker, verifier or a custom agent."},
-                    "task": {"type": "string", "description": "The whole task, self-contained: goal, scope, known files, the answer you expect."}
-                },
-                "required": ["agent", "task"]
-            });
-        }
-        Tool::RecordNote => {
-            return json!({
-                "type": "object",
-                "properties": {
-                    "content": {"type": "string", "description": "The fact to keep, in one or two sentences."},
-                    "category": {"type": "string", "description": "A short label such as build, convention or decision (default general)."}
-                },
-                "required": ["content"]
-            });
-        }
-        Tool::RecallNotes => {
-            return json!({
-                "type": "object",
-                "properties": {
-                    "category": {"type": "string", "description": "Only notes with this label."}
-                }
-            });
-        }
-    };
-    match tool {
-        ToolId::Read => json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Absolute path of the file."},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line to return, 1-indexed."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Most lines to return."}
-            },
-            "required": ["path"]
-        }),
-        ToolId::Write => json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Absolute path of the file."},
-                "content": {"type": "string", "description": "The whole new text of the file."}
-            },
-            "required": ["path", "content"]
-        }),
-        ToolId::Edit => json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Absolute path of the file."},
-                "old_text": {"type": "string", "description": "The text to replace; must match exactly one place."},
-                "new_text": {"type": "string", "description": "The replacement."},
-                "replace_all": {"type": "boolean", "description": "Replace every match instead of exactly one."}
-            },
-            "required": ["path", "old_text", "new_text"]
-        }),
-        ToolId::Bash => json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The shell command."},
-                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Kill the command after this long (default 120000, at most 600000)."},
-                "run_in_background": {"type": "boolean", "description": "Start the command and return at once with a task id."}
-            },
-            "required": ["command"]
-        }),
-        ToolId::Grep => json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "A regular expression."},
-                "path": {"type": "string", "description": "Directory or file to search (default: the working directory)."},
-                "include": {"type": "string", "description": "Only files whose path matches this glob, e.g. *.rs."}
-            },
-            "required": ["pattern"]
-        }),
-        ToolId::Glob => json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "A glob such as src/**/*.rs; without a slash it matches file names at any depth."},
-                "path": {"type": "string", "description": "Directory to search (default: the working directory)."}
-            },
-            "required": ["pattern"]
-        }),
-        ToolId::Todowrite => json!({
-            "type": "object",
-            "properties": {
-                "items": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "text": {"type": "string"},
-                            "status": {"type": "string", "enum": ["pending", "in_progress", "done"]}
-                        },
-                        "required": ["text", "status"]
-                    }
-                }
-            },
-            "required": ["items"]
-        }),
-        ToolId::TaskQuery => json!({
-            "type": "object",
-            "properties": {
-                "task_id": {"type": "string", "description": "One task; without it, every task of the session."}
-            }
-        }),
-        ToolId::TaskOutput => json!({
-            "type": "object",
-            "properties": {
-                "task_id": {"type": "string"},
-                "wait": {"type": "boolean", "description": "Block until there is new output or the task ends."},
-                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Longest wait (default 30000)."}
-            },
-            "required": ["task_id"]
-        }),
-        ToolId::TaskStop => json!({
-            "type": "object",
-            "properties": {"task_id": {"type": "string"}},
-            "required": ["task_id"]
-        }),
-        ToolId::Skill => json!({
-            "type": "object",
-            "properties": {"name": {"type": "string", "description": "A skill from the catalog in the system prompt."}},
-            "required": ["name"]
-        }),
-        ToolId::WebFetch => json!({"type": "object"}),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic while a lock is held (a tool thread crashing) leaves the session usable.
+    #[test]
+    fn a_poisoned_lock_does_not_end_the_session() {
+        let context = Arc::new(ToolContext::new(PathBuf::from("/w")));
+        let holder = context.clone();
+        let crashed = std::thread::spawn(move || {
+            let _held = holder.read_files.lock().unwrap();
+            panic!("a tool crashed while holding the lock");
+        })
+        .join();
+        assert!(crashed.is_err());
+        assert!(context.read_files.is_poisoned());
+        context.mark_read(Path::new("/w/a.rs"));
+        assert!(context.was_read(Path::new("/w/a.rs")));
     }
 }

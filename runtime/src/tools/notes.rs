@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ToolError, ToolResult};
+use super::{Call, Gate, Tool, ToolError, ToolResult, blocking};
 
 /// Notes beyond this many are dropped oldest first, so the file stays small.
 const MAX_NOTES: usize = 500;
@@ -18,17 +19,70 @@ pub struct Note {
     pub content: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct RecordArgs {
+    /// The fact to keep, in one or two sentences.
     content: String,
+    /// A short label such as build, convention or decision (default general).
     #[serde(default)]
     category: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct RecallArgs {
+    /// Only notes with this label.
     #[serde(default)]
     category: Option<String>,
+}
+
+pub(super) struct RecordNote;
+
+impl Tool for RecordNote {
+    type Args = RecordArgs;
+
+    fn name(&self) -> &'static str {
+        "record_note"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Notes
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: RecordArgs) -> ToolResult {
+        let Some(file) = call.context.notes_file.clone() else {
+            return Err(ToolError::new("notes are not available in this session"));
+        };
+        blocking(call.context, move |_| record(&file, args)).await
+    }
+}
+
+pub(super) struct RecallNotes;
+
+impl Tool for RecallNotes {
+    type Args = RecallArgs;
+
+    fn name(&self) -> &'static str {
+        "recall_notes"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Notes
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, call: Call<'_>, args: RecallArgs) -> ToolResult {
+        let Some(file) = call.context.notes_file.clone() else {
+            return Err(ToolError::new("notes are not available in this session"));
+        };
+        blocking(call.context, move |_| recall(&file, args)).await
+    }
 }
 
 /// The notes file of `workspace`: one per workspace path.
@@ -48,7 +102,7 @@ pub fn load(file: &Path) -> Result<Vec<Note>, String> {
     }
 }
 
-pub(super) fn record(file: &Path, args: RecordArgs) -> ToolResult {
+fn record(file: &Path, args: RecordArgs) -> ToolResult {
     let content = args.content.trim();
     if content.is_empty() {
         return Err(ToolError::new("content is empty"));
@@ -89,7 +143,7 @@ pub(super) fn record(file: &Path, args: RecordArgs) -> ToolResult {
     ))
 }
 
-pub(super) fn recall(file: &Path, args: RecallArgs) -> ToolResult {
+fn recall(file: &Path, args: RecallArgs) -> ToolResult {
     let notes = load(file).map_err(ToolError::new)?;
     let wanted: Vec<&Note> = notes
         .iter()

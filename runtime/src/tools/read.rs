@@ -1,22 +1,55 @@
 //! `read`: a file's text as `LINE|content`, 1-indexed, a page at a time.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ToolContext, ToolError, ToolResult, cut_middle};
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking, cut_middle};
+use crate::capabilities::ToolId;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
+    /// Absolute path of the file.
     path: String,
+    /// First line to return, 1-indexed.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     offset: Option<usize>,
+    /// Most lines to return.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     limit: Option<usize>,
+}
+
+pub(super) struct Read;
+
+impl Tool for Read {
+    type Args = Args;
+
+    fn name(&self) -> &'static str {
+        "read"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::Read)
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
+        blocking(call.context, move |context| run(context, args)).await
+    }
+
+    fn replay(&self, context: &ToolContext, args: Args) {
+        context.mark_read(&context.resolve(&args.path));
+    }
 }
 
 /// Lines longer than this are shortened: minified files would otherwise eat the budget.
 const MAX_LINE_CHARS: usize = 2000;
 
-pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
+fn run(context: &ToolContext, args: Args) -> ToolResult {
     let path = context.resolve(&args.path);
     let shown = path.display();
     let meta = std::fs::metadata(&path).map_err(|e| match e.kind() {

@@ -5,24 +5,75 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ToolContext, ToolError, ToolResult};
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking};
+use crate::capabilities::ToolId;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct GrepArgs {
+    /// A regular expression.
     pattern: String,
+    /// Directory or file to search (default: the working directory).
     #[serde(default)]
     path: Option<String>,
+    /// Only files whose path matches this glob, e.g. *.rs.
     #[serde(default)]
     include: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct GlobArgs {
+    /// A glob such as src/**/*.rs; without a slash it matches file names at any depth.
     pattern: String,
+    /// Directory to search (default: the working directory).
     #[serde(default)]
     path: Option<String>,
+}
+
+pub(super) struct Grep;
+
+impl Tool for Grep {
+    type Args = GrepArgs;
+
+    fn name(&self) -> &'static str {
+        "grep"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::Grep)
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, call: Call<'_>, args: GrepArgs) -> ToolResult {
+        blocking(call.context, move |context| grep(context, args)).await
+    }
+}
+
+pub(super) struct Glob;
+
+impl Tool for Glob {
+    type Args = GlobArgs;
+
+    fn name(&self) -> &'static str {
+        "glob"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::Glob)
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, call: Call<'_>, args: GlobArgs) -> ToolResult {
+        blocking(call.context, move |context| glob(context, args)).await
+    }
 }
 
 /// Longest line shown in a grep result.
@@ -70,7 +121,7 @@ fn matches(matcher: &globset::GlobMatcher, pattern: &str, root: &Path, path: &Pa
     }
 }
 
-pub(super) fn grep(context: &ToolContext, args: GrepArgs) -> ToolResult {
+fn grep(context: &ToolContext, args: GrepArgs) -> ToolResult {
     let regex = regex::Regex::new(&args.pattern)
         .map_err(|e| ToolError::new(format!("invalid regular expression: {e}")))?;
     let root = root(context, args.path.as_deref())?;
@@ -146,7 +197,7 @@ pub(super) fn grep(context: &ToolContext, args: GrepArgs) -> ToolResult {
     Ok(out)
 }
 
-pub(super) fn glob(context: &ToolContext, args: GlobArgs) -> ToolResult {
+fn glob(context: &ToolContext, args: GlobArgs) -> ToolResult {
     let root = root(context, args.path.as_deref())?;
     let pattern = args.pattern.trim_start_matches("./");
     let matcher = glob_matcher(pattern)?;

@@ -1,10 +1,14 @@
 //! `todowrite`: the session's task list, replaced whole on every call.
 
+use std::sync::PoisonError;
+
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ToolContext, ToolResult};
+use super::{Call, Gate, Tool, ToolContext, ToolResult, blocking};
+use crate::capabilities::ToolId;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TodoStatus {
     Pending,
@@ -12,18 +16,45 @@ pub enum TodoStatus {
     Done,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TodoItem {
     pub text: String,
     pub status: TodoStatus,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
-    pub(super) items: Vec<TodoItem>,
+    /// The whole task list, replacing the previous one.
+    items: Vec<TodoItem>,
 }
 
-pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
+pub(super) struct TodoWrite;
+
+impl Tool for TodoWrite {
+    type Args = Args;
+
+    fn name(&self) -> &'static str {
+        "todowrite"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::Todowrite)
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
+        blocking(call.context, move |context| run(context, args)).await
+    }
+
+    fn replay(&self, context: &ToolContext, args: Args) {
+        *context.todos.lock().unwrap_or_else(PoisonError::into_inner) = args.items;
+    }
+}
+
+fn run(context: &ToolContext, args: Args) -> ToolResult {
     let mut out = String::new();
     for item in &args.items {
         let mark = match item.status {
@@ -46,6 +77,6 @@ pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
     if args.items.is_empty() {
         out.push_str("(the task list is empty)\n");
     }
-    *context.todos.lock().unwrap() = args.items;
+    *context.todos.lock().unwrap_or_else(PoisonError::into_inner) = args.items;
     Ok(out)
 }

@@ -1,16 +1,48 @@
 //! `write`: a whole file, creating missing parent directories.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{ToolContext, ToolError, ToolResult};
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking};
+use crate::capabilities::ToolId;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
+    /// Absolute path of the file.
     path: String,
+    /// The whole new text of the file.
     content: String,
 }
 
-pub(super) fn run(context: &ToolContext, args: Args) -> ToolResult {
+pub(super) struct Write;
+
+impl Tool for Write {
+    type Args = Args;
+
+    fn name(&self) -> &'static str {
+        "write"
+    }
+
+    fn gate(&self) -> Gate {
+        Gate::Tool(ToolId::Write)
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
+        blocking(call.context, move |context| run(context, args)).await
+    }
+
+    fn replay(&self, context: &ToolContext, args: Args) {
+        let path = context.resolve(&args.path);
+        context.mark_read(&path);
+        context.mark_written(&path);
+    }
+}
+
+fn run(context: &ToolContext, args: Args) -> ToolResult {
     let path = context.resolve(&args.path);
     if let Some(protected) = &context.protected
         && protected.path == path
