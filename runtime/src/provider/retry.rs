@@ -99,8 +99,22 @@ mod tests {
     #[test]
     fn garbage_is_ignored() {
         for value in [
-            "1e20", "-5", "+5", "NaN", "nan", "inf", "-inf", "soon", "1.", ".5", "1.2.3", "0x10",
+            "1e20",
+            "-5",
+            "+5",
+            "NaN",
+            "nan",
+            "inf",
+            "-inf",
+            "soon",
+            "1.",
+            ".5",
+            "1.2.3",
+            "0x10",
             "",
+            // Dates an HTTP date cannot hold: before 1970, past 9999.
+            "Thu, 01 Jan 1960 00:00:00 GMT",
+            "Fri, 01 Jan 10000 00:00:00 GMT",
         ] {
             assert_eq!(wait("retry-after", value), None, "{value:?}");
         }
