@@ -18,21 +18,46 @@ fn prompt_json(home: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&run(cmd)).unwrap()
 }
 
-#[test]
-fn a_published_template_edit_reaches_the_rendered_prompt_and_a_rollback_removes_it() {
+/// A packd serving one released pack, and an agent data directory configured for it.
+struct Published {
+    publisher: Publisher,
+    _data: tempfile::TempDir,
+    packd: Packd,
+    home: tempfile::TempDir,
+}
+
+/// Builds `packs/builtin` with `marker` as `version`, uploads and releases it to every
+/// client, and writes an agent config that updates from that packd.
+fn published(version: &str, marker: &str) -> Published {
     let publisher = Publisher::new();
     let data = tempfile::tempdir().unwrap();
     let packd = Packd::start(data.path(), &publisher.server_config());
-    let edited = publisher.build("3.1.0", "PUBLISHED-EDIT-3.1.0");
+    let edited = publisher.build(version, marker);
     packd.upload(&publisher, &edited);
     packd.publish(
         &publisher,
         &publisher.sign(&[format!("*={}", edited.display())], "30d"),
     );
-
     let home = tempfile::tempdir().unwrap();
     let client_config = std::fs::read_to_string(publisher.client_config(&packd.url, "")).unwrap();
     std::fs::write(home.path().join("config.toml"), client_config).unwrap();
+    Published {
+        publisher,
+        _data: data,
+        packd,
+        home,
+    }
+}
+
+#[test]
+fn a_published_template_edit_reaches_the_rendered_prompt_and_a_rollback_removes_it() {
+    // Every field bound: with `..` the data directory would be dropped (and deleted) here.
+    let Published {
+        publisher,
+        _data,
+        packd,
+        home,
+    } = published("3.1.0", "PUBLISHED-EDIT-3.1.0");
 
     // Before any refresh: the built-in pack.
     let before = prompt_json(home.path());
@@ -80,18 +105,13 @@ fn a_published_template_edit_reaches_the_rendered_prompt_and_a_rollback_removes_
 /// the background: a later run serves the new pack without anyone running `packs refresh`.
 #[test]
 fn a_one_shot_run_on_a_stale_cache_leaves_the_next_run_updated() {
-    let publisher = Publisher::new();
-    let data = tempfile::tempdir().unwrap();
-    let packd = Packd::start(data.path(), &publisher.server_config());
-    let edited = publisher.build("3.2.0", "BACKGROUND-REFRESH-3.2.0");
-    packd.upload(&publisher, &edited);
-    packd.publish(
-        &publisher,
-        &publisher.sign(&[format!("*={}", edited.display())], "30d"),
-    );
-    let home = tempfile::tempdir().unwrap();
-    let client_config = std::fs::read_to_string(publisher.client_config(&packd.url, "")).unwrap();
-    std::fs::write(home.path().join("config.toml"), client_config).unwrap();
+    // Every field bound: with `..` the data directory would be dropped (and deleted) here.
+    let Published {
+        publisher,
+        _data,
+        packd,
+        home,
+    } = published("3.2.0", "BACKGROUND-REFRESH-3.2.0");
 
     // Never refreshed: this run renders the built-in pack and starts a refresh.
     let first = prompt_json(home.path());
