@@ -171,3 +171,46 @@ fn a_one_shot_run_on_a_stale_cache_leaves_the_next_run_updated() {
         "auto_update = false was not respected"
     );
 }
+
+/// `agent packs forget-bad` clears a bad-pack mark, as `pack-client forget-bad` does: the
+/// refused pack shows in `agent packs status`, and after the command it is gone.
+#[test]
+fn agent_packs_forget_bad_clears_a_refused_pack() {
+    let Published {
+        publisher,
+        _data,
+        packd,
+        home,
+    } = published("3.4.0", "SEALED-FOR-A-STRANGER");
+    let keys = pack_format::ContentKeyRing::new([pack_format::ContentKey::load(
+        &publisher.keys().join("content.key"),
+    )
+    .unwrap()]);
+    let stranger = publisher.build("3.5.0", "STRANGER");
+    let sealed = reseal_for(
+        &std::fs::read(&stranger).unwrap(),
+        &keys,
+        &pack_format::ContentKey::generate(),
+    );
+    std::fs::write(&stranger, &sealed).unwrap();
+    let sha = packd.upload(&publisher, &stranger);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", stranger.display())], "30d"),
+    );
+
+    let mut refresh = agent(home.path());
+    refresh.args(["packs", "refresh"]);
+    assert!(!refresh.output().unwrap().status.success());
+    let status = || {
+        let mut cmd = agent(home.path());
+        cmd.args(["packs", "status", "--json"]);
+        serde_json::from_str::<serde_json::Value>(&run(cmd)).unwrap()
+    };
+    assert_eq!(status()["bad_packs"][0]["sha256"], sha.as_str());
+
+    let mut forget = agent(home.path());
+    forget.args(["packs", "forget-bad", &sha]);
+    assert!(run(forget).contains(&format!("cleared {sha}")));
+    assert_eq!(status()["bad_packs"], serde_json::json!([]));
+}
