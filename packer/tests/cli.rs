@@ -619,29 +619,32 @@ fn channel_document_verifies_with_pack_format_and_with_minisign() {
     }
 }
 
+/// `packer channel` writing `out`: channel stable, every client on the built-in pack.
+fn builtin_channel(fixture: &Fixture, out: &std::path::Path, sequence: &str) -> Output {
+    packer(&[
+        "channel",
+        "--keys",
+        s(&fixture.keys()),
+        "--channel",
+        "stable",
+        "--pack",
+        "prompts",
+        "--sequence",
+        sequence,
+        "--expires",
+        "2h",
+        "--entry",
+        "*=builtin",
+        "-o",
+        s(out),
+    ])
+}
+
 #[test]
 fn channel_refuses_a_sequence_that_does_not_increase() {
     let fixture = Fixture::new();
     let out = fixture.path("channel.json");
-    let channel = |sequence: &str| {
-        packer(&[
-            "channel",
-            "--keys",
-            s(&fixture.keys()),
-            "--channel",
-            "stable",
-            "--pack",
-            "prompts",
-            "--sequence",
-            sequence,
-            "--expires",
-            "2h",
-            "--entry",
-            "*=builtin",
-            "-o",
-            s(&out),
-        ])
-    };
+    let channel = |sequence: &str| builtin_channel(&fixture, &out, sequence);
     assert_ok(&channel("5"));
     let before = std::fs::read(&out).unwrap();
     let again = channel("5");
@@ -659,25 +662,7 @@ fn channel_refuses_a_sequence_that_does_not_increase() {
 fn channel_refuses_a_sequence_over_the_limit_and_never_wraps() {
     let fixture = Fixture::new();
     let out = fixture.path("channel.json");
-    let channel = |sequence: &str| {
-        packer(&[
-            "channel",
-            "--keys",
-            s(&fixture.keys()),
-            "--channel",
-            "stable",
-            "--pack",
-            "prompts",
-            "--sequence",
-            sequence,
-            "--expires",
-            "2h",
-            "--entry",
-            "*=builtin",
-            "-o",
-            s(&out),
-        ])
-    };
+    let channel = |sequence: &str| builtin_channel(&fixture, &out, sequence);
     let over = channel("9007199254740992");
     assert_fails(&over);
     assert!(
