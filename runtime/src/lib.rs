@@ -14,7 +14,9 @@
 //! - [`agent_loop`]: prompt → model → tools, repeated; [`transcript`]: the JSONL session
 //!   files it writes and `--resume` reads.
 //!
-//! The library logs with `tracing` and never prints; the `agent` binary owns stdout.
+//! The library logs with `tracing` and never prints; the `agent` binary (`src/bin/agent/`:
+//! the command line, `exec`, the interactive session, `init` and the host that wires them)
+//! owns stdout and uses only this library's public API.
 
 pub mod agent_loop;
 pub mod agents;
