@@ -6,7 +6,8 @@
 //! The data key is wrapped (AES-256-GCM again) once per content key, in a key slot named by
 //! the content key's id.
 
-use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+use aes_gcm::aead::AeadInOut;
+use aes_gcm::{Aes256Gcm, KeyInit};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
@@ -271,16 +272,10 @@ fn seal_detached(
     nonce: [u8; 12],
     aad: &[u8],
     in_out: &mut [u8],
-) -> Result<[u8; TAG_LEN], aws_lc_rs::error::Unspecified> {
-    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key)?);
-    let tag = key.seal_in_place_separate_tag(
-        Nonce::assume_unique_for_key(nonce),
-        Aad::from(aad),
-        in_out,
-    )?;
-    let mut out = [0; TAG_LEN];
-    out.copy_from_slice(tag.as_ref());
-    Ok(out)
+) -> Result<[u8; TAG_LEN], aes_gcm::Error> {
+    let tag =
+        Aes256Gcm::new(key.into()).encrypt_inout_detached(&nonce.into(), aad, in_out.into())?;
+    Ok(tag.into())
 }
 
 /// AES-256-GCM decryption of `in_out` in place, checking `tag`.
@@ -290,15 +285,14 @@ fn open_detached(
     aad: &[u8],
     tag: &[u8],
     in_out: &mut [u8],
-) -> Result<(), aws_lc_rs::error::Unspecified> {
-    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key)?);
-    key.open_in_place_separate_tag(
-        Nonce::assume_unique_for_key(nonce),
-        Aad::from(aad),
-        tag,
-        in_out,
-    )?;
-    Ok(())
+) -> Result<(), aes_gcm::Error> {
+    let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| aes_gcm::Error)?;
+    Aes256Gcm::new(key.into()).decrypt_inout_detached(
+        &nonce.into(),
+        aad,
+        in_out.into(),
+        &tag.into(),
+    )
 }
 
 /// Parses and checks the header of a sealed pack without decrypting anything. Returns the
