@@ -1,5 +1,9 @@
-//! Seal and open a ~100 MB synthetic template tree with `pack_format`, and do the same with
-//! the stock pipeline in the same run:
+//! The library's ceiling: seal and open a ~100 MB synthetic template tree with `pack_format`
+//! alone, and do the same with the stock pipeline in the same run. No template validation,
+//! no check that the sealed pack opens, no fsync: this is what the format code can do, not
+//! what `packer build` and `packer extract` do for a user. Those are timed as whole
+//! processes by `scripts/bench-seal-open.sh`, on the same tree (`benches/tree/mod.rs`).
+//!
 //!
 //! - seal: `tar --zstd -cf - | age -e -r RECIPIENT`, then `minisign -S` on the result;
 //! - open: `minisign -V`, then `age -d -i KEY | tar --zstd -xf -`.
@@ -25,10 +29,10 @@ use std::time::{Duration, Instant};
 
 use pack_format::pack::SealInput;
 use pack_format::{ContentKey, ContentKeyRing, IndexEntry, Limits, Payload, PayloadFile, Unpack};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use rustix::fd::OwnedFd;
 use rustix::fs::{Mode, OFlags};
+
+mod tree;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -74,7 +78,7 @@ fn main() -> Result<()> {
     }
     let dir = work.path();
     let tree = dir.join("tree");
-    let (files, tree_bytes) = generate_tree(&tree, mb * 1_000_000, 0x5eed)?;
+    let (files, tree_bytes) = tree::generate_tree(&tree, mb * 1_000_000, 0x5eed)?;
     let levels = max_depth(&tree)?;
     println!(
         "tree: {files} files, {:.1} MB, {levels} directory levels, in {}",
@@ -476,197 +480,4 @@ fn max_depth(dir: &Path) -> Result<usize> {
         }
     }
     Ok(deepest)
-}
-
-/// Writes a template tree of about `target` bytes: areas / agents / sections / files, each
-/// file a mix of markdown prose, handlebars blocks and the odd code sample, identifier or
-/// hash. Words come from a Zipf-distributed vocabulary so the text compresses like real
-/// prose (about 3-5x with zstd -3), not like repeated boilerplate.
-fn generate_tree(root: &Path, target: u64, seed: u64) -> Result<(usize, u64)> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let words = Vocabulary::new(&mut rng, 6000);
-    let areas = ["agents", "shared", "skills", "tools", "modes", "locales"];
-    let mut files = 0;
-    let mut written = 0u64;
-    while written < target {
-        let mut dir = root.join(areas[rng.random_range(0..areas.len())]);
-        for _ in 0..rng.random_range(1..=3) {
-            dir.push(format!(
-                "{}-{}",
-                words.pick(&mut rng),
-                rng.random_range(0..12)
-            ));
-        }
-        std::fs::create_dir_all(&dir)?;
-        let ext = ["md", "md", "md", "hbs", "txt"][rng.random_range(0..5)];
-        let path = dir.join(format!("{}-{files}.{ext}", words.pick(&mut rng)));
-        // Log-uniform sizes from 1 KB to 100 KB: many small templates, a few long ones.
-        let size = (1000.0 * 100f64.powf(rng.random::<f64>())) as usize;
-        let size = size.min((target - written) as usize).max(1);
-        let text = template_text(&mut rng, &words, size);
-        std::fs::write(&path, &text)?;
-        written += text.len() as u64;
-        files += 1;
-    }
-    Ok((files, written))
-}
-
-struct Vocabulary {
-    words: Vec<String>,
-    /// Sentences that recur across files.
-    phrases: Vec<String>,
-    /// Cumulative Zipf weights, for sampling by binary search.
-    cumulative: Vec<f64>,
-}
-
-impl Vocabulary {
-    fn new(rng: &mut StdRng, size: usize) -> Self {
-        const COMMON: &[&str] = &[
-            "the", "you", "to", "and", "a", "of", "is", "in", "must", "the user", "tool", "never",
-            "always", "agent", "when", "with", "for", "file", "that", "not", "task", "should",
-            "it", "be", "your", "this", "answer", "before", "if", "or", "use", "only", "code",
-            "run", "ask", "each", "model",
-        ];
-        const SYLLABLES: &[&str] = &[
-            "ka", "ro", "mi", "te", "sun", "val", "or", "en", "pa", "li", "dor", "ex", "qu", "an",
-            "is", "tor", "bel", "ce", "di", "fo", "gra", "hy", "im", "jo", "lu", "mar", "ne", "op",
-            "ri", "st", "ul", "ve", "wy", "za", "ph", "th", "ion", "ent", "ure", "al",
-        ];
-        let mut words: Vec<String> = COMMON.iter().map(|w| w.to_string()).collect();
-        while words.len() < size {
-            let n = rng.random_range(1..=4);
-            words.push(
-                (0..n)
-                    .map(|_| SYLLABLES[rng.random_range(0..SYLLABLES.len())])
-                    .collect(),
-            );
-        }
-        let mut total = 0.0;
-        let cumulative = (1..=words.len())
-            .map(|rank| {
-                total += 1.0 / (rank as f64).powf(1.05);
-                total
-            })
-            .collect();
-        let mut vocabulary = Vocabulary {
-            words,
-            cumulative,
-            phrases: Vec::new(),
-        };
-        vocabulary.phrases = (0..3000)
-            .map(|_| {
-                let mut phrase = String::new();
-                fresh_sentence(rng, &vocabulary, &mut phrase);
-                phrase
-            })
-            .collect();
-        vocabulary
-    }
-
-    fn pick(&self, rng: &mut StdRng) -> &str {
-        let total = self.cumulative.last().copied().unwrap_or(1.0);
-        let x = rng.random::<f64>() * total;
-        let i = self
-            .cumulative
-            .partition_point(|&c| c < x)
-            .min(self.words.len() - 1);
-        &self.words[i]
-    }
-}
-
-fn sentence(rng: &mut StdRng, words: &Vocabulary, out: &mut String) {
-    // Real templates repeat themselves: the same rule or phrase shows up in many files.
-    if rng.random_range(0..100) < STOCK_PHRASE_PERCENT {
-        out.push_str(&words.phrases[rng.random_range(0..words.phrases.len())]);
-        return;
-    }
-    fresh_sentence(rng, words, out);
-}
-
-/// Share of sentences taken from the stock phrases; tuned so zstd -3 lands near 3.5x.
-const STOCK_PHRASE_PERCENT: u32 = 50;
-
-fn fresh_sentence(rng: &mut StdRng, words: &Vocabulary, out: &mut String) {
-    let n = rng.random_range(5..22);
-    for i in 0..n {
-        let word = words.pick(rng);
-        if i == 0 {
-            let mut chars = word.chars();
-            if let Some(first) = chars.next() {
-                out.extend(first.to_uppercase());
-                out.push_str(chars.as_str());
-            }
-        } else {
-            out.push(' ');
-            match rng.random_range(0..60) {
-                0 => out.push_str(&format!("`{word}_{}`", rng.random_range(0..100))),
-                1 => out.push_str(&format!("{{{{{word}.{}}}}}", words.pick(rng))),
-                2 => out.push_str(&format!("{}", rng.random_range(0..1000))),
-                _ => out.push_str(word),
-            }
-        }
-        if i + 1 < n && rng.random_range(0..9) == 0 {
-            out.push(',');
-        }
-    }
-    out.push_str([".", ".", ".", "?", ":"][rng.random_range(0..5)]);
-}
-
-fn template_text(rng: &mut StdRng, words: &Vocabulary, size: usize) -> String {
-    let mut out = String::with_capacity(size + 512);
-    while out.len() < size {
-        match rng.random_range(0..12) {
-            0 => {
-                out.push_str(["# ", "## ", "### "][rng.random_range(0..3)]);
-                sentence(rng, words, &mut out);
-                out.push_str("\n\n");
-            }
-            1 | 2 => {
-                for _ in 0..rng.random_range(2..7) {
-                    out.push_str("- ");
-                    sentence(rng, words, &mut out);
-                    out.push('\n');
-                }
-                out.push('\n');
-            }
-            3 => {
-                let var = words.pick(rng).replace(' ', "_");
-                out.push_str(&format!("{{{{#if {var}}}}}\n"));
-                sentence(rng, words, &mut out);
-                out.push_str(&format!(
-                    "\n{{{{else}}}}\n{{{{> {}}}}}\n{{{{/if}}}}\n\n",
-                    words.pick(rng)
-                ));
-            }
-            4 => {
-                let list = words.pick(rng).replace(' ', "_");
-                out.push_str(&format!(
-                    "{{{{#each {list}}}}}\n* {{{{this.name}}}}: {{{{this.{}}}}}\n{{{{/each}}}}\n\n",
-                    words.pick(rng)
-                ));
-            }
-            5 => {
-                out.push_str("```\n");
-                for _ in 0..rng.random_range(1..6) {
-                    out.push_str(&format!(
-                        "{}_{:x} = \"{}\"  # {:016x}\n",
-                        words.pick(rng),
-                        rng.random::<u16>(),
-                        words.pick(rng),
-                        rng.random::<u64>()
-                    ));
-                }
-                out.push_str("```\n\n");
-            }
-            _ => {
-                for _ in 0..rng.random_range(2..7) {
-                    sentence(rng, words, &mut out);
-                    out.push(' ');
-                }
-                out.push_str("\n\n");
-            }
-        }
-    }
-    // Cut at a char boundary at or past `size`: sizes vary anyway.
-    out
 }

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The shipped `packer` against the stock pipeline, as whole processes on the same tree:
+#
+#   seal:  packer build TREE --zstd-level 3 ...     vs  tar --zstd -cf - | age -e, then minisign -S
+#   open:  packer extract PACK ...                   vs  minisign -V, then age -d | tar --zstd -xf -
+#
+# `packer` does everything it does for a user: build validates every template and checks
+# that the sealed pack opens before it writes it (temp file, fsync, rename); extract checks
+# every file and fsyncs every file before renaming the directory into place. The stock
+# tools do not sync anything; to keep their deferred writeback out of the next timing,
+# `sync` runs after every timed command (untimed).
+#
+# The tree is the library benchmark's (format/benches/tree/mod.rs: ~100 MB of markdown,
+# handlebars and text in thousands of directories), plus packs/builtin for the templates
+# clients require. Each pair runs both commands back to back, alternating which goes
+# first; the ratio is per pair (stock wall / packer wall: above 1 means packer is faster).
+# Wall, CPU (user + system) and peak RSS come from /usr/bin/time; for the stock pipeline
+# CPU is every process's, and peak RSS the largest single process's (getrusage of the
+# children), so the pipeline's real peak is somewhat higher.
+#
+#   bash scripts/bench-seal-open.sh
+#   PAIRS=9 MB=100 BENCH_DIR=/dev/shm bash scripts/bench-seal-open.sh
+#   PACKER_BIN=/path/to/other/packer bash scripts/bench-seal-open.sh
+#   BUILD_FLAGS="..." EXTRACT_FLAGS="..." bash scripts/bench-seal-open.sh   # extra flags for packer
+#
+# Targets: packer build >= 1.5x the stock seal, packer extract >= 2x the stock open
+# (median of the pairs' ratios). STRICT=1 exits 1 when one is missed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PAIRS=${PAIRS:-5}
+MB=${MB:-100}
+LEVEL=${LEVEL:-3}
+BUILD_FLAGS=${BUILD_FLAGS:-}
+EXTRACT_FLAGS=${EXTRACT_FLAGS:-}
+TARGET_SEAL=1.5
+TARGET_OPEN=2.0
+
+say() { printf '== %s\n' "$*" >&2; }
+die() {
+  printf 'bench-seal-open: %s\n' "$*" >&2
+  exit 1
+}
+
+# --- tools -------------------------------------------------------------------------------
+missing=()
+for tool in age:age age-keygen:age minisign:minisign zstd:zstd tar:tar; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
+done
+[ -x /usr/bin/time ] || missing+=(time)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || die "cargo is required"
+
+target_dir=${CARGO_TARGET_DIR:-target}
+if [ -z "${PACKER_BIN:-}" ]; then
+  say "building packer (release)"
+  cargo build --release -q -p packer
+fi
+PACKER=$(realpath "${PACKER_BIN:-$target_dir/release/packer}")
+
+# --- work dir and inputs -----------------------------------------------------------------
+parent=${BENCH_DIR:-${TMPDIR:-/tmp}}
+work=$(mktemp -d "$parent/bench-seal-open.XXXXXX")
+cleanup() { rm -rf "$work"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "writing a ${MB} MB tree in $work"
+cargo run --release -q -p pack-format --example bench_tree -- "$work/tree" "$MB" >&2
+cp -R packs/builtin/. "$work/tree/"
+files=$(find "$work/tree" -type f | wc -l)
+dirs=$(find "$work/tree" -mindepth 1 -type d | wc -l)
+bytes=$(find "$work/tree" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
+
+"$PACKER" keygen --dir "$work/keys" >/dev/null
+age-keygen -o "$work/age.key" 2>/dev/null
+recipient=$(age-keygen -y "$work/age.key")
+minisign -G -W -f -s "$work/minisign.key" -p "$work/minisign.pub" >/dev/null
+
+export TREE="$work/tree" KEYS="$work/keys" PACKER LEVEL RECIPIENT="$recipient"
+export AGE_KEY="$work/age.key" MS_KEY="$work/minisign.key" MS_PUB="$work/minisign.pub"
+export OURS="$work/ours.pack" STOCK="$work/stock.tar.zst.age" BUILD_FLAGS EXTRACT_FLAGS
+
+# The four commands, each one `bash -c` so that /usr/bin/time sees the whole of it.
+# shellcheck disable=SC2016
+{
+  seal_ours='rm -f "$OURS"; "$PACKER" build "$TREE" --name bench --version 1.0.0 --keys "$KEYS" --zstd-level "$LEVEL" -o "$OURS" $BUILD_FLAGS >/dev/null'
+  seal_stock='set -o pipefail; tar --zstd -cf - -C "$TREE" . | age -e -r "$RECIPIENT" -o "$STOCK" && minisign -S -s "$MS_KEY" -m "$STOCK" -x "$STOCK.minisig" >/dev/null'
+  open_ours='"$PACKER" extract "$OURS" --keys "$KEYS" -o "$OUT" $EXTRACT_FLAGS >/dev/null'
+  open_stock='set -o pipefail; minisign -V -q -p "$MS_PUB" -m "$STOCK" -x "$STOCK.minisig" && mkdir "$OUT" && age -d -i "$AGE_KEY" "$STOCK" | tar --zstd -xf - -C "$OUT"'
+}
+
+# timed NAME SCRIPT: runs SCRIPT under /usr/bin/time, appends "wall cpu rss_kib" to NAME.
+timed() {
+  local name=$1 script=$2
+  sync
+  /usr/bin/time -f '%e %U %S %M' -o "$work/time.out" bash -c "$script" ||
+    die "$name failed: $script"
+  awk '{printf "%s %.2f %s\n", $1, $2 + $3, $4}' "$work/time.out" >>"$work/$name"
+  sync
+}
+
+# One untimed round first: both sides' binaries and the tree in the page cache, and the
+# outputs the open commands need.
+say "warming up"
+OUT="$work/warm-ours" timed warm "$seal_ours"
+OUT="$work/warm-ours" timed warm "$seal_stock"
+OUT="$work/warm-ours" timed warm "$open_ours"
+OUT="$work/warm-stock" timed warm "$open_stock"
+diff -r "$work/warm-ours" "$work/warm-stock" >/dev/null || die "packer extract and tar -x gave different trees"
+rm -rf "$work/warm-ours" "$work/warm-stock"
+sealed_ours=$(stat -c %s "$OURS")
+sealed_stock=$(stat -c %s "$STOCK")
+
+say "measuring $PAIRS pairs"
+for pair in $(seq 1 "$PAIRS"); do
+  if [ $((pair % 2)) -eq 1 ]; then
+    timed seal-ours "$seal_ours"
+    timed seal-stock "$seal_stock"
+    OUT="$work/out-ours" timed open-ours "$open_ours"
+    OUT="$work/out-stock" timed open-stock "$open_stock"
+  else
+    timed seal-stock "$seal_stock"
+    timed seal-ours "$seal_ours"
+    OUT="$work/out-stock" timed open-stock "$open_stock"
+    OUT="$work/out-ours" timed open-ours "$open_ours"
+  fi
+  rm -rf "$work/out-ours" "$work/out-stock"
+done
+
+# --- report ------------------------------------------------------------------------------
+echo "tree: $files files, $((bytes / 1000000)) MB in $dirs directories ($(df -PT "$work" | awk 'NR == 2 {print $2}') at $parent); level $LEVEL"
+echo "sealed: packer $((sealed_ours / 1000)) kB, stock $((sealed_stock / 1000)) kB"
+echo "packer: $PACKER ${BUILD_FLAGS:+(build $BUILD_FLAGS) }${EXTRACT_FLAGS:+(extract $EXTRACT_FLAGS)}"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+missed=0
+report() {
+  local step=$1 target=$2
+  echo "| $step pair | packer wall / CPU / peak | stock wall / CPU / peak | stock / packer |"
+  echo "|---|---|---|---|"
+  paste -d' ' "$work/$step-ours" "$work/$step-stock" | awk -v step="$step" '{
+    printf "| %d | %.2f s / %.2f s / %d MiB | %.2f s / %.2f s / %d MiB | %.2fx |\n",
+      NR, $1, $2, $3 / 1024, $4, $5, $6 / 1024, $4 / $1
+  }'
+  local median
+  median=$(paste -d' ' "$work/$step-ours" "$work/$step-stock" | awk '{print $4 / $1}' | sort -g |
+    awk '{r[NR] = $1} END {print (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2}')
+  local verdict="met"
+  awk -v m="$median" -v t="$target" 'BEGIN {exit !(m < t)}' && verdict="MISSED" && missed=1
+  printf '\n%s: median ratio %.2fx (target >= %sx: %s)\n\n' "$step" "$median" "$target" "$verdict"
+}
+report seal "$TARGET_SEAL"
+report open "$TARGET_OPEN"
+[ "${STRICT:-0}" = 1 ] && [ "$missed" = 1 ] && exit 1
+exit 0
