@@ -6,6 +6,7 @@
 //!
 //! - [`pack`]: the sealed pack (header + AES-256-GCM ciphertext of a `tar.zst` payload).
 //! - [`payload`]: the `tar.zst` payload with its index of every file's size and SHA-256.
+//! - [`source`]: checks of a pack's files by their bytes.
 //! - [`channel`]: the channel document and its minisign (prehashed Ed25519) signature.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
 //! - [`contract`]: the runtime's variable contract and strict template validation.
@@ -13,10 +14,12 @@
 pub mod channel;
 pub mod contract;
 pub mod error;
+mod frames;
 pub mod keys;
 pub mod limits;
 pub mod pack;
 pub mod payload;
+pub mod source;
 pub mod unpack;
 
 pub use channel::{
@@ -25,12 +28,14 @@ pub use channel::{
 pub use error::FormatError;
 pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
 pub use limits::Limits;
-pub use pack::{KeySlot, OpenedPack, PackHeader, SealInput, open, read_header, seal};
+pub use pack::{KeySlot, OpenedPack, PackHeader, SealInput, Segment, open, read_header, seal};
 pub use payload::{IndexEntry, Payload, PayloadFile};
+pub use source::{FileCheck, FileProblem};
 pub use unpack::{Unpack, Unpacked, open_into};
 
-/// Version of the sealed-pack container this crate writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the sealed-pack container this crate writes. It reads this one and
+/// [`pack::FORMAT_V1`].
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {

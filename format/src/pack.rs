@@ -1,18 +1,28 @@
-//! The sealed pack: `MAGIC | u32 LE header length | header JSON | ciphertext | tag`.
+//! The sealed pack: `MAGIC | u32 LE header length | header JSON | ciphertext`.
 //!
-//! The ciphertext is AES-256-GCM over the `tar.zst` payload with a fresh random data key and
-//! a fresh random 96-bit nonce; the exact header bytes (magic, length and JSON) are the
-//! associated data, so no header field can be changed without the pack failing to open.
+//! Format 2 (what [`seal`] writes): the `tar.zst` payload is cut into segments, one zstd
+//! frame each, and every segment is its own AES-256-GCM encryption under the pack's fresh
+//! random data key, with a STREAM-style nonce (a random 7-byte prefix ‖ the segment's
+//! number ‖ a last-segment flag) and the exact header bytes as associated data; each
+//! segment's 16-byte tag follows it. The header lists every segment's length and the
+//! length of `tar` it decodes to, so a reader checks every size before it allocates, and
+//! decrypts and decompresses the segments on every core at once.
+//!
+//! Format 1 (still read): one AES-256-GCM encryption of the whole payload, one tag at the
+//! end.
+//!
 //! The data key is wrapped (AES-256-GCM again) once per content key, in a key slot named by
 //! the content key's id.
 
 use aes_gcm::aead::AeadInOut;
+use aes_gcm::aead::inout::InOutBuf;
 use aes_gcm::{Aes256Gcm, KeyInit};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use crate::frames::{Layout, frame_payload};
 use crate::keys::validate_key_id;
 use crate::payload::Payload;
 use crate::{
@@ -23,8 +33,15 @@ use crate::{
 pub const MAGIC: &[u8; 8] = b"PROMPTPK";
 /// Magic plus the header-length field.
 pub const PREFIX_LEN: usize = MAGIC.len() + 4;
-const TAG_LEN: usize = 16;
+/// The first container version, still read: one encryption of the whole payload.
+pub const FORMAT_V1: u32 = 1;
+pub(crate) const TAG_LEN: usize = 16;
 const MAX_KEY_SLOTS: usize = 16;
+/// Segments in one format-2 pack: 4,096 frames of 8 MiB is 32 GiB of `tar`, far past the
+/// size limits, so only a hostile header comes near it.
+pub const MAX_SEGMENTS: usize = 4096;
+/// Bytes of the random prefix of every format-2 segment nonce.
+pub const NONCE_PREFIX_LEN: usize = 7;
 const SLOT_AAD_PREFIX: &[u8] = b"promptpack key slot v1:";
 
 /// One wrapped copy of the data key.
@@ -38,6 +55,16 @@ pub struct KeySlot {
     pub wrapped_key: String,
 }
 
+/// One format-2 segment: an encrypted piece of the compressed payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Segment {
+    /// Bytes of compressed payload in the segment (its ciphertext, without the tag).
+    pub len: u64,
+    /// Bytes of `tar` the segment's zstd frames decode to.
+    pub tar_len: u64,
+}
+
 /// The plaintext header: everything a server or client may look at before decrypting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,10 +75,21 @@ pub struct PackHeader {
     /// The runtime variable-contract version the templates were validated against.
     pub schema: u32,
     pub key_slots: Vec<KeySlot>,
-    /// Base64 of the 12-byte payload nonce.
+    /// Format 2: base64 of the 7-byte prefix of every segment's nonce. Format 1: base64 of
+    /// the 12-byte payload nonce.
     pub nonce: String,
-    /// Bytes of the compressed payload (the ciphertext, without its tag).
+    /// Bytes of the compressed payload (all the ciphertext, without the tags).
     pub plaintext_len: u64,
+    /// Format 2: the segments in order (at least one). Format 1: none, and absent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<Segment>,
+}
+
+impl PackHeader {
+    /// Bytes of `tar` the payload decodes to, when the header says (format 2).
+    pub fn tar_len(&self) -> Option<u64> {
+        (self.format != FORMAT_V1).then(|| self.segments.iter().map(|s| s.tar_len).sum())
+    }
 }
 
 /// What to seal.
@@ -74,38 +112,50 @@ pub struct OpenedPack {
     pub sha256: String,
 }
 
-/// The secrets one seal uses: the data key, the payload nonce and one key-slot nonce per
-/// content key. [`seal`] draws all of them fresh from the system's random generator.
+/// The secrets one seal uses: the data key, the nonce prefix of the segments and one
+/// key-slot nonce per content key. [`seal`] draws all of them fresh from the system's
+/// random generator.
 ///
 /// Only for test vectors and for checking another implementation byte for byte, through
 /// [`seal_with_secrets`]: AES-GCM with a data key and nonce used twice for different
 /// payloads gives away both plaintexts and lets anyone forge ciphertexts.
 pub struct SealSecrets {
     data_key: Zeroizing<[u8; 32]>,
-    nonce: [u8; 12],
+    nonce_prefix: [u8; NONCE_PREFIX_LEN],
     slot_nonces: Vec<[u8; 12]>,
 }
 
 impl SealSecrets {
     /// Explicit secrets: `slot_nonces[i]` wraps the data key for the `i`-th content key.
-    pub fn new(data_key: [u8; 32], nonce: [u8; 12], slot_nonces: Vec<[u8; 12]>) -> Self {
+    pub fn new(
+        data_key: [u8; 32],
+        nonce_prefix: [u8; NONCE_PREFIX_LEN],
+        slot_nonces: Vec<[u8; 12]>,
+    ) -> Self {
         SealSecrets {
             data_key: Zeroizing::new(data_key),
-            nonce,
+            nonce_prefix,
             slot_nonces,
         }
     }
 
     /// Fresh random secrets for `slots` key slots.
-    fn random(slots: usize) -> Self {
+    pub(crate) fn random(slots: usize) -> Self {
         let mut data_key = Zeroizing::new([0u8; 32]);
         rand::fill(&mut data_key[..]);
         SealSecrets {
             data_key,
-            nonce: rand::random(),
+            nonce_prefix: rand::random(),
             slot_nonces: (0..slots).map(|_| rand::random()).collect(),
         }
     }
+}
+
+/// The header fields of a pack, whatever its payload comes from.
+pub(crate) struct PackMeta<'a> {
+    pub name: &'a str,
+    pub version: &'a semver::Version,
+    pub schema: u32,
 }
 
 /// Seals `input` for every key in `keys` (at least one), with a fresh random data key and
@@ -117,75 +167,147 @@ pub fn seal(input: &SealInput<'_>, keys: &[&ContentKey]) -> Result<Vec<u8>, Form
 /// [`seal`] with the given secrets instead of random ones: the output is then a function of
 /// the inputs alone. For test vectors only — see [`SealSecrets`]; never seal two payloads
 /// with the same secrets.
-///
-/// The payload is compressed straight into the output, behind room for the longest header
-/// it could need; the header, whose length depends on the payload's size, is written in
-/// front of it at the end.
 pub fn seal_with_secrets(
     input: &SealInput<'_>,
     keys: &[&ContentKey],
     secrets: SealSecrets,
 ) -> Result<Vec<u8>, FormatError> {
-    let NewHeader {
-        mut header,
-        data_key,
-        nonce,
-    } = new_header(input, keys, secrets)?;
-    header.plaintext_len = u64::MAX;
-    let room = PREFIX_LEN + header_json(&header)?.len();
-    let mut out = input
-        .payload
-        .append_tar_zst(vec![0; room], input.mtime, input.zstd_level)?;
-    header.plaintext_len = (out.len() - room) as u64;
-    let json = header_json(&header)?;
-    let start = room - PREFIX_LEN - json.len();
-    write_prefix(&mut out[start..room], &json);
-    let (aad, payload) = out[start..].split_at_mut(room - start);
-    let tag = seal_detached(&data_key, nonce, aad, payload)
-        .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
-    out.extend_from_slice(&tag);
-    out.drain(..start);
-    Ok(out)
+    let meta = PackMeta {
+        name: input.name,
+        version: input.version,
+        schema: input.schema,
+    };
+    // Check the names and keys before compressing anything.
+    check_seal(&meta, keys, &secrets)?;
+    let layout = Layout {
+        room: room_for(keys.len()) + 64 * 1024 + 200 * input.payload.len(),
+        tags: true,
+    };
+    let framed = frame_payload(input.mtime, input.zstd_level, layout, None, |feed| {
+        for (path, bytes) in input.payload.files() {
+            feed.add(path, bytes.len() as u64, |out| {
+                out.extend_from_slice(bytes);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })?;
+    seal_frames(&meta, keys, secrets, framed.placed, &framed.segments)
 }
 
-/// Seals an already-built `tar.zst` payload.
+/// Room to leave in front of the payload for the header, before its size is known: the
+/// fixed fields, the key slots and the segment list of a payload of a few hundred MB. A
+/// longer header is moved in at the end instead (one copy of the payload).
+pub(crate) fn room_for(key_slots: usize) -> usize {
+    PREFIX_LEN + 512 + 160 * key_slots + 40 * 64
+}
+
+/// Seals an already-built compressed payload (any bytes, valid zstd or not), for tests and
+/// fuzzing: one segment per zstd frame when every frame declares its content size, else one
+/// segment holding all of it that claims the sizes the frames that do declare one add up to.
 pub fn seal_compressed(
     input: &SealInput<'_>,
-    mut compressed: Vec<u8>,
+    compressed: Vec<u8>,
     keys: &[&ContentKey],
 ) -> Result<Vec<u8>, FormatError> {
-    let NewHeader {
-        mut header,
-        data_key,
-        nonce,
-    } = new_header(input, keys, SealSecrets::random(keys.len()))?;
-    header.plaintext_len = compressed.len() as u64;
-    let json = header_json(&header)?;
-    let mut out = vec![0; PREFIX_LEN + json.len()];
-    write_prefix(&mut out, &json);
-    out.reserve(compressed.len() + TAG_LEN);
-    let tag = seal_detached(&data_key, nonce, &out, &mut compressed)
-        .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
-    out.extend_from_slice(&compressed);
-    out.extend_from_slice(&tag);
-    Ok(out)
+    let mut segments = Vec::new();
+    let mut rest = compressed.as_slice();
+    let mut declared = 0u64;
+    let mut whole = true;
+    while !rest.is_empty() {
+        let measured = zstd::zstd_safe::find_frame_compressed_size(rest)
+            .ok()
+            .filter(|len| *len > 0 && *len <= rest.len())
+            .and_then(|len| {
+                let size = zstd::zstd_safe::get_frame_content_size(&rest[..len]).ok()??;
+                Some((len, size))
+            });
+        let Some((len, size)) = measured else {
+            whole = false;
+            break;
+        };
+        declared = declared.saturating_add(size);
+        segments.push((len, size));
+        rest = &rest[len..];
+    }
+    let segments: Vec<Segment> = if whole && !segments.is_empty() {
+        segments
+            .into_iter()
+            .map(|(len, tar_len)| Segment {
+                len: len as u64,
+                tar_len,
+            })
+            .collect()
+    } else {
+        vec![Segment {
+            len: compressed.len() as u64,
+            tar_len: declared,
+        }]
+    };
+    seal_segments(
+        input,
+        compressed,
+        &segments,
+        keys,
+        SealSecrets::random(keys.len()),
+    )
 }
 
-/// A header with its fresh data key and payload nonce, before the payload's length is known.
-struct NewHeader {
-    header: PackHeader,
-    data_key: Zeroizing<[u8; 32]>,
-    nonce: [u8; 12],
-}
-
-/// A header for `input` with the data key of `secrets` wrapped for every key in `keys` and
-/// its payload nonce; `plaintext_len` is left for the caller.
-fn new_header(
+/// Seals `compressed` as the given segments (their lengths must add up to its length), for
+/// tests, test vectors and fuzzing: the segments' `tar_len`s are taken as given, true or
+/// not. See [`SealSecrets`] about the secrets.
+pub fn seal_segments(
     input: &SealInput<'_>,
+    compressed: Vec<u8>,
+    segments: &[Segment],
     keys: &[&ContentKey],
     secrets: SealSecrets,
-) -> Result<NewHeader, FormatError> {
-    validate_name("pack", input.name)?;
+) -> Result<Vec<u8>, FormatError> {
+    let total: u64 = segments.iter().map(|s| s.len).sum();
+    if total != compressed.len() as u64 || segments.iter().any(|s| s.len == 0) {
+        return Err(FormatError::malformed(
+            "segments",
+            format!(
+                "expected non-empty segments adding up to the {} bytes given, found {total}",
+                compressed.len()
+            ),
+        ));
+    }
+    let meta = PackMeta {
+        name: input.name,
+        version: input.version,
+        schema: input.schema,
+    };
+    check_seal(&meta, keys, &secrets)?;
+    // The layout `TarFrames` produces: room for the header, then each segment and its tag.
+    let room = room_for(keys.len());
+    let mut out = vec![0; room];
+    let mut rest = compressed.as_slice();
+    for segment in segments {
+        let (this, next) = rest.split_at(segment.len as usize);
+        out.extend_from_slice(this);
+        out.extend_from_slice(&[0; TAG_LEN]);
+        rest = next;
+    }
+    let placed = PlacedFrames { out, room };
+    seal_frames(&meta, keys, secrets, placed, segments)
+}
+
+/// The compressed payload laid out for sealing: `room` bytes to fill with the header, then
+/// every segment followed by [`TAG_LEN`] bytes for its tag.
+pub(crate) struct PlacedFrames {
+    pub out: Vec<u8>,
+    pub room: usize,
+}
+
+/// Refuses what [`seal`] would refuse, before any work: a bad name, no key or too many,
+/// a key id twice, secrets that do not fit the keys.
+pub(crate) fn check_seal(
+    meta: &PackMeta<'_>,
+    keys: &[&ContentKey],
+    secrets: &SealSecrets,
+) -> Result<(), FormatError> {
+    validate_name("pack", meta.name)?;
     if keys.is_empty() || keys.len() > MAX_KEY_SLOTS {
         return Err(FormatError::malformed(
             "key slots",
@@ -218,9 +340,31 @@ fn new_header(
             ),
         ));
     }
+    Ok(())
+}
+
+/// Writes the header in front of the placed frames and encrypts every segment in place,
+/// on every core: the sealed pack.
+pub(crate) fn seal_frames(
+    meta: &PackMeta<'_>,
+    keys: &[&ContentKey],
+    secrets: SealSecrets,
+    placed: PlacedFrames,
+    segments: &[Segment],
+) -> Result<Vec<u8>, FormatError> {
+    check_seal(meta, keys, &secrets)?;
+    if segments.is_empty() || segments.len() > MAX_SEGMENTS {
+        return Err(FormatError::malformed(
+            "segments",
+            format!(
+                "expected 1-{MAX_SEGMENTS} segments, found {}",
+                segments.len()
+            ),
+        ));
+    }
     let SealSecrets {
         data_key,
-        nonce,
+        nonce_prefix,
         slot_nonces,
     } = secrets;
     let mut key_slots = Vec::with_capacity(keys.len());
@@ -237,29 +381,108 @@ fn new_header(
     }
     let header = PackHeader {
         format: FORMAT_VERSION,
-        name: input.name.to_string(),
-        version: input.version.clone(),
-        schema: input.schema,
+        name: meta.name.to_string(),
+        version: meta.version.clone(),
+        schema: meta.schema,
         key_slots,
-        nonce: B64.encode(nonce),
-        plaintext_len: 0,
+        nonce: B64.encode(nonce_prefix),
+        plaintext_len: segments.iter().map(|s| s.len).sum(),
+        segments: segments.to_vec(),
     };
-    Ok(NewHeader {
-        header,
-        data_key,
-        nonce,
+    let json = serde_json::to_vec(&header).map_err(|e| FormatError::malformed("pack header", e))?;
+    let PlacedFrames { mut out, room } = placed;
+    let header_len = PREFIX_LEN + json.len();
+    let start = if header_len <= room {
+        room - header_len
+    } else {
+        // A header longer than the room left for it (many keys, many segments): make room.
+        out.splice(0..0, std::iter::repeat_n(0, header_len - room));
+        0
+    };
+    let body_start = start + header_len;
+    out[start..start + MAGIC.len()].copy_from_slice(MAGIC);
+    out[start + MAGIC.len()..start + PREFIX_LEN]
+        .copy_from_slice(&(json.len() as u32).to_le_bytes());
+    out[start + PREFIX_LEN..body_start].copy_from_slice(&json);
+    let (front, body) = out.split_at_mut(body_start);
+    let aad = &front[start..];
+    encrypt_segments(&data_key, &nonce_prefix, aad, body, segments)?;
+    if start > 0 {
+        out.drain(..start);
+    }
+    Ok(out)
+}
+
+/// Encrypts every segment of `body` (each followed by room for its tag) in place, the
+/// segments shared out over the cores.
+fn encrypt_segments(
+    data_key: &[u8; 32],
+    nonce_prefix: &[u8; NONCE_PREFIX_LEN],
+    aad: &[u8],
+    body: &mut [u8],
+    segments: &[Segment],
+) -> Result<(), FormatError> {
+    let mut pieces = Vec::with_capacity(segments.len());
+    let mut rest = body;
+    for segment in segments {
+        let (piece, next) = rest.split_at_mut(segment.len as usize + TAG_LEN);
+        pieces.push(piece);
+        rest = next;
+    }
+    let last = segments.len() - 1;
+    let cipher = Aes256Gcm::new(data_key.into());
+    let encrypt = |number: usize, piece: &mut [u8]| -> Result<(), FormatError> {
+        let (text, tag_room) = piece.split_at_mut(piece.len() - TAG_LEN);
+        let nonce = segment_nonce(nonce_prefix, number, number == last);
+        let tag = cipher
+            .encrypt_inout_detached(&nonce.into(), aad, text.into())
+            .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
+        tag_room.copy_from_slice(&tag);
+        Ok(())
+    };
+    let total: usize = pieces.iter().map(|p| p.len()).sum();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if threads < 2 || pieces.len() < 2 || total < PARALLEL_HASH_MIN_LEN {
+        for (number, piece) in pieces.into_iter().enumerate() {
+            encrypt(number, piece)?;
+        }
+        return Ok(());
+    }
+    // Segment `i` on thread `i % threads`: segments are about the same size.
+    let mut shares: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (number, piece) in pieces.into_iter().enumerate() {
+        shares[number % threads].push((number, piece));
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = shares
+            .into_iter()
+            .map(|share| {
+                scope.spawn(|| {
+                    share
+                        .into_iter()
+                        .try_for_each(|(number, piece)| encrypt(number, piece))
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
     })
 }
 
-fn header_json(header: &PackHeader) -> Result<Vec<u8>, FormatError> {
-    serde_json::to_vec(header).map_err(|e| FormatError::malformed("pack header", e))
-}
-
-/// Writes magic, length and header JSON into `out`, which is exactly that long.
-fn write_prefix(out: &mut [u8], json: &[u8]) {
-    out[..MAGIC.len()].copy_from_slice(MAGIC);
-    out[MAGIC.len()..PREFIX_LEN].copy_from_slice(&(json.len() as u32).to_le_bytes());
-    out[PREFIX_LEN..].copy_from_slice(json);
+/// The nonce of format-2 segment `number`: the prefix ‖ `number` as u32 big-endian ‖ 1 for
+/// the last segment, 0 for the others.
+pub(crate) fn segment_nonce(
+    prefix: &[u8; NONCE_PREFIX_LEN],
+    number: usize,
+    last: bool,
+) -> [u8; 12] {
+    let mut nonce = [0u8; 12];
+    nonce[..NONCE_PREFIX_LEN].copy_from_slice(prefix);
+    nonce[NONCE_PREFIX_LEN..11].copy_from_slice(&(number as u32).to_be_bytes());
+    nonce[11] = u8::from(last);
+    nonce
 }
 
 fn slot_aad(key_id: &str) -> Vec<u8> {
@@ -338,7 +561,7 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
     }
     let header: PackHeader = serde_json::from_slice(&bytes[PREFIX_LEN..header_len])
         .map_err(|e| FormatError::malformed("pack header", e))?;
-    if header.format != FORMAT_VERSION {
+    if header.format != FORMAT_VERSION && header.format != FORMAT_V1 {
         return Err(FormatError::UnsupportedVersion {
             what: "sealed pack",
             expected: FORMAT_VERSION,
@@ -355,7 +578,11 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
             ),
         ));
     }
-    decode_fixed::<12>("payload nonce", &header.nonce)?;
+    if header.format == FORMAT_V1 {
+        decode_fixed::<12>("payload nonce", &header.nonce)?;
+    } else {
+        decode_fixed::<NONCE_PREFIX_LEN>("segment nonce prefix", &header.nonce)?;
+    }
     for (i, slot) in header.key_slots.iter().enumerate() {
         // The id is part of the slot's associated data and names the key that opens it:
         // the same syntax as a content key's id, and one slot per id, so which slot a
@@ -384,7 +611,8 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
             limit: limits.max_sealed_len,
         });
     }
-    let expected = header_len as u64 + header.plaintext_len + TAG_LEN as u64;
+    let tags = check_segments(&header, limits)?;
+    let expected = header_len as u64 + header.plaintext_len + tags * TAG_LEN as u64;
     if bytes.len() as u64 != expected {
         return Err(if (bytes.len() as u64) < expected {
             FormatError::Truncated {
@@ -403,6 +631,53 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
     Ok((header, header_len))
 }
 
+/// Checks the segment list against the header and the limits; returns how many tags the
+/// pack holds.
+fn check_segments(header: &PackHeader, limits: &Limits) -> Result<u64, FormatError> {
+    if header.format == FORMAT_V1 {
+        if !header.segments.is_empty() {
+            return Err(FormatError::malformed(
+                "pack header",
+                "a format 1 header has no segments",
+            ));
+        }
+        return Ok(1);
+    }
+    let count = header.segments.len();
+    if count == 0 || count > MAX_SEGMENTS {
+        return Err(FormatError::malformed(
+            "pack header",
+            format!("expected 1-{MAX_SEGMENTS} segments, found {count}"),
+        ));
+    }
+    let mut len = 0u64;
+    let mut tar_len = 0u64;
+    for (i, segment) in header.segments.iter().enumerate() {
+        if segment.len == 0 {
+            return Err(FormatError::malformed(
+                "pack header",
+                format!("segment {i} is empty"),
+            ));
+        }
+        len = len.saturating_add(segment.len);
+        tar_len = tar_len.saturating_add(segment.tar_len);
+    }
+    if len != header.plaintext_len {
+        return Err(FormatError::malformed(
+            "pack header",
+            format!(
+                "the segments add up to {len} bytes, the header's plaintext_len says {}",
+                header.plaintext_len
+            ),
+        ));
+    }
+    let budget = limits.decompressed_budget(header.plaintext_len);
+    if tar_len > budget {
+        return Err(FormatError::DecompressionBomb { limit: budget });
+    }
+    Ok(count as u64)
+}
+
 fn decode_fixed<const N: usize>(what: &'static str, text: &str) -> Result<[u8; N], FormatError> {
     if text.len() > 4 * N {
         return Err(FormatError::malformed(
@@ -418,13 +693,97 @@ fn decode_fixed<const N: usize>(what: &'static str, text: &str) -> Result<[u8; N
     })
 }
 
-/// Checks the header, unwraps the data key with one of `keys` and decrypts: returns the
-/// header and the compressed payload (a standard `tar.zst`).
-pub fn decrypt(
-    bytes: &[u8],
+/// A pack whose header passed and whose data key is unwrapped: what decrypting and
+/// decoding its payload needs.
+pub(crate) struct Unsealed<'a> {
+    pub header: PackHeader,
+    pub header_len: usize,
+    pub bytes: &'a [u8],
+    data_key: Zeroizing<[u8; 32]>,
+}
+
+impl Unsealed<'_> {
+    /// Format 2: where each segment's ciphertext starts in the sealed bytes, in order.
+    pub(crate) fn segment_starts(&self) -> Vec<usize> {
+        let mut at = self.header_len;
+        self.header
+            .segments
+            .iter()
+            .map(|segment| {
+                let start = at;
+                at += segment.len as usize + TAG_LEN;
+                start
+            })
+            .collect()
+    }
+
+    /// A decryptor for this pack's format-2 segments, one per thread.
+    pub(crate) fn segment_opener(&self) -> Result<SegmentOpener<'_>, FormatError> {
+        Ok(SegmentOpener {
+            cipher: Aes256Gcm::new((&*self.data_key).into()),
+            nonce_prefix: decode_fixed::<NONCE_PREFIX_LEN>(
+                "segment nonce prefix",
+                &self.header.nonce,
+            )?,
+            aad: &self.bytes[..self.header_len],
+            last: self.header.segments.len().saturating_sub(1),
+        })
+    }
+
+    /// Format 1: the whole payload, decrypted.
+    pub(crate) fn decrypt_v1(&self) -> Result<Vec<u8>, FormatError> {
+        let nonce = decode_fixed::<12>("payload nonce", &self.header.nonce)?;
+        let body = &self.bytes[self.header_len..];
+        let (ciphertext, tag) = body.split_at(body.len() - TAG_LEN);
+        let mut plain = ciphertext.to_vec();
+        open_detached(
+            &self.data_key,
+            nonce,
+            &self.bytes[..self.header_len],
+            tag,
+            &mut plain,
+        )
+        .map_err(|_| FormatError::Tampered)?;
+        Ok(plain)
+    }
+}
+
+/// Decrypts format-2 segments.
+pub(crate) struct SegmentOpener<'a> {
+    cipher: Aes256Gcm,
+    nonce_prefix: [u8; NONCE_PREFIX_LEN],
+    aad: &'a [u8],
+    last: usize,
+}
+
+impl SegmentOpener<'_> {
+    /// Authenticates segment `number` (`sealed`: its ciphertext and tag) and decrypts it
+    /// into `out`, which is cleared first.
+    pub(crate) fn open(
+        &self,
+        number: usize,
+        sealed: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let (ciphertext, tag) = sealed.split_at(sealed.len() - TAG_LEN);
+        let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| FormatError::Tampered)?;
+        // Every byte is overwritten, and only once the tag verified.
+        out.resize(ciphertext.len(), 0);
+        let nonce = segment_nonce(&self.nonce_prefix, number, number == self.last);
+        let buffer =
+            InOutBuf::new(ciphertext, out.as_mut_slice()).map_err(|_| FormatError::Tampered)?;
+        self.cipher
+            .decrypt_inout_detached(&nonce.into(), self.aad, buffer, &tag.into())
+            .map_err(|_| FormatError::Tampered)
+    }
+}
+
+/// Checks the header and unwraps the data key with one of `keys`.
+pub(crate) fn unseal<'a>(
+    bytes: &'a [u8],
     keys: &ContentKeyRing,
     limits: &Limits,
-) -> Result<(PackHeader, Vec<u8>), FormatError> {
+) -> Result<Unsealed<'a>, FormatError> {
     let (header, header_len) = read_header(bytes, limits)?;
     let Some((slot, key)) = header
         .key_slots
@@ -455,13 +814,41 @@ pub fn decrypt(
     .map_err(|_| FormatError::WrongContentKey {
         key_id: slot.key_id.clone(),
     })?;
-    let nonce = decode_fixed::<12>("payload nonce", &header.nonce)?;
-    let body = &bytes[header_len..];
-    let (ciphertext, tag) = body.split_at(body.len() - TAG_LEN);
-    let mut plain = ciphertext.to_vec();
-    open_detached(&data_key, nonce, &bytes[..header_len], tag, &mut plain)
-        .map_err(|_| FormatError::Tampered)?;
-    Ok((header, plain))
+    Ok(Unsealed {
+        header,
+        header_len,
+        bytes,
+        data_key,
+    })
+}
+
+/// Checks the header, unwraps the data key with one of `keys` and decrypts: returns the
+/// header and the compressed payload (a standard `tar.zst`; in format 2 the segments'
+/// plaintexts one after the other).
+pub fn decrypt(
+    bytes: &[u8],
+    keys: &ContentKeyRing,
+    limits: &Limits,
+) -> Result<(PackHeader, Vec<u8>), FormatError> {
+    let unsealed = unseal(bytes, keys, limits)?;
+    if unsealed.header.format == FORMAT_V1 {
+        let plain = unsealed.decrypt_v1()?;
+        return Ok((unsealed.header, plain));
+    }
+    let opener = unsealed.segment_opener()?;
+    let mut plain = Vec::with_capacity(unsealed.header.plaintext_len as usize);
+    let mut segment = Vec::new();
+    for (number, (start, info)) in unsealed
+        .segment_starts()
+        .into_iter()
+        .zip(&unsealed.header.segments)
+        .enumerate()
+    {
+        let sealed = &bytes[start..start + info.len as usize + TAG_LEN];
+        opener.open(number, sealed, &mut segment)?;
+        plain.extend_from_slice(&segment);
+    }
+    Ok((unsealed.header, plain))
 }
 
 /// Opens a sealed pack: header, key, authenticated decryption, bounded decompression,
@@ -472,10 +859,10 @@ pub fn open(
     limits: &Limits,
 ) -> Result<OpenedPack, FormatError> {
     if bytes.len() < PARALLEL_HASH_MIN_LEN {
-        let (header, compressed) = decrypt(bytes, keys, limits)?;
-        let payload = Payload::from_tar_zst(&compressed, limits)?;
+        let unsealed = unseal(bytes, keys, limits)?;
+        let payload = open_payload(&unsealed, limits)?;
         return Ok(OpenedPack {
-            header,
+            header: unsealed.header,
             payload,
             sha256: sha256_hex(bytes),
         });
@@ -485,18 +872,26 @@ pub fn open(
     read_header(bytes, limits)?;
     std::thread::scope(|scope| {
         let hashing = scope.spawn(|| sha256_hex(bytes));
-        let (header, compressed) = decrypt(bytes, keys, limits)?;
-        let payload = Payload::from_tar_zst(&compressed, limits)?;
+        let unsealed = unseal(bytes, keys, limits)?;
+        let payload = open_payload(&unsealed, limits)?;
         let sha256 = hashing
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         Ok(OpenedPack {
-            header,
+            header: unsealed.header,
             payload,
             sha256,
         })
     })
 }
 
-/// Packs from this size up are hashed on a second thread in [`open`].
-const PARALLEL_HASH_MIN_LEN: usize = 1024 * 1024;
+fn open_payload(unsealed: &Unsealed<'_>, limits: &Limits) -> Result<Payload, FormatError> {
+    if unsealed.header.format == FORMAT_V1 {
+        return Payload::from_tar_zst(&unsealed.decrypt_v1()?, limits);
+    }
+    Payload::from_segments(unsealed, limits)
+}
+
+/// Packs from this size up are hashed on a second thread in [`open`], and their segments
+/// encrypted on every core.
+pub(crate) const PARALLEL_HASH_MIN_LEN: usize = 1024 * 1024;

@@ -1,13 +1,14 @@
 //! The payload inside a sealed pack: a standard `tar.zst` whose first entry is an index of
 //! every file's path, size and SHA-256, followed by the files in path order.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::frames::{Layout, compress_chunks, compressor, frame_payload};
+use crate::pack::{SegmentOpener, TAG_LEN, Unsealed};
 use crate::{FormatError, Limits, sha256_hex};
 
 /// Path of the index entry, always first in the archive. Reserved: no template may use it.
@@ -24,11 +25,26 @@ pub struct IndexEntry {
     pub sha256: String,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Index {
     format: u32,
     files: Vec<IndexEntry>,
+}
+
+#[derive(Serialize)]
+struct IndexOut<'a> {
+    format: u32,
+    files: &'a [IndexEntry],
+}
+
+/// The index file's bytes: pretty JSON (two-space indentation, no final newline).
+pub(crate) fn index_json(files: &[IndexEntry]) -> Result<Vec<u8>, FormatError> {
+    serde_json::to_vec_pretty(&IndexOut {
+        format: INDEX_FORMAT,
+        files,
+    })
+    .map_err(|e| FormatError::malformed("payload index", e))
 }
 
 /// One file of a payload.
@@ -127,12 +143,7 @@ impl Payload {
 
     /// Writes the `tar` of [`Payload::to_tar`] into `out` and returns `out`.
     fn write_tar<W: Write>(&self, out: W, mtime: u64) -> Result<W, FormatError> {
-        let index = Index {
-            format: INDEX_FORMAT,
-            files: self.index(),
-        };
-        let index_bytes = serde_json::to_vec_pretty(&index)
-            .map_err(|e| FormatError::malformed("payload index", e))?;
+        let index_bytes = index_json(&self.index())?;
         let mut builder = tar::Builder::new(out);
         let mut append = |path: &str, bytes: &[u8]| -> Result<(), FormatError> {
             let mut header = tar::Header::new_gnu();
@@ -155,41 +166,27 @@ impl Payload {
             .map_err(|e| FormatError::io("finishing the payload tar", e))
     }
 
-    /// The compressed payload: the `tar` of [`Payload::to_tar`] cut into [`FRAME_LEN`]-byte
-    /// chunks, each compressed as its own zstd frame (with a checksum) on one of a pool of
-    /// threads, the frames concatenated in order. Every frame depends only on its chunk, so
-    /// the result is the same on every machine, whatever the number of threads.
-    ///
-    /// The `tar` is written straight into the chunks rather than built first: the
-    /// compression threads start on the first chunk while the rest are still being added.
-    /// The bytes are the same as `compress(&self.to_tar(mtime)?, level)`.
+    /// The compressed payload: the `tar` of [`Payload::to_tar`] as zstd frames (each with
+    /// its content size and a checksum), cut as docs/FORMAT.md says — one frame for a `tar`
+    /// of up to [`FRAME_LEN`] bytes, else the index entry, then file entries while they fit
+    /// in [`FRAME_LEN`] — compressed on every core. Every frame depends only on its entries,
+    /// so the result is the same on every machine, whatever the number of threads. Format-2
+    /// packs seal these frames one segment each.
     pub fn to_tar_zst(&self, mtime: u64, level: i32) -> Result<Vec<u8>, FormatError> {
-        self.append_tar_zst(Vec::new(), mtime, level)
-    }
-
-    /// [`Payload::to_tar_zst`] appended to `out` (which may already hold a header): the
-    /// frames go straight into it, with no copy of the whole payload at the end.
-    pub(crate) fn append_tar_zst(
-        &self,
-        mut out: Vec<u8>,
-        mtime: u64,
-        level: i32,
-    ) -> Result<Vec<u8>, FormatError> {
-        let estimate = self.total_size() as usize + (self.files.len() + 2) * 1024;
-        if estimate < FRAME_LEN {
-            out.extend_from_slice(&compress(&self.to_tar(mtime)?, level)?);
-            return Ok(out);
-        }
-        // About what zstd leaves of template text; the vector grows if it needs more.
-        out.reserve(estimate / 3);
-        compress_frames(level, workers(estimate.div_ceil(FRAME_LEN)), out, |feed| {
-            let writer = FrameWriter {
-                chunk: feed.buffer(),
-                sent: 0,
-                feed,
-            };
-            self.write_tar(writer, mtime)?.finish()
-        })
+        let layout = Layout {
+            room: 0,
+            tags: false,
+        };
+        let framed = frame_payload(mtime, level, layout, None, |feed| {
+            for (path, bytes) in &self.files {
+                feed.add(path, bytes.len() as u64, |out| {
+                    out.extend_from_slice(bytes);
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        })?;
+        Ok(framed.placed.out)
     }
 
     /// Reads a decompressed `tar` payload: regular files only, safe paths, within the
@@ -248,10 +245,32 @@ impl Payload {
         threads: usize,
     ) -> Option<Result<Self, FormatError>> {
         let total: u64 = frames.iter().map(|f| f.content_len).sum();
-        let (parsed, decoded) = with_frame_reader(compressed, frames, threads, |reader| {
+        let source = PlainFrames { compressed, frames };
+        let (parsed, decoded) = with_frame_reader(&source, threads, |reader| {
             Self::read_tar(reader, limits, total)
         });
-        decoded.then_some(parsed)
+        decoded.is_ok().then_some(parsed)
+    }
+
+    /// Decrypts and decodes a format-2 pack's segments (on every core for a large pack)
+    /// while the `tar` reader reads them in order. A segment that fails wins over whatever
+    /// the reader made of the bytes before it.
+    pub(crate) fn from_segments(
+        unsealed: &Unsealed<'_>,
+        limits: &Limits,
+    ) -> Result<Self, FormatError> {
+        let source = SealedSegments::new(unsealed)?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads < 2 || source.count() < 2 || unsealed.bytes.len() < PIPELINE_MIN_LEN {
+            let tar = source.decode_all()?;
+            return Self::from_tar(&tar, limits);
+        }
+        let total = unsealed.header.tar_len().unwrap_or(0);
+        let (parsed, decoded) = with_frame_reader(&source, threads, |reader| {
+            Self::read_tar(reader, limits, total)
+        });
+        decoded?;
+        parsed
     }
 
     fn from_tar_zst_serial(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
@@ -267,17 +286,158 @@ impl Payload {
     }
 }
 
-/// Decodes `frames` on up to `threads` threads (frame `i` on thread `i % threads`, each
-/// thread a frame or two ahead of the reader at most, every frame into a buffer of exactly
-/// its declared size) and runs `read` over them in order. Also returns whether every frame
-/// decoded to its declared size; when one did not, the reader saw the stream end early.
-pub(crate) fn with_frame_reader<T>(
+/// Frames to decode in parallel, each into a buffer of a size known in advance: a format-1
+/// payload's zstd frames ([`PlainFrames`]) or a format-2 pack's segments
+/// ([`SealedSegments`]).
+pub(crate) trait FrameSource: Sync {
+    /// What each decoding thread keeps between frames.
+    type Scratch: Default;
+    fn count(&self) -> usize;
+    /// Decodes frame `number` into `out` (emptied first) at exactly the size known for it;
+    /// anything else is an error.
+    fn decode(
+        &self,
+        number: usize,
+        scratch: &mut Self::Scratch,
+        context: &mut zstd::zstd_safe::DCtx<'static>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError>;
+}
+
+/// A decrypted format-1 payload's frames, as [`frame_plan`] found them.
+pub(crate) struct PlainFrames<'a> {
+    pub compressed: &'a [u8],
+    pub frames: &'a [Frame],
+}
+
+impl FrameSource for PlainFrames<'_> {
+    type Scratch = ();
+
+    fn count(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn decode(
+        &self,
+        number: usize,
+        _scratch: &mut (),
+        context: &mut zstd::zstd_safe::DCtx<'static>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let frame = &self.frames[number];
+        decode_exact(
+            context,
+            &self.compressed[frame.start..frame.end],
+            frame.content_len,
+            out,
+        )
+    }
+}
+
+/// Decodes one or more whole zstd frames into `out` (empty, with room for `len` bytes),
+/// which must come to exactly `len` bytes; zstd cannot write past the room.
+fn decode_exact(
+    context: &mut zstd::zstd_safe::DCtx<'static>,
     compressed: &[u8],
-    frames: &[Frame],
+    len: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), FormatError> {
+    out.clear();
+    out.reserve_exact(len as usize);
+    match context.decompress(out, compressed) {
+        Ok(n) if n as u64 == len => Ok(()),
+        Ok(n) => Err(FormatError::malformed(
+            "zstd payload",
+            format!("a frame decodes to {n} bytes, not the {len} it declares"),
+        )),
+        Err(code) => Err(FormatError::malformed(
+            "zstd payload",
+            zstd::zstd_safe::get_error_name(code),
+        )),
+    }
+}
+
+/// A format-2 pack's segments: each is authenticated and decrypted, its frames checked
+/// against what the header says, and decoded, all on the thread that decodes it.
+pub(crate) struct SealedSegments<'a> {
+    unsealed: &'a Unsealed<'a>,
+    opener: SegmentOpener<'a>,
+    starts: Vec<usize>,
+}
+
+impl<'a> SealedSegments<'a> {
+    pub(crate) fn new(unsealed: &'a Unsealed<'a>) -> Result<Self, FormatError> {
+        Ok(SealedSegments {
+            opener: unsealed.segment_opener()?,
+            starts: unsealed.segment_starts(),
+            unsealed,
+        })
+    }
+
+    /// The whole `tar`, one segment after the other on this thread (for small packs).
+    pub(crate) fn decode_all(&self) -> Result<Vec<u8>, FormatError> {
+        let total = self.unsealed.header.tar_len().unwrap_or(0);
+        let mut tar = Vec::with_capacity(total as usize);
+        let mut scratch = Vec::new();
+        let mut out = Vec::new();
+        let mut context = zstd::zstd_safe::DCtx::create();
+        for number in 0..self.count() {
+            self.decode(number, &mut scratch, &mut context, &mut out)?;
+            tar.extend_from_slice(&out);
+        }
+        Ok(tar)
+    }
+}
+
+impl FrameSource for SealedSegments<'_> {
+    /// The decrypted segment.
+    type Scratch = Vec<u8>;
+
+    fn count(&self) -> usize {
+        self.unsealed.header.segments.len()
+    }
+
+    fn decode(
+        &self,
+        number: usize,
+        plain: &mut Vec<u8>,
+        context: &mut zstd::zstd_safe::DCtx<'static>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let segment = self.unsealed.header.segments[number];
+        let start = self.starts[number];
+        let sealed = &self.unsealed.bytes[start..start + segment.len as usize + TAG_LEN];
+        self.opener.open(number, sealed, plain)?;
+        // The frames must declare sizes that add up to what the header says, within the
+        // windows the streaming decoder accepts — the rules of the parallel path of
+        // format 1.
+        let declared: Option<u64> = frames_within(plain, segment.tar_len)
+            .map(|frames| frames.iter().map(|f| f.content_len).sum());
+        if declared != Some(segment.tar_len) {
+            return Err(FormatError::malformed(
+                "zstd payload",
+                format!(
+                    "segment {number} does not hold zstd frames that declare the {} bytes of \
+                     tar its header entry says",
+                    segment.tar_len
+                ),
+            ));
+        }
+        decode_exact(context, plain, segment.tar_len, out)
+    }
+}
+
+/// Decodes the frames of `source` on up to `threads` threads (frame `i` on thread
+/// `i % threads`, each thread a frame or two ahead of the reader at most, every frame into a
+/// buffer of exactly its size) and runs `read` over them in order. Also returns the first
+/// failure, by frame order; after a failed frame the reader saw the stream end early.
+pub(crate) fn with_frame_reader<S: FrameSource, T>(
+    source: &S,
     threads: usize,
     read: impl FnOnce(FrameReader) -> T,
-) -> (T, bool) {
-    let workers = threads.clamp(1, frames.len().max(1));
+) -> (T, Result<(), FormatError>) {
+    let count = source.count();
+    let workers = threads.clamp(1, count.max(1));
     std::thread::scope(|scope| {
         let mut receivers = Vec::with_capacity(workers);
         let mut spent = Vec::with_capacity(workers);
@@ -289,16 +449,14 @@ pub(crate) fn with_frame_reader<T>(
             spent.push(spent_sender);
             handles.push(scope.spawn(move || {
                 let mut context = zstd::zstd_safe::DCtx::create();
+                let mut scratch = S::Scratch::default();
                 let mut listening = true;
-                for frame in frames.iter().skip(first).step_by(workers) {
-                    // At most the frame's declared size, itself within the budget; a buffer
-                    // the reader is done with saves faulting in fresh pages.
+                for number in (first..count).step_by(workers) {
+                    // At most the frame's size, itself within the budget; a buffer the
+                    // reader is done with saves faulting in fresh pages.
                     let mut out = spent_buffers.try_recv().unwrap_or_default();
-                    out.clear();
-                    out.reserve_exact(frame.content_len as usize);
-                    match context.decompress(&mut out, &compressed[frame.start..frame.end]) {
-                        Ok(n) if n as u64 == frame.content_len => {}
-                        _ => return false,
+                    if let Err(e) = source.decode(number, &mut scratch, &mut context, &mut out) {
+                        return Err((number, e));
                     }
                     // Once the reader stops, keep decoding: a bad frame after the end of
                     // the `tar` still fails the payload, as on the streaming path.
@@ -306,18 +464,23 @@ pub(crate) fn with_frame_reader<T>(
                         listening = sender.send(out).is_ok();
                     }
                 }
-                true
+                Ok(())
             }));
         }
         // `read` drops the reader when it returns, which unblocks the decoders.
         let result = read(FrameReader::new(receivers, spent));
-        let mut decoded = true;
+        let mut failed: Option<(usize, FormatError)> = None;
         for handle in handles {
-            decoded &= handle
+            let outcome = handle
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            if let Err((number, e)) = outcome
+                && failed.as_ref().is_none_or(|(first, _)| number < *first)
+            {
+                failed = Some((number, e));
+            }
         }
-        (result, decoded)
+        (result, failed.map_or(Ok(()), |(_, e)| Err(e)))
     })
 }
 
@@ -617,207 +780,15 @@ pub fn validate_path(path: &str, limits: &Limits) -> Result<(), FormatError> {
 pub const FRAME_LEN: usize = 8 * 1024 * 1024;
 
 /// Compresses with zstd at `level`: one frame per [`FRAME_LEN`] bytes of input (at least
-/// one frame), each with a checksum, compressed on every core. The output does not depend on
-/// the number of cores.
+/// one frame), each with its content size and a checksum, compressed on every core. The
+/// output does not depend on the number of cores.
 pub fn compress(bytes: &[u8], level: i32) -> Result<Vec<u8>, FormatError> {
     if bytes.len() <= FRAME_LEN {
         return compressor(level)?
             .compress(bytes)
             .map_err(|e| FormatError::io("compressing the payload", e));
     }
-    let out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
-    compress_frames(
-        level,
-        workers(bytes.len().div_ceil(FRAME_LEN)),
-        out,
-        |feed| {
-            for chunk in bytes.chunks(FRAME_LEN) {
-                if !feed.send(Cow::Borrowed(chunk)) {
-                    break;
-                }
-            }
-            Ok(())
-        },
-    )
-}
-
-/// Threads for `jobs` jobs: one per core, no more than the jobs, at least one.
-fn workers(jobs: usize) -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(jobs)
-        .max(1)
-}
-
-/// A single-threaded zstd compressor at `level` that writes a checksum into every frame.
-fn compressor(level: i32) -> Result<zstd::bulk::Compressor<'static>, FormatError> {
-    let mut compressor =
-        zstd::bulk::Compressor::new(level).map_err(|e| FormatError::io("starting zstd", e))?;
-    compressor
-        .include_checksum(true)
-        .map_err(|e| FormatError::io("configuring zstd", e))?;
-    Ok(compressor)
-}
-
-/// What [`compress_frames`] hands its feeder: where to send each chunk, and spent chunk
-/// buffers to fill again (a fresh 8 MiB buffer per frame costs a page fault per 4 KiB).
-struct Feed<'f, 'a> {
-    send: &'f mut dyn FnMut(Cow<'a, [u8]>) -> bool,
-    spare: &'f mpsc::Receiver<Vec<u8>>,
-}
-
-impl<'a> Feed<'_, 'a> {
-    /// Queues a chunk; false once nobody compresses any more.
-    fn send(&mut self, chunk: Cow<'a, [u8]>) -> bool {
-        (self.send)(chunk)
-    }
-
-    /// An empty buffer of [`FRAME_LEN`] bytes' capacity, recycled when one is free.
-    fn buffer(&self) -> Vec<u8> {
-        self.spare
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(FRAME_LEN))
-    }
-}
-
-/// Runs `feed`, which hands over the input chunk by chunk, compresses every chunk into its
-/// own frame on `workers` threads, and appends the frames to `out` in input order, each as
-/// soon as the ones before it are there.
-fn compress_frames<'a>(
-    level: i32,
-    workers: usize,
-    mut out: Vec<u8>,
-    feed: impl FnOnce(&mut Feed<'_, 'a>) -> Result<(), FormatError>,
-) -> Result<Vec<u8>, FormatError> {
-    let workers = workers.max(1);
-    let (job_sender, jobs) = mpsc::sync_channel::<(usize, Cow<'a, [u8]>)>(workers);
-    let jobs = std::sync::Mutex::new(jobs);
-    let (done_sender, done) = mpsc::channel::<(usize, Result<Vec<u8>, FormatError>)>();
-    let (spare_sender, spare) = mpsc::channel::<Vec<u8>>();
-    // Frames that finished before an earlier one, and the index of the next to append.
-    let mut waiting = BTreeMap::new();
-    let mut next_out = 0;
-    let mut failed = None;
-    let mut collect = |(index, frame): (usize, Result<Vec<u8>, FormatError>)| {
-        waiting.insert(index, frame);
-        while let Some(frame) = waiting.remove(&next_out) {
-            match frame {
-                Ok(frame) if failed.is_none() => out.extend_from_slice(&frame),
-                Ok(_) => {}
-                Err(e) => {
-                    failed.get_or_insert(e);
-                }
-            }
-            next_out += 1;
-        }
-    };
-    let fed = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                let (jobs, done, spare) = (&jobs, done_sender.clone(), spare_sender.clone());
-                scope.spawn(move || {
-                    let mut compressor = match compressor(level) {
-                        Ok(compressor) => compressor,
-                        Err(e) => {
-                            let _ = done.send((0, Err(e)));
-                            return;
-                        }
-                    };
-                    loop {
-                        // A poisoned lock means another worker panicked: stop, the join
-                        // below passes the panic on.
-                        let Ok(job) = jobs.lock().map(|jobs| jobs.recv()) else {
-                            return;
-                        };
-                        let Ok((index, chunk)) = job else { return };
-                        let frame = compressor
-                            .compress(&chunk)
-                            .map_err(|e| FormatError::io("compressing the payload", e));
-                        if let Cow::Owned(mut buffer) = chunk {
-                            buffer.clear();
-                            let _ = spare.send(buffer);
-                        }
-                        if done.send((index, frame)).is_err() {
-                            return;
-                        }
-                    }
-                })
-            })
-            .collect();
-        drop((done_sender, spare_sender));
-        let mut next = 0;
-        let mut send = |chunk| {
-            let sent = job_sender.send((next, chunk)).is_ok();
-            next += 1;
-            // Append whatever is ready while the tar is still being written.
-            while let Ok(frame) = done.try_recv() {
-                collect(frame);
-            }
-            sent
-        };
-        let fed = feed(&mut Feed {
-            send: &mut send,
-            spare: &spare,
-        });
-        drop(job_sender);
-        for frame in done.iter() {
-            collect(frame);
-        }
-        for handle in handles {
-            handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        }
-        fed
-    });
-    fed?;
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
-}
-
-/// Collects the `tar` into [`FRAME_LEN`]-byte chunks and hands each full one to the feed.
-struct FrameWriter<'s, 'f, 'a> {
-    chunk: Vec<u8>,
-    sent: usize,
-    feed: &'s mut Feed<'f, 'a>,
-}
-
-impl FrameWriter<'_, '_, '_> {
-    fn send_chunk(&mut self) -> std::io::Result<()> {
-        let chunk = std::mem::replace(&mut self.chunk, self.feed.buffer());
-        self.sent += 1;
-        if self.feed.send(Cow::Owned(chunk)) {
-            Ok(())
-        } else {
-            Err(std::io::Error::other("the compression threads stopped"))
-        }
-    }
-
-    /// Sends the last, partial chunk (or the only one, even if empty).
-    fn finish(mut self) -> Result<(), FormatError> {
-        if !self.chunk.is_empty() || self.sent == 0 {
-            self.send_chunk()
-                .map_err(|e| FormatError::io("compressing the payload", e))?;
-        }
-        Ok(())
-    }
-}
-
-impl Write for FrameWriter<'_, '_, '_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = buf.len().min(FRAME_LEN - self.chunk.len());
-        self.chunk.extend_from_slice(&buf[..n]);
-        if self.chunk.len() == FRAME_LEN {
-            self.send_chunk()?;
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    compress_chunks(bytes, level)
 }
 
 /// Decompresses, refusing to produce more than the limits' budget for this input.
@@ -898,7 +869,14 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// window the streaming decoder accepts, the sizes adding up to no more than the budget,
 /// and nothing after the last frame. `None` otherwise.
 pub(crate) fn frame_plan(compressed: &[u8], limits: &Limits) -> Option<Vec<Frame>> {
-    let budget = limits.decompressed_budget(compressed.len() as u64);
+    frames_within(
+        compressed,
+        limits.decompressed_budget(compressed.len() as u64),
+    )
+}
+
+/// [`frame_plan`] with the declared sizes adding up to at most `budget`.
+fn frames_within(compressed: &[u8], budget: u64) -> Option<Vec<Frame>> {
     let mut frames = Vec::new();
     let mut start = 0;
     let mut total: u64 = 0;
@@ -1124,19 +1102,49 @@ mod tests {
         );
     }
 
+    /// The frames of `compressed` and what each decodes to.
+    fn frames_of(compressed: &[u8]) -> Vec<Vec<u8>> {
+        frame_plan(compressed, &Limits::DEFAULT)
+            .unwrap()
+            .iter()
+            .map(|f| {
+                zstd::bulk::decompress(&compressed[f.start..f.end], f.content_len as usize).unwrap()
+            })
+            .collect()
+    }
+
     #[test]
-    fn streamed_compression_gives_the_same_bytes() {
+    fn the_tar_is_cut_into_frames_at_entry_boundaries() {
         let payload = big_payload();
         let tar = payload.to_tar(7).unwrap();
-        assert!(
-            tar.len() > 8 * 1024 * 1024,
-            "several zstd jobs: {}",
-            tar.len()
-        );
+        assert!(tar.len() > FRAME_LEN, "several frames: {}", tar.len());
+        let compressed = payload.to_tar_zst(7, 3).unwrap();
+        // Plain zstd: one stream to any decoder, and the canonical tar.
+        assert_eq!(decompress(&compressed, &Limits::DEFAULT).unwrap(), tar);
+        let frames = frames_of(&compressed);
+        assert_eq!(frames.concat(), tar);
+        // The index entry alone first, then file entries up to FRAME_LEN a frame, each frame
+        // starting with a tar header, the end of the archive in the last one.
+        let index_json = index_json(&payload.index()).unwrap();
         assert_eq!(
-            payload.to_tar_zst(7, 3).unwrap(),
-            compress(&tar, 3).unwrap()
+            frames[0].len(),
+            512 + index_json.len().next_multiple_of(512)
         );
+        assert_eq!(&frames[0][..INDEX_PATH.len()], INDEX_PATH.as_bytes());
+        for frame in &frames[1..] {
+            assert_eq!(&frame[257..263], b"ustar ", "a frame starts with an entry");
+            assert!(frame.len() <= FRAME_LEN + 1024);
+        }
+        let last = frames.last().unwrap();
+        assert!(last[last.len() - 1024..].iter().all(|b| *b == 0));
+        // Every frame depends on its own bytes only.
+        let again: Vec<u8> = frames
+            .iter()
+            .flat_map(|frame| compress(frame, 3).unwrap())
+            .collect();
+        assert_eq!(again, compressed);
+
+        // A tar of up to FRAME_LEN bytes is one frame.
         let small = Payload::new(
             [PayloadFile {
                 path: "a.md".into(),
@@ -1149,8 +1157,7 @@ mod tests {
             small.to_tar_zst(0, 3).unwrap(),
             compress(&small.to_tar(0).unwrap(), 3).unwrap()
         );
-        // Enough frames that chunk buffers come back and are filled again, appended
-        // behind bytes already in the output.
+        // Many frames: chunk buffers come back and are filled again.
         let files = big_payload()
             .into_files()
             .into_iter()
@@ -1163,9 +1170,7 @@ mod tests {
         let large = Payload::new(files, &Limits::DEFAULT).unwrap();
         let tar = large.to_tar(0).unwrap();
         assert!(tar.len() > 4 * FRAME_LEN, "{}", tar.len());
-        let appended = large.append_tar_zst(b"head".to_vec(), 0, 3).unwrap();
-        assert_eq!(appended[..4], *b"head");
-        assert_eq!(appended[4..], compress(&tar, 3).unwrap());
+        assert_eq!(frames_of(&large.to_tar_zst(0, 3).unwrap()).concat(), tar);
     }
 
     #[test]
@@ -1217,37 +1222,23 @@ mod tests {
         assert_same(&compress(&trailing, 3).unwrap(), &Limits::DEFAULT);
     }
 
-    /// `compress_frames` over `bytes` with a given number of threads.
-    fn compress_with(bytes: &[u8], workers: usize) -> Vec<u8> {
-        compress_frames(3, workers, Vec::new(), |feed| {
-            for chunk in bytes.chunks(FRAME_LEN) {
-                feed.send(Cow::Borrowed(chunk));
-            }
-            Ok(())
-        })
-        .unwrap()
-    }
-
     #[test]
-    fn frames_do_not_depend_on_the_thread_count() {
+    fn compress_cuts_any_bytes_into_independent_frames() {
         let tar = big_payload().to_tar(0).unwrap();
-        let one = compress_with(&tar, 1);
-        for workers in [2, 3, 8] {
-            assert_eq!(compress_with(&tar, workers), one, "{workers} threads");
-        }
-        assert_eq!(compress(&tar, 3).unwrap(), one);
+        let compressed = compress(&tar, 3).unwrap();
         // One frame per FRAME_LEN bytes of input, each decoding to its chunk alone.
-        let frames = frame_plan(&one, &Limits::DEFAULT).unwrap();
+        let frames = frames_of(&compressed);
         assert_eq!(frames.len(), tar.len().div_ceil(FRAME_LEN));
         for (frame, chunk) in frames.iter().zip(tar.chunks(FRAME_LEN)) {
-            assert_eq!(frame.content_len, chunk.len() as u64);
-            assert_eq!(
-                zstd::bulk::decompress(&one[frame.start..frame.end], FRAME_LEN).unwrap(),
-                chunk
-            );
+            assert_eq!(frame, chunk);
         }
+        let one_by_one: Vec<u8> = tar
+            .chunks(FRAME_LEN)
+            .flat_map(|chunk| compress(chunk, 3).unwrap())
+            .collect();
+        assert_eq!(one_by_one, compressed);
         // The streaming decoder reads the concatenated frames as one stream.
-        assert_eq!(decompress(&one, &Limits::DEFAULT).unwrap(), tar);
+        assert_eq!(decompress(&compressed, &Limits::DEFAULT).unwrap(), tar);
         // Small inputs stay one frame.
         let small = compress(&tar[..1000], 3).unwrap();
         assert_eq!(frame_plan(&small, &Limits::DEFAULT).unwrap().len(), 1);

@@ -17,10 +17,11 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
-use crate::pack::{PackHeader, decrypt, read_header};
+use crate::pack::{FORMAT_V1, PackHeader, read_header, unseal};
 use crate::payload::{
-    FrameReader, IndexEntry, PIPELINE_MIN_LEN, TarSink, decompress, frame_plan, read_entries,
-    read_tar, validate_path, with_chunk_reader, with_frame_reader,
+    FrameReader, FrameSource, IndexEntry, PIPELINE_MIN_LEN, PlainFrames, SealedSegments, TarSink,
+    decompress, frame_plan, read_entries, read_tar, validate_path, with_chunk_reader,
+    with_frame_reader,
 };
 use crate::{ContentKeyRing, FormatError, Limits, sha256_hex};
 
@@ -67,13 +68,28 @@ pub fn open_into(
     read_header(bytes, limits)?;
     std::thread::scope(|scope| {
         let hashing = scope.spawn(|| sha256_hex(bytes));
-        let (header, compressed) = decrypt(bytes, keys, limits)?;
-        let index = unpack_tar_zst(&compressed, limits, out)?;
+        let unsealed = unseal(bytes, keys, limits)?;
+        let index = if unsealed.header.format == FORMAT_V1 {
+            let compressed = unsealed.decrypt_v1()?;
+            unpack_with(limits, out, |sink, threads| {
+                decode_v1(&compressed, limits, threads, sink)
+            })?
+        } else {
+            let segments = SealedSegments::new(&unsealed)?;
+            let total = unsealed.header.tar_len().unwrap_or(0);
+            unpack_with(limits, out, |sink, threads| {
+                if threads > 1 && segments.count() > 1 && bytes.len() >= PIPELINE_MIN_LEN {
+                    return read_frames(&segments, total, limits, threads, sink);
+                }
+                let tar = segments.decode_all()?;
+                read_tar(tar.as_slice(), limits, tar.len() as u64, sink)
+            })?
+        };
         let sha256 = hashing
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         Ok(Unpacked {
-            header,
+            header: unsealed.header,
             index,
             sha256,
         })
@@ -237,12 +253,13 @@ impl<U: ?Sized> Streaming<'_, '_, U> {
     }
 }
 
-/// Decompresses and reads a payload into `out` (frames on every core when the payload
-/// allows it, as [`crate::Payload::from_tar_zst`] does) and returns the index.
-fn unpack_tar_zst<U: Unpack + ?Sized>(
-    compressed: &[u8],
+/// Runs `decode` (which feeds the payload's `tar` to the sink it is given, using up to the
+/// given number of threads) while the files it finds are hashed and handed to `out` on
+/// every core; returns the index.
+fn unpack_with<U: Unpack + ?Sized>(
     limits: &Limits,
     out: &U,
+    decode: impl FnOnce(&mut Streaming<'_, '_, U>, usize) -> Result<(), FormatError>,
 ) -> Result<Vec<IndexEntry>, FormatError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (queue_sender, queue) = mpsc::sync_channel(QUEUE);
@@ -268,7 +285,7 @@ fn unpack_tar_zst<U: Unpack + ?Sized>(
             seen: Vec::new(),
             files: 0,
         };
-        let read = decode_into(compressed, limits, threads, &mut sink).and_then(|()| sink.flush());
+        let read = decode(&mut sink, threads).and_then(|()| sink.flush());
         let files = sink.files;
         drop(sink); // closes the queue: the workers finish what is in it and stop
         for worker in workers {
@@ -295,9 +312,9 @@ fn unpack_tar_zst<U: Unpack + ?Sized>(
     Ok(index)
 }
 
-/// Runs the `tar` reader over the decompressed payload: frame by frame on every core when
-/// every frame declares its size within the budget, otherwise as one bounded stream.
-fn decode_into(
+/// Runs the `tar` reader over a decrypted format-1 payload: frame by frame on every core
+/// when every frame declares its size within the budget, otherwise as one bounded stream.
+fn decode_v1(
     compressed: &[u8],
     limits: &Limits,
     threads: usize,
@@ -308,26 +325,11 @@ fn decode_into(
         && frames.len() > 1
     {
         let total: u64 = frames.iter().map(|f| f.content_len).sum();
-        let (read, decoded) = with_frame_reader(compressed, &frames, threads, |reader| {
-            let cursor = Cursor::new(reader);
-            let mut archive = tar::Archive::new(&cursor);
-            let entries = archive
-                .entries_with_seek()
-                .map_err(|e| FormatError::malformed("payload tar", e))?;
-            read_entries(entries, limits, total, sink, |entry, path, size| {
-                cursor
-                    .body(entry.raw_file_position(), size)
-                    .map_err(|e| FormatError::io(format!("reading {path} from the payload"), e))
-            })
-        });
-        if !decoded {
-            // Files before the bad frame may have gone out; the caller throws them away.
-            return Err(FormatError::malformed(
-                "zstd payload",
-                "a frame does not decode to the size it declares",
-            ));
-        }
-        return read;
+        let source = PlainFrames {
+            compressed,
+            frames: &frames,
+        };
+        return read_frames(&source, total, limits, threads, sink);
     }
     if compressed.len() < PIPELINE_MIN_LEN {
         let tar = decompress(compressed, limits)?;
@@ -337,6 +339,33 @@ fn decode_into(
     with_chunk_reader(compressed, limits, |reader| {
         read_tar(reader, limits, budget, sink)
     })
+}
+
+/// Decodes `source`'s frames on every core while the `tar` reader parses headers and takes
+/// the files' bytes straight from the decoded frames. A frame that fails wins over whatever
+/// the reader made of the bytes before it; files before it may have gone out already (the
+/// caller throws them away).
+fn read_frames(
+    source: &impl FrameSource,
+    total: u64,
+    limits: &Limits,
+    threads: usize,
+    sink: &mut impl TarSink<Body = Body>,
+) -> Result<(), FormatError> {
+    let (read, decoded) = with_frame_reader(source, threads, |reader| {
+        let cursor = Cursor::new(reader);
+        let mut archive = tar::Archive::new(&cursor);
+        let entries = archive
+            .entries_with_seek()
+            .map_err(|e| FormatError::malformed("payload tar", e))?;
+        read_entries(entries, limits, total, sink, |entry, path, size| {
+            cursor
+                .body(entry.raw_file_position(), size)
+                .map_err(|e| FormatError::io(format!("reading {path} from the payload"), e))
+        })
+    });
+    decoded?;
+    read
 }
 
 /// A file's bytes: a range of a decoded frame when the file lies within one (no copy), or

@@ -85,6 +85,7 @@ fn lying_headers_are_rejected_without_large_allocations() {
 
     // A payload length that does not match the bytes present.
     claim["plaintext_len"] = serde_json::json!(1_000_000);
+    claim["segments"] = serde_json::json!([{"len": 1_000_000, "tar_len": 2_000_000}]);
     let bytes = with_header_json(&claim, 10);
     let err = pack::open(&bytes, &ring(&key), &Limits::DEFAULT).unwrap_err();
     assert!(matches!(err, FormatError::Truncated { .. }), "{err}");
@@ -101,6 +102,46 @@ fn lying_headers_are_rejected_without_large_allocations() {
     assert!(
         largest < 1024 * 1024,
         "largest allocation was {largest} bytes"
+    );
+
+    // Segments that do not add up to the payload length.
+    claim["segments"] = serde_json::json!([{"len": 999_999, "tar_len": 2_000_000}]);
+    let bytes = with_header_json(&claim, 1_000_016);
+    let err = pack::open(&bytes, &ring(&key), &Limits::DEFAULT).unwrap_err();
+    assert!(matches!(err, FormatError::Malformed { .. }), "{err}");
+
+    // A segment that claims 4 GiB of tar: over the decompression budget, refused before
+    // anything is decrypted or allocated for it (the pack itself is 1 MB: the test's own).
+    claim["segments"] = serde_json::json!([{"len": 1_000_000, "tar_len": 4u64 << 30}]);
+    let bytes = with_header_json(&claim, 1_000_016);
+    LARGEST.store(0, Ordering::Relaxed);
+    let err = pack::open(&bytes, &ring(&key), &Limits::DEFAULT).unwrap_err();
+    let largest = LARGEST.load(Ordering::Relaxed);
+    assert!(
+        largest < 64 * 1024,
+        "largest allocation was {largest} bytes"
+    );
+    assert!(
+        matches!(err, FormatError::DecompressionBomb { .. }),
+        "{err}"
+    );
+
+    // Ten thousand segments: over the segment limit (a header that long is over the
+    // default header limit too; a reader with a larger one still refuses the count).
+    let many: Vec<_> = (0..10_000)
+        .map(|_| serde_json::json!({"len": 100, "tar_len": 100}))
+        .collect();
+    claim["plaintext_len"] = serde_json::json!(1_000_000);
+    claim["segments"] = serde_json::Value::Array(many);
+    let bytes = with_header_json(&claim, 1_160_000);
+    let roomy = Limits {
+        max_header_len: 1 << 20,
+        ..Limits::DEFAULT
+    };
+    let err = pack::open(&bytes, &ring(&key), &roomy).unwrap_err();
+    assert!(
+        matches!(&err, FormatError::Malformed { reason, .. } if reason.contains("1-4096 segments")),
+        "{err}"
     );
 
     // Not a pack at all.

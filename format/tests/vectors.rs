@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use pack_format::channel::{self, ChannelDocument};
 use pack_format::pack::{self, SealSecrets};
 use pack_format::{
-    ContentKey, ContentKeyRing, Limits, Payload, PayloadFile, SealInput, SigningKey, TrustedKeys,
-    rollout_bucket, sha256_hex,
+    ContentKey, ContentKeyRing, Limits, Payload, PayloadFile, SealInput, Segment, SigningKey,
+    TrustedKeys, rollout_bucket, sha256_hex,
 };
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -61,13 +61,16 @@ fn load(name: &str, computed: &Value) -> Value {
 
 // ---- the sealed pack ----
 
+/// The inputs of the format-2 vector. The format-1 vector (`pack-v1.json`) has the same
+/// files and keys, with a 12-byte `payload_nonce` in place of the `nonce_prefix`; it is only
+/// opened now, since this crate seals format 2.
 const PACK_INPUTS: &str = r#"{
   "content_keys": [
     { "id": "vector-key-1", "key": "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f" },
     { "id": "vector-key-2", "key": "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f" }
   ],
   "data_key": "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f",
-  "payload_nonce": "606162636465666768696a6b",
+  "nonce_prefix": "60616263646566",
   "slot_nonces": ["707172737475767778797a7b", "808182838485868788898a8b"],
   "name": "vector",
   "version": "1.0.0",
@@ -81,9 +84,12 @@ const PACK_INPUTS: &str = r#"{
   ]
 }"#;
 
+/// Where the three-segment example cuts the `tar` (a reader must not assume segments
+/// hold whole entries: these cuts fall inside them).
+const THREE_SEGMENT_CUTS: [usize; 2] = [700, 2_000];
+
 struct PackInputs {
     keys: Vec<ContentKey>,
-    secrets: fn() -> SealSecrets,
     name: String,
     version: semver::Version,
     schema: u32,
@@ -91,17 +97,48 @@ struct PackInputs {
     zstd_level: i32,
     payload: Payload,
     files: Vec<(String, Vec<u8>)>,
+    raw: Value,
 }
 
-fn pack_inputs() -> (Value, PackInputs) {
-    let inputs: Value = serde_json::from_str(PACK_INPUTS).unwrap();
-    let keys = inputs["content_keys"]
+impl PackInputs {
+    fn secrets(&self) -> SealSecrets {
+        SealSecrets::new(
+            unhex(&self.raw["data_key"]),
+            unhex(&self.raw["nonce_prefix"]),
+            self.raw["slot_nonces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(unhex)
+                .collect(),
+        )
+    }
+
+    fn input(&self) -> SealInput<'_> {
+        SealInput {
+            name: &self.name,
+            version: &self.version,
+            schema: self.schema,
+            payload: &self.payload,
+            mtime: self.mtime,
+            zstd_level: self.zstd_level,
+        }
+    }
+
+    fn key_refs(&self) -> Vec<&ContentKey> {
+        self.keys.iter().collect()
+    }
+}
+
+fn pack_inputs() -> PackInputs {
+    let raw: Value = serde_json::from_str(PACK_INPUTS).unwrap();
+    let keys = raw["content_keys"]
         .as_array()
         .unwrap()
         .iter()
         .map(|k| ContentKey::from_parts(k["id"].as_str().unwrap(), unhex(&k["key"])).unwrap())
         .collect();
-    let files: Vec<(String, Vec<u8>)> = inputs["files"]
+    let files: Vec<(String, Vec<u8>)> = raw["files"]
         .as_array()
         .unwrap()
         .iter()
@@ -120,72 +157,94 @@ fn pack_inputs() -> (Value, PackInputs) {
         &Limits::DEFAULT,
     )
     .unwrap();
-    let parsed = PackInputs {
+    PackInputs {
         keys,
-        secrets: || {
-            let inputs: Value = serde_json::from_str(PACK_INPUTS).unwrap();
-            SealSecrets::new(
-                unhex(&inputs["data_key"]),
-                unhex(&inputs["payload_nonce"]),
-                inputs["slot_nonces"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(unhex)
-                    .collect(),
-            )
-        },
-        name: inputs["name"].as_str().unwrap().to_string(),
-        version: inputs["version"].as_str().unwrap().parse().unwrap(),
-        schema: inputs["schema"].as_u64().unwrap() as u32,
-        mtime: inputs["mtime"].as_u64().unwrap(),
-        zstd_level: inputs["zstd_level"].as_i64().unwrap() as i32,
+        name: raw["name"].as_str().unwrap().to_string(),
+        version: raw["version"].as_str().unwrap().parse().unwrap(),
+        schema: raw["schema"].as_u64().unwrap() as u32,
+        mtime: raw["mtime"].as_u64().unwrap(),
+        zstd_level: raw["zstd_level"].as_i64().unwrap() as i32,
         payload,
         files,
-    };
-    (inputs, parsed)
+        raw,
+    }
 }
 
 fn seal_inputs(inputs: &PackInputs) -> Vec<u8> {
-    let keys: Vec<&ContentKey> = inputs.keys.iter().collect();
-    pack::seal_with_secrets(
-        &SealInput {
-            name: &inputs.name,
-            version: &inputs.version,
-            schema: inputs.schema,
-            payload: &inputs.payload,
-            mtime: inputs.mtime,
-            zstd_level: inputs.zstd_level,
-        },
-        &keys,
-        (inputs.secrets)(),
+    pack::seal_with_secrets(&inputs.input(), &inputs.key_refs(), inputs.secrets()).unwrap()
+}
+
+/// The three-segment example: the tar cut at [`THREE_SEGMENT_CUTS`], each piece its own zstd
+/// frame and segment, sealed with the same secrets.
+fn three_segments(inputs: &PackInputs) -> (Vec<Vec<u8>>, Vec<Segment>, Vec<u8>) {
+    let tar = inputs.payload.to_tar(inputs.mtime).unwrap();
+    let [a, b] = THREE_SEGMENT_CUTS;
+    let pieces = [&tar[..a], &tar[a..b], &tar[b..]];
+    let frames: Vec<Vec<u8>> = pieces
+        .iter()
+        .map(|piece| pack_format::payload::compress(piece, inputs.zstd_level).unwrap())
+        .collect();
+    let segments: Vec<Segment> = frames
+        .iter()
+        .zip(pieces)
+        .map(|(frame, piece)| Segment {
+            len: frame.len() as u64,
+            tar_len: piece.len() as u64,
+        })
+        .collect();
+    let sealed = pack::seal_segments(
+        &inputs.input(),
+        frames.concat(),
+        &segments,
+        &inputs.key_refs(),
+        inputs.secrets(),
     )
-    .unwrap()
+    .unwrap();
+    (frames, segments, sealed)
+}
+
+fn header_text(sealed: &[u8]) -> String {
+    let (_, header_len) = pack::read_header(sealed, &Limits::DEFAULT).unwrap();
+    String::from_utf8(sealed[pack::PREFIX_LEN..header_len].to_vec()).unwrap()
 }
 
 /// What the inputs give today, in the vector file's layout.
-fn computed_pack_vector(raw_inputs: &Value, inputs: &PackInputs) -> Value {
+fn computed_pack_vector(inputs: &PackInputs) -> Value {
     let tar = inputs.payload.to_tar(inputs.mtime).unwrap();
     let compressed = inputs
         .payload
         .to_tar_zst(inputs.mtime, inputs.zstd_level)
         .unwrap();
     let sealed = seal_inputs(inputs);
-    let (_, header_len) = pack::read_header(&sealed, &Limits::DEFAULT).unwrap();
+    let (header, _) = pack::read_header(&sealed, &Limits::DEFAULT).unwrap();
     let index = tar_entry(&tar, "PACK-INDEX.json");
+    let (frames, segments, segmented) = three_segments(inputs);
     json!({
-        "description": "A sealed pack from fixed inputs; see docs/FORMAT.md, \"Test vectors\". \
-            Hex fields are split into lines of 64 bytes: join the lines, then decode.",
-        "inputs": raw_inputs,
+        "description": "A format-2 sealed pack from fixed inputs; see docs/FORMAT.md, \"Test \
+            vectors\". Hex fields are split into lines of 64 bytes: join the lines, then decode.",
+        "inputs": inputs.raw,
         "content_key_files": inputs.keys.iter().map(|k| k.to_file_text().to_string()).collect::<Vec<_>>(),
         "index_json": String::from_utf8(index).unwrap(),
         "tar": hex_lines(&tar),
         "tar_sha256": sha256_hex(&tar),
         "payload_zstd": hex_lines(&compressed),
         "payload_zstd_sha256": sha256_hex(&compressed),
-        "header_json": String::from_utf8(sealed[pack::PREFIX_LEN..header_len].to_vec()).unwrap(),
+        "segments": header.segments,
+        "header_json": header_text(&sealed),
         "sealed": hex_lines(&sealed),
         "sealed_sha256": sha256_hex(&sealed),
+        "three_segments": {
+            "description": "The same tar cut at the byte offsets in `cuts` (inside entries: \
+                segments need not hold whole entries), each piece compressed as one zstd \
+                frame and sealed as one segment with the same secrets, to show the segment \
+                counter and the last-segment flag in the nonces.",
+            "cuts": THREE_SEGMENT_CUTS,
+            "frames": frames.iter().map(|f| hex_lines(f)).collect::<Vec<_>>(),
+            "segments": segments,
+            "header_json": header_text(&segmented),
+            "sealed": hex_lines(&segmented),
+            "sealed_sha256": sha256_hex(&segmented),
+        },
     })
 }
 
@@ -205,11 +264,11 @@ fn tar_entry(tar: &[u8], path: &str) -> Vec<u8> {
 
 #[test]
 fn sealing_the_pack_vector_inputs_gives_the_vector_bytes() {
-    let (raw, inputs) = pack_inputs();
-    let computed = computed_pack_vector(&raw, &inputs);
-    let vector = load("pack-v1.json", &computed);
+    let inputs = pack_inputs();
+    let computed = computed_pack_vector(&inputs);
+    let vector = load("pack-v2.json", &computed);
     assert_eq!(
-        vector["inputs"], raw,
+        vector["inputs"], inputs.raw,
         "the vector was made from these inputs"
     );
 
@@ -230,64 +289,76 @@ fn sealing_the_pack_vector_inputs_gives_the_vector_bytes() {
         sealed.len(),
         expected.len(),
         "the sealed length; header now {}",
-        String::from_utf8_lossy(&sealed[pack::PREFIX_LEN..sealed.len().min(2000)])
+        header_text(&sealed)
     );
     assert_eq!(sealed, expected, "the sealed bytes");
     assert_eq!(sha256_hex(&sealed), vector["sealed_sha256"]);
+    assert_eq!(
+        three_segments(&inputs).2,
+        unhex_lines(&vector["three_segments"]["sealed"]),
+        "the three-segment example"
+    );
     assert_eq!(computed, vector, "every field of the vector");
 
     // Sealing is deterministic only through the explicit secrets: the normal path draws
     // fresh ones and gives other bytes.
-    let keys: Vec<&ContentKey> = inputs.keys.iter().collect();
-    let random = pack_format::seal(
-        &SealInput {
-            name: &inputs.name,
-            version: &inputs.version,
-            schema: inputs.schema,
-            payload: &inputs.payload,
-            mtime: inputs.mtime,
-            zstd_level: inputs.zstd_level,
-        },
-        &keys,
-    )
-    .unwrap();
+    let random = pack_format::seal(&inputs.input(), &inputs.key_refs()).unwrap();
     assert_ne!(random, sealed);
 }
 
-#[test]
-fn the_pack_vector_opens_to_its_files_with_either_content_key() {
-    let (raw, inputs) = pack_inputs();
-    let vector = load("pack-v1.json", &computed_pack_vector(&raw, &inputs));
-    let sealed = unhex_lines(&vector["sealed"]);
+/// Opens `sealed` with each of the vector's content-key files, as a reader loads them.
+fn assert_opens_with_either_key(sealed: &[u8], vector: &Value, inputs: &PackInputs) {
     let key_files = vector["content_key_files"].as_array().unwrap();
     assert_eq!(key_files.len(), inputs.keys.len());
     for (text, key) in key_files.iter().zip(&inputs.keys) {
-        // The key as a reader loads it: from the content-key file text of the vector.
         let loaded =
             ContentKey::from_file_text(Path::new("vector.key"), text.as_str().unwrap()).unwrap();
         assert_eq!(loaded.id(), key.id());
-        let opened = pack::open(&sealed, &ContentKeyRing::new([loaded]), &Limits::DEFAULT).unwrap();
+        let opened = pack::open(sealed, &ContentKeyRing::new([loaded]), &Limits::DEFAULT).unwrap();
         assert_eq!(opened.header.name, inputs.name);
         assert_eq!(opened.header.version, inputs.version);
         assert_eq!(opened.header.schema, inputs.schema);
-        assert_eq!(opened.sha256, vector["sealed_sha256"]);
+        assert_eq!(opened.sha256, sha256_hex(sealed));
         let mut expected = inputs.files.clone();
         expected.sort();
         let files: Vec<(String, Vec<u8>)> = opened.payload.into_files().into_iter().collect();
         assert_eq!(files, expected);
     }
+}
+
+#[test]
+fn the_pack_vectors_open_to_their_files_with_either_content_key() {
+    let inputs = pack_inputs();
+    let vector = load("pack-v2.json", &computed_pack_vector(&inputs));
+    let sealed = unhex_lines(&vector["sealed"]);
+    assert_opens_with_either_key(&sealed, &vector, &inputs);
+    assert_opens_with_either_key(
+        &unhex_lines(&vector["three_segments"]["sealed"]),
+        &vector,
+        &inputs,
+    );
     // Decrypting gives the vector's compressed payload, which decompresses to its tar.
-    let (_, compressed) = pack::decrypt(
-        &sealed,
-        &ContentKeyRing::new(inputs.keys.clone()),
-        &Limits::DEFAULT,
-    )
-    .unwrap();
+    let ring = ContentKeyRing::new(inputs.keys.clone());
+    let (_, compressed) = pack::decrypt(&sealed, &ring, &Limits::DEFAULT).unwrap();
     assert_eq!(compressed, unhex_lines(&vector["payload_zstd"]));
     assert_eq!(
         pack_format::payload::decompress(&compressed, &Limits::DEFAULT).unwrap(),
         unhex_lines(&vector["tar"])
     );
+
+    // The format-1 vector (what packers wrote before format 2) still opens, to the same
+    // files and the same payload.
+    let v1 = serde_json::from_str::<Value>(
+        &std::fs::read_to_string(vector_path("pack-v1.json")).unwrap(),
+    )
+    .unwrap();
+    let sealed_v1 = unhex_lines(&v1["sealed"]);
+    let (header, _) = pack::read_header(&sealed_v1, &Limits::DEFAULT).unwrap();
+    assert_eq!(header.format, pack::FORMAT_V1);
+    assert_opens_with_either_key(&sealed_v1, &v1, &inputs);
+    let (_, compressed_v1) = pack::decrypt(&sealed_v1, &ring, &Limits::DEFAULT).unwrap();
+    assert_eq!(compressed_v1, unhex_lines(&v1["payload_zstd"]));
+    assert_eq!(v1["tar"], vector["tar"], "both formats carry the same tar");
 }
 
 // ---- the channel document, its signature and rollout buckets ----

@@ -16,10 +16,29 @@ fuzz_target!(|data: &[u8]| {
     assert!(data.starts_with(MAGIC));
     assert!(header_len >= PREFIX_LEN && header_len <= data.len());
     assert!(header_len - PREFIX_LEN <= LIMITS.max_header_len);
-    // The header accounts for every byte: header, ciphertext, 16-byte tag.
+    // The header accounts for every byte: header, ciphertext, a 16-byte tag per segment
+    // (format 1: one tag for the whole payload).
+    let tags = if header.format == pack_format::pack::FORMAT_V1 {
+        assert!(header.segments.is_empty());
+        1
+    } else {
+        assert_eq!(header.format, pack_format::FORMAT_VERSION);
+        let segments = header.segments.len();
+        assert!((1..=pack_format::pack::MAX_SEGMENTS).contains(&segments));
+        assert_eq!(
+            header.segments.iter().map(|s| s.len).sum::<u64>(),
+            header.plaintext_len
+        );
+        assert!(header.segments.iter().all(|s| s.len > 0));
+        // Within the decompression budget before anything is decrypted.
+        assert!(
+            header.tar_len().unwrap() <= LIMITS.decompressed_budget(header.plaintext_len)
+        );
+        segments as u64
+    };
     assert_eq!(
         data.len() as u64,
-        header_len as u64 + header.plaintext_len + 16
+        header_len as u64 + header.plaintext_len + 16 * tags
     );
     assert!((1..=16).contains(&header.key_slots.len()));
     pack_format::validate_name("pack", &header.name).expect("accepted header has a valid name");

@@ -2,10 +2,12 @@
 //!
 //! Input that starts with the pack magic is opened as it is (header, key slots, the
 //! authentication failure paths). Anything else is taken as a decrypted payload: it is
-//! sealed for the fixed key and opened, which drives the fuzzer's bytes through
-//! decryption into decompression and untar, and `open` must then agree exactly with
-//! `Payload::from_tar_zst` on the same bytes — and so must `open_into`: the same files
-//! when both succeed, an error when `open` fails.
+//! sealed for the fixed key (format 2: one segment per zstd frame when every frame declares
+//! its size) and opened, which drives the fuzzer's bytes through decryption into
+//! decompression and untar, and `open` must then agree exactly with `Payload::from_tar_zst`
+//! on the same bytes — and so must `open_into`: the same files when both succeed, an error
+//! when `open` fails. Format 2 requires every frame to declare its content size, which a
+//! plain zstd stream need not: there `open` may refuse what `from_tar_zst` accepts.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -28,6 +30,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
 
+    // A format-2 segment is never empty, so there is no pack of an empty payload.
+    if data.is_empty() {
+        return;
+    }
     let version = semver::Version::new(1, 0, 0);
     let empty = Payload::default();
     let input = SealInput {
@@ -68,6 +74,8 @@ fuzz_target!(|data: &[u8]| {
         }
         // Too big to be a pack under these limits: the header check refuses it first.
         (Err(FormatError::TooLarge { .. }), _) if sealed.len() as u64 > LIMITS.max_sealed_len => {}
+        // Frames without a declared size (or skippable frames) are not a format-2 payload.
+        (Err(FormatError::Malformed { .. }), Ok(_)) if !every_frame_declares_its_size(data) => {}
         (Err(_), Err(_)) => {}
         (opened, direct) => panic!(
             "open and from_tar_zst disagree on the same payload: open {:?}, direct {:?}",
@@ -95,4 +103,26 @@ impl Unpack for Record {
         assert!(old.is_none(), "{path} handed out twice");
         Ok(())
     }
+}
+
+/// Whether `data` is standard zstd frames only, each declaring its content size: what a
+/// format-2 segment must hold.
+fn every_frame_declares_its_size(data: &[u8]) -> bool {
+    let mut rest = data;
+    while !rest.is_empty() {
+        if !rest.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            return false;
+        }
+        let Ok(len) = zstd::zstd_safe::find_frame_compressed_size(rest) else {
+            return false;
+        };
+        if len == 0 || len > rest.len() {
+            return false;
+        }
+        if !matches!(zstd::zstd_safe::get_frame_content_size(&rest[..len]), Ok(Some(_))) {
+            return false;
+        }
+        rest = &rest[len..];
+    }
+    true
 }

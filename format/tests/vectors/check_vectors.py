@@ -3,8 +3,8 @@
 against the test vectors in this directory.
 
 It rebuilds the canonical `tar` and index from the vector's files, rebuilds the header and
-seals the vector's compressed payload with the vector's fixed secrets, opens the vector's
-sealed bytes, verifies the channel vector's minisign signature and recomputes its rollout
+seals the vector's compressed payload with the vector's fixed secrets (format 1, and
+format 2 as one segment and as three), opens the vector's sealed bytes, verifies the channel vector's minisign signature and recomputes its rollout
 buckets, using only Python's standard library, the `cryptography` package (AES-256-GCM,
 Ed25519) and the stock `zstd` tool. Any difference is printed and the exit status is 1.
 
@@ -110,22 +110,10 @@ def canonical_tar(files, mtime):
 # ---- the sealed pack ----
 
 SLOT_AAD = b"promptpack key slot v1:"
+MAGIC = b"PROMPTPK"
 
 
-def header_json(inputs, wrapped_slots, plaintext_len):
-    header = {
-        "format": 1,
-        "name": inputs["name"],
-        "version": inputs["version"],
-        "schema": inputs["schema"],
-        "key_slots": wrapped_slots,
-        "nonce": base64.b64encode(bytes.fromhex(inputs["payload_nonce"])).decode(),
-        "plaintext_len": plaintext_len,
-    }
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def seal(inputs, compressed):
+def key_slots(inputs):
     data_key = bytes.fromhex(inputs["data_key"])
     slots = []
     for key, nonce in zip(inputs["content_keys"], inputs["slot_nonces"]):
@@ -138,44 +126,110 @@ def seal(inputs, compressed):
                 "wrapped_key": base64.b64encode(wrapped).decode(),
             }
         )
-    header = header_json(inputs, slots, len(compressed))
-    prefix = b"PROMPTPK" + struct.pack("<I", len(header)) + header
-    sealed = AESGCM(data_key).encrypt(bytes.fromhex(inputs["payload_nonce"]), compressed, prefix)
-    return prefix + sealed, header
+    return slots
+
+
+def header_bytes(inputs, **fields):
+    header = {
+        "format": fields.pop("format"),
+        "name": inputs["name"],
+        "version": inputs["version"],
+        "schema": inputs["schema"],
+        "key_slots": key_slots(inputs),
+    }
+    header.update(fields)
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    return MAGIC + struct.pack("<I", len(text)) + text
+
+
+def seal_v1(inputs, compressed):
+    """Format 1: one encryption of the whole payload."""
+    nonce = bytes.fromhex(inputs["payload_nonce"])
+    prefix = header_bytes(
+        inputs,
+        format=1,
+        nonce=base64.b64encode(nonce).decode(),
+        plaintext_len=len(compressed),
+    )
+    data_key = bytes.fromhex(inputs["data_key"])
+    return prefix + AESGCM(data_key).encrypt(nonce, compressed, prefix), prefix[12:]
+
+
+def segment_nonce(nonce_prefix, number, last):
+    return nonce_prefix + struct.pack(">I", number) + (b"\1" if last else b"\0")
+
+
+def seal_v2(inputs, frames):
+    """Format 2: `frames` is a list of (compressed bytes, length of tar they decode to), one
+    segment each."""
+    nonce_prefix = bytes.fromhex(inputs["nonce_prefix"])
+    prefix = header_bytes(
+        inputs,
+        format=2,
+        nonce=base64.b64encode(nonce_prefix).decode(),
+        plaintext_len=sum(len(f) for f, _ in frames),
+        segments=[{"len": len(f), "tar_len": t} for f, t in frames],
+    )
+    aead = AESGCM(bytes.fromhex(inputs["data_key"]))
+    out = prefix
+    for number, (frame, _) in enumerate(frames):
+        nonce = segment_nonce(nonce_prefix, number, number == len(frames) - 1)
+        out += aead.encrypt(nonce, frame, prefix)  # ciphertext ‖ 16-byte tag
+    return out, prefix[12:]
+
+
+def zstd_decompress(data):
+    return subprocess.run(
+        ["zstd", "-d", "-c", "-q"], input=data, capture_output=True, check=True
+    ).stdout
 
 
 def open_pack(sealed, key_id, key):
-    assert sealed[:8] == b"PROMPTPK"
+    """The compressed payload, one piece per segment (format 1: one piece), each checked to
+    decode to the length the header gives."""
+    assert sealed[:8] == MAGIC
     (j,) = struct.unpack("<I", sealed[8:12])
     header = json.loads(sealed[12 : 12 + j])
-    assert header["format"] == 1
-    plaintext_len = header["plaintext_len"]
-    assert len(sealed) == 12 + j + plaintext_len + 16
+    aad = sealed[: 12 + j]
     slot = next(s for s in header["key_slots"] if s["key_id"] == key_id)
     data_key = AESGCM(key).decrypt(
         b64(slot["nonce"], 12), b64(slot["wrapped_key"], 48), SLOT_AAD + key_id.encode()
     )
-    return AESGCM(data_key).decrypt(b64(header["nonce"], 12), sealed[12 + j :], sealed[: 12 + j])
+    aead = AESGCM(data_key)
+    if header["format"] == 1:
+        assert "segments" not in header
+        assert len(sealed) == 12 + j + header["plaintext_len"] + 16
+        return [aead.decrypt(b64(header["nonce"], 12), sealed[12 + j :], aad)]
+    assert header["format"] == 2
+    segments = header["segments"]
+    assert 1 <= len(segments) <= 4096
+    assert sum(s["len"] for s in segments) == header["plaintext_len"]
+    assert len(sealed) == 12 + j + header["plaintext_len"] + 16 * len(segments)
+    nonce_prefix = b64(header["nonce"], 7)
+    pieces, at = [], 12 + j
+    for number, segment in enumerate(segments):
+        end = at + segment["len"] + 16
+        nonce = segment_nonce(nonce_prefix, number, number == len(segments) - 1)
+        piece = aead.decrypt(nonce, sealed[at:end], aad)
+        assert len(zstd_decompress(piece)) == segment["tar_len"]
+        pieces.append(piece)
+        at = end
+    return pieces
 
 
-def check_pack(vector):
+def check_tar(vector):
     inputs = vector["inputs"]
     files = [(f["path"], f["text"].encode()) for f in inputs["files"]]
     tar = canonical_tar(files, inputs["mtime"])
     check("tar", tar, unhex_lines(vector["tar"]))
     check("index_json", index_json(sorted(files, key=lambda f: f[0].encode())).decode(), vector["index_json"])
-
     compressed = unhex_lines(vector["payload_zstd"])
-    decompressed = subprocess.run(
-        ["zstd", "-d", "-c", "-q"], input=compressed, capture_output=True, check=True
-    ).stdout
-    check("zstd -d payload_zstd", decompressed, tar)
+    check("zstd -d payload_zstd", zstd_decompress(compressed), tar)
+    return tar, compressed
 
-    sealed, header = seal(inputs, compressed)
-    check("header_json", header.decode(), vector["header_json"])
-    check("sealed", sealed, unhex_lines(vector["sealed"]))
-    check("sealed_sha256", hashlib.sha256(sealed).hexdigest(), vector["sealed_sha256"])
 
+def check_opens(vector, sealed, expected_pieces, what):
+    inputs = vector["inputs"]
     for key, text in zip(inputs["content_keys"], vector["content_key_files"]):
         file = json.loads(text)
         check("content key file fields", sorted(file), ["id", "key", "kind"])
@@ -183,8 +237,40 @@ def check_pack(vector):
         check("content key id", file["id"], key["id"])
         raw = b64(file["key"], 32)
         check("content key bytes", raw.hex(), key["key"])
-        opened = open_pack(unhex_lines(vector["sealed"]), file["id"], raw)
-        check(f"payload opened with {file['id']}", opened, compressed)
+        opened = open_pack(sealed, file["id"], raw)
+        check(f"{what} opened with {file['id']}", opened, expected_pieces)
+
+
+def check_pack_v1(vector):
+    _, compressed = check_tar(vector)
+    sealed, header = seal_v1(vector["inputs"], compressed)
+    check("v1 header_json", header.decode(), vector["header_json"])
+    check("v1 sealed", sealed, unhex_lines(vector["sealed"]))
+    check("v1 sealed_sha256", hashlib.sha256(sealed).hexdigest(), vector["sealed_sha256"])
+    check_opens(vector, unhex_lines(vector["sealed"]), [compressed], "v1 payload")
+
+
+def check_pack_v2(vector):
+    tar, compressed = check_tar(vector)
+    inputs = vector["inputs"]
+    # A tar of at most 8 MiB is one frame, and one segment.
+    sealed, header = seal_v2(inputs, [(compressed, len(tar))])
+    check("v2 header_json", header.decode(), vector["header_json"])
+    check("v2 segments", json.loads(header)["segments"], vector["segments"])
+    check("v2 sealed", sealed, unhex_lines(vector["sealed"]))
+    check("v2 sealed_sha256", hashlib.sha256(sealed).hexdigest(), vector["sealed_sha256"])
+    check_opens(vector, unhex_lines(vector["sealed"]), [compressed], "v2 payload")
+
+    example = vector["three_segments"]
+    frames = [unhex_lines(f) for f in example["frames"]]
+    pieces = [zstd_decompress(f) for f in frames]
+    a, b = example["cuts"]
+    check("three segments: the pieces", pieces, [tar[:a], tar[a:b], tar[b:]])
+    sealed, header = seal_v2(inputs, [(f, len(p)) for f, p in zip(frames, pieces)])
+    check("three segments: header_json", header.decode(), example["header_json"])
+    check("three segments: sealed", sealed, unhex_lines(example["sealed"]))
+    check("three segments: sealed_sha256", hashlib.sha256(sealed).hexdigest(), example["sealed_sha256"])
+    check_opens(vector, unhex_lines(example["sealed"]), frames, "three segments")
 
 
 # ---- the channel document ----
@@ -234,7 +320,8 @@ def check_channel(vector):
 
 def main():
     here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
-    check_pack(json.loads((here / "pack-v1.json").read_text()))
+    check_pack_v1(json.loads((here / "pack-v1.json").read_text()))
+    check_pack_v2(json.loads((here / "pack-v2.json").read_text()))
     check_channel(json.loads((here / "channel-v1.json").read_text()))
     if FAILURES:
         print(f"{len(FAILURES)} mismatch(es): {', '.join(FAILURES)}")
