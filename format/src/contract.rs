@@ -37,6 +37,7 @@ use handlebars::{Path, PathSeg};
 use serde_json::Value;
 
 use crate::FormatError;
+use crate::source::FileProblem;
 
 /// Text of every contract schema this build knows, by schema number.
 const SCHEMA_1: &str = include_str!("../../runtime/contract/schema-1.json");
@@ -311,6 +312,31 @@ pub fn validate_template_all(
     }
     errors.sort_by_key(|e| e.line);
     errors
+}
+
+/// The check a pack directory's reader runs on every file ([`crate::source::FileCheck`]):
+/// every `*.hbs` file must be UTF-8 and pass [`validate_template_all`] against `contract`;
+/// other files are data.
+pub fn template_check(contract: &Contract) -> impl Fn(&str, &[u8]) -> Vec<FileProblem> + Sync + '_ {
+    move |path, bytes| {
+        if !path.ends_with(".hbs") {
+            return Vec::new();
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(source) => validate_template_all(path, source, contract)
+                .into_iter()
+                .map(|error| FileProblem {
+                    line: Some(error.line),
+                    message: error.message,
+                    hint: error.hint,
+                })
+                .collect(),
+            Err(e) => vec![FileProblem::new(format!(
+                "not UTF-8 (invalid byte at offset {}); templates must be UTF-8 text",
+                e.valid_up_to()
+            ))],
+        }
+    }
 }
 
 /// A handlebars registry configured the way the runtime renders prompts: strict mode (a

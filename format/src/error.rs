@@ -79,12 +79,26 @@ pub enum FormatError {
     KeyFile { path: PathBuf, reason: String },
     #[error("signing failed: {0}")]
     Signing(String),
+    #[error("{} problem(s) in {}: {}", problems.len(), dir.display(), first_problem(problems))]
+    PackDirectory {
+        dir: PathBuf,
+        /// Every problem found, in path order.
+        problems: Vec<crate::DirProblem>,
+    },
     #[error("i/o error while {context}: {source}")]
     Io {
         context: String,
         #[source]
         source: std::io::Error,
     },
+}
+
+fn first_problem(problems: &[crate::DirProblem]) -> String {
+    match problems {
+        [] => String::new(),
+        [only] => only.to_string(),
+        [first, ..] => format!("{first} (and more)"),
+    }
 }
 
 impl FormatError {

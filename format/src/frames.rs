@@ -29,9 +29,7 @@ pub(crate) struct Framed {
     pub placed: PlacedFrames,
     pub segments: Vec<Segment>,
     /// Every problem the check reported, with the file's path in the pack, in file order.
-    #[allow(dead_code, reason = "the directory sealer reads it")]
     pub problems: Vec<(String, FileProblem)>,
-    #[allow(dead_code, reason = "the directory sealer reads it")]
     pub index: Vec<IndexEntry>,
 }
 
@@ -50,7 +48,7 @@ pub(crate) fn frame_payload(
     mtime: u64,
     level: i32,
     layout: Layout,
-    check: Option<&FileCheck>,
+    check: Option<&FileCheck<'_>>,
     add: impl FnOnce(&mut TarFeed<'_, '_>) -> Result<(), FormatError>,
 ) -> Result<Framed, FormatError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -264,11 +262,11 @@ impl Drop for DrainOnPanic<'_, '_> {
 
 struct Pool<'c> {
     level: i32,
-    check: Option<&'c FileCheck>,
+    check: Option<&'c FileCheck<'c>>,
 }
 
 impl<'c> Pool<'c> {
-    fn new(level: i32, check: Option<&'c FileCheck>) -> Self {
+    fn new(level: i32, check: Option<&'c FileCheck<'c>>) -> Self {
         Pool { level, check }
     }
 

@@ -6,7 +6,7 @@
 //!
 //! - [`pack`]: the sealed pack (header + AES-256-GCM ciphertext of a `tar.zst` payload).
 //! - [`payload`]: the `tar.zst` payload with its index of every file's size and SHA-256.
-//! - [`source`]: checks of a pack's files by their bytes.
+//! - [`source`]: the one reader of a pack directory (the files, or every problem found).
 //! - [`channel`]: the channel document and its minisign (prehashed Ed25519) signature.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
 //! - [`contract`]: the runtime's variable contract and strict template validation.
@@ -30,7 +30,9 @@ pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
 pub use limits::Limits;
 pub use pack::{KeySlot, OpenedPack, PackHeader, SealInput, Segment, open, read_header, seal};
 pub use payload::{IndexEntry, Payload, PayloadFile};
-pub use source::{FileCheck, FileProblem};
+pub use source::{
+    DirFile, DirProblem, FileCheck, FileProblem, PackDir, SealOptions, SealedDir, read_pack_dir,
+};
 pub use unpack::{Unpack, Unpacked, open_into};
 
 /// Version of the sealed-pack container this crate writes. It reads this one and

@@ -1,5 +1,23 @@
-//! Checks of a pack's files by their bytes, which the payload writer runs on every core as
-//! it goes (`packer build` validates templates this way).
+//! The one reader of a pack directory: every regular file under it, in path order, with
+//! the same rules for everyone who turns a directory into a pack (`packer build`, the
+//! client's built-in pack, `agent prompt --pack`, the benchmarks).
+//!
+//! The rules: every file goes in, nothing is skipped (no manifest, no ignore file); empty
+//! directories carry nothing; symbolic links, devices, sockets and FIFOs, names that are
+//! not UTF-8 or not safe in a pack ([`crate::payload::validate_path`]), files over the
+//! per-file limit, more files than the limit, more bytes than the limit, and a directory
+//! without a single file are problems. Reading goes on past a problem, so the author sees
+//! every one at once: [`FormatError::PackDirectory`] lists them all, in path order, and
+//! the caller's check of each file's bytes (strict template validation) adds its own.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::frames::{Layout, frame_payload};
+use crate::pack::{PackMeta, SealSecrets, check_seal, room_for, seal_frames};
+use crate::payload::{INDEX_PATH, IndexEntry, validate_path};
+use crate::{ContentKey, FormatError, Limits, Payload, PayloadFile};
 
 /// What a check of one file's bytes found wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,4 +41,423 @@ impl FileProblem {
 
 /// A check of each file's bytes: its path in the pack and its bytes in, its problems out.
 /// It runs on several threads at once.
-pub type FileCheck = dyn Fn(&str, &[u8]) -> Vec<FileProblem> + Sync;
+pub type FileCheck<'a> = dyn Fn(&str, &[u8]) -> Vec<FileProblem> + Sync + 'a;
+
+/// One problem in a pack directory. Displays as `PATH: MESSAGE` or `PATH:LINE: MESSAGE`,
+/// with the path on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirProblem {
+    pub path: PathBuf,
+    pub line: Option<usize>,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl DirProblem {
+    pub fn new(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        DirProblem {
+            path: path.into(),
+            line: None,
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    fn of_file(path: PathBuf, problem: FileProblem) -> Self {
+        DirProblem {
+            path,
+            line: problem.line,
+            message: problem.message,
+            hint: problem.hint,
+        }
+    }
+}
+
+impl std::fmt::Display for DirProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.path.display(), self.message),
+            None => write!(f, "{}: {}", self.path.display(), self.message),
+        }
+    }
+}
+
+/// One regular file of a pack directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirFile {
+    /// Its path in the pack: relative, `/`-separated.
+    pub path: String,
+    /// Its path on disk.
+    pub disk: PathBuf,
+    /// Its size when the directory was read.
+    pub len: u64,
+}
+
+/// A pack directory as found on disk: its files in path order, and the problems so far.
+/// Nothing of the files' contents is read until [`PackDir::read`] or [`PackDir::seal`].
+#[derive(Debug, Clone)]
+pub struct PackDir {
+    root: PathBuf,
+    files: Vec<DirFile>,
+    problems: Vec<DirProblem>,
+}
+
+/// What [`PackDir::seal`] needs besides the files and the keys.
+pub struct SealOptions<'a> {
+    pub name: &'a str,
+    pub version: &'a semver::Version,
+    pub schema: u32,
+    /// Modification time written into every tar header (`SOURCE_DATE_EPOCH`).
+    pub mtime: u64,
+    /// zstd level; 3 is zstd's own default.
+    pub zstd_level: i32,
+}
+
+/// A sealed pack made from a directory, and what went into it.
+#[derive(Debug, Clone)]
+pub struct SealedDir {
+    pub sealed: Vec<u8>,
+    /// Every file's path, size and SHA-256, as in the pack's index.
+    pub index: Vec<IndexEntry>,
+}
+
+impl PackDir {
+    /// Lists every entry under `root` and checks each against the rules; does not read any
+    /// file. Problems are kept for [`PackDir::read`] / [`PackDir::seal`] (or
+    /// [`PackDir::into_result`]) to report with the rest.
+    pub fn scan(root: &Path, limits: &Limits) -> PackDir {
+        let mut dir = PackDir {
+            root: root.to_path_buf(),
+            files: Vec::new(),
+            problems: Vec::new(),
+        };
+        dir.walk(root, "", limits);
+        // Path order is byte order of the pack paths (`a-b/x` before `a/x`), which is not
+        // the order a directory-by-directory walk gives.
+        dir.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        if dir.files.is_empty() && dir.problems.is_empty() {
+            dir.problems.push(DirProblem::new(
+                root,
+                "holds no files; a pack needs at least one",
+            ));
+        }
+        if dir.files.len() > limits.max_file_count {
+            dir.problems.push(DirProblem::new(
+                root,
+                format!(
+                    "{} files, over the limit of {} files in a pack",
+                    dir.files.len(),
+                    limits.max_file_count
+                ),
+            ));
+        }
+        let total: u64 = dir.files.iter().map(|f| f.len).sum();
+        if total > limits.max_decompressed_len {
+            dir.problems.push(DirProblem::new(
+                root,
+                format!(
+                    "{total} bytes of files, over the limit of {} bytes in a pack",
+                    limits.max_decompressed_len
+                ),
+            ));
+        }
+        dir
+    }
+
+    fn walk(&mut self, dir: &Path, prefix: &str, limits: &Limits) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                self.problems.push(DirProblem::new(
+                    dir,
+                    format!("cannot read the directory: {e}"),
+                ));
+                return;
+            }
+        };
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    self.problems.push(DirProblem::new(
+                        dir,
+                        format!("cannot read the directory: {e}"),
+                    ));
+                    return;
+                }
+            };
+            let disk = entry.path();
+            // The entry's own type, not its target's: a link is not followed.
+            let kind = match entry.file_type() {
+                Ok(kind) => kind,
+                Err(e) => {
+                    self.problems
+                        .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                    continue;
+                }
+            };
+            if kind.is_symlink() {
+                self.problems.push(DirProblem::new(
+                    disk,
+                    "is a symbolic link; packs hold regular files only (replace the link with a \
+                     copy of the file)",
+                ));
+                continue;
+            }
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                self.problems
+                    .push(DirProblem::new(disk, "the name is not UTF-8; rename it"));
+                continue;
+            };
+            let path = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            if kind.is_dir() {
+                self.walk(&disk, &path, limits);
+                continue;
+            }
+            if !kind.is_file() {
+                self.problems.push(DirProblem::new(
+                    disk,
+                    "not a regular file (a device, socket or FIFO); remove it",
+                ));
+                continue;
+            }
+            if let Err(e) = validate_path(&path, limits) {
+                let message = match e {
+                    FormatError::UnsafeEntry { reason, .. } => {
+                        format!("unsafe name in a pack: {reason}")
+                    }
+                    other => format!("unsafe name in a pack: {other}"),
+                };
+                self.problems.push(DirProblem::new(disk, message));
+                continue;
+            }
+            let len = match entry.metadata() {
+                Ok(meta) => meta.len(),
+                Err(e) => {
+                    self.problems
+                        .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                    continue;
+                }
+            };
+            if len > limits.max_file_len {
+                self.problems.push(DirProblem::new(
+                    disk,
+                    format!(
+                        "{len} bytes, over the per-file limit of {} bytes",
+                        limits.max_file_len
+                    ),
+                ));
+                continue;
+            }
+            self.files.push(DirFile { path, disk, len });
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The files that passed, in path order.
+    pub fn files(&self) -> &[DirFile] {
+        &self.files
+    }
+
+    /// Whether the pack will hold `path`.
+    pub fn contains(&self, path: &str) -> bool {
+        self.files
+            .binary_search_by(|f| f.path.as_str().cmp(path))
+            .is_ok()
+    }
+
+    /// The problems found so far.
+    pub fn problems(&self) -> &[DirProblem] {
+        &self.problems
+    }
+
+    /// Adds a problem of the caller's (a template the contract requires but the directory
+    /// lacks, say), to be reported with the others.
+    pub fn add_problem(&mut self, problem: DirProblem) {
+        self.problems.push(problem);
+    }
+
+    /// Every problem so far as one error, or the directory if there is none.
+    pub fn into_result(self) -> Result<PackDir, FormatError> {
+        if self.problems.is_empty() {
+            Ok(self)
+        } else {
+            Err(self.error(Vec::new()))
+        }
+    }
+
+    fn error(self, mut more: Vec<DirProblem>) -> FormatError {
+        let mut problems = self.problems;
+        problems.append(&mut more);
+        problems.sort_by(|a, b| (&a.path, a.line).cmp(&(&b.path, b.line)));
+        FormatError::PackDirectory {
+            dir: self.root,
+            problems,
+        }
+    }
+
+    /// Reads every file into memory and runs `check` on each: the payload, or every problem
+    /// found (the scan's, the reads', the check's).
+    pub fn read(
+        self,
+        limits: &Limits,
+        check: Option<&FileCheck<'_>>,
+    ) -> Result<Payload, FormatError> {
+        let mut problems = Vec::new();
+        let mut files = Vec::with_capacity(self.files.len());
+        for file in &self.files {
+            let mut bytes = Vec::with_capacity(file.len as usize);
+            match read_into(&file.disk, file.len, &mut bytes) {
+                Ok(()) => files.push(PayloadFile {
+                    path: file.path.clone(),
+                    bytes,
+                }),
+                Err(e) => problems.push(DirProblem::new(file.disk.clone(), e.to_string())),
+            }
+        }
+        if let Some(check) = check {
+            let found = check_all(&files, check);
+            for (path, problem) in found {
+                problems.push(DirProblem::of_file(self.root.join(path), problem));
+            }
+        }
+        if !self.problems.is_empty() || !problems.is_empty() {
+            return Err(self.error(problems));
+        }
+        Payload::new(files, limits)
+    }
+
+    /// Seals the directory for `keys` without holding its files in memory: each file is
+    /// read once, straight into the `tar`, which is hashed, checked (`check`) and
+    /// compressed on every core as it is read. The sealed pack (format 2, with fresh random
+    /// secrets), or every problem found.
+    pub fn seal(
+        self,
+        options: &SealOptions<'_>,
+        keys: &[&ContentKey],
+        check: Option<&FileCheck<'_>>,
+    ) -> Result<SealedDir, FormatError> {
+        let meta = PackMeta {
+            name: options.name,
+            version: options.version,
+            schema: options.schema,
+        };
+        let secrets = SealSecrets::random(keys.len());
+        check_seal(&meta, keys, &secrets)?;
+        let mut read_problems = Vec::new();
+        let layout = Layout {
+            room: room_for(keys.len()) + index_room(&self.files),
+            tags: true,
+        };
+        let framed = frame_payload(options.mtime, options.zstd_level, layout, check, |feed| {
+            for file in &self.files {
+                let added = feed.add(&file.path, file.len, |out| {
+                    read_into(&file.disk, file.len, out)
+                });
+                match added {
+                    Ok(()) => {}
+                    Err(FormatError::Io { source, .. }) => {
+                        read_problems.push(DirProblem::new(file.disk.clone(), source.to_string()));
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            Ok(())
+        })?;
+        let mut problems = read_problems;
+        for (path, problem) in framed.problems {
+            problems.push(DirProblem::of_file(self.root.join(path), problem));
+        }
+        if !self.problems.is_empty() || !problems.is_empty() {
+            return Err(self.error(problems));
+        }
+        let sealed = seal_frames(&meta, keys, secrets, framed.placed, &framed.segments)?;
+        Ok(SealedDir {
+            sealed,
+            index: framed.index,
+        })
+    }
+}
+
+/// Reads `root` and every file under it: the payload, or every problem found. `check`
+/// runs on every file's bytes (strict template validation, say).
+pub fn read_pack_dir(
+    root: &Path,
+    limits: &Limits,
+    check: Option<&FileCheck<'_>>,
+) -> Result<Payload, FormatError> {
+    PackDir::scan(root, limits).read(limits, check)
+}
+
+/// Room for the compressed index frame: the uncompressed entry, which zstd never makes much
+/// longer (the index is mostly SHA-256 hex and paths, and compresses to about half).
+fn index_room(files: &[DirFile]) -> usize {
+    let json: usize = files.iter().map(|f| f.path.len() + 160).sum::<usize>() + 64;
+    let entry = 3 * 512 + json.next_multiple_of(512) + INDEX_PATH.len();
+    zstd::zstd_safe::compress_bound(entry)
+}
+
+/// Appends the file's bytes to `out`: exactly `len` of them, or an error saying the file
+/// changed since the directory was read.
+fn read_into(path: &Path, len: u64, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let before = out.len();
+    let read = File::open(path).and_then(|file| file.take(len + 1).read_to_end(out));
+    let read = read.map_err(|e| std::io::Error::new(e.kind(), format!("cannot read: {e}")))?;
+    if read as u64 != len {
+        out.truncate(before);
+        return Err(std::io::Error::other(format!(
+            "changed while being read ({len} bytes when the directory was read, {read} now{}); \
+             build again",
+            if read as u64 > len { " or more" } else { "" }
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `check` over every file, on every core for a large set; problems in file order.
+fn check_all(files: &[PayloadFile], check: &FileCheck<'_>) -> Vec<(String, FileProblem)> {
+    let total: usize = files.iter().map(|f| f.bytes.len()).sum();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = |files: &[PayloadFile]| -> Vec<(String, FileProblem)> {
+        files
+            .iter()
+            .flat_map(|f| {
+                check(&f.path, &f.bytes)
+                    .into_iter()
+                    .map(|p| (f.path.clone(), p))
+            })
+            .collect()
+    };
+    if threads < 2 || total < 1024 * 1024 {
+        return run(files);
+    }
+    // Contiguous runs of about equal bytes, one per thread, joined back in order.
+    let share = total.div_ceil(threads);
+    let mut runs: Vec<&[PayloadFile]> = Vec::with_capacity(threads);
+    let (mut start, mut bytes) = (0, 0);
+    for (i, file) in files.iter().enumerate() {
+        bytes += file.bytes.len();
+        if bytes >= share {
+            runs.push(&files[start..=i]);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    runs.push(&files[start..]);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = runs.iter().map(|part| scope.spawn(|| run(part))).collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}

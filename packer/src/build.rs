@@ -3,12 +3,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use pack_format::contract::{Contract, validate_template_all};
-use pack_format::payload::validate_path;
-use pack_format::{ContentKeyRing, Limits, Payload, PayloadFile, SealInput, validate_name};
+use pack_format::contract::{Contract, template_check};
+use pack_format::{
+    ContentKeyRing, DirProblem, FormatError, Limits, PackDir, SealInput, validate_name,
+};
 use serde_json::json;
 
-use crate::fsio::{self, bar, read_limited, spinner};
+use crate::fsio::{self, spinner};
 use crate::keys::content_keys;
 use crate::{ContentKeyArgs, print_json, shown};
 
@@ -87,78 +88,38 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
         );
     }
 
-    let mut problems = Vec::new();
-    let mut found = Vec::new();
-    walk(
-        &args.pack_dir,
-        &args.pack_dir,
-        &limits,
-        &mut found,
-        &mut problems,
-    )?;
-
-    let progress = bar(found.len() as u64, "validating");
-    let mut files = Vec::with_capacity(found.len());
-    for (path, relative) in found {
-        progress.inc(1);
-        let bytes = match read_limited(&path, limits.max_file_len, "file") {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                problems.push(format!("{error:#}"));
-                continue;
-            }
-        };
-        if relative.ends_with(".hbs") {
-            match std::str::from_utf8(&bytes) {
-                Ok(source) => {
-                    for error in validate_template_all(&shown(&path), source, &contract) {
-                        problems.push(match &error.hint {
-                            Some(hint) => format!("{error}\n    hint: {hint}"),
-                            None => error.to_string(),
-                        });
-                    }
-                }
-                Err(e) => problems.push(format!(
-                    "{}: not UTF-8 (invalid byte at offset {}); templates must be UTF-8 text",
-                    shown(&path),
-                    e.valid_up_to()
-                )),
-            }
-        }
-        files.push(PayloadFile {
-            path: relative,
-            bytes,
-        });
-    }
-    progress.finish_and_clear();
+    // One reader of pack directories, for everyone: every file, or every problem.
+    let mut dir = PackDir::scan(&args.pack_dir, &limits);
     // Clients check this after opening and mark a pack without them bad: refuse here.
-    for missing in missing_templates(&contract, |path| files.iter().any(|f| f.path == path)) {
-        problems.push(format!(
-            "{}: missing; clients of schema {} render {missing} and refuse a pack without it",
-            shown(&args.pack_dir.join(missing)),
-            args.schema
+    for missing in missing_templates(&contract, |path| dir.contains(path)) {
+        dir.add_problem(DirProblem::new(
+            args.pack_dir.join(missing),
+            format!(
+                "missing; clients of schema {} render {missing} and refuse a pack without it",
+                args.schema
+            ),
         ));
     }
-
-    if !problems.is_empty() {
-        for problem in &problems {
-            eprintln!("{problem}");
+    let progress = spinner("reading and validating");
+    let check = template_check(&contract);
+    let read = dir.read(&limits, Some(&check));
+    progress.finish_and_clear();
+    let payload = match read {
+        Ok(payload) => payload,
+        Err(FormatError::PackDirectory { problems, .. }) => {
+            for problem in &problems {
+                eprintln!("{}", shown_problem(problem));
+            }
+            bail!(
+                "{} problem(s) in {}; fix them and build again (nothing was written)",
+                problems.len(),
+                shown(&args.pack_dir)
+            );
         }
-        bail!(
-            "{} problem(s) in {}; fix them and build again (nothing was written)",
-            problems.len(),
-            shown(&args.pack_dir)
-        );
-    }
-    if files.is_empty() {
-        bail!(
-            "{} holds no files; a pack needs at least one template",
-            shown(&args.pack_dir)
-        );
-    }
-
-    let payload = Payload::new(files, &limits)
-        .with_context(|| format!("packing {}", shown(&args.pack_dir)))?;
+        Err(other) => {
+            return Err(other).with_context(|| format!("packing {}", shown(&args.pack_dir)));
+        }
+    };
     let progress = spinner("compressing and sealing");
     let key_refs: Vec<_> = keys.iter().collect();
     let sealed = pack_format::seal(
@@ -276,76 +237,16 @@ fn check_output_outside(pack_dir: &Path, output: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Collects every regular file under `dir` in path order as (path on disk, path in the
-/// pack). Problems that concern one entry are collected so the author sees all of them.
-fn walk(
-    root: &Path,
-    dir: &Path,
-    limits: &Limits,
-    found: &mut Vec<(PathBuf, String)>,
-    problems: &mut Vec<String>,
-) -> Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading directory {}", shown(dir)))?
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("reading directory {}", shown(dir)))?;
-    entries.sort_by_key(|entry| entry.file_name());
-    for entry in entries {
-        let path = entry.path();
-        let meta = std::fs::symlink_metadata(&path)
-            .with_context(|| format!("reading {}", shown(&path)))?;
-        let kind = meta.file_type();
-        if kind.is_symlink() {
-            problems.push(format!(
-                "{}: is a symbolic link; packs hold regular files only (replace the link with a copy of the file)",
-                shown(&path)
-            ));
-            continue;
-        }
-        let Some(relative) = relative_name(root, &path) else {
-            problems.push(format!(
-                "{}: the name is not UTF-8; rename it",
-                shown(&path)
-            ));
-            continue;
-        };
-        if kind.is_dir() {
-            walk(root, &path, limits, found, problems)?;
-            continue;
-        }
-        if !kind.is_file() {
-            problems.push(format!(
-                "{}: not a regular file (a device, socket or FIFO); remove it",
-                shown(&path)
-            ));
-            continue;
-        }
-        if let Err(e) = validate_path(&relative, limits) {
-            problems.push(format!("{}: unsafe name in a pack: {e}", shown(&path)));
-            continue;
-        }
-        if meta.len() > limits.max_file_len {
-            problems.push(format!(
-                "{}: {} bytes, over the per-file limit of {} bytes",
-                shown(&path),
-                meta.len(),
-                limits.max_file_len
-            ));
-            continue;
-        }
-        found.push((path, relative));
+/// A problem as the author reads it: `PATH[:LINE]: MESSAGE`, and its hint on the next line.
+fn shown_problem(problem: &DirProblem) -> String {
+    let place = match problem.line {
+        Some(line) => format!("{}:{line}", shown(&problem.path)),
+        None => shown(&problem.path),
+    };
+    match &problem.hint {
+        Some(hint) => format!("{place}: {}\n    hint: {hint}", problem.message),
+        None => format!("{place}: {}", problem.message),
     }
-    Ok(())
-}
-
-/// `path` relative to `root`, `/`-separated; `None` if any part is not UTF-8.
-fn relative_name(root: &Path, path: &Path) -> Option<String> {
-    let relative = path.strip_prefix(root).ok()?;
-    let parts: Option<Vec<&str>> = relative
-        .components()
-        .map(|c| c.as_os_str().to_str())
-        .collect();
-    Some(parts?.join("/"))
 }
 
 fn join_numbers(numbers: &[u32]) -> String {

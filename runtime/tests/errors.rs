@@ -210,3 +210,51 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     assert!(plain.contains("model call failed, retrying"), "{plain}");
     assert!(!plain.contains("\u{1b}["), "{plain}");
 }
+
+#[test]
+fn a_pack_directory_with_problems_lists_every_one() {
+    let home = tempfile::tempdir().unwrap();
+    let pack = home.path().join("review");
+    let builtin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packs/builtin");
+    copy_dir(&builtin, &pack);
+    // The same reader as `packer build`: a good directory renders as the remote pack.
+    let out = agent(home.path(), &["prompt", "--pack", pack.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.stdout.is_empty());
+
+    let link = pack.join("shared/alias.hbs");
+    std::os::unix::fs::symlink(pack.join("shared/persona.hbs"), &link).unwrap();
+    let reserved = pack.join("PACK-INDEX.json");
+    std::fs::write(&reserved, "{}").unwrap();
+    let out = agent(home.path(), &["prompt", "--pack", pack.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_no_report_noise(&text);
+    assert!(text.contains("2 problem(s)"), "{text}");
+    assert!(
+        text.contains(&format!("{}: is a symbolic link", link.display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{}: unsafe name in a pack", reserved.display())),
+        "{text}"
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}

@@ -160,6 +160,7 @@ impl ApiError {
             | FormatError::KeyFile { .. }
             | FormatError::SequenceOutOfRange { .. }
             | FormatError::Signing(_)
+            | FormatError::PackDirectory { .. }
             | FormatError::Io { .. } => ApiError::InvalidDocument(err),
         }
     }

@@ -432,11 +432,26 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An unsealed pack directory as a remote snapshot, for review before release.
+/// An unsealed pack directory as a remote snapshot, for review before release. The
+/// directory is read by the same reader `packer build` uses, under the same rules and
+/// limits; every problem is listed.
 fn load_pack_dir(dir: &Path) -> anyhow::Result<Arc<Snapshot>> {
-    let mut files = Vec::new();
-    collect(dir, dir, &mut files)?;
-    files.sort();
+    let payload = match pack_format::read_pack_dir(dir, &pack_format::Limits::DEFAULT, None) {
+        Ok(payload) => payload,
+        Err(pack_format::FormatError::PackDirectory { problems, .. }) => {
+            let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+            anyhow::bail!(
+                "pack directory {} has {} problem(s):\n{}",
+                dir.display(),
+                problems.len(),
+                lines.join("\n")
+            );
+        }
+        Err(other) => {
+            return Err(other).with_context(|| format!("pack directory {}", dir.display()));
+        }
+    };
+    let files: Vec<(String, Vec<u8>)> = payload.into_files().into_iter().collect();
     let mut digest_input = Vec::new();
     for (key, bytes) in &files {
         digest_input.extend_from_slice(key.as_bytes());
@@ -459,23 +474,4 @@ fn load_pack_dir(dir: &Path) -> anyhow::Result<Arc<Snapshot>> {
     let snapshot =
         Snapshot::new(meta, files).with_context(|| format!("pack directory {}", dir.display()))?;
     Ok(Arc::new(snapshot))
-}
-
-fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> anyhow::Result<()> {
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let entry = entry?;
-        let path = entry.path();
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            collect(root, &path, out)?;
-        } else if kind.is_file() {
-            let key = path
-                .strip_prefix(root)?
-                .to_str()
-                .with_context(|| format!("non-UTF-8 path {}", path.display()))?
-                .replace('\\', "/");
-            out.push((key, std::fs::read(&path)?));
-        }
-    }
-    Ok(())
 }

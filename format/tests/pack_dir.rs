@@ -1,0 +1,212 @@
+//! The one reader of a pack directory: every file in path order, or every problem at once.
+
+mod common;
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use common::*;
+use pack_format::{
+    ContentKey, DirProblem, FileProblem, FormatError, Limits, PackDir, SealOptions, read_pack_dir,
+};
+
+fn write(root: &Path, path: &str, bytes: &[u8]) {
+    let path = root.join(path);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn problems(result: Result<impl std::fmt::Debug, FormatError>) -> Vec<DirProblem> {
+    match result {
+        Err(FormatError::PackDirectory { problems, .. }) => problems,
+        other => panic!("expected the directory's problems, found {other:?}"),
+    }
+}
+
+/// Flags every `.hbs` file whose text holds "BAD", on the line it is on.
+fn check(path: &str, bytes: &[u8]) -> Vec<FileProblem> {
+    if !path.ends_with(".hbs") {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(bytes);
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains("BAD"))
+        .map(|(i, _)| FileProblem {
+            line: Some(i + 1),
+            message: "bad line".to_string(),
+            hint: None,
+        })
+        .collect()
+}
+
+#[test]
+fn files_come_in_byte_order_of_their_pack_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory walk gives `a` before `a-b`; byte order puts `a-b/x` ('-' is 0x2d) before
+    // `a/x` ('/' is 0x2f).
+    write(dir.path(), "a/x.md", b"1");
+    write(dir.path(), "a-b/x.md", b"2");
+    write(dir.path(), "README.md", b"3");
+    std::fs::create_dir_all(dir.path().join("empty/too")).unwrap();
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    let paths: Vec<&str> = scanned.files().iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["README.md", "a-b/x.md", "a/x.md"]);
+    assert!(scanned.problems().is_empty(), "{:?}", scanned.problems());
+    let payload = read_pack_dir(dir.path(), &Limits::DEFAULT, None).unwrap();
+    assert_eq!(payload.len(), 3);
+    assert_eq!(payload.get("a-b/x.md"), Some(&b"2"[..]));
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "good.md", b"fine");
+    write(root, "agents/t.hbs", b"line one\nBAD two\nthree BAD\n");
+    std::os::unix::fs::symlink(root.join("good.md"), root.join("link.md")).unwrap();
+    let fifo = root.join("pipe");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    let odd = root.join(std::ffi::OsStr::from_bytes(b"caf\xe9.md"));
+    std::fs::write(&odd, b"x").unwrap();
+    write(root, "PACK-INDEX.json", b"{}");
+    write(root, "big.md", &[b'x'; 2000]);
+    let limits = Limits {
+        max_file_len: 1000,
+        ..Limits::DEFAULT
+    };
+    let found = problems(read_pack_dir(root, &limits, Some(&check)));
+    let shown: Vec<String> = found.iter().map(ToString::to_string).collect();
+    let expect = [
+        format!("{}:2: bad line", root.join("agents/t.hbs").display()),
+        format!("{}:3: bad line", root.join("agents/t.hbs").display()),
+        format!("{}: is a symbolic link", root.join("link.md").display()),
+        format!("{}: not a regular file", fifo.display()),
+        format!("{}: the name is not UTF-8", odd.display()),
+        format!(
+            "{}: unsafe name in a pack: reserved",
+            root.join("PACK-INDEX.json").display()
+        ),
+        format!(
+            "{}: 2000 bytes, over the per-file limit of 1000 bytes",
+            root.join("big.md").display()
+        ),
+    ];
+    for expected in &expect {
+        assert!(
+            shown.iter().any(|line| line.contains(expected.as_str())
+                || line.starts_with(expected.as_str())),
+            "missing {expected:?} in {shown:#?}"
+        );
+    }
+    assert_eq!(found.len(), expect.len(), "{shown:#?}");
+    // In path order, so the author reads them top to bottom.
+    let mut sorted = found.clone();
+    sorted.sort_by(|a, b| (&a.path, a.line).cmp(&(&b.path, b.line)));
+    assert_eq!(found, sorted);
+}
+
+#[test]
+fn an_empty_directory_and_limits_on_the_whole_are_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("only/dirs")).unwrap();
+    let found = problems(read_pack_dir(dir.path(), &Limits::DEFAULT, None));
+    assert_eq!(found.len(), 1);
+    assert!(found[0].message.contains("holds no files"), "{}", found[0]);
+
+    for i in 0..5 {
+        write(dir.path(), &format!("f{i}.md"), &[b'a'; 100]);
+    }
+    let few = Limits {
+        max_file_count: 4,
+        max_decompressed_len: 300,
+        ..Limits::DEFAULT
+    };
+    let found = problems(read_pack_dir(dir.path(), &few, None));
+    let text: Vec<String> = found.iter().map(ToString::to_string).collect();
+    assert!(
+        text.iter()
+            .any(|t| t.contains("5 files, over the limit of 4")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("500 bytes of files, over the limit of 300")),
+        "{text:?}"
+    );
+}
+
+#[test]
+fn a_missing_directory_is_a_problem_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("nope");
+    let found = problems(read_pack_dir(&gone, &Limits::DEFAULT, None));
+    assert!(
+        found[0].message.contains("cannot read the directory"),
+        "{}",
+        found[0]
+    );
+}
+
+#[test]
+fn a_file_that_changes_after_the_scan_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.md", b"short");
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    write(dir.path(), "a.md", b"much longer now");
+    let found = problems(scanned.read(&Limits::DEFAULT, None));
+    assert!(
+        found[0].message.contains("changed while being read"),
+        "{}",
+        found[0]
+    );
+}
+
+#[test]
+fn sealing_a_directory_gives_what_reading_it_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    // Enough to take several frames, so the index frame goes in front of streamed ones.
+    for i in 0..40 {
+        let text: Vec<u8> = (0..300_000u32)
+            .map(|n| b"abcdefghij \n"[((n * 7 + i) % 12) as usize])
+            .collect();
+        write(dir.path(), &format!("d{}/f{i}.md", i % 3), &text);
+    }
+    write(dir.path(), "t.hbs", b"fine\n");
+    let key = ContentKey::from_parts("dir", [5; 32]).unwrap();
+    let version = semver::Version::new(2, 0, 0);
+    let options = SealOptions {
+        name: "dir",
+        version: &version,
+        schema: 1,
+        mtime: 0,
+        zstd_level: 1,
+    };
+    let read = read_pack_dir(dir.path(), &Limits::DEFAULT, Some(&check)).unwrap();
+    let sealed = PackDir::scan(dir.path(), &Limits::DEFAULT)
+        .seal(&options, &[&key], Some(&check))
+        .unwrap();
+    let (header, _) = pack_format::read_header(&sealed.sealed, &Limits::DEFAULT).unwrap();
+    assert!(header.segments.len() > 2, "{:?}", header.segments);
+    let opened = pack_format::open(&sealed.sealed, &ring(&key), &Limits::DEFAULT).unwrap();
+    assert_eq!(opened.payload, read);
+    assert_eq!(sealed.index, read.index());
+    // The same payload as sealing what was read.
+    let (_, from_dir) =
+        pack_format::pack::decrypt(&sealed.sealed, &ring(&key), &Limits::DEFAULT).unwrap();
+    assert_eq!(from_dir, read.to_tar_zst(0, 1).unwrap());
+
+    // A check's problems stop the seal, with every other problem.
+    write(dir.path(), "t.hbs", b"BAD\n");
+    std::os::unix::fs::symlink(dir.path().join("t.hbs"), dir.path().join("l.hbs")).unwrap();
+    let found =
+        problems(PackDir::scan(dir.path(), &Limits::DEFAULT).seal(&options, &[&key], Some(&check)));
+    assert_eq!(found.len(), 2, "{found:?}");
+}
