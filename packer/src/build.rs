@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use pack_format::contract::{Contract, template_check};
 use pack_format::{
-    ContentKeyRing, DirProblem, FormatError, Limits, PackDir, SealInput, validate_name,
+    ContentKeyRing, DirProblem, FormatError, IndexEntry, Limits, PackDir, SealOptions, SealedDir,
+    Unpack, validate_name,
 };
 use serde_json::json;
 
@@ -100,13 +101,24 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
             ),
         ));
     }
-    let progress = spinner("reading and validating");
+    // Every file is read once, straight into the payload, and validated, hashed and
+    // compressed on every core while the rest is read: no more than the sealed pack and a
+    // few frames in memory, however large the tree.
+    let progress = spinner("reading, validating and sealing");
     let check = template_check(&contract);
-    let read = dir.read(&limits, Some(&check));
-    progress.finish_and_clear();
-    let payload = match read {
-        Ok(payload) => payload,
+    let key_refs: Vec<_> = keys.iter().collect();
+    let options = SealOptions {
+        name: &name,
+        version: &args.version,
+        schema: args.schema,
+        mtime,
+        zstd_level: args.zstd_level,
+    };
+    let sealed = dir.seal(&options, &key_refs, Some(&check));
+    let SealedDir { sealed, index } = match sealed {
+        Ok(sealed) => sealed,
         Err(FormatError::PackDirectory { problems, .. }) => {
+            progress.finish_and_clear();
             for problem in &problems {
                 eprintln!("{}", shown_problem(problem));
             }
@@ -117,28 +129,17 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
             );
         }
         Err(other) => {
+            progress.finish_and_clear();
             return Err(other).with_context(|| format!("packing {}", shown(&args.pack_dir)));
         }
     };
-    let progress = spinner("compressing and sealing");
-    let key_refs: Vec<_> = keys.iter().collect();
-    let sealed = pack_format::seal(
-        &SealInput {
-            name: &name,
-            version: &args.version,
-            schema: args.schema,
-            payload: &payload,
-            mtime,
-            zstd_level: args.zstd_level,
-        },
-        &key_refs,
-    )?;
     // What clients will do, before anything is written: a pack that does not open under
-    // the limits they apply must not leave this machine.
+    // the limits they apply must not leave this machine. Every check `open` makes, with
+    // the files dropped as they pass rather than kept.
     progress.set_message("checking the sealed pack opens");
     let ring = ContentKeyRing::new(keys.iter().cloned());
     // Opening also hashes the sealed bytes: that is the pack's SHA-256.
-    let sha256 = match pack_format::open(&sealed, &ring, &limits) {
+    let sha256 = match pack_format::open_into(&sealed, &ring, &limits, &Discard) {
         Ok(opened) => opened.sha256,
         Err(error) => {
             progress.finish_and_clear();
@@ -152,6 +153,7 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     progress.finish_and_clear();
 
     let key_ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
+    let content_bytes: u64 = index.iter().map(|entry| entry.size).sum();
     if json {
         print_json(&json!({
             "name": name,
@@ -159,8 +161,8 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
             "schema": args.schema,
             "sha256": sha256,
             "size": sealed.len(),
-            "files": payload.len(),
-            "content_bytes": payload.total_size(),
+            "files": index.len(),
+            "content_bytes": content_bytes,
             "key_ids": key_ids,
             "output": shown(&args.output),
         }));
@@ -169,11 +171,7 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
         outln!("name      {name}");
         outln!("version   {}", args.version);
         outln!("schema    {}", args.schema);
-        outln!(
-            "files     {} ({} bytes)",
-            payload.len(),
-            payload.total_size()
-        );
+        outln!("files     {} ({content_bytes} bytes)", index.len());
         outln!("size      {} bytes", sealed.len());
         outln!("sha256    {sha256}");
         outln!("key ids   {}", key_ids.join(", "));
@@ -235,6 +233,20 @@ fn check_output_outside(pack_dir: &Path, output: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Where the check-open puts the files: nowhere. `open_into` has checked each one (path,
+/// size, SHA-256 against the index) before it gets here.
+struct Discard;
+
+impl Unpack for Discard {
+    fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn file(&self, _path: &str, _bytes: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A problem as the author reads it: `PATH[:LINE]: MESSAGE`, and its hint on the next line.
