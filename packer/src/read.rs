@@ -3,11 +3,13 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, mpsc};
 
 use anyhow::{Context, Result, bail};
 use pack_format::contract::{Contract, validate_template_all};
 use pack_format::{IndexEntry, Limits, OpenedPack, PackHeader, sha256_hex};
+use rustix::fd::OwnedFd;
+use rustix::fs::{Mode, OFlags};
 use serde_json::json;
 
 use crate::build::missing_templates;
@@ -46,7 +48,9 @@ pub struct VerifyArgs {
 #[derive(clap::Args)]
 #[command(
     after_help = "OUT_DIR must not exist or be empty. Files are written into a \
-    temporary directory next to it, which is renamed to OUT_DIR only when everything is written."
+    temporary directory next to it as each is checked, synced to disk, and the directory is \
+    renamed to OUT_DIR only when every file is written and synced: after a crash there is \
+    either the whole OUT_DIR or none."
 )]
 pub struct ExtractArgs {
     /// The sealed pack.
@@ -60,6 +64,12 @@ pub struct ExtractArgs {
     /// Directory to create with the pack's files.
     #[arg(short = 'o', long = "output", value_name = "OUT_DIR")]
     output: PathBuf,
+
+    /// Do not sync the files to disk before OUT_DIR is moved into place. Faster on a slow
+    /// disk; other programs still see OUT_DIR appear whole or not at all, but a crash or power
+    /// loss soon after can leave it with empty or missing files.
+    #[arg(long)]
+    no_fsync: bool,
 
     #[command(flatten)]
     extra_keys: ContentKeyArgs,
@@ -249,17 +259,17 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
         .prefix(".packer-extract-")
         .tempdir_in(&parent)
         .with_context(|| format!("creating a temporary directory in {}", shown(&parent)))?;
-    // Files are written (and synced) as they are checked, while the rest of the pack is
-    // still being decompressed; the staging directory is removed if anything fails.
+    // Files are written as they are checked, while the rest of the pack is still being
+    // decompressed, and synced by a pool of threads that mostly wait on the disk; the
+    // staging directory is removed if anything fails.
     let progress = spinner("decrypting, checking and writing");
-    let unpacked = pack_format::open_into(
-        &bytes,
-        &ring,
-        &Limits::DEFAULT,
-        &IntoDir::new(staging.path()),
-    );
+    let into = IntoDir::new(staging.path(), !args.no_fsync)
+        .with_context(|| format!("opening {}", shown(staging.path())))?;
+    let unpacked = pack_format::open_into(&bytes, &ring, &Limits::DEFAULT, &into);
+    let synced = into.finish();
     progress.finish_and_clear();
     let unpacked = unpacked.with_context(|| format!("{} does not open", shown(&args.pack)))?;
+    synced.with_context(|| format!("syncing the files extracted to {}", shown(staging.path())))?;
     // A temporary directory is private (0700); the result should look like any directory.
     fsio::set_mode(staging.path(), 0o755)?;
     if out.exists() {
@@ -294,23 +304,84 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
 }
 
 /// A pack's files written under a (staging) directory as `open_into` hands them over, from
-/// several threads; each file is synced before the directory is renamed into place.
-struct IntoDir<'a> {
-    root: &'a Path,
+/// several threads, relative to a handle on the directory (`openat` / `mkdirat`, as `tar`
+/// does, rather than resolving the whole path for every file). Each written file goes to a
+/// pool of syncing threads: `fsync` is mostly waiting on the disk, and many at once let the
+/// file system commit them together.
+struct IntoDir {
+    root: OwnedFd,
     /// Directories made so far, so each is made once, parents first, with no failed calls.
     made: Mutex<HashSet<String>>,
+    sync: Option<SyncPool>,
 }
 
-impl<'a> IntoDir<'a> {
-    fn new(root: &'a Path) -> Self {
-        IntoDir {
+/// Threads that `fsync` the files they are sent.
+struct SyncPool {
+    files: mpsc::Sender<(String, std::fs::File)>,
+    threads: Vec<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+/// Files being synced at once.
+const SYNC_THREADS: usize = 8;
+
+impl IntoDir {
+    fn new(root: &Path, sync: bool) -> std::io::Result<Self> {
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+        let root = rustix::fs::open(root, flags, Mode::empty())?;
+        let sync = sync.then(|| {
+            let (sender, receiver) = mpsc::channel::<(String, std::fs::File)>();
+            let receiver = Arc::new(Mutex::new(receiver));
+            let threads = (0..SYNC_THREADS)
+                .map(|_| {
+                    let receiver = Arc::clone(&receiver);
+                    std::thread::spawn(move || {
+                        let mut failed = None;
+                        loop {
+                            let next = receiver.lock().map(|files| files.recv());
+                            let Ok(Ok((path, file))) = next else {
+                                break;
+                            };
+                            if failed.is_none()
+                                && let Err(e) = file.sync_all()
+                            {
+                                failed = Some(format!("{path}: {e}"));
+                            }
+                        }
+                        failed.map_or(Ok(()), Err)
+                    })
+                })
+                .collect();
+            SyncPool {
+                files: sender,
+                threads,
+            }
+        });
+        Ok(IntoDir {
             root,
             made: Mutex::new(HashSet::new()),
+            sync,
+        })
+    }
+
+    /// Waits until every file handed out is synced.
+    fn finish(self) -> Result<()> {
+        let Some(SyncPool { files, threads }) = self.sync else {
+            return Ok(());
+        };
+        // Closing the channel lets the threads finish what is queued and stop.
+        drop(files);
+        for thread in threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => bail!("{e}"),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
         }
+        Ok(())
     }
 }
 
-impl pack_format::Unpack for IntoDir<'_> {
+impl pack_format::Unpack for IntoDir {
     fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
         Ok(())
     }
@@ -323,16 +394,23 @@ impl pack_format::Unpack for IntoDir<'_> {
             if self.made.lock().is_ok_and(|made| made.contains(dir)) {
                 continue;
             }
-            match std::fs::create_dir(self.root.join(dir)) {
-                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-                _ => {}
+            match rustix::fs::mkdirat(&self.root, dir, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
             }
             if let Ok(mut made) = self.made.lock() {
                 made.insert(dir.to_string());
             }
         }
-        let mut file = std::fs::File::create(self.root.join(path))?;
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        let file = rustix::fs::openat(&self.root, path, flags, Mode::from_raw_mode(0o644))?;
+        let mut file = std::fs::File::from(file);
         file.write_all(bytes)?;
-        file.sync_all()
+        let Some(pool) = &self.sync else {
+            return Ok(());
+        };
+        pool.files
+            .send((path.to_string(), file))
+            .map_err(|_| std::io::Error::other("the syncing threads stopped"))
     }
 }

@@ -284,6 +284,10 @@ fn extract_of_a_pack_of_many_frames_gives_back_every_byte() {
     assert_eq!(summary["files"], source.len());
     assert!(source.len() > 400, "{}", source.len());
     assert_eq!(files_under(&out), source);
+    // Without the syncs, the same files.
+    let unsynced = fixture.path("big-out-unsynced");
+    assert_ok(&fixture.extract(&fixture.path("big.pack"), &unsynced, &["--no-fsync"]));
+    assert_eq!(files_under(&unsynced), source);
 }
 
 #[test]
