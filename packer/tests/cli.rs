@@ -880,3 +880,47 @@ fn a_bare_version_as_a_range_is_explained() {
         stderr(&out)
     );
 }
+
+#[test]
+fn build_without_validation_seals_a_bad_template_that_verify_then_refuses() {
+    let fixture = Fixture::new();
+    fixture.write("prompts/shared/rules.hbs", b"{{nope}}\n");
+    assert_fails(&fixture.build("checked.pack", &[]));
+    let out = fixture.path("unchecked.pack");
+    let keys = fixture.keys();
+    let dir = fixture.pack_dir();
+    let args = [
+        "build",
+        s(&dir),
+        "--version",
+        "1.2.0",
+        "--keys",
+        s(&keys),
+        "-o",
+        s(&out),
+    ];
+    let mut unchecked = args.to_vec();
+    unchecked.push("--no-validate");
+    assert_ok(&packer(&unchecked));
+    // What clients do on install: the template does not fit the contract.
+    let result = packer(&["verify", s(&out), "--keys", s(&keys)]);
+    assert_fails(&result);
+    assert!(
+        stderr(&result).contains("shared/rules.hbs:1: unknown variable 'nope'"),
+        "{}",
+        stderr(&result)
+    );
+
+    // Without the check-open, a good tree still builds a pack that opens.
+    fixture.write("prompts/shared/rules.hbs", b"{{persona}}\n");
+    let fast = fixture.path("fast.pack");
+    let mut no_open = args.to_vec();
+    no_open[7] = s(&fast);
+    no_open.push("--no-check-open");
+    let built = packer(&[no_open.as_slice(), &["--json"]].concat());
+    assert_ok(&built);
+    let summary: serde_json::Value = serde_json::from_slice(&built.stdout).unwrap();
+    let sealed = std::fs::read(&fast).unwrap();
+    assert_eq!(summary["sha256"], pack_format::sha256_hex(&sealed));
+    assert_ok(&packer(&["verify", s(&fast), "--keys", s(&keys)]));
+}
