@@ -8,7 +8,9 @@
 # that the sealed pack opens before it writes it (temp file, fsync, rename); extract checks
 # every file and fsyncs every file before renaming the directory into place. The stock
 # tools do not sync anything; to keep their deferred writeback out of the next timing,
-# `sync` runs after every timed command (untimed).
+# `sync` runs after every timed command (untimed). Every open writes a fresh directory and
+# none is deleted before the end: ext4 hunts longer for free inodes right after thousands
+# were deleted, which would time the file system's bookkeeping, not the commands.
 #
 # The tree is the library benchmark's (format/benches/tree/mod.rs: ~100 MB of markdown,
 # handlebars and text in thousands of directories), plus packs/builtin for the templates
@@ -21,7 +23,8 @@
 #   bash scripts/bench-seal-open.sh
 #   PAIRS=9 MB=100 BENCH_DIR=/dev/shm bash scripts/bench-seal-open.sh
 #   PACKER_BIN=/path/to/other/packer bash scripts/bench-seal-open.sh
-#   BUILD_FLAGS="..." EXTRACT_FLAGS="..." bash scripts/bench-seal-open.sh   # extra flags for packer
+#   BUILD_FLAGS="--no-validate --no-check-open" EXTRACT_FLAGS="--no-fsync" \
+#     bash scripts/bench-seal-open.sh     # the same with those steps off
 #
 # Targets: packer build >= 1.5x the stock seal, packer extract >= 2x the stock open
 # (median of the pairs' ratios). STRICT=1 exits 1 when one is missed.
@@ -114,7 +117,6 @@ OUT="$work/warm-ours" timed warm "$seal_stock"
 OUT="$work/warm-ours" timed warm "$open_ours"
 OUT="$work/warm-stock" timed warm "$open_stock"
 diff -r "$work/warm-ours" "$work/warm-stock" >/dev/null || die "packer extract and tar -x gave different trees"
-rm -rf "$work/warm-ours" "$work/warm-stock"
 sealed_ours=$(stat -c %s "$OURS")
 sealed_stock=$(stat -c %s "$STOCK")
 
@@ -123,15 +125,14 @@ for pair in $(seq 1 "$PAIRS"); do
   if [ $((pair % 2)) -eq 1 ]; then
     timed seal-ours "$seal_ours"
     timed seal-stock "$seal_stock"
-    OUT="$work/out-ours" timed open-ours "$open_ours"
-    OUT="$work/out-stock" timed open-stock "$open_stock"
+    OUT="$work/out-ours-$pair" timed open-ours "$open_ours"
+    OUT="$work/out-stock-$pair" timed open-stock "$open_stock"
   else
     timed seal-stock "$seal_stock"
     timed seal-ours "$seal_ours"
-    OUT="$work/out-stock" timed open-stock "$open_stock"
-    OUT="$work/out-ours" timed open-ours "$open_ours"
+    OUT="$work/out-stock-$pair" timed open-stock "$open_stock"
+    OUT="$work/out-ours-$pair" timed open-ours "$open_ours"
   fi
-  rm -rf "$work/out-ours" "$work/out-stock"
 done
 
 # --- report ------------------------------------------------------------------------------
