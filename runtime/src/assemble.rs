@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use pack_client::{PromptStore, Snapshot};
-use pack_format::contract::Contract;
+use pack_contract::Contract;
 use serde::Deserialize;
 use serde_json::Value;
 

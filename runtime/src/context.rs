@@ -1,5 +1,5 @@
 //! The variables templates see: exactly the runtime's variable contract
-//! (`runtime/contract/schema-1.json`), nothing more and nothing less.
+//! (`contract/schema-1.json`), nothing more and nothing less.
 //!
 //! Handlebars 6 strict mode errors on a missing `{{x}}` but not on `{{#if x}}`: the `if`
 //! and `unless` helpers treat a missing value as false. The pack validator already refuses
@@ -7,7 +7,7 @@
 //! closes the other side by refusing to render with a context that lacks any contract
 //! variable. Together they make a missing variable an error everywhere.
 
-use pack_format::contract::{Contract, Shape};
+use pack_contract::{Contract, Shape};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
