@@ -179,6 +179,8 @@ pub fn assemble(
         data_dir: &data_dir,
         role_directory: &role_directory,
         skills: &skills,
+        custom_agents: &[],
+        mcp_servers: &[],
         interactive: request.interactive && !task_child,
         task_child,
         cli: request.profile == Profile::Cli,
