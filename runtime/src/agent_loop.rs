@@ -77,6 +77,11 @@ pub enum Event {
     Notification {
         text: String,
     },
+    /// Something the reader should know that does not stop the run (an MCP server
+    /// stopped, an answer was cut off).
+    Warning {
+        message: String,
+    },
     Error {
         message: String,
     },
@@ -197,6 +202,8 @@ pub struct LoopState {
     pub reported_tokens: u64,
     /// Messages compaction keeps as they are (moved earlier to keep tool pairs whole).
     pub keep_recent: usize,
+    /// MCP notices already passed on to the model.
+    pub mcp_seen: usize,
 }
 
 impl Default for LoopState {
@@ -206,6 +213,7 @@ impl Default for LoopState {
             compaction: None,
             reported_tokens: 0,
             keep_recent: 6,
+            mcp_seen: 0,
         }
     }
 }
@@ -309,6 +317,19 @@ impl AgentLoop<'_> {
             }
             steps += 1;
             turn += 1;
+            if let Some(mcp) = &self.tools.mcp {
+                // The first call waits for servers still starting (each within its
+                // start-up timeout), so their tools are there from the start.
+                if steps == 1 {
+                    mcp.wait_started().await;
+                }
+                for text in mcp.notices_since(&mut self.state.mcp_seen) {
+                    sink(Event::Warning {
+                        message: text.clone(),
+                    });
+                    self.state.reminders.notify(text);
+                }
+            }
             let prepared = prepare_turn(self.store, &self.request, &self.tools)?;
             let meta = &prepared.prompt.metadata;
             transcript.append(&Record::Turn {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use pack_client::Snapshot;
 use serde::{Deserialize, Serialize};
 
-use crate::capabilities::{Ceiling, Feature, ToolId};
+use crate::capabilities::{Ceiling, Feature, McpRule, ToolId, split_tool_list};
 use crate::error::{AgentFileError, PromptError};
 use crate::mode::PromptMode;
 
@@ -125,6 +125,8 @@ struct Frontmatter {
     disallowed_tools: Option<Vec<String>>,
     disabled_features: Option<Vec<String>>,
     skills: Option<Vec<String>>,
+    /// MCP servers the agent may use, by name: all their tools.
+    mcp_servers: Option<Vec<String>>,
 }
 
 struct AgentFile {
@@ -181,15 +183,39 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
     let tools = frontmatter
         .tools
         .as_deref()
-        .map(ToolId::parse_list)
+        .map(split_tool_list)
         .transpose()
         .map_err(|e| (Some("tools".to_string()), e))?;
     let disallowed = frontmatter
         .disallowed_tools
         .as_deref()
-        .map(ToolId::parse_list)
+        .map(split_tool_list)
         .transpose()
         .map_err(|e| (Some("disallowed_tools".to_string()), e))?;
+    // MCP tools: an allow list names the ones it allows (none named, none allowed), and
+    // `mcp_servers` allows whole servers; without either, every MCP tool is allowed.
+    let mut mcp = McpRule::default();
+    let servers = frontmatter.mcp_servers.as_ref().map(|names| {
+        names
+            .iter()
+            .map(|n| format!("{}{n}", crate::mcp::PREFIX))
+            .collect::<Vec<_>>()
+    });
+    match (&tools, servers) {
+        (None, None) => {}
+        (tools, servers) => {
+            let mut allow = servers.unwrap_or_default();
+            if let Some((_, patterns)) = tools {
+                allow.extend(patterns.iter().cloned());
+            }
+            mcp.allow = Some(allow);
+        }
+    }
+    if let Some((_, patterns)) = &disallowed {
+        mcp.deny = patterns.clone();
+    }
+    let tools = tools.map(|(builtin, _)| builtin);
+    let disallowed = disallowed.map(|(builtin, _)| builtin);
     let disabled_features = frontmatter
         .disabled_features
         .iter()
@@ -209,6 +235,7 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
         ceiling: Ceiling {
             tools,
             disabled_features,
+            mcp,
         },
         frontmatter,
         body: body.to_string(),

@@ -21,6 +21,7 @@ use crate::capabilities::{Occasion, Profile};
 use crate::config::Config;
 use crate::environment::Environment;
 use crate::instructions::Instructions;
+use crate::mcp::McpServers;
 use crate::mode::PromptMode;
 use crate::provider::{Message, Provider};
 use crate::session::SessionContext;
@@ -94,6 +95,8 @@ pub struct Subagents {
     pub parent_session: String,
     pub parent_agent: String,
     pub max_steps: u32,
+    /// The parent's MCP servers: a helper may use their tools as its ceiling allows.
+    pub mcp: Option<Arc<McpServers>>,
     pub(crate) next: AtomicU32,
 }
 
@@ -126,6 +129,7 @@ impl Subagents {
             parent_session,
             parent_agent: ORCHESTRATOR.to_string(),
             max_steps: 30,
+            mcp: None,
             next: AtomicU32::new(0),
         }
     }
@@ -189,7 +193,11 @@ impl Subagents {
             files: request.files,
         };
         // No delegate: the child's toolbox has no `task` tool, whatever its ceiling says.
-        let tools = Arc::new(ToolContext::new(self.cwd.clone()));
+        let mut tools = ToolContext::new(self.cwd.clone());
+        if let Some(mcp) = &self.mcp {
+            tools = tools.with_mcp(mcp.clone());
+        }
+        let tools = Arc::new(tools);
         let mut child = AgentLoop {
             store: &self.store,
             request: TurnRequest {
@@ -207,6 +215,7 @@ impl Subagents {
                 memory: None,
                 session: Some(&session),
                 disk_skills: &self.disk_skills,
+                mcp: self.mcp.as_deref(),
             },
             provider: &self.provider,
             tools: tools.clone(),

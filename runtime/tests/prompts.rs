@@ -222,7 +222,8 @@ fn every_tool_a_prompt_names_is_offered() {
                         .with_notes(dir.path().join("notes.json")),
                     Occasion::TaskChild => ToolContext::new(dir.path().to_path_buf()),
                 };
-                let offered = Toolbox::new(&prompt.capabilities, Arc::new(context)).names();
+                let toolbox = Toolbox::new(&prompt.capabilities, Arc::new(context));
+                let offered = toolbox.names();
                 let named = named_tools(&prompt.text);
                 let missing: Vec<&String> = named
                     .iter()

@@ -32,6 +32,7 @@ use tokio::sync::watch;
 
 use crate::capabilities::{Capabilities, ToolId};
 use crate::error::PromptError;
+use crate::mcp::{McpServers, McpToolHandle};
 use crate::provider::{ToolCall, ToolSpec};
 use crate::skills::Skill;
 
@@ -339,6 +340,8 @@ pub struct ToolContext {
     /// Where `record_note` keeps this workspace's notes; `None` disables the note tools.
     pub notes_file: Option<PathBuf>,
     pub protected: Option<Protected>,
+    /// The session's MCP servers, whose tools join the built-in ones.
+    pub mcp: Option<Arc<McpServers>>,
 }
 
 impl ToolContext {
@@ -353,7 +356,13 @@ impl ToolContext {
             delegate: None,
             notes_file: None,
             protected: None,
+            mcp: None,
         }
+    }
+
+    pub fn with_mcp(mut self, mcp: Arc<McpServers>) -> ToolContext {
+        self.mcp = Some(mcp);
+        self
     }
 
     pub fn with_delegate(mut self, delegate: Arc<dyn Delegate>) -> ToolContext {
@@ -443,6 +452,8 @@ impl ToolContext {
 #[derive(Clone)]
 pub struct Toolbox {
     offered: Vec<&'static dyn Registered>,
+    /// MCP tools of servers that are ready, after the agent's MCP rules.
+    mcp: Vec<McpToolHandle>,
     context: Arc<ToolContext>,
     /// The skills of this turn (the catalog in the prompt), for the `skill` tool.
     skills: Arc<Vec<Skill>>,
@@ -465,8 +476,14 @@ impl Toolbox {
             .into_iter()
             .filter(|t| t.gate().open(capabilities, &context))
             .collect();
+        let mcp = context
+            .mcp
+            .as_ref()
+            .map(|mcp| mcp.tools(|name| capabilities.mcp.allows(name)))
+            .unwrap_or_default();
         Toolbox {
             offered,
+            mcp,
             context,
             skills: Arc::new(Vec::new()),
         }
@@ -477,9 +494,13 @@ impl Toolbox {
         self
     }
 
-    /// The names of the offered tools, in order.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.offered.iter().map(|t| t.name()).collect()
+    /// The names of the offered tools, in order: built-in ones, then MCP ones.
+    pub fn names(&self) -> Vec<&str> {
+        self.offered
+            .iter()
+            .map(|t| t.name())
+            .chain(self.mcp.iter().map(|t| t.tool().exposed.as_str()))
+            .collect()
     }
 
     pub fn context(&self) -> &Arc<ToolContext> {
@@ -506,6 +527,8 @@ impl Toolbox {
                     parameters: tool.schema(),
                 })
             })
+            // MCP tools describe themselves: the text is the server's.
+            .chain(self.mcp.iter().map(|tool| Ok(tool.spec())))
             .collect()
     }
 
@@ -514,12 +537,25 @@ impl Toolbox {
         self.offered
             .iter()
             .any(|t| t.name() == call.name && t.read_only())
+            || self
+                .mcp
+                .iter()
+                .any(|t| t.tool().exposed == call.name && t.tool().read_only)
     }
 
     /// Runs one call. `cancel` turning true stops a running command.
     pub async fn run(&self, call: &ToolCall, cancel: watch::Receiver<bool>) -> ToolOutput {
+        if let Some(tool) = self.mcp.iter().find(|t| t.tool().exposed == call.name) {
+            return tool.call(&call.arguments, cancel).await;
+        }
         let Some(tool) = self.offered.iter().find(|t| t.name() == call.name) else {
-            let message = if call.name == Tool::name(&task::Task) {
+            let message = if call.name.starts_with(crate::mcp::PREFIX) {
+                format!(
+                    "{} is not available: its MCP server is not running or this agent may not use it. The tools available are: {}",
+                    call.name,
+                    self.names().join(", ")
+                )
+            } else if call.name == Tool::name(&task::Task) {
                 format!(
                     "task is not available to you: a delegated agent cannot start agents of its own. Do the work yourself with the tools you have ({}) or report back why it cannot be done.",
                     self.names().join(", ")

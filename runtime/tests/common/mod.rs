@@ -95,6 +95,7 @@ impl Turn {
             memory: self.memory.as_deref(),
             session: Some(&self.session),
             disk_skills: &[],
+            mcp: None,
         }
     }
 

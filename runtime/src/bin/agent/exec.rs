@@ -202,6 +202,9 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             printer.event(e)
         })
         .await;
+    if let Some(mcp) = &session.tools.mcp {
+        mcp.shutdown().await;
+    }
     match result {
         Ok(outcome) => match outcome.finish {
             Finish::Done => Ok(()),
@@ -316,6 +319,14 @@ impl Printer {
                 }
             }
             Event::Error { message } => writeln!(err, "error: {message}")?,
+            Event::Warning { message } => {
+                if self.mid_line {
+                    writeln!(out)?;
+                    out.flush()?;
+                    self.mid_line = false;
+                }
+                writeln!(err, "warning: {message}")?
+            }
             Event::Compacted { summarized, kept } => writeln!(
                 err,
                 "· compacted: {summarized} earlier messages summarised, {kept} kept"

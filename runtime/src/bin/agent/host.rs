@@ -11,6 +11,7 @@ use agent_runtime::data_dir::DataDir;
 use agent_runtime::delegation::Subagents;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
+use agent_runtime::mcp::McpServers;
 use agent_runtime::packs::Packs;
 use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
 use agent_runtime::session::SessionContext;
@@ -96,7 +97,7 @@ impl Host {
         ));
         let (disk_skills, _warnings) = skills::from_disk(self.data_dir.root(), &header.cwd);
         let disk_skills = Arc::new(disk_skills);
-        let subagents = Subagents::new(
+        let mut subagents = Subagents::new(
             self.packs.store().clone(),
             self.provider.clone(),
             self.config.clone(),
@@ -109,11 +110,24 @@ impl Host {
             header.cwd.clone(),
             header.id.clone(),
         );
+        // MCP servers start in the background; the first model call waits for them.
+        let mcp = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !self.config.mcp_servers.is_empty() => Some(McpServers::spawn(
+                &self.config.mcp_servers,
+                &header.cwd,
+                &runtime,
+            )),
+            Ok(_) | Err(_) => None,
+        };
+        subagents.mcp = mcp.clone();
         let mut tools = ToolContext::new(header.cwd.clone())
             .with_delegate(Arc::new(subagents))
             .with_notes(notes_file(self.data_dir.root(), &header.cwd));
         if let Some(protected) = protected {
             tools = tools.with_protected(protected);
+        }
+        if let Some(mcp) = mcp {
+            tools = tools.with_mcp(mcp);
         }
         let tools = Arc::new(tools);
         for message in messages {
@@ -181,6 +195,7 @@ impl Session {
                 memory: None,
                 session: Some(&self.context),
                 disk_skills: &self.disk_skills,
+                mcp: self.tools.mcp.as_deref(),
             },
             provider: &host.provider,
             tools: self.tools.clone(),

@@ -10,6 +10,7 @@
 mod exec;
 mod host;
 mod init;
+mod mcp;
 mod repl;
 
 use std::io::{IsTerminal as _, Write};
@@ -57,6 +58,19 @@ enum Command {
     /// Prompt-pack updates: what is served, refresh now, pin a version.
     #[command(subcommand)]
     Packs(PacksCommand),
+    /// MCP servers from the `[mcp_servers.<name>]` tables of config.toml.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Start every configured server and show its state and tools.
+    List {
+        /// Print the servers as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -142,6 +156,7 @@ fn main() -> ExitCode {
             Command::Prompt(_)
             | Command::Exec(_)
             | Command::Init(_)
+            | Command::Mcp(_)
             | Command::Packs(
                 PacksCommand::Status { .. }
                 | PacksCommand::Pin { .. }
@@ -151,6 +166,11 @@ fn main() -> ExitCode {
         )
         | None => tracing::Level::WARN,
     };
+    // `mcp list` shows each server's failure in its listing; the log line would repeat it.
+    let mcp_level = match &cli.command {
+        Some(Command::Mcp(_)) => tracing::Level::ERROR,
+        Some(_) | None => tracing::Level::WARN,
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(colour_stderr())
@@ -159,7 +179,8 @@ fn main() -> ExitCode {
         .with(
             Targets::new()
                 .with_default(tracing::Level::WARN)
-                .with_target("pack_client::client", client_level),
+                .with_target("pack_client::client", client_level)
+                .with_target("agent_runtime::mcp", mcp_level),
         )
         .init();
     match run(cli) {
@@ -190,6 +211,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Prompt(args)) => prompt(args),
         Some(Command::Exec(args)) => exec::exec(args),
         Some(Command::Packs(command)) => packs(command),
+        Some(Command::Mcp(McpCommand::List { json })) => mcp::list(json),
         Some(Command::Init(args)) => {
             let host = host::Host::open(&args.provider.overrides())?;
             host.packs.refresh_in_background_if_due();
@@ -392,6 +414,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         memory: None,
         session: Some(session_context),
         disk_skills: &[],
+        mcp: None,
     };
     let prompt = assemble_turn(store, &request)?;
 

@@ -24,6 +24,8 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    // The session's MCP servers start on this runtime.
+    let _runtime_context = runtime.enter();
     let cwd = std::env::current_dir().context("reading the current directory")?;
     // A session the user keeps open follows the channel on the six-hour schedule; each
     // turn captures whatever snapshot is current then.
@@ -168,6 +170,9 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
     }
     let _ = editor.save_history(&history);
     session.tools.tasks.stop_all();
+    if let Some(mcp) = &session.tools.mcp {
+        runtime.block_on(mcp.shutdown());
+    }
     writeln!(out, "session {session_id} saved")?;
     Ok(())
 }
