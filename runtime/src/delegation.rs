@@ -254,6 +254,7 @@ impl Subagents {
         let status = match (outcome.finish, handoff.role_mismatch) {
             (_, true) => "role_mismatch",
             (Finish::Done, false) => "completed",
+            (Finish::CutOff, false) => "cut_off",
             (Finish::StepLimit, false) => "step_limit",
             (Finish::Interrupted, false) => "interrupted",
         };

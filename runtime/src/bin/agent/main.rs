@@ -12,6 +12,7 @@ mod host;
 mod init;
 mod mcp;
 mod repl;
+mod spinner;
 
 use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};

@@ -46,7 +46,7 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
     let mut agent_loop = session.agent_loop(&host, max_steps, true);
     let mut messages: Vec<Message> = Vec::new();
     let mut turns = 0;
-    let mut printer = Printer::new(false);
+    let mut printer = Printer::interactive();
 
     let mut editor = rustyline::DefaultEditor::new()?;
     let history = host.data_dir.root().join("history.txt");
