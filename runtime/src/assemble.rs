@@ -289,6 +289,11 @@ pub fn assemble(
             session.task_id,
             session.parent_agent
         );
+        if let Some(steps) = session.max_steps {
+            text.push_str(&format!(
+                "\nStep limit: {steps} model calls. Finish and hand off before you reach it; work left over is lost."
+            ));
+        }
         if let Some(task) = &session.task {
             text.push_str(&format!("\nTask:\n{}", task.trim()));
         }

@@ -24,7 +24,7 @@ use crate::instructions::Instructions;
 use crate::mcp::McpServers;
 use crate::mode::PromptMode;
 use crate::provider::{Message, Provider};
-use crate::session::SessionContext;
+use crate::session::{SessionContext, TaskSession};
 use crate::skills::Skill;
 use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError};
 use crate::transcript::{Record, SessionHeader, Transcript};
@@ -134,6 +134,19 @@ impl Subagents {
         }
     }
 
+    /// The helper's definition as it stands now: a built-in one from the current pack,
+    /// or a custom one from the data directory.
+    fn definition(&self, agent: &str) -> Option<AgentDefinition> {
+        let snapshot = self.store.capture();
+        match AgentDefinition::builtin(agent, &snapshot) {
+            Some(Ok(definition)) => Some(definition),
+            // A broken built-in definition in a remote pack: leave the lookup to the
+            // prompt assembly, which falls back to the built-in pack wholesale.
+            Some(Err(_)) => None,
+            None => self.custom_agents.iter().find(|a| a.name == agent).cloned(),
+        }
+    }
+
     fn available(&self) -> Vec<String> {
         BUILTIN_AGENTS
             .iter()
@@ -161,7 +174,15 @@ impl Subagents {
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let task_id = format!("{}.task-{n}", self.parent_session);
-        let settings = self.provider.settings();
+        // The definition the helper starts with is frozen: saved beside its transcript and
+        // rendered from, so a resumed helper behaves as it was asked to.
+        let definition = self.definition(&request.agent);
+        // An agent's own `model` is honoured; otherwise the session's model runs it.
+        let provider = match definition.as_ref().and_then(|d| d.model.as_deref()) {
+            Some(model) => Arc::new(self.provider.with_model(model)),
+            None => self.provider.clone(),
+        };
+        let settings = provider.settings();
         let header = SessionHeader {
             id: task_id.clone(),
             created_at: time::OffsetDateTime::now_utc()
@@ -191,7 +212,18 @@ impl Subagents {
             parent_agent: self.parent_agent.clone(),
             task: Some(request.task.trim().to_string()),
             files: request.files,
+            max_steps: Some(self.max_steps),
         };
+        if let Some(definition) = &definition {
+            TaskSession {
+                id: task_id.clone(),
+                mode: self.mode,
+                agent: definition.clone(),
+                context: session.clone(),
+            }
+            .save(&self.sessions_dir)
+            .map_err(stop)?;
+        }
         // No delegate: the child's toolbox has no `task` tool, whatever its ceiling says.
         let mut tools = ToolContext::new(self.cwd.clone());
         if let Some(mcp) = &self.mcp {
@@ -209,7 +241,7 @@ impl Subagents {
                 interactive: false,
                 config: &self.config,
                 custom_agents: &self.custom_agents,
-                frozen: None,
+                frozen: definition.as_ref(),
                 environment: &self.environment,
                 instructions: &self.instructions,
                 memory: None,
@@ -217,11 +249,12 @@ impl Subagents {
                 disk_skills: &self.disk_skills,
                 mcp: self.mcp.as_deref(),
             },
-            provider: &self.provider,
+            provider: &provider,
             tools: tools.clone(),
             max_steps: self.max_steps,
             session_id: task_id.clone(),
-            context_limit: None,
+            // Helpers compact like their parent.
+            context_limit: Some(settings.context_tokens),
             state: Default::default(),
         };
         let agent = request.agent.clone();
@@ -294,6 +327,10 @@ impl std::fmt::Debug for Subagents {
 }
 
 impl Delegate for Subagents {
+    fn agents(&self) -> Vec<String> {
+        self.available()
+    }
+
     fn delegate<'a>(
         &'a self,
         request: DelegateRequest,

@@ -131,10 +131,13 @@ impl Transcript {
             path: path.clone(),
             reason,
         };
+        // Helpers' sessions are `<parent>.task-<n>`: a dot, but never a leading one or `..`.
         if id.is_empty()
+            || id.starts_with('.')
+            || id.contains("..")
             || !id
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         {
             return Err(fail(format!("{id:?} is not a session id")));
         }

@@ -166,6 +166,10 @@ fn insert_rules_appends_missing_headings_and_skips_fenced_code() {
 struct NoDelegate;
 
 impl agent_runtime::tools::Delegate for NoDelegate {
+    fn agents(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     fn delegate<'a>(
         &'a self,
         _request: agent_runtime::tools::DelegateRequest,

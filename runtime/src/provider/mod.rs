@@ -268,6 +268,16 @@ impl Provider {
         Ok(Provider { settings, http })
     }
 
+    /// The same endpoint and connection pool, another model: an agent's own `model`.
+    pub fn with_model(&self, model: &str) -> Provider {
+        let mut settings = self.settings.clone();
+        settings.model = model.to_string();
+        Provider {
+            settings,
+            http: self.http.clone(),
+        }
+    }
+
     pub fn settings(&self) -> &ProviderSettings {
         &self.settings
     }

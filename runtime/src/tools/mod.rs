@@ -239,6 +239,9 @@ pub struct DelegateRequest {
 
 /// Runs a delegated task in a child agent and returns its handoff.
 pub trait Delegate: Send + Sync + std::fmt::Debug {
+    /// The agents a task can be handed to: the `task` tool's schema lists them.
+    fn agents(&self) -> Vec<String>;
+
     fn delegate<'a>(
         &'a self,
         request: DelegateRequest,
@@ -521,10 +524,18 @@ impl Toolbox {
                 let bytes = snapshot.read(&key)?;
                 let description = std::str::from_utf8(bytes)
                     .map_err(|_| PromptError::NotUtf8 { key: key.clone() })?;
+                let mut parameters = tool.schema();
+                // The model learns the helpers' names from the schema, not by failing.
+                if tool.gate() == Gate::Delegation
+                    && let Some(delegate) = &self.context.delegate
+                    && let Some(agent) = parameters.pointer_mut("/properties/agent")
+                {
+                    agent["enum"] = delegate.agents().into();
+                }
                 Ok(ToolSpec {
                     name: tool.name().to_string(),
                     description: description.trim().to_string(),
-                    parameters: tool.schema(),
+                    parameters,
                 })
             })
             // MCP tools describe themselves: the text is the server's.

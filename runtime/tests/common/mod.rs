@@ -75,6 +75,7 @@ impl Turn {
                 parent_agent: "mavis".to_string(),
                 task: None,
                 files: Vec::new(),
+                max_steps: None,
             },
         }
     }

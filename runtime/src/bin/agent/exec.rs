@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use agent_runtime::PromptMode;
 use agent_runtime::agent_loop::{Event, Finish, RunError};
-use agent_runtime::agents::ORCHESTRATOR;
+use agent_runtime::agents::{ORCHESTRATOR, canonical_name};
 use agent_runtime::provider::{Api, Message, ProviderError, ProviderOverrides};
 use agent_runtime::transcript::{Record, SessionHeader, Transcript};
 use anyhow::{Context as _, bail};
@@ -103,7 +103,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             let (transcript, stored) = Transcript::resume(&sessions, id)?;
             let header = stored.header;
             if let Some(agent) = &args.agent
-                && *agent != header.agent
+                && canonical_name(agent) != header.agent
             {
                 bail!(
                     "session {id} runs agent {}; it cannot continue as {agent}",
@@ -141,8 +141,9 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
                     .format(&time::format_description::well_known::Rfc3339)?,
                 agent: args
                     .agent
-                    .clone()
-                    .unwrap_or_else(|| ORCHESTRATOR.to_string()),
+                    .as_deref()
+                    .map_or(ORCHESTRATOR, canonical_name)
+                    .to_string(),
                 mode: args.prompt_mode.unwrap_or_default(),
                 provider: settings.id.clone(),
                 model: settings.model.clone(),

@@ -376,7 +376,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         Some(session) => Some(session.resume(args.mode)?),
         None => None,
     };
-    let agent = frozen.map_or(args.agent.as_str(), |def| def.name.as_str());
+    let agent = frozen.map_or(agents::canonical_name(&args.agent), |def| def.name.as_str());
     let occasion = if session.is_some()
         || args.delegated
         || (BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR)
@@ -390,6 +390,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         parent_agent: ORCHESTRATOR.to_string(),
         task: None,
         files: Vec::new(),
+        max_steps: None,
     };
     let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
 
