@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::assemble::{AssembledPrompt, TurnRequest, assemble};
 use crate::compaction::{self, COMPACTION_PROMPT, Compaction};
 use crate::error::{PromptError, RuntimeError};
+use crate::live::LiveContext;
 use crate::provider::{
     Delta, Message, ModelRequest, Provider, ProviderError, ToolCall, ToolSpec, Usage,
 };
@@ -239,6 +240,8 @@ pub struct LoopState {
     pub keep_recent: usize,
     /// MCP notices already passed on to the model.
     pub mcp_seen: usize,
+    /// The pack the last step's prompt came from.
+    pub pack: Option<String>,
 }
 
 impl Default for LoopState {
@@ -249,6 +252,7 @@ impl Default for LoopState {
             reported_tokens: 0,
             keep_recent: 6,
             mcp_seen: 0,
+            pack: None,
         }
     }
 }
@@ -264,6 +268,9 @@ pub struct AgentLoop<'a> {
     /// Compact when the conversation passes this many tokens; `None` never compacts.
     pub context_limit: Option<u64>,
     pub state: LoopState,
+    /// Re-reads instruction files and skills when they change; `None` keeps the ones in
+    /// `request`.
+    pub live: Option<&'a LiveContext>,
 }
 
 /// How a run ended.
@@ -275,6 +282,22 @@ pub struct Outcome {
 }
 
 impl AgentLoop<'_> {
+    /// Tells the model when the prompt pack changed under a running session: its
+    /// instructions may now read differently from earlier turns.
+    fn pack_notice(&mut self, prepared: &PreparedTurn) {
+        let pack = &prepared.prompt.metadata.pack;
+        let now = format!("{} {} ({})", pack.name, pack.version, pack.sha256);
+        if let Some(before) = &self.state.pack
+            && *before != now
+        {
+            self.state.reminders.notify(format!(
+                "The prompt pack was updated during this session (now {} {}); your system prompt may differ from earlier turns. Follow the current one.",
+                pack.name, pack.version
+            ));
+        }
+        self.state.pack = Some(now);
+    }
+
     /// Summarises the history before the most recent messages, from the original
     /// messages. Returns whether anything was compacted.
     pub async fn compact(
@@ -366,7 +389,30 @@ impl AgentLoop<'_> {
                     self.state.reminders.notify(text);
                 }
             }
-            let prepared = prepare_turn(self.store, &self.request, &self.tools)?;
+            // Instruction files and skills as they are on disk now.
+            let live = self.live.map(LiveContext::current);
+            let mut request = self.request;
+            if let Some(live) = &live {
+                request.instructions = &live.instructions;
+                request.disk_skills = &live.skills;
+                request.memory = live.memory.as_deref();
+            }
+            let prepared = prepare_turn(self.store, &request, &self.tools)?;
+            self.pack_notice(&prepared);
+            let running = self.tools.tasks.running();
+            if steps == 1 && running > 0 {
+                self.state.reminders.notify(format!(
+                    "{running} background task{} from earlier still running. Check on {} with task_query or task_output, and stop what is no longer needed with task_stop.",
+                    if running == 1 { " is" } else { "s are" },
+                    if running == 1 { "it" } else { "them" }
+                ));
+            }
+            if self.max_steps > 3 && steps + 1 == self.max_steps {
+                self.state.reminders.notify(format!(
+                    "You have 2 model calls left in this run (the step limit is {}). Finish what you are doing and give your final answer now; anything left undone, say so.",
+                    self.max_steps
+                ));
+            }
             let meta = &prepared.prompt.metadata;
             transcript.append(&Record::Turn {
                 turn,

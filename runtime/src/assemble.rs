@@ -306,7 +306,9 @@ pub fn assemble(
         push(text);
     }
 
-    let memory_on = resolved.capabilities.features.memory && resolved.memory_enabled;
+    // The command line's memory is the workspace's notes, which the host passes in.
+    let memory_on = resolved.capabilities.features.memory
+        && (resolved.memory_enabled || request.profile == Profile::Cli);
     if memory_on && let Some(memory) = request.memory.map(str::trim).filter(|m| !m.is_empty()) {
         push(format!(
             "{}\n\n{memory}",

@@ -6,7 +6,8 @@
 //! 2. the agent's ceiling (its `agent.md` frontmatter): tools are intersected, features
 //!    AND-ed, so a ceiling never grants what the config withheld;
 //! 3. the occasion: a delegated child loses delegation, so helpers never fan out;
-//! 4. the host profile: the command-line host has no memory and no scheduling.
+//! 4. the host profile: the command-line host has no scheduling, and its memory is the
+//!    workspace's notes.
 
 use std::collections::BTreeSet;
 
@@ -300,7 +301,8 @@ pub enum Occasion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
-    /// The `agent` command line: no memory, no scheduling.
+    /// The `agent` command line: no memory store (its memory layer is the workspace's
+    /// notes), no scheduling.
     Cli,
 }
 
@@ -334,10 +336,9 @@ pub fn resolve(
         Occasion::TaskChild => capabilities.features.delegation = false,
     }
     let (memory_enabled, scheduling) = match profile {
-        Profile::Cli => {
-            capabilities.features.memory = false;
-            (false, false)
-        }
+        // The command line keeps no memory store of its own; the `memory` feature stays as
+        // narrowed, and its memory layer is the workspace's notes (`record_note`).
+        Profile::Cli => (false, false),
     };
     Resolved {
         capabilities,

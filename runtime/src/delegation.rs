@@ -256,6 +256,7 @@ impl Subagents {
             // Helpers compact like their parent.
             context_limit: Some(settings.context_tokens),
             state: Default::default(),
+            live: None,
         };
         let agent = request.agent.clone();
         let mut sink = |event: Event| {

@@ -31,6 +31,7 @@ pub mod delegation;
 pub mod environment;
 pub mod error;
 pub mod instructions;
+pub mod live;
 pub mod mcp;
 pub mod metadata;
 pub mod mode;

@@ -38,7 +38,7 @@ use crate::skills::Skill;
 
 pub use background::{TaskManager, TaskState};
 pub use edit::{EditOutcome, MatchLevel, apply_edit};
-pub use notes::{Note, notes_file};
+pub use notes::{Note, load as load_notes, notes_file};
 pub use text::cut_middle;
 pub use todo::{TodoItem, TodoStatus};
 
@@ -337,6 +337,8 @@ pub struct ToolContext {
     /// Files written or edited in this session, for a delegated child's session context.
     written: Mutex<BTreeSet<PathBuf>>,
     todos: Mutex<Vec<TodoItem>>,
+    /// Nested instruction files already shown to the model with a `read`.
+    attached: Mutex<BTreeSet<PathBuf>>,
     pub tasks: Arc<TaskManager>,
     /// Starts child agents; `None` for a child, which cannot delegate.
     pub delegate: Option<Arc<dyn Delegate>>,
@@ -355,6 +357,7 @@ impl ToolContext {
             read_files: Mutex::new(BTreeSet::new()),
             written: Mutex::new(BTreeSet::new()),
             todos: Mutex::new(Vec::new()),
+            attached: Mutex::new(BTreeSet::new()),
             tasks: Arc::new(TaskManager::default()),
             delegate: None,
             notes_file: None,
@@ -433,6 +436,29 @@ impl ToolContext {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(path)
+    }
+
+    /// The instruction files of the directories between the workspace and `file` that
+    /// the model has not seen yet, as reminders to add to a `read` result (OpenCode's
+    /// nearby instructions): a subdirectory's conventions arrive when its code is read.
+    pub fn attach_nested(&self, file: &Path) -> String {
+        let mut attached = self.attached.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = String::new();
+        for found in crate::instructions::nested(&self.cwd, file) {
+            if !attached.insert(found.path.clone()) {
+                continue;
+            }
+            let dir = found.path.parent().unwrap_or(&self.cwd);
+            out.push_str(&format!(
+                "\n\n{}\nInstructions from {} (they apply to files under {}):\n{}\n{}",
+                crate::reminders::REMINDER_OPEN,
+                found.path.display(),
+                dir.display(),
+                found.text,
+                crate::reminders::REMINDER_CLOSE
+            ));
+        }
+        out
     }
 
     pub fn todos(&self) -> Vec<TodoItem> {

@@ -11,11 +11,12 @@ use agent_runtime::data_dir::DataDir;
 use agent_runtime::delegation::Subagents;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
+use agent_runtime::live::LiveContext;
 use agent_runtime::mcp::McpServers;
 use agent_runtime::packs::Packs;
 use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
 use agent_runtime::session::{SessionContext, TaskSession};
-use agent_runtime::skills::{self, Skill};
+use agent_runtime::skills::Skill;
 use agent_runtime::tools::{Protected, ToolContext, notes_file};
 use agent_runtime::transcript::SessionHeader;
 use agent_runtime::{Occasion, Profile, TurnRequest};
@@ -91,12 +92,16 @@ impl Host {
             &self.settings.model,
             self.data_dir.root(),
         ));
-        let instructions = Arc::new(Instructions::read(
+        // Instruction files and skills are read now and again whenever they change.
+        let notes = notes_file(self.data_dir.root(), &header.cwd);
+        let live = LiveContext::new(
             &self.data_dir.global_instructions(),
+            self.data_dir.root(),
             &header.cwd,
-        ));
-        let (disk_skills, _warnings) = skills::from_disk(self.data_dir.root(), &header.cwd);
-        let disk_skills = Arc::new(disk_skills);
+            Some(&notes),
+        );
+        let current = live.current();
+        let (instructions, disk_skills) = (current.instructions, current.skills);
         let mut subagents = Subagents::new(
             self.packs.store().clone(),
             self.provider.clone(),
@@ -171,6 +176,7 @@ impl Host {
             occasion,
             frozen,
             provider,
+            live,
         }
     }
 
@@ -224,6 +230,7 @@ pub struct Session {
     pub frozen: Option<AgentDefinition>,
     /// The model provider for this session's agent.
     pub provider: Arc<Provider>,
+    pub live: LiveContext,
 }
 
 impl Session {
@@ -258,6 +265,7 @@ impl Session {
             session_id: self.header.id.clone(),
             context_limit: Some(host.settings.context_tokens),
             state: LoopState::default(),
+            live: Some(&self.live),
         }
     }
 }
