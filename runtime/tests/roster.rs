@@ -183,3 +183,29 @@ fn main_is_the_old_name_of_mavis() {
         prompt_of(home.path(), "mavis")
     );
 }
+
+#[test]
+fn a_session_started_as_a_custom_agent_runs_on_its_model() {
+    let home = home_with_reviewer();
+    let work = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(vec![openai_text("reviewed")]);
+    let out = exec(
+        &server,
+        home.path(),
+        work.path(),
+        &[],
+        &["--agent", "reviewer", "review"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(server.requests()[0].body["model"], "reviewer-model");
+    let started = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "session_started")
+        .unwrap();
+    assert_eq!(started["model"], "reviewer-model");
+}

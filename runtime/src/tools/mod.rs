@@ -445,7 +445,8 @@ impl ToolContext {
         let mut attached = self.attached.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
         for found in crate::instructions::nested(&self.cwd, file) {
-            if !attached.insert(found.path.clone()) {
+            // Reading the instruction file itself shows it already.
+            if !attached.insert(found.path.clone()) || found.path == file {
                 continue;
             }
             let dir = found.path.parent().unwrap_or(&self.cwd);

@@ -135,18 +135,21 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             if !cwd.is_dir() {
                 bail!("--cwd {} is not a directory", cwd.display());
             }
+            let agent = args
+                .agent
+                .as_deref()
+                .map_or(ORCHESTRATOR, canonical_name)
+                .to_string();
+            // The agent's own `model`, when it names one, is the session's model.
+            let model = host.provider_for(&agent, None).settings().model.clone();
             let header = SessionHeader {
                 id: Transcript::new_id(),
                 created_at: time::OffsetDateTime::now_utc()
                     .format(&time::format_description::well_known::Rfc3339)?,
-                agent: args
-                    .agent
-                    .as_deref()
-                    .map_or(ORCHESTRATOR, canonical_name)
-                    .to_string(),
+                agent,
                 mode: args.prompt_mode.unwrap_or_default(),
                 provider: settings.id.clone(),
-                model: settings.model.clone(),
+                model,
                 cwd,
             };
             let transcript = Transcript::create(&sessions, &header)?;
@@ -194,7 +197,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
         session_id: header.id.clone(),
         agent: header.agent.clone(),
         mode: header.mode.to_string(),
-        model: settings.model.clone(),
+        model: session.provider.settings().model.clone(),
         resumed: args.resume.is_some(),
         transcript: transcript.file_path().display().to_string(),
     });
