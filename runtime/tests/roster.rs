@@ -209,3 +209,49 @@ fn a_session_started_as_a_custom_agent_runs_on_its_model() {
         .unwrap();
     assert_eq!(started["model"], "reviewer-model");
 }
+
+#[test]
+fn a_helper_compacts_its_history_like_the_parent() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let glob = |id: &str| openai_calls(&[(id, "glob", json!({"pattern": "*"}))]);
+    let server = ModelServer::start(vec![
+        openai_calls(&[(
+            "d1",
+            "task",
+            json!({"agent": "explore", "task": "List the files, three times."}),
+        )]),
+        glob("h1"),
+        glob("h2"),
+        glob("h3"),
+        openai_text("HELPER SUMMARY: listed the files three times."),
+        openai_text("The workspace is empty."),
+        openai_text("The helper says the workspace is empty."),
+    ]);
+    // A context so small that every history long enough to cut is compacted.
+    let out = exec(
+        &server,
+        home.path(),
+        work.path(),
+        &[("AGENT_CONTEXT_TOKENS", "1")],
+        &["what is in here?"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.assert_clean();
+    let requests = server.requests();
+    assert!(
+        system_of(&requests[4]).starts_with("You condense the earlier part"),
+        "the helper's summariser call: {}",
+        system_of(&requests[4])
+    );
+    assert!(
+        requests[5].body["messages"]
+            .to_string()
+            .contains("HELPER SUMMARY"),
+        "the helper goes on from its summary"
+    );
+}
