@@ -202,6 +202,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             printer.event(e)
         })
         .await;
+    // A template that failed to render during the run queued a report: send it now.
+    host.packs.send_reports_in_background();
     match result {
         Ok(outcome) => match outcome.finish {
             Finish::Done => Ok(()),
