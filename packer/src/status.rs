@@ -8,23 +8,41 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use crate::print_json;
+use crate::remote::ServerError;
 use crate::remote::model::{ChannelList, ChannelSummary, PackList};
 use crate::remote::{Remote, ServerArgs};
+use pack_protocol::{FailureCell, FleetCell, FleetView};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
 Reads GET /v1/channels, each channel's live document and GET /v1/packs. Reads need no
 token unless the deployment is private; then it comes from --token-file or PROMPTPACK_TOKEN.
-Signatures are not checked here: `packer release` checks them before it builds on a document.")]
+Signatures are not checked here: `packer release` checks them before it builds on a document.
+
+With --fleet it also reads GET /v1/channels/{channel}/fleet: per channel entry's release range,
+how many installs run which pack version (distinct installs over the last --days UTC days,
+merged from every packd node) against the entry's rollout target, and the failure reports
+per pack version. An install that changed pack inside the window counts under both; use
+--days 1 for the current picture.")]
 pub struct StatusArgs {
     #[command(flatten)]
     server: ServerArgs,
+
+    /// Show adoption and failure reports per pack version.
+    #[arg(long)]
+    fleet: bool,
+
+    /// UTC days the fleet view covers, today included (1 to 7).
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=7), requires = "fleet")]
+    days: u32,
 }
 
 /// One channel: its summary and the parsed live document.
 struct Live {
     summary: ChannelSummary,
     document: ChannelDocument,
+    /// With `--fleet`: the fleet view, or why there is none (the server keeps no fleet data).
+    fleet: Option<Result<FleetView, String>>,
 }
 
 pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
@@ -44,7 +62,16 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                 remote.url(&path)
             )
         })?;
-        channels.push(Live { summary, document });
+        let fleet = if args.fleet {
+            Some(fleet_view(&remote, &summary.channel, args.days)?)
+        } else {
+            None
+        };
+        channels.push(Live {
+            summary,
+            document,
+            fleet,
+        });
     }
     let packs: PackList = remote.get_json(pack_protocol::paths::PACKS)?;
     let now = OffsetDateTime::now_utc();
@@ -65,6 +92,11 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                     "key_id": live.summary.key_id,
                     "sha256": live.summary.sha256,
                     "entries": entries_json(&doc.entries),
+                    "fleet": match &live.fleet {
+                        Some(Ok(view)) => serde_json::to_value(view).unwrap_or(Value::Null),
+                        Some(Err(reason)) => json!({ "unavailable": reason }),
+                        None => Value::Null,
+                    },
                 })
             })
             .collect();
@@ -116,6 +148,15 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
         }
         for entry in &doc.entries {
             outln!("  {}", entry_line(entry));
+        }
+        match &live.fleet {
+            Some(Ok(view)) => {
+                for line in fleet_lines(doc, view) {
+                    outln!("  {line}");
+                }
+            }
+            Some(Err(reason)) => outln!("  fleet: {reason}"),
+            None => {}
         }
     }
     outln!();
@@ -207,6 +248,151 @@ fn live_in(channels: &[Live], pack: &str, sha256: &str) -> Vec<String> {
                 ));
             }
         }
+    }
+    out
+}
+
+/// The fleet view of `channel`; `Err` with a note when the server keeps none.
+fn fleet_view(remote: &Remote, channel: &str, days: u32) -> Result<Result<FleetView, String>> {
+    let path = format!("{}?days={days}", pack_protocol::paths::fleet(channel));
+    match remote.get_json::<FleetView>(&path) {
+        Ok(view) => Ok(Ok(view)),
+        Err(e) => match e.downcast_ref::<ServerError>() {
+            Some(server) if server.code.as_deref() == Some("fleet_disabled") => Ok(Err(
+                "off on this server ([fleet] enabled = false in its config)".to_string(),
+            )),
+            // An older packd: no such route.
+            Some(server) if server.status == reqwest::StatusCode::NOT_FOUND => Ok(Err(format!(
+                "this server has no fleet view ({})",
+                server.message
+            ))),
+            Some(_) | None => Err(e),
+        },
+    }
+}
+
+/// How a pack of a fleet cell is called: its version, `builtin`, or the start of its SHA-256.
+fn pack_name(pack: &str, version: Option<&str>) -> String {
+    match version {
+        Some(version) => version.to_string(),
+        None if pack.len() == 64 => format!("sha256 {}", &pack[..12]),
+        None => pack.to_string(),
+    }
+}
+
+/// Per release range of the document (in entry order): installs by pack version, the share
+/// of the range, the entry's rollout target, and the failure reports of that version.
+fn fleet_lines(doc: &ChannelDocument, view: &FleetView) -> Vec<String> {
+    let days = view.days.len();
+    let mut out = vec![format!(
+        "fleet, last {days} day{}: {} installs{}",
+        if days == 1 { "" } else { "s" },
+        view.installs,
+        if view.overflow {
+            " (some release × pack combinations over the server's cap are counted as other)"
+        } else {
+            ""
+        }
+    )];
+    // The first entry whose range matches a release speaks for it, as clients select.
+    let range_of = |release: &str| -> Option<String> {
+        let version = semver::Version::parse(release).ok()?;
+        doc.entries
+            .iter()
+            .find(|e| e.clients.matches(&version))
+            .map(|e| e.clients.to_string())
+    };
+    let mut ranges: Vec<String> = Vec::new();
+    for entry in &doc.entries {
+        let range = entry.clients.to_string();
+        if !ranges.contains(&range) {
+            ranges.push(range);
+        }
+    }
+    let in_range =
+        |cell_release: &str, range: Option<&str>| range_of(cell_release).as_deref() == range;
+    let mut groups: Vec<(Option<String>, Vec<&FleetCell>)> = ranges
+        .iter()
+        .map(|r| {
+            let cells = view
+                .cells
+                .iter()
+                .filter(|c| in_range(&c.client_version, Some(r)))
+                .collect();
+            (Some(r.clone()), cells)
+        })
+        .collect();
+    let unmatched: Vec<&FleetCell> = view
+        .cells
+        .iter()
+        .filter(|c| range_of(&c.client_version).is_none())
+        .collect();
+    if !unmatched.is_empty() {
+        groups.push((None, unmatched));
+    }
+    for (range, cells) in groups {
+        let total: u64 = cells.iter().map(|c| c.installs).sum();
+        let label = range
+            .clone()
+            .unwrap_or_else(|| "releases no entry matches".to_string());
+        out.push(format!("  {label}: {total} installs"));
+        // Installs per pack within the range.
+        let mut by_pack: Vec<(String, Option<String>, u64)> = Vec::new();
+        for cell in &cells {
+            match by_pack.iter_mut().find(|(p, _, _)| *p == cell.pack) {
+                Some(found) => found.2 += cell.installs,
+                None => by_pack.push((cell.pack.clone(), cell.pack_version.clone(), cell.installs)),
+            }
+        }
+        by_pack.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        let releases: Vec<&str> = cells.iter().map(|c| c.client_version.as_str()).collect();
+        for (pack, version, installs) in by_pack {
+            let share = if total == 0 {
+                0.0
+            } else {
+                100.0 * installs as f64 / total as f64
+            };
+            let mut line = format!(
+                "    {}: {installs} installs, {share:.0} % of {label}",
+                pack_name(&pack, version.as_deref())
+            );
+            let target = doc.entries.iter().find(|e| {
+                Some(e.clients.to_string()) == range
+                    && matches!(&e.target, EntryTarget::Pack(p) if p.sha256 == pack)
+            });
+            if let Some(rollout) = target.and_then(|e| e.rollout.as_ref()) {
+                line.push_str(&format!("; rollout target {} %", rollout.percent));
+            }
+            let failures: Vec<&FailureCell> = view
+                .failures
+                .iter()
+                .filter(|f| f.pack == pack && releases.contains(&f.client_version.as_str()))
+                .collect();
+            if !failures.is_empty() {
+                let text: Vec<String> = failures
+                    .iter()
+                    .map(|f| format!("{} {} from {} installs", f.reports, f.reason, f.installs))
+                    .collect();
+                line.push_str(&format!("; failures: {}", text.join(", ")));
+            }
+            out.push(line);
+        }
+    }
+    // Failures of packs no install is counted on any more (say, rolled back since).
+    let counted: Vec<&str> = view.cells.iter().map(|c| c.pack.as_str()).collect();
+    for f in view
+        .failures
+        .iter()
+        .filter(|f| !counted.contains(&f.pack.as_str()))
+    {
+        out.push(format!(
+            "  {} (client {}): {} {} from {} installs",
+            pack_name(&f.pack, f.pack_version.as_deref()),
+            f.client_version,
+            f.reports,
+            f.reason,
+            f.installs
+        ));
     }
     out
 }
