@@ -141,6 +141,12 @@ pub struct FleetView {
     /// One per client release × pack, most installs first. An install that changed pack or
     /// release inside the window counts in each cell it was seen in.
     pub cells: Vec<FleetCell>,
+    /// Per release range of the live channel document (in entry order; each client release
+    /// counts under the first range that matches it, as clients select): distinct installs
+    /// of the range and of each pack within it. Shares of a range can add up to more than
+    /// 100 % while installs move to a new pack: each is "installs seen on this pack".
+    #[serde(default)]
+    pub ranges: Vec<RangeView>,
     /// Failure reports by pack, reason and client release, most reports first.
     pub failures: Vec<FailureCell>,
     /// Whether some combinations were over the cell cap and are counted under `other`.
@@ -174,6 +180,28 @@ pub struct FleetCell {
     pub installs: u64,
     /// Distinct installs per day, in the order of [`FleetView::days`].
     pub daily: Vec<u64>,
+}
+
+/// Installs of one release range of the channel document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct RangeView {
+    /// The entry's client range as written in the document, e.g. `>=1.4.0, <1.5.0`.
+    pub clients: String,
+    /// Distinct installs whose release falls in this range.
+    pub installs: u64,
+    /// Distinct installs per pack within the range, most first.
+    pub packs: Vec<RangePack>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct RangePack {
+    /// As in [`FleetCell::pack`].
+    pub pack: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack_version: Option<String>,
+    pub installs: u64,
 }
 
 /// Failure reports of one pack, reason and client release.

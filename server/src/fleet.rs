@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::Bytes;
 use hyperloglockless::{DefaultHasher, HyperLogLog};
-use pack_protocol::{EstimateInfo, FailureCell, FleetCell, FleetView, PackRecord, ReportReason};
+use pack_protocol::{
+    EstimateInfo, FailureCell, FleetCell, FleetView, PackRecord, RangePack, RangeView, ReportReason,
+};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use time::{Date, OffsetDateTime};
@@ -766,13 +768,15 @@ impl Fleet {
     }
 
     /// The fleet view of `channel` over the last `days` UTC days (today included), merged
-    /// from every node. `pack` names the channel's pack, whose versions label the cells.
+    /// from every node. `pack` names the channel's pack, whose versions label the cells;
+    /// `ranges` are the client ranges of its live document, in entry order.
     pub async fn view(
         &self,
         storage: &Storage,
         channel: &str,
         days: u32,
         pack: Option<&str>,
+        ranges: &[semver::VersionReq],
         now: OffsetDateTime,
     ) -> Result<FleetView, StorageError> {
         let days = days.clamp(1, MAX_WINDOW_DAYS);
@@ -792,7 +796,7 @@ impl Fleet {
             Some(pack) => self.versions(storage, pack).await?,
             None => HashMap::new(),
         };
-        Ok(self.assemble(channel, &dates, &per_day, sources, &versions))
+        Ok(self.assemble(channel, &dates, &per_day, sources, &versions, ranges))
     }
 
     fn assemble(
@@ -802,11 +806,58 @@ impl Fleet {
         per_day: &[DayData],
         sources: usize,
         versions: &HashMap<String, String>,
+        ranges: &[semver::VersionReq],
     ) -> FleetView {
         let mut window = DayData::default();
         for day in per_day {
             window.merge(day);
         }
+        // Each release under the first range that matches it, as clients select.
+        let mut distinct: Vec<&semver::VersionReq> = Vec::new();
+        for range in ranges {
+            if !distinct.iter().any(|r| r.to_string() == range.to_string()) {
+                distinct.push(range);
+            }
+        }
+        let mut range_totals: Vec<(Sketch, BTreeMap<String, Sketch>)> =
+            vec![(Sketch::default(), BTreeMap::new()); distinct.len()];
+        for ((release, pack), sketch) in &window.cells {
+            let Ok(version) = semver::Version::parse(release) else {
+                continue;
+            };
+            if let Some(i) = distinct.iter().position(|r| r.matches(&version)) {
+                range_totals[i].0.merge(sketch);
+                range_totals[i]
+                    .1
+                    .entry(pack.clone())
+                    .or_default()
+                    .merge(sketch);
+            }
+        }
+        let range_views: Vec<RangeView> = distinct
+            .iter()
+            .zip(range_totals)
+            .map(|(range, (total, packs))| {
+                let mut packs: Vec<RangePack> = packs
+                    .into_iter()
+                    .map(|(pack, sketch)| RangePack {
+                        pack_version: versions.get(&pack).cloned(),
+                        installs: sketch.estimate(),
+                        pack,
+                    })
+                    .collect();
+                packs.sort_by(|a, b| {
+                    b.installs
+                        .cmp(&a.installs)
+                        .then_with(|| a.pack.cmp(&b.pack))
+                });
+                RangeView {
+                    clients: range.to_string(),
+                    installs: total.estimate(),
+                    packs,
+                }
+            })
+            .collect();
         let mut total = Sketch::default();
         for sketch in window.cells.values() {
             total.merge(sketch);
@@ -864,6 +915,7 @@ impl Fleet {
             days: dates.iter().map(|d| day_text(*d)).collect(),
             installs: total.estimate(),
             cells: fleet_cells,
+            ranges: range_views,
             failures,
             overflow,
             sources,
@@ -926,7 +978,7 @@ impl Fleet {
                 continue;
             }
             let view = self
-                .view(storage, &channel, MAX_WINDOW_DAYS, None, now)
+                .view(storage, &channel, MAX_WINDOW_DAYS, None, &[], now)
                 .await?;
             for cell in &view.cells {
                 installs.push_str(&format!(

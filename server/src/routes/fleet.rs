@@ -66,6 +66,11 @@ pub async fn get_fleet(
         });
     }
     let record = live(&state, &channel).await?;
+    // The document was verified when it was published; here only its ranges are read.
+    let ranges: Vec<semver::VersionReq> =
+        serde_json::from_str::<pack_format::ChannelDocument>(&record.document)
+            .map(|doc| doc.entries.into_iter().map(|e| e.clients).collect())
+            .unwrap_or_default();
     let view = state
         .fleet
         .view(
@@ -73,6 +78,7 @@ pub async fn get_fleet(
             &channel,
             days,
             Some(&record.summary.pack),
+            &ranges,
             OffsetDateTime::now_utc(),
         )
         .await?;
