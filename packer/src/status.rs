@@ -302,63 +302,23 @@ fn fleet_lines(doc: &ChannelDocument, view: &FleetView) -> Vec<String> {
             .find(|e| e.clients.matches(&version))
             .map(|e| e.clients.to_string())
     };
-    let mut ranges: Vec<String> = Vec::new();
-    for entry in &doc.entries {
-        let range = entry.clients.to_string();
-        if !ranges.contains(&range) {
-            ranges.push(range);
-        }
-    }
-    let in_range =
-        |cell_release: &str, range: Option<&str>| range_of(cell_release).as_deref() == range;
-    let mut groups: Vec<(Option<String>, Vec<&FleetCell>)> = ranges
-        .iter()
-        .map(|r| {
-            let cells = view
-                .cells
-                .iter()
-                .filter(|c| in_range(&c.client_version, Some(r)))
-                .collect();
-            (Some(r.clone()), cells)
-        })
-        .collect();
-    let unmatched: Vec<&FleetCell> = view
-        .cells
-        .iter()
-        .filter(|c| range_of(&c.client_version).is_none())
-        .collect();
-    if !unmatched.is_empty() {
-        groups.push((None, unmatched));
-    }
-    for (range, cells) in groups {
-        let total: u64 = cells.iter().map(|c| c.installs).sum();
-        let label = range
-            .clone()
-            .unwrap_or_else(|| "releases no entry matches".to_string());
-        out.push(format!("  {label}: {total} installs"));
-        // Installs per pack within the range.
-        let mut by_pack: Vec<(String, Option<String>, u64)> = Vec::new();
-        for cell in &cells {
-            match by_pack.iter_mut().find(|(p, _, _)| *p == cell.pack) {
-                Some(found) => found.2 += cell.installs,
-                None => by_pack.push((cell.pack.clone(), cell.pack_version.clone(), cell.installs)),
-            }
-        }
-        by_pack.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
-        let releases: Vec<&str> = cells.iter().map(|c| c.client_version.as_str()).collect();
-        for (pack, version, installs) in by_pack {
-            let share = if total == 0 {
+    for range in &view.ranges {
+        let label = &range.clients;
+        out.push(format!("  {label}: {} installs", range.installs));
+        for pack in &range.packs {
+            let share = if range.installs == 0 {
                 0.0
             } else {
-                100.0 * installs as f64 / total as f64
+                100.0 * pack.installs as f64 / range.installs as f64
             };
             let mut line = format!(
-                "    {}: {installs} installs, {share:.0} % of {label}",
-                pack_name(&pack, version.as_deref())
+                "    {}: {} installs, {share:.0} % of {label}",
+                pack_name(&pack.pack, pack.pack_version.as_deref()),
+                pack.installs
             );
             let target = doc.entries.iter().find(|e| {
-                Some(e.clients.to_string()) == range
-                    && matches!(&e.target, EntryTarget::Pack(p) if p.sha256 == pack)
+                e.clients.to_string() == *label
+                    && matches!(&e.target, EntryTarget::Pack(p) if p.sha256 == pack.pack)
             });
             if let Some(rollout) = target.and_then(|e| e.rollout.as_ref()) {
                 line.push_str(&format!("; rollout target {} %", rollout.percent));
@@ -366,7 +326,9 @@ fn fleet_lines(doc: &ChannelDocument, view: &FleetView) -> Vec<String> {
             let failures: Vec<&FailureCell> = view
                 .failures
                 .iter()
-                .filter(|f| f.pack == pack && releases.contains(&f.client_version.as_str()))
+                .filter(|f| {
+                    f.pack == pack.pack && range_of(&f.client_version).as_deref() == Some(label)
+                })
                 .collect();
             if !failures.is_empty() {
                 let text: Vec<String> = failures
@@ -378,13 +340,36 @@ fn fleet_lines(doc: &ChannelDocument, view: &FleetView) -> Vec<String> {
             out.push(line);
         }
     }
-    // Failures of packs no install is counted on any more (say, rolled back since).
-    let counted: Vec<&str> = view.cells.iter().map(|c| c.pack.as_str()).collect();
-    for f in view
-        .failures
+    let unmatched: Vec<&FleetCell> = view
+        .cells
         .iter()
-        .filter(|f| !counted.contains(&f.pack.as_str()))
-    {
+        .filter(|c| range_of(&c.client_version).is_none())
+        .collect();
+    if !unmatched.is_empty() {
+        let releases: Vec<String> = unmatched
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} on {} ({})",
+                    c.client_version,
+                    pack_name(&c.pack, c.pack_version.as_deref()),
+                    c.installs
+                )
+            })
+            .collect();
+        out.push(format!(
+            "  releases no entry matches: {}",
+            releases.join(", ")
+        ));
+    }
+    // Failures no range line above shows (a pack no install runs any more, say).
+    let shown = |f: &FailureCell| {
+        view.ranges.iter().any(|r| {
+            Some(&r.clients) == range_of(&f.client_version).as_ref()
+                && r.packs.iter().any(|p| p.pack == f.pack)
+        })
+    };
+    for f in view.failures.iter().filter(|f| !shown(f)) {
         out.push(format!(
             "  {} (client {}): {} {} from {} installs",
             pack_name(&f.pack, f.pack_version.as_deref()),
