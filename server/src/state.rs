@@ -24,7 +24,7 @@ pub struct AppState {
     pub blobs: BlobCache,
     pub uploads: Semaphore,
     pub openapi: serde_json::Value,
-    /// This node's fleet counts (written to storage by [`crate::serve`]'s flusher).
+    /// This node's fleet counts (the accept loop's flusher writes them to storage).
     pub fleet: Arc<Fleet>,
     pub report_limiter: ReportLimiter,
 }
