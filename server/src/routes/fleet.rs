@@ -11,12 +11,12 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
-use crate::state::SharedState;
 use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
 use crate::fleet::{MAX_WINDOW_DAYS, ViewScope};
 use crate::routes::channels::live;
 use crate::routes::{check_name, header_str, read_body};
+use crate::state::SharedState;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
