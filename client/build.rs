@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pack_format::contract::{Contract, template_check};
+use pack_contract::{Contract, template_check};
 use pack_format::{DirProblem, FormatError, Limits, PackDir};
 
 fn main() {

@@ -9,10 +9,8 @@
 //! - [`source`]: the one reader of a pack directory (the files, or every problem found).
 //! - [`channel`]: the channel document and its minisign (prehashed Ed25519) signature.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
-//! - [`contract`]: the runtime's variable contract and strict template validation.
 
 pub mod channel;
-pub mod contract;
 pub mod error;
 mod frames;
 pub mod keys;

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use pack_format::contract::{Contract, template_check};
+use pack_contract::{Contract, template_check};
 use pack_format::{
     ContentKeyRing, DirProblem, FormatError, IndexEntry, Limits, PackDir, SealOptions, SealedDir,
     Unpack, sha256_hex, validate_name,

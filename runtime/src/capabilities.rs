@@ -6,7 +6,8 @@
 //! 2. the agent's ceiling (its `agent.md` frontmatter): tools are intersected, features
 //!    AND-ed, so a ceiling never grants what the config withheld;
 //! 3. the occasion: a delegated child loses delegation, so helpers never fan out;
-//! 4. the host profile: the command-line host has no memory and no scheduling.
+//! 4. the host profile: the command-line host has no scheduling, and its memory is the
+//!    workspace's notes.
 
 use std::collections::BTreeSet;
 
@@ -170,11 +171,78 @@ impl Features {
     }
 }
 
+/// Which MCP tools (`mcp__<server>__<tool>`) an agent may use. Every narrowing layer adds
+/// a rule and a tool is allowed only when each rule allows it, so a layer can take MCP
+/// tools away but never add one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpAccess {
+    pub rules: Vec<McpRule>,
+}
+
+/// One layer's word on MCP tools. A pattern is an exact tool name, a server
+/// (`mcp__time`, meaning all its tools), or a prefix ending in `*` (`mcp__*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpRule {
+    /// Patterns a tool must match; `None` lets every MCP tool through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+impl McpRule {
+    fn allows(&self, tool: &str) -> bool {
+        self.allow
+            .as_ref()
+            .is_none_or(|allow| allow.iter().any(|p| mcp_pattern_matches(p, tool)))
+            && !self.deny.iter().any(|p| mcp_pattern_matches(p, tool))
+    }
+}
+
+impl McpAccess {
+    pub fn allows(&self, tool: &str) -> bool {
+        self.rules.iter().all(|rule| rule.allows(tool))
+    }
+}
+
+/// Whether `pattern` names the MCP tool `tool`.
+pub fn mcp_pattern_matches(pattern: &str, tool: &str) -> bool {
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        return tool.starts_with(prefix);
+    }
+    if pattern == tool {
+        return true;
+    }
+    // `mcp__<server>` alone: every tool of that server.
+    pattern
+        .strip_prefix(crate::mcp::PREFIX)
+        .is_some_and(|server| !server.contains("__"))
+        && tool
+            .strip_prefix(pattern)
+            .is_some_and(|rest| rest.starts_with("__"))
+}
+
+/// Splits a `tools` list into built-in tool ids and MCP patterns (`mcp__…`).
+pub fn split_tool_list(names: &[String]) -> Result<(BTreeSet<ToolId>, Vec<String>), String> {
+    let mut builtin = BTreeSet::new();
+    let mut mcp = Vec::new();
+    for name in names {
+        if name.starts_with(crate::mcp::PREFIX) {
+            mcp.push(name.clone());
+        } else {
+            builtin.insert(ToolId::parse(name)?);
+        }
+    }
+    Ok((builtin, mcp))
+}
+
 /// What an agent may use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {
     pub tools: BTreeSet<ToolId>,
     pub features: Features,
+    #[serde(default)]
+    pub mcp: McpAccess,
 }
 
 impl Default for Capabilities {
@@ -188,6 +256,7 @@ impl Capabilities {
         Capabilities {
             tools: ToolId::ALL.into_iter().collect(),
             features: Features::default(),
+            mcp: McpAccess::default(),
         }
     }
 
@@ -202,6 +271,9 @@ pub struct Ceiling {
     /// Allowed tools; `None` leaves the tools as configured.
     pub tools: Option<BTreeSet<ToolId>>,
     pub disabled_features: BTreeSet<Feature>,
+    /// Which MCP tools the agent may use.
+    #[serde(default)]
+    pub mcp: McpRule,
 }
 
 impl Ceiling {
@@ -229,7 +301,8 @@ pub enum Occasion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
-    /// The `agent` command line: no memory, no scheduling.
+    /// The `agent` command line: no memory store (its memory layer is the workspace's
+    /// notes), no scheduling.
     Cli,
 }
 
@@ -256,16 +329,16 @@ pub fn resolve(
             capabilities.tools.retain(|tool| allowed.contains(tool));
         }
         capabilities.features = capabilities.features.and(ceiling.features());
+        capabilities.mcp.rules.push(ceiling.mcp.clone());
     }
     match occasion {
         Occasion::Root => {}
         Occasion::TaskChild => capabilities.features.delegation = false,
     }
     let (memory_enabled, scheduling) = match profile {
-        Profile::Cli => {
-            capabilities.features.memory = false;
-            (false, false)
-        }
+        // The command line keeps no memory store of its own; the `memory` feature stays as
+        // narrowed, and its memory layer is the workspace's notes (`record_note`).
+        Profile::Cli => (false, false),
     };
     Resolved {
         capabilities,

@@ -11,6 +11,7 @@
 //! - [`session`]: task sessions freeze their agent definition and prompt mode.
 //! - [`provider`]: OpenAI- and Anthropic-compatible streaming model calls.
 //! - [`tools`]: read, write, edit, bash, grep, glob and todowrite.
+//! - [`mcp`]: tools of configured MCP servers, as `mcp__<server>__<tool>`.
 //! - [`agent_loop`]: prompt → model → tools, repeated; [`transcript`]: the JSONL session
 //!   files it writes and `--resume` reads.
 //!
@@ -30,6 +31,8 @@ pub mod delegation;
 pub mod environment;
 pub mod error;
 pub mod instructions;
+pub mod live;
+pub mod mcp;
 pub mod metadata;
 pub mod mode;
 pub mod packs;

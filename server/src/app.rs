@@ -15,28 +15,15 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::cache::{BlobCache, LiveCache};
 use crate::config::Settings;
 use crate::error::ApiError;
+use crate::fleet::Fleet;
 use crate::metrics::Metrics;
-use crate::routes::{blobs, channels, ops, packs};
+use crate::reports::ReportLimiter;
+use crate::routes::{blobs, channels, fleet, ops, packs};
+use crate::state::{AppState, SharedState};
 use crate::storage::Storage;
-
-/// Everything a handler can reach. Nothing in here changes after start-up except metrics and
-/// two caches that cannot serve anything storage no longer holds (the live channel records,
-/// checked against storage on every request, and immutable blobs): all state that matters
-/// lives in [`Storage`].
-#[derive(Debug)]
-pub struct AppState {
-    pub settings: Settings,
-    pub storage: Storage,
-    pub metrics: Metrics,
-    pub live: channels::LiveCache,
-    pub blobs: blobs::BlobCache,
-    pub uploads: Semaphore,
-    pub openapi: serde_json::Value,
-}
-
-pub type SharedState = Arc<AppState>;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -50,6 +37,7 @@ pub type SharedState = Arc<AppState>;
         (name = "blobs", description = "Sealed packs by SHA-256"),
         (name = "packs", description = "Uploaded pack names and versions"),
         (name = "channels", description = "Signed channel documents"),
+        (name = "fleet", description = "Distinct installs and failure reports"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -79,6 +67,8 @@ fn api_routes() -> OpenApiRouter<SharedState> {
         .routes(routes!(channels::history))
         .routes(routes!(channels::history_document))
         .routes(routes!(channels::history_signature))
+        .routes(routes!(fleet::get_fleet))
+        .routes(routes!(fleet::post_report))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
@@ -92,14 +82,29 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// The application with its state.
 pub fn router(settings: Settings, storage: Storage) -> Result<axum::Router, prometheus::Error> {
+    let fleet = Arc::new(Fleet::new(settings.fleet.clone()));
+    router_with_fleet(settings, storage, fleet)
+}
+
+/// The application, counting the fleet into `fleet` (which the caller flushes).
+pub fn router_with_fleet(
+    settings: Settings,
+    storage: Storage,
+    fleet: Arc<Fleet>,
+) -> Result<axum::Router, prometheus::Error> {
     let (routes, api) = api_routes().split_for_parts();
     let state = Arc::new(AppState {
+        report_limiter: ReportLimiter::new(
+            settings.fleet.reports_per_install_per_hour,
+            settings.fleet.reports_per_second,
+        ),
+        fleet,
         uploads: Semaphore::new(settings.max_concurrent_uploads),
         settings,
         storage,
         metrics: Metrics::new()?,
-        live: channels::LiveCache::default(),
-        blobs: blobs::BlobCache::default(),
+        live: LiveCache::default(),
+        blobs: BlobCache::default(),
         openapi: serde_json::to_value(&api).unwrap_or_default(),
     });
     Ok(routes

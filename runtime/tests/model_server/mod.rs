@@ -39,6 +39,8 @@ pub enum Reply {
     },
     /// An error status whose body starts and then stalls, never closing.
     StatusStall { status: u16, body_start: String },
+    /// An SSE transcript sent only after a pause, as a slow server reading a long prompt.
+    Delayed { wait: Duration, sse: String },
 }
 
 impl Reply {
@@ -172,7 +174,7 @@ async fn handle(
             body,
         });
         let reply = inner.replies.pop_front();
-        if let Some(Reply::Sse(text)) = &reply {
+        if let Some(Reply::Sse(text) | Reply::Delayed { sse: text, .. }) = &reply {
             inner.handed_out.insert(key, handed_out_ids(text));
         }
         reply
@@ -183,6 +185,10 @@ async fn handle(
             .body(Body::from("the script has no more replies"))
             .unwrap(),
         Some(Reply::Sse(text)) => sse(Body::from(text)),
+        Some(Reply::Delayed { wait, sse: text }) => {
+            tokio::time::sleep(wait).await;
+            sse(Body::from(text))
+        }
         Some(Reply::Status {
             status,
             retry_after,

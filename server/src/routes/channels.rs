@@ -10,8 +10,8 @@
 //! where to start walking, written after the create on a best-effort basis and never
 //! trusted further than that.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
@@ -27,7 +27,6 @@ use utoipa::IntoParams;
 
 use pack_protocol::headers;
 
-use crate::app::SharedState;
 use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
 use crate::metrics::FetchResult;
@@ -37,6 +36,7 @@ use crate::model::{
 };
 use crate::range::if_none_match;
 use crate::routes::{check_name, etag, header_str, read_body};
+use crate::state::SharedState;
 use crate::storage::{Created, keys};
 
 /// Room for a document at its limit plus a signature, JSON-escaped.
@@ -308,35 +308,6 @@ async fn history_sequences(state: &SharedState, channel: &str) -> Result<Vec<u64
     Ok(sequences)
 }
 
-/// The live record of each channel seen so far. Not state of the node: a committed document
-/// never changes, so the only question per request is whether a newer one was committed
-/// since, and that is one existence check of `history/{live + 1}` (a `stat` on disk, a HEAD
-/// on object storage). A publish through any node is served by the next request on every
-/// node. At most one entry per channel that exists.
-#[derive(Debug, Default)]
-pub struct LiveCache {
-    entries: RwLock<HashMap<String, Arc<ChannelRecord>>>,
-}
-
-impl LiveCache {
-    fn get(&self, channel: &str) -> Option<Arc<ChannelRecord>> {
-        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        entries.get(channel).cloned()
-    }
-
-    /// Keeps the higher of the cached and the given record: two requests resolving at once
-    /// must not move the cache back.
-    fn advance(&self, channel: &str, record: Arc<ChannelRecord>) {
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        match entries.get(channel) {
-            Some(cached) if cached.summary.sequence >= record.summary.sequence => {}
-            Some(_) | None => {
-                entries.insert(channel.to_string(), record);
-            }
-        }
-    }
-}
-
 /// The live document of `channel` (served from the cache when `history/{live + 1}` does not
 /// exist), or `None` when nothing was published on it.
 async fn find_live(
@@ -407,7 +378,11 @@ async fn hinted(state: &SharedState, channel: &str) -> Result<Option<u64>, ApiEr
     }
 }
 
-async fn live(state: &SharedState, channel: &str) -> Result<Arc<ChannelRecord>, ApiError> {
+/// The live record of `channel`; `404` when nothing was published on it.
+pub(crate) async fn live(
+    state: &SharedState,
+    channel: &str,
+) -> Result<Arc<ChannelRecord>, ApiError> {
     check_name("channel", channel)?;
     find_live(state, channel)
         .await?
@@ -459,7 +434,8 @@ fn revalidated(
         ("channel" = String, Path, description = "Channel name"),
         ("If-None-Match" = Option<String>, Header, description = "ETag from an earlier answer"),
         ("X-Promptpack-Client-Version" = Option<String>, Header, description = "Client version, for metrics"),
-        ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "Installed pack `name@version`, for metrics"),
+        ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "SHA-256 of the installed sealed pack, or `builtin`: metrics and the fleet view"),
+        ("X-Promptpack-Install" = Option<String>, Header, description = "The client's install hash (32 hex digits): counted once per install in the fleet view"),
     ),
     responses(
         (status = 200, description = "The document", content_type = "application/json", body = String),
@@ -487,6 +463,13 @@ pub async fn get_channel(
         result,
         header_str(&headers, headers::CLIENT_VERSION),
         header_str(&headers, headers::INSTALLED_PACK),
+    );
+    state.fleet.record_fetch(
+        &channel,
+        header_str(&headers, headers::CLIENT_VERSION),
+        header_str(&headers, headers::INSTALLED_PACK),
+        header_str(&headers, headers::INSTALL),
+        OffsetDateTime::now_utc(),
     );
     Ok(response)
 }

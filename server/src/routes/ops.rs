@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::app::SharedState;
 use crate::error::{ApiError, ErrorBody};
+use crate::state::SharedState;
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "ok", body = String)))]
@@ -41,10 +41,11 @@ pub async fn metrics(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     state.settings.tokens.authorize_read(&headers)?;
-    let text = state
+    let mut text = state
         .metrics
         .render()
         .map_err(|e| ApiError::Internal(format!("rendering metrics: {e}")))?;
+    text.push_str(&state.fleet.metrics_text(&state.storage).await?);
     Ok((
         StatusCode::OK,
         [(

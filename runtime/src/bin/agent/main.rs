@@ -10,7 +10,9 @@
 mod exec;
 mod host;
 mod init;
+mod mcp;
 mod repl;
+mod spinner;
 
 use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
@@ -57,6 +59,19 @@ enum Command {
     /// Prompt-pack updates: what is served, refresh now, pin a version.
     #[command(subcommand)]
     Packs(PacksCommand),
+    /// MCP servers from the `[mcp_servers.<name>]` tables of config.toml.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Start every configured server and show its state and tools.
+    List {
+        /// Print the servers as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -142,6 +157,7 @@ fn main() -> ExitCode {
             Command::Prompt(_)
             | Command::Exec(_)
             | Command::Init(_)
+            | Command::Mcp(_)
             | Command::Packs(
                 PacksCommand::Status { .. }
                 | PacksCommand::Pin { .. }
@@ -151,6 +167,11 @@ fn main() -> ExitCode {
         )
         | None => tracing::Level::WARN,
     };
+    // `mcp list` shows each server's failure in its listing; the log line would repeat it.
+    let mcp_level = match &cli.command {
+        Some(Command::Mcp(_)) => tracing::Level::ERROR,
+        Some(_) | None => tracing::Level::WARN,
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(colour_stderr())
@@ -159,7 +180,8 @@ fn main() -> ExitCode {
         .with(
             Targets::new()
                 .with_default(tracing::Level::WARN)
-                .with_target("pack_client::client", client_level),
+                .with_target("pack_client::client", client_level)
+                .with_target("agent_runtime::mcp", mcp_level),
         )
         .init();
     match run(cli) {
@@ -190,6 +212,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Prompt(args)) => prompt(args),
         Some(Command::Exec(args)) => exec::exec(args),
         Some(Command::Packs(command)) => packs(command),
+        Some(Command::Mcp(McpCommand::List { json })) => mcp::list(json),
         Some(Command::Init(args)) => {
             let host = host::Host::open(&args.provider.overrides())?;
             host.packs.refresh_in_background_if_due();
@@ -265,8 +288,13 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                // The outcome is in the cache's state for the next run to show.
-                let _ = runtime.block_on(client.refresh_if_idle());
+                // The outcome is in the cache's state for the next run to show. A refresh
+                // sends waiting failure reports when it ends; one skipped because another
+                // process refreshes does not, so they are sent here.
+                let _ = runtime.block_on(async {
+                    let _ = client.refresh_if_idle().await;
+                    client.send_reports().await
+                });
             }
             return Ok(());
         }
@@ -353,7 +381,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         Some(session) => Some(session.resume(args.mode)?),
         None => None,
     };
-    let agent = frozen.map_or(args.agent.as_str(), |def| def.name.as_str());
+    let agent = frozen.map_or(agents::canonical_name(&args.agent), |def| def.name.as_str());
     let occasion = if session.is_some()
         || args.delegated
         || (BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR)
@@ -367,15 +395,23 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         parent_agent: ORCHESTRATOR.to_string(),
         task: None,
         files: Vec::new(),
+        max_steps: None,
     };
     let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
 
     let environment = Environment::detect(&cwd, &args.model, data_dir.root());
     let instructions = Instructions::read(&data_dir.global_instructions(), &cwd);
-    let store = packs.store();
-    if let Some(dir) = &args.pack {
-        store.install(load_pack_dir(dir)?);
-    }
+    // A pack from a directory is the developer's, not the channel's: its render failures
+    // are neither counted against this device's packs nor reported.
+    let local;
+    let store: &pack_client::PromptStore = match &args.pack {
+        Some(dir) => {
+            local = pack_client::PromptStore::new(packs.store().builtin().clone());
+            local.install(load_pack_dir(dir)?);
+            &local
+        }
+        None => packs.store().as_ref(),
+    };
     let request = TurnRequest {
         agent,
         mode: args.mode,
@@ -392,8 +428,10 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         memory: None,
         session: Some(session_context),
         disk_skills: &[],
+        mcp: None,
     };
     let prompt = assemble_turn(store, &request)?;
+    packs.send_reports_in_background();
 
     let mut out = std::io::stdout().lock();
     if args.json {

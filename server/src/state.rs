@@ -1,0 +1,32 @@
+//! What every handler can reach: the settings, the storage, the metrics and the caches.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::cache::{BlobCache, LiveCache};
+use crate::config::Settings;
+use crate::fleet::Fleet;
+use crate::metrics::Metrics;
+use crate::reports::ReportLimiter;
+use crate::storage::Storage;
+
+/// Everything a handler can reach. Nothing in here changes after start-up except metrics and
+/// two caches that cannot serve anything storage no longer holds (the live channel records,
+/// checked against storage on every request, and immutable blobs): all state that matters
+/// lives in [`Storage`].
+#[derive(Debug)]
+pub struct AppState {
+    pub settings: Settings,
+    pub storage: Storage,
+    pub metrics: Metrics,
+    pub live: LiveCache,
+    pub blobs: BlobCache,
+    pub uploads: Semaphore,
+    pub openapi: serde_json::Value,
+    /// This node's fleet counts (the accept loop's flusher writes them to storage).
+    pub fleet: Arc<Fleet>,
+    pub report_limiter: ReportLimiter,
+}
+
+pub type SharedState = Arc<AppState>;
