@@ -279,12 +279,31 @@ pub fn validate_template(
     }
 }
 
+/// Bytes of one template. Prompt templates are a few KB; handlebars takes time that grows
+/// with the square of a template's length to compile it (it finds each element's line by
+/// scanning from the start), so a template of megabytes from an untrusted pack would tie a
+/// client up for minutes. At the limit, validation takes tens of milliseconds (the cost per
+/// size is in BENCHMARKS.md).
+pub const MAX_TEMPLATE_LEN: usize = 128 * 1024;
+
 /// Like [`validate_template`], but returns every problem in source order.
 pub fn validate_template_all(
     file_name: &str,
     source: &str,
     contract: &Contract,
 ) -> Vec<TemplateError> {
+    if source.len() > MAX_TEMPLATE_LEN {
+        return vec![TemplateError {
+            file: file_name.to_string(),
+            line: 1,
+            message: format!(
+                "template is {} bytes, over the limit of {MAX_TEMPLATE_LEN} bytes per template; \
+                 split it into smaller templates",
+                source.len()
+            ),
+            hint: None,
+        }];
+    }
     let template = match Template::compile_with_name(source, file_name.to_string()) {
         Ok(template) => template,
         Err(e) => {
@@ -995,6 +1014,24 @@ mod tests {
         check(source)
             .expect_err("template should be rejected")
             .to_string()
+    }
+
+    #[test]
+    fn a_template_over_the_size_limit_is_refused_before_it_is_parsed() {
+        let at_limit = format!("{{{{persona}}}}{}", "x".repeat(MAX_TEMPLATE_LEN - 11));
+        assert_eq!(at_limit.len(), MAX_TEMPLATE_LEN);
+        assert_eq!(check(&at_limit), Ok(()));
+        // One byte more, and a template that would not even parse: the size is the problem.
+        let over = format!("{{{{#if}}}}{}", "x".repeat(MAX_TEMPLATE_LEN - 6));
+        assert_eq!(over.len(), MAX_TEMPLATE_LEN + 1);
+        assert_eq!(
+            error(&over),
+            format!(
+                "t.hbs:1: template is {} bytes, over the limit of {MAX_TEMPLATE_LEN} bytes per \
+                 template; split it into smaller templates",
+                MAX_TEMPLATE_LEN + 1
+            )
+        );
     }
 
     #[test]

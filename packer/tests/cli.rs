@@ -511,6 +511,25 @@ fn build_rejects_a_template_that_is_not_utf8() {
 }
 
 #[test]
+fn build_rejects_a_template_over_the_size_limit_and_names_it() {
+    let fixture = Fixture::new();
+    let long = "Say hello to {{persona}}.\n".repeat(pack_contract::MAX_TEMPLATE_LEN / 20);
+    fixture.write("prompts/long.hbs", long.as_bytes());
+    let result = fixture.build("p.pack", &[]);
+    assert_fails(&result);
+    let message = stderr(&result);
+    assert!(message.contains("long.hbs:1: template is"), "{message}");
+    assert!(
+        message.contains(&format!(
+            "over the limit of {} bytes per template",
+            pack_contract::MAX_TEMPLATE_LEN
+        )),
+        "{message}"
+    );
+    assert!(!fixture.path("p.pack").exists());
+}
+
+#[test]
 fn builds_with_the_same_source_date_epoch_have_identical_payloads() {
     let fixture = Fixture::new();
     let epoch = [("SOURCE_DATE_EPOCH", "1700000000")];

@@ -50,8 +50,11 @@ pub fn generate_tree(root: &Path, target: u64, seed: u64) -> Result<(usize, u64)
         std::fs::create_dir_all(&dir)?;
         let ext = ["md", "md", "md", "hbs", "txt"][rng.random_range(0..5)];
         let path = dir.join(format!("{}-{files}.{ext}", words.pick(&mut rng)));
-        // Log-uniform sizes from 1 KB to 100 KB: many small templates, a few long ones.
-        let size = (1000.0 * 100f64.powf(rng.random::<f64>())) as usize;
+        // Log-uniform sizes: templates (`.hbs`, validated by `packer build`) are prompt-sized,
+        // 1 KB to 16 KB; the other files (documents the prompts ship with) 1 KB to 120 KB,
+        // many small, a few long. That makes about 4,800 files for 100 MB.
+        let largest: f64 = if ext == "hbs" { 16.0 } else { 120.0 };
+        let size = (1000.0 * largest.powf(rng.random::<f64>())) as usize;
         let size = size.min((target - written) as usize).max(1);
         let text = template_text(&mut rng, &words, size);
         std::fs::write(&path, &text)?;

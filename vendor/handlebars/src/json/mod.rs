@@ -1,2 +1,0 @@
-pub(crate) mod path;
-pub(crate) mod value;
