@@ -13,7 +13,6 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
 
 use crate::frames::{Layout, frame_payload};
 use crate::pack::{PackMeta, SealSecrets, check_seal, room_for, seal_frames};
@@ -132,7 +131,7 @@ impl PackDir {
             files: Vec::new(),
             problems: Vec::new(),
         };
-        dir.walk(root, limits);
+        dir.walk(root, "", limits);
         // Path order is byte order of the pack paths (`a-b/x` before `a/x`), which is not
         // the order a directory-by-directory walk gives.
         dir.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -165,54 +164,96 @@ impl PackDir {
         dir
     }
 
-    /// Lists the tree on every core: each thread takes a directory from the shared list,
-    /// lists it, and puts the directories it finds back (a walk on one thread leaves a
-    /// core idle on a tree of thousands of directories).
-    fn walk(&mut self, root: &Path, limits: &Limits) {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // Directories still to list, and how many threads are listing one right now.
-        let work = Mutex::new((vec![(root.to_path_buf(), String::new())], 0usize));
-        let ready = Condvar::new();
-        let lister = || {
-            let mut found = Found::default();
-            loop {
-                let (dir, prefix) = {
-                    let mut state = work.lock().unwrap_or_else(|e| e.into_inner());
-                    loop {
-                        if let Some(next) = state.0.pop() {
-                            state.1 += 1;
-                            break next;
-                        }
-                        if state.1 == 0 {
-                            return found;
-                        }
-                        state = ready.wait(state).unwrap_or_else(|e| e.into_inner());
-                    }
-                };
-                let subdirs = list(&dir, &prefix, limits, &mut found);
-                let mut state = work.lock().unwrap_or_else(|e| e.into_inner());
-                state.0.extend(subdirs);
-                state.1 -= 1;
-                ready.notify_all();
+    fn walk(&mut self, dir: &Path, prefix: &str, limits: &Limits) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                self.problems.push(DirProblem::new(
+                    dir,
+                    format!("cannot read the directory: {e}"),
+                ));
+                return;
             }
         };
-        let parts: Vec<Found> = if threads < 2 {
-            vec![lister()]
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..threads).map(|_| scope.spawn(lister)).collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                    })
-                    .collect()
-            })
-        };
-        for part in parts {
-            self.files.extend(part.files);
-            self.problems.extend(part.problems);
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    self.problems.push(DirProblem::new(
+                        dir,
+                        format!("cannot read the directory: {e}"),
+                    ));
+                    return;
+                }
+            };
+            let disk = entry.path();
+            // The entry's own type, not its target's: a link is not followed.
+            let kind = match entry.file_type() {
+                Ok(kind) => kind,
+                Err(e) => {
+                    self.problems
+                        .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                    continue;
+                }
+            };
+            if kind.is_symlink() {
+                self.problems.push(DirProblem::new(
+                    disk,
+                    "is a symbolic link; packs hold regular files only (replace the link with a \
+                     copy of the file)",
+                ));
+                continue;
+            }
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                self.problems
+                    .push(DirProblem::new(disk, "the name is not UTF-8; rename it"));
+                continue;
+            };
+            let path = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            if kind.is_dir() {
+                self.walk(&disk, &path, limits);
+                continue;
+            }
+            if !kind.is_file() {
+                self.problems.push(DirProblem::new(
+                    disk,
+                    "not a regular file (a device, socket or FIFO); remove it",
+                ));
+                continue;
+            }
+            if let Err(e) = validate_path(&path, limits) {
+                let message = match e {
+                    FormatError::UnsafeEntry { reason, .. } => {
+                        format!("unsafe name in a pack: {reason}")
+                    }
+                    other => format!("unsafe name in a pack: {other}"),
+                };
+                self.problems.push(DirProblem::new(disk, message));
+                continue;
+            }
+            let len = match entry.metadata() {
+                Ok(meta) => meta.len(),
+                Err(e) => {
+                    self.problems
+                        .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                    continue;
+                }
+            };
+            if len > limits.max_file_len {
+                self.problems.push(DirProblem::new(
+                    disk,
+                    format!(
+                        "{len} bytes, over the per-file limit of {} bytes",
+                        limits.max_file_len
+                    ),
+                ));
+                continue;
+            }
+            self.files.push(DirFile { path, disk, len });
         }
     }
 
@@ -343,112 +384,6 @@ impl PackDir {
             index: framed.index,
         })
     }
-}
-
-/// What one listing thread found.
-#[derive(Default)]
-struct Found {
-    files: Vec<DirFile>,
-    problems: Vec<DirProblem>,
-}
-
-/// Lists one directory into `found`; returns its subdirectories, to be listed next.
-fn list(dir: &Path, prefix: &str, limits: &Limits, found: &mut Found) -> Vec<(PathBuf, String)> {
-    let mut subdirs = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => {
-            found.problems.push(DirProblem::new(
-                dir,
-                format!("cannot read the directory: {e}"),
-            ));
-            return subdirs;
-        }
-    };
-    for entry in entries {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(e) => {
-                found.problems.push(DirProblem::new(
-                    dir,
-                    format!("cannot read the directory: {e}"),
-                ));
-                return subdirs;
-            }
-        };
-        let disk = entry.path();
-        // The entry's own type, not its target's: a link is not followed.
-        let kind = match entry.file_type() {
-            Ok(kind) => kind,
-            Err(e) => {
-                found
-                    .problems
-                    .push(DirProblem::new(disk, format!("cannot read: {e}")));
-                continue;
-            }
-        };
-        if kind.is_symlink() {
-            found.problems.push(DirProblem::new(
-                disk,
-                "is a symbolic link; packs hold regular files only (replace the link with a \
-                 copy of the file)",
-            ));
-            continue;
-        }
-        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
-            found
-                .problems
-                .push(DirProblem::new(disk, "the name is not UTF-8; rename it"));
-            continue;
-        };
-        let path = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
-        if kind.is_dir() {
-            subdirs.push((disk, path));
-            continue;
-        }
-        if !kind.is_file() {
-            found.problems.push(DirProblem::new(
-                disk,
-                "not a regular file (a device, socket or FIFO); remove it",
-            ));
-            continue;
-        }
-        if let Err(e) = validate_path(&path, limits) {
-            let message = match e {
-                FormatError::UnsafeEntry { reason, .. } => {
-                    format!("unsafe name in a pack: {reason}")
-                }
-                other => format!("unsafe name in a pack: {other}"),
-            };
-            found.problems.push(DirProblem::new(disk, message));
-            continue;
-        }
-        let len = match entry.metadata() {
-            Ok(meta) => meta.len(),
-            Err(e) => {
-                found
-                    .problems
-                    .push(DirProblem::new(disk, format!("cannot read: {e}")));
-                continue;
-            }
-        };
-        if len > limits.max_file_len {
-            found.problems.push(DirProblem::new(
-                disk,
-                format!(
-                    "{len} bytes, over the per-file limit of {} bytes",
-                    limits.max_file_len
-                ),
-            ));
-            continue;
-        }
-        found.files.push(DirFile { path, disk, len });
-    }
-    subdirs
 }
 
 /// Reads `root` and every file under it: the payload, or every problem found. `check`
