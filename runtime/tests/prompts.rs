@@ -47,10 +47,9 @@ fn metadata_hashes_every_template_used_and_the_prompt() {
     }
     // Subagent templates were not used, so they are not listed.
     assert!(!meta.templates.contains_key("agents/worker/system.hbs"));
-    use sha2::Digest;
     assert_eq!(
         meta.prompt_sha256,
-        hex::encode(sha2::Sha256::digest(prompt.text.as_bytes()))
+        pack_format::sha256_hex(prompt.text.as_bytes())
     );
 }
 

@@ -87,11 +87,10 @@ impl Tool for RecallNotes {
 
 /// The notes file of `workspace`: one per workspace path.
 pub fn notes_file(data_dir: &Path, workspace: &Path) -> PathBuf {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes());
+    let digest = pack_format::sha256_hex(workspace.as_os_str().as_encoded_bytes());
     data_dir
         .join("notes")
-        .join(format!("{}.json", &hex::encode(digest)[..16]))
+        .join(format!("{}.json", &digest[..16]))
 }
 
 pub fn load(file: &Path) -> Result<Vec<Note>, String> {
