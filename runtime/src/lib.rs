@@ -8,6 +8,8 @@
 //!   budgets.
 //! - [`assemble`]: the per-turn assembly, in a fixed order, from one snapshot, with
 //!   wholesale fallback to the built-in pack.
+//! - [`preview`]: every built-in agent × prompt mode rendered from a fixed sample context
+//!   (what `packer diff` compares).
 //! - [`session`]: task sessions freeze their agent definition and prompt mode.
 //! - [`provider`]: OpenAI- and Anthropic-compatible streaming model calls.
 //! - [`tools`]: read, write, edit, bash, grep, glob and todowrite.
@@ -36,6 +38,7 @@ pub mod mcp;
 pub mod metadata;
 pub mod mode;
 pub mod packs;
+pub mod preview;
 pub mod provider;
 pub mod reminders;
 pub mod session;
