@@ -125,6 +125,8 @@ struct Frontmatter {
     disallowed_tools: Option<Vec<String>>,
     disabled_features: Option<Vec<String>>,
     skills: Option<Vec<String>>,
+    /// The widest permission mode the agent may run in: read-only, workspace or full.
+    permissions: Option<crate::permissions::PermissionMode>,
 }
 
 struct AgentFile {
@@ -209,6 +211,7 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
         ceiling: Ceiling {
             tools,
             disabled_features,
+            permissions: frontmatter.permissions,
         },
         frontmatter,
         body: body.to_string(),

@@ -7,10 +7,16 @@
 //!    AND-ed, so a ceiling never grants what the config withheld;
 //! 3. the occasion: a delegated child loses delegation, so helpers never fan out;
 //! 4. the host profile: the command-line host has no memory and no scheduling.
+//!
+//! The ceiling also caps the permission mode an agent runs in (`permissions: read-only`
+//! for `explore` and `plan`); the session's mode narrows it further (see
+//! [`crate::permissions`]).
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
+
+use crate::permissions::PermissionMode;
 
 /// A built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -175,6 +181,9 @@ impl Features {
 pub struct Capabilities {
     pub tools: BTreeSet<ToolId>,
     pub features: Features,
+    /// The widest permission mode the agent may run in; `None`: whatever the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<PermissionMode>,
 }
 
 impl Default for Capabilities {
@@ -188,6 +197,7 @@ impl Capabilities {
         Capabilities {
             tools: ToolId::ALL.into_iter().collect(),
             features: Features::default(),
+            permissions: None,
         }
     }
 
@@ -202,6 +212,9 @@ pub struct Ceiling {
     /// Allowed tools; `None` leaves the tools as configured.
     pub tools: Option<BTreeSet<ToolId>>,
     pub disabled_features: BTreeSet<Feature>,
+    /// The widest permission mode; `None` leaves the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<PermissionMode>,
 }
 
 impl Ceiling {
@@ -256,6 +269,10 @@ pub fn resolve(
             capabilities.tools.retain(|tool| allowed.contains(tool));
         }
         capabilities.features = capabilities.features.and(ceiling.features());
+        capabilities.permissions = match (capabilities.permissions, ceiling.permissions) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
     match occasion {
         Occasion::Root => {}

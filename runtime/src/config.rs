@@ -82,7 +82,11 @@ impl Config {
             }
         }
         Ok(Config {
-            defaults: Capabilities { tools, features },
+            defaults: Capabilities {
+                tools,
+                features,
+                permissions: None,
+            },
         })
     }
 }

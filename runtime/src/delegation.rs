@@ -25,7 +25,7 @@ use crate::mode::PromptMode;
 use crate::provider::{Message, Provider};
 use crate::session::SessionContext;
 use crate::skills::Skill;
-use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError};
+use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError, WebSettings};
 use crate::transcript::{Record, SessionHeader, Transcript};
 
 /// A verifier's conclusion.
@@ -94,6 +94,8 @@ pub struct Subagents {
     pub parent_session: String,
     pub parent_agent: String,
     pub max_steps: u32,
+    /// `web_fetch`'s limits, the same as the parent's.
+    pub web: WebSettings,
     pub(crate) next: AtomicU32,
 }
 
@@ -126,6 +128,7 @@ impl Subagents {
             parent_session,
             parent_agent: ORCHESTRATOR.to_string(),
             max_steps: 30,
+            web: WebSettings::default(),
             next: AtomicU32::new(0),
         }
     }
@@ -189,7 +192,12 @@ impl Subagents {
             files: request.files,
         };
         // No delegate: the child's toolbox has no `task` tool, whatever its ceiling says.
-        let tools = Arc::new(ToolContext::new(self.cwd.clone()));
+        // Its permissions are the parent's, narrowed further by its own ceiling.
+        let tools = Arc::new(
+            ToolContext::new(self.cwd.clone())
+                .with_policy(request.policy.inherited(&self.parent_agent))
+                .with_web(self.web.clone()),
+        );
         let mut child = AgentLoop {
             store: &self.store,
             request: TurnRequest {

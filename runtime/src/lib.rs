@@ -10,7 +10,9 @@
 //!   wholesale fallback to the built-in pack.
 //! - [`session`]: task sessions freeze their agent definition and prompt mode.
 //! - [`provider`]: OpenAI- and Anthropic-compatible streaming model calls.
-//! - [`tools`]: read, write, edit, bash, grep, glob and todowrite.
+//! - [`tools`]: read, write, edit, bash, grep, glob, web_fetch and todowrite.
+//! - [`permissions`]: permission modes, approval policies and allow/deny rules every
+//!   tool call passes; [`sandbox`]: the Landlock sandbox `bash` runs in.
 //! - [`agent_loop`]: prompt → model → tools, repeated; [`transcript`]: the JSONL session
 //!   files it writes and `--resume` reads.
 //!
@@ -33,8 +35,10 @@ pub mod instructions;
 pub mod metadata;
 pub mod mode;
 pub mod packs;
+pub mod permissions;
 pub mod provider;
 pub mod reminders;
+pub mod sandbox;
 pub mod session;
 pub mod skills;
 pub mod tools;

@@ -204,9 +204,13 @@ fn named_tools(text: &str) -> std::collections::BTreeSet<String> {
     named
 }
 
+/// Every tool named anywhere the model reads at the start of a turn (the system prompt and
+/// every offered tool's description) is a tool it is offered: no text points the model at
+/// a tool it does not have.
 #[test]
 fn every_tool_a_prompt_names_is_offered() {
     let dir = tempfile::tempdir().unwrap();
+    let snapshot = common::builtin();
     for agent in BUILTIN_AGENTS {
         for mode in PromptMode::ALL {
             for occasion in [Occasion::Root, Occasion::TaskChild] {
@@ -222,16 +226,22 @@ fn every_tool_a_prompt_names_is_offered() {
                         .with_notes(dir.path().join("notes.json")),
                     Occasion::TaskChild => ToolContext::new(dir.path().to_path_buf()),
                 };
-                let offered = Toolbox::new(&prompt.capabilities, Arc::new(context)).names();
-                let named = named_tools(&prompt.text);
-                let missing: Vec<&String> = named
-                    .iter()
-                    .filter(|n| !offered.contains(&n.as_str()))
-                    .collect();
-                assert!(
-                    missing.is_empty(),
-                    "{agent} {mode} {occasion:?} names {missing:?}, not offered (offered: {offered:?})"
-                );
+                let toolbox = Toolbox::new(&prompt.capabilities, Arc::new(context));
+                let offered = toolbox.names();
+                let mut texts = vec![("the system prompt".to_string(), prompt.text.clone())];
+                for spec in toolbox.specs(&snapshot).unwrap() {
+                    texts.push((format!("the {} description", spec.name), spec.description));
+                }
+                for (source, text) in texts {
+                    let missing: Vec<String> = named_tools(&text)
+                        .into_iter()
+                        .filter(|n| !offered.contains(&n.as_str()))
+                        .collect();
+                    assert!(
+                        missing.is_empty(),
+                        "{agent} {mode} {occasion:?}: {source} names {missing:?}, not offered (offered: {offered:?})"
+                    );
+                }
             }
         }
     }

@@ -12,10 +12,11 @@ use agent_runtime::delegation::Subagents;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
 use agent_runtime::packs::Packs;
+use agent_runtime::permissions::Policy;
 use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
 use agent_runtime::session::SessionContext;
 use agent_runtime::skills::{self, Skill};
-use agent_runtime::tools::{Protected, ToolContext, notes_file};
+use agent_runtime::tools::{Protected, ToolContext, WebSettings, notes_file};
 use agent_runtime::transcript::SessionHeader;
 use agent_runtime::{Occasion, Profile, TurnRequest};
 
@@ -29,6 +30,11 @@ pub struct Host {
     pub no_model: Option<String>,
     pub packs: Packs,
     pub custom_agents: Arc<Vec<AgentDefinition>>,
+    /// What the entry point chose about permissions; each session builds its own from it.
+    pub safety: crate::safety::Choice,
+    /// The config file's text, for the permissions each session reads from it.
+    pub config_text: String,
+    pub web: WebSettings,
 }
 
 impl Host {
@@ -66,6 +72,11 @@ impl Host {
         }
         let packs = crate::open_packs_or_builtin(&data_dir, &config_text);
         let provider = Arc::new(Provider::new(settings.clone())?);
+        let web = WebSettings::parse(&config_text)
+            .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
+        // A bad [permissions] table stops every command, not only the first session.
+        agent_runtime::permissions::config::section(&config_text)
+            .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
         Ok(Host {
             data_dir,
             config: Arc::new(config),
@@ -74,17 +85,29 @@ impl Host {
             no_model,
             packs,
             custom_agents: Arc::new(custom_agents),
+            safety: crate::safety::Choice::default(),
+            config_text,
+            web,
         })
     }
 
-    /// Wires one session: its tools (with helpers to delegate to, background tasks and
-    /// notes), skills on disk, and what the prompt needs to know about the machine.
+    /// Wires one session: its permissions, its tools (with helpers to delegate to,
+    /// background tasks and notes), skills on disk, and what the prompt needs to know
+    /// about the machine. Says once how the session's permissions stand.
     pub fn session(
         &self,
         header: SessionHeader,
         messages: &[Message],
         protected: Option<Protected>,
-    ) -> Session {
+    ) -> anyhow::Result<Session> {
+        let safety = crate::safety::session(
+            &self.safety,
+            &self.config_text,
+            &self.data_dir.config_file(),
+            &header.cwd,
+        )?;
+        crate::safety::announce(&safety, crate::colour_stderr());
+        let policy = Policy::new(safety.permissions.clone());
         let environment = Arc::new(Environment::detect(
             &header.cwd,
             &self.settings.model,
@@ -96,7 +119,7 @@ impl Host {
         ));
         let (disk_skills, _warnings) = skills::from_disk(self.data_dir.root(), &header.cwd);
         let disk_skills = Arc::new(disk_skills);
-        let subagents = Subagents::new(
+        let mut subagents = Subagents::new(
             self.packs.store().clone(),
             self.provider.clone(),
             self.config.clone(),
@@ -109,7 +132,10 @@ impl Host {
             header.cwd.clone(),
             header.id.clone(),
         );
+        subagents.web = self.web.clone();
         let mut tools = ToolContext::new(header.cwd.clone())
+            .with_policy(policy)
+            .with_web(self.web.clone())
             .with_delegate(Arc::new(subagents))
             .with_notes(notes_file(self.data_dir.root(), &header.cwd));
         if let Some(protected) = protected {
@@ -135,7 +161,7 @@ impl Host {
             task: None,
             files: Vec::new(),
         };
-        Session {
+        Ok(Session {
             header,
             environment,
             instructions,
@@ -143,7 +169,7 @@ impl Host {
             tools,
             context,
             occasion,
-        }
+        })
     }
 }
 

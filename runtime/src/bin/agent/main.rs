@@ -11,6 +11,7 @@ mod exec;
 mod host;
 mod init;
 mod repl;
+mod safety;
 
 use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
@@ -44,6 +45,8 @@ struct Cli {
     /// The orchestrator's prompt mode for the interactive session.
     #[arg(long, value_name = "MODE", default_value = "tui")]
     prompt_mode: PromptMode,
+    #[command(flatten)]
+    permissions: safety::PermissionArgs,
 }
 
 #[derive(Subcommand)]
@@ -57,6 +60,11 @@ enum Command {
     /// Prompt-pack updates: what is served, refresh now, pin a version.
     #[command(subcommand)]
     Packs(PacksCommand),
+    /// What this machine supports (the sandbox) and the permissions the agent runs with.
+    Doctor,
+    /// Runs a command in the Landlock sandbox (what `bash` starts).
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec(safety::SandboxExecArgs),
 }
 
 #[derive(clap::Args)]
@@ -134,6 +142,10 @@ struct PromptArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The launcher restricts itself before anything else runs (no thread may start first).
+    if let Some(Command::SandboxExec(args)) = cli.command {
+        return safety::sandbox_exec(args);
+    }
     // `packs refresh` prints its own failure; the pack client's warning for unattended
     // refreshes would only say it a second time.
     let client_level = match &cli.command {
@@ -142,6 +154,8 @@ fn main() -> ExitCode {
             Command::Prompt(_)
             | Command::Exec(_)
             | Command::Init(_)
+            | Command::Doctor
+            | Command::SandboxExec(_)
             | Command::Packs(
                 PacksCommand::Status { .. }
                 | PacksCommand::Pin { .. }
@@ -190,6 +204,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Prompt(args)) => prompt(args),
         Some(Command::Exec(args)) => exec::exec(args),
         Some(Command::Packs(command)) => packs(command),
+        Some(Command::Doctor) => safety::doctor(&DataDir::locate()?),
+        // Handled in `main`, before anything else starts.
+        Some(Command::SandboxExec(_)) => Ok(()),
         Some(Command::Init(args)) => {
             let host = host::Host::open(&args.provider.overrides())?;
             host.packs.refresh_in_background_if_due();
@@ -204,8 +221,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .block_on(init::run(&host, &dir, args.existing, args.max_steps))
         }
         None => {
-            let host = host::Host::open_without_model(&cli.provider.overrides())?;
-            repl::repl(host, cli.prompt_mode, 50)
+            let mut host = host::Host::open_without_model(&cli.provider.overrides())?;
+            let approver = Arc::new(safety::TerminalApprover::default());
+            host.safety = safety::Choice {
+                kind: safety::Kind::Interactive,
+                args: cli.permissions,
+                approver: Some(approver.clone()),
+            };
+            repl::repl(host, approver, cli.prompt_mode, 50)
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 use agent_runtime::agent_loop::Event;
 use agent_runtime::agents::{AgentDefinition, BUILTIN_AGENTS};
@@ -15,10 +16,16 @@ use rustyline::error::ReadlineError;
 
 use crate::exec::Printer;
 use crate::host::Host;
+use crate::safety::TerminalApprover;
 
 const HELP: &str = "commands: /init  /agents  /prompt  /packs  /compact  /exit";
 
-pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> {
+pub fn repl(
+    host: Host,
+    approver: Arc<TerminalApprover>,
+    mode: PromptMode,
+    max_steps: u32,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -40,7 +47,7 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
     };
     let mut transcript = Transcript::create(&host.data_dir.sessions_dir(), &header)?;
     let session_id = header.id.clone();
-    let session = host.session(header, &[], None);
+    let session = host.session(header, &[], None)?;
     let mut agent_loop = session.agent_loop(&host, max_steps, true);
     let mut messages: Vec<Message> = Vec::new();
     let mut turns = 0;
@@ -143,6 +150,8 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
         messages.push(user);
         let result = runtime.block_on(async {
             let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+            // Ctrl-C at a question stops the step too.
+            approver.arm(cancel_tx.clone());
             // Ctrl-C stops this step only; the listener goes away with the step.
             let listener = tokio::spawn(async move {
                 if tokio::signal::ctrl_c().await.is_ok() {
