@@ -336,11 +336,27 @@ fn ask_at_terminal(request: &ApprovalRequest) -> (Answer, bool) {
         request.session_rule
     );
     drop(err);
+    // The question names the call, so a second one is not mistaken for the first.
+    let short: String = match request.tool.as_str() {
+        "write" | "edit" => Path::new(&request.subject)
+            .file_name()
+            .map_or(request.subject.clone(), |n| {
+                n.to_string_lossy().into_owned()
+            }),
+        _ => {
+            let mut short: String = request.subject.chars().take(40).collect();
+            if short.len() < request.subject.len() {
+                short.push('…');
+            }
+            short
+        }
+    };
+    let question = format!("allow {} {short}? [o/s/d] › ", request.tool);
     let Ok(mut editor) = rustyline::DefaultEditor::new() else {
         return (Answer::Deny("no terminal to ask on".to_string()), false);
     };
     loop {
-        match editor.readline("allow? [o/s/d] › ") {
+        match editor.readline(&question) {
             Ok(line) => match line.trim().to_lowercase().as_str() {
                 "o" | "once" | "y" | "yes" => return (Answer::Once, false),
                 "s" | "session" => return (Answer::Session, false),
