@@ -16,6 +16,8 @@ use crate::mode::PromptMode;
 pub const BUILTIN_AGENTS: [&str; 4] = ["mavis", "explore", "worker", "verifier"];
 /// The agent that talks to the user.
 pub const ORCHESTRATOR: &str = "mavis";
+/// Plan mode's agent: the orchestrator's prompt under a read-only ceiling.
+pub const PLAN: &str = crate::plan::PLAN_AGENT;
 /// A custom agent file larger than this is refused.
 pub const AGENT_FILE_MAX_BYTES: u64 = 1024 * 1024;
 
@@ -58,6 +60,10 @@ impl AgentDefinition {
     pub fn template_key(&self, mode: PromptMode) -> Option<String> {
         match (&self.core, self.role) {
             (CorePrompt::Custom { .. }, _) => None,
+            // Plan mode thinks with the orchestrator's prompt; the reminders say what differs.
+            (CorePrompt::Builtin, Role::Orchestrator) if self.name == PLAN => {
+                Some(format!("agents/{ORCHESTRATOR}/{mode}.hbs"))
+            }
             (CorePrompt::Builtin, Role::Orchestrator) => {
                 Some(format!("agents/{}/{mode}.hbs", self.name))
             }
@@ -68,15 +74,29 @@ impl AgentDefinition {
     }
 
     /// A built-in agent as the snapshot describes it: its ceiling is the frontmatter of
-    /// `agents/<name>/agent.md`, and no such file means no ceiling.
+    /// `agents/<name>/agent.md`, and no such file means no ceiling (except for `plan`,
+    /// which is read-only whatever the pack says).
     pub fn builtin(
         name: &str,
         snapshot: &Snapshot,
     ) -> Option<Result<AgentDefinition, PromptError>> {
-        if !BUILTIN_AGENTS.contains(&name) {
+        let definition = AgentDefinition::from_pack(name, snapshot)?;
+        if name != PLAN {
+            return Some(definition);
+        }
+        Some(definition.map(|mut def| {
+            let read_only = crate::permissions::PermissionMode::ReadOnly;
+            let ceiling = def.ceiling.get_or_insert_with(Ceiling::default);
+            ceiling.permissions = Some(ceiling.permissions.map_or(read_only, |p| p.min(read_only)));
+            def
+        }))
+    }
+
+    fn from_pack(name: &str, snapshot: &Snapshot) -> Option<Result<AgentDefinition, PromptError>> {
+        if !BUILTIN_AGENTS.contains(&name) && name != PLAN {
             return None;
         }
-        let role = if name == ORCHESTRATOR {
+        let role = if name == ORCHESTRATOR || name == PLAN {
             Role::Orchestrator
         } else {
             Role::Subagent
@@ -299,7 +319,7 @@ pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition,
             format!("{name:?} does not match the directory name {dir_name:?}"),
         ));
     }
-    if BUILTIN_AGENTS.contains(&name.as_str()) {
+    if BUILTIN_AGENTS.contains(&name.as_str()) || name == PLAN {
         return Err(fail(
             Some("name"),
             format!("{name:?} is the name of a built-in agent"),

@@ -36,6 +36,7 @@ pub mod metadata;
 pub mod mode;
 pub mod packs;
 pub mod permissions;
+pub mod plan;
 pub mod provider;
 pub mod reminders;
 pub mod sandbox;

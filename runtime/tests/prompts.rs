@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use agent_runtime::agents::BUILTIN_AGENTS;
+use agent_runtime::agents::{BUILTIN_AGENTS, PLAN};
 use agent_runtime::tools::{ToolContext, Toolbox};
 use agent_runtime::{Occasion, PromptMode};
 use common::Turn;
@@ -204,14 +204,14 @@ fn named_tools(text: &str) -> std::collections::BTreeSet<String> {
     named
 }
 
-/// Every tool named anywhere the model reads at the start of a turn (the system prompt and
-/// every offered tool's description) is a tool it is offered: no text points the model at
-/// a tool it does not have.
+/// Every tool named anywhere the model reads at the start of a turn (the system prompt,
+/// every offered tool's description, and plan mode's reminders for the plan agent) is a
+/// tool it is offered: no text points the model at a tool it does not have.
 #[test]
 fn every_tool_a_prompt_names_is_offered() {
     let dir = tempfile::tempdir().unwrap();
     let snapshot = common::builtin();
-    for agent in BUILTIN_AGENTS {
+    for agent in BUILTIN_AGENTS.iter().chain([&PLAN]) {
         for mode in PromptMode::ALL {
             for occasion in [Occasion::Root, Occasion::TaskChild] {
                 let mut turn = Turn::new(agent);
@@ -232,6 +232,17 @@ fn every_tool_a_prompt_names_is_offered() {
                 for spec in toolbox.specs(&snapshot).unwrap() {
                     texts.push((format!("the {} description", spec.name), spec.description));
                 }
+                if *agent == PLAN {
+                    let plan = dir.path().join("plan.md");
+                    texts.push((
+                        "the plan reminder".to_string(),
+                        agent_runtime::plan::plan_reminder(&snapshot, &plan),
+                    ));
+                    texts.push((
+                        "the build reminder".to_string(),
+                        agent_runtime::plan::build_reminder(&snapshot, &plan),
+                    ));
+                }
                 for (source, text) in texts {
                     let missing: Vec<String> = named_tools(&text)
                         .into_iter()
@@ -244,6 +255,26 @@ fn every_tool_a_prompt_names_is_offered() {
                 }
             }
         }
+    }
+}
+
+/// Plan mode thinks with mavis's prompt: only its ceiling and its reminders differ.
+#[test]
+fn the_plan_agent_renders_mavis_prompt_under_a_read_only_ceiling() {
+    for mode in PromptMode::ALL {
+        let mut plan = Turn::new(PLAN);
+        plan.mode = mode;
+        plan.occasion = Occasion::Root;
+        let mut mavis = Turn::new("mavis");
+        mavis.mode = mode;
+        let (plan, mavis) = (plan.render(), mavis.render());
+        assert_eq!(plan.text, mavis.text, "{mode}");
+        assert_eq!(plan.metadata.agent, PLAN);
+        assert_eq!(
+            plan.capabilities.permissions,
+            Some(agent_runtime::permissions::PermissionMode::ReadOnly)
+        );
+        assert_eq!(mavis.capabilities.permissions, None);
     }
 }
 

@@ -193,6 +193,15 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
 
     let session = host.session(header.clone(), &messages, None)?;
     let mut agent_loop = session.agent_loop(&host, args.max_steps, false);
+    let planning = crate::planning::Planning::new(&session);
+    if header.agent == agent_runtime::agents::PLAN {
+        agent_loop
+            .state
+            .reminders
+            .register(planning.state.reminder_provider());
+        planning.enter(&host, &session);
+        eprintln!("plan mode: the plan goes to {}", planning.file.display());
+    }
     agent_loop.state.compaction = compaction;
 
     // The first Ctrl-C ends the current step and saves; a second one leaves at once.

@@ -10,6 +10,7 @@
 mod exec;
 mod host;
 mod init;
+mod planning;
 mod repl;
 mod safety;
 

@@ -18,7 +18,7 @@ use crate::exec::Printer;
 use crate::host::Host;
 use crate::safety::TerminalApprover;
 
-const HELP: &str = "commands: /init  /agents  /prompt  /packs  /compact  /exit";
+const HELP: &str = "commands: /init  /agents  /prompt  /packs  /compact  /plan  /build  /exit";
 
 pub fn repl(
     host: Host,
@@ -49,6 +49,13 @@ pub fn repl(
     let session_id = header.id.clone();
     let session = host.session(header, &[], None)?;
     let mut agent_loop = session.agent_loop(&host, max_steps, true);
+    let planning = crate::planning::Planning::new(&session);
+    agent_loop
+        .state
+        .reminders
+        .register(planning.state.reminder_provider());
+    // The agent to go back to on /build.
+    let mut building = agent_loop.request.agent;
     let mut messages: Vec<Message> = Vec::new();
     let mut turns = 0;
     let mut printer = Printer::new(false);
@@ -123,6 +130,35 @@ pub fn repl(
                         Err(e) => writeln!(out, "compaction failed: {e}")?,
                     }
                 }
+                "plan" => {
+                    if planning.state.active() {
+                        writeln!(out, "already in plan mode; /build carries out the plan")?;
+                        continue;
+                    }
+                    planning.enter(&host, &session);
+                    building = agent_loop.request.agent;
+                    agent_loop.request.agent = agent_runtime::agents::PLAN;
+                    writeln!(
+                        out,
+                        "plan mode: read-only, the plan goes to {}; /build when it is ready",
+                        planning.file.display()
+                    )?;
+                }
+                "build" => {
+                    if !planning.state.active() {
+                        writeln!(out, "not in plan mode; /plan starts it")?;
+                        continue;
+                    }
+                    let reminder = planning.leave(&host);
+                    agent_loop.state.reminders.notify(reminder);
+                    agent_loop.request.agent = building;
+                    writeln!(
+                        out,
+                        "build mode ({} permissions): the model gets the plan from {}",
+                        session.tools.policy.mode(),
+                        planning.file.display()
+                    )?;
+                }
                 "init" => {
                     if needs_model(&mut out, "/init")? {
                         continue;
@@ -184,7 +220,7 @@ pub fn repl(
 fn agents(host: &Host) -> String {
     let snapshot = host.packs.store().capture();
     let mut out = String::new();
-    for name in BUILTIN_AGENTS {
+    for name in BUILTIN_AGENTS.iter().chain([&agent_runtime::agents::PLAN]) {
         let description = match AgentDefinition::builtin(name, &snapshot) {
             Some(Ok(def)) if !def.description.is_empty() => def.description,
             _ => "talks to you and delegates to the others".to_string(),
