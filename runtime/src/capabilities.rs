@@ -87,29 +87,25 @@ impl ToolId {
 }
 
 /// A switchable feature.
+///
+/// There is no web search: no search provider is built in, so there is no `web_search`
+/// tool or feature, and the contract's `features.web_search` is always false.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Feature {
     Delegation,
     Memory,
     Persona,
-    WebSearch,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 4] = [
-        Feature::Delegation,
-        Feature::Memory,
-        Feature::Persona,
-        Feature::WebSearch,
-    ];
+    pub const ALL: [Feature; 3] = [Feature::Delegation, Feature::Memory, Feature::Persona];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::Delegation => "delegation",
             Feature::Memory => "memory",
             Feature::Persona => "persona",
-            Feature::WebSearch => "web_search",
         }
     }
 
@@ -133,7 +129,6 @@ pub struct Features {
     pub delegation: bool,
     pub memory: bool,
     pub persona: bool,
-    pub web_search: bool,
 }
 
 impl Default for Features {
@@ -142,7 +137,6 @@ impl Default for Features {
             delegation: true,
             memory: true,
             persona: true,
-            web_search: true,
         }
     }
 }
@@ -153,7 +147,6 @@ impl Features {
             Feature::Delegation => self.delegation,
             Feature::Memory => self.memory,
             Feature::Persona => self.persona,
-            Feature::WebSearch => self.web_search,
         }
     }
 
@@ -162,7 +155,6 @@ impl Features {
             Feature::Delegation => self.delegation = on,
             Feature::Memory => self.memory = on,
             Feature::Persona => self.persona = on,
-            Feature::WebSearch => self.web_search = on,
         }
     }
 
@@ -171,7 +163,6 @@ impl Features {
             delegation: self.delegation && other.delegation,
             memory: self.memory && other.memory,
             persona: self.persona && other.persona,
-            web_search: self.web_search && other.web_search,
         }
     }
 }

@@ -78,7 +78,6 @@ impl Config {
                 Feature::Delegation => features.delegation = *on,
                 Feature::Memory => features.memory = *on,
                 Feature::Persona => features.persona = *on,
-                Feature::WebSearch => features.web_search = *on,
             }
         }
         Ok(Config {
