@@ -167,6 +167,7 @@ fn html_comes_back_as_markdown() {
     );
     let (is_error, page) = &results[0];
     assert!(!is_error, "{page}");
+    assert!(page.contains("Title: Release notes\n"), "{page}");
     assert!(page.contains("# Release 2.0"), "{page}");
     assert!(page.contains("**fast**"), "{page}");
     assert!(page.contains("[documented](/docs)"), "{page}");

@@ -339,16 +339,32 @@ fn kind_of(content_type: Option<&str>, body: &[u8]) -> Result<Kind, String> {
     }
 }
 
-/// HTML as Markdown, without the parts a reader never sees.
+/// The page's `<title>`, whitespace collapsed.
+fn title(html: &str) -> Option<String> {
+    static TITLE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = TITLE.get_or_init(|| {
+        regex::Regex::new(r"(?is)<title[^>]*>(.*?)</title>").expect("a valid pattern")
+    });
+    let text = re.captures(html)?.get(1)?.as_str();
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    (!text.is_empty()).then_some(text)
+}
+
+/// HTML as Markdown, without the parts a reader never sees; the title, from the head,
+/// comes first.
 fn to_markdown(html: &str) -> Result<String, String> {
     let converter = htmd::HtmlToMarkdown::builder()
         .skip_tags(vec![
             "script", "style", "noscript", "template", "svg", "iframe", "head",
         ])
         .build();
-    converter
+    let body = converter
         .convert(html)
-        .map_err(|e| format!("the HTML could not be converted: {e}"))
+        .map_err(|e| format!("the HTML could not be converted: {e}"))?;
+    Ok(match title(html) {
+        Some(title) => format!("Title: {title}\n\n{body}"),
+        None => body,
+    })
 }
 
 async fn fetch(settings: &WebSettings, start: &str) -> ToolResult {
