@@ -364,3 +364,66 @@ fn bad_rules_stop_the_run_with_the_file_and_the_rule() {
         "{stderr}"
     );
 }
+
+/// The `toml` blocks of a Markdown section, in order.
+fn toml_blocks(doc: &str, heading: &str) -> Vec<String> {
+    let start = doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("no {heading:?}"));
+    let section = &doc[start + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    section
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b[..b.find("```").unwrap()].to_string())
+        .collect()
+}
+
+/// The configuration the README and docs/SAFETY.md show is accepted as written, and
+/// `agent doctor` reports it back with where each rule came from.
+#[test]
+fn the_documented_config_works_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let safety = std::fs::read_to_string(root.join("docs/SAFETY.md")).unwrap();
+    let readme_blocks = toml_blocks(&readme, "## Safety");
+    let doc_blocks = toml_blocks(&safety, "## Rules");
+    let web_blocks = toml_blocks(&safety, "## `web_fetch`");
+    assert_eq!(
+        (readme_blocks.len(), doc_blocks.len(), web_blocks.len()),
+        (1, 2, 1)
+    );
+    for (config_text, workspace_rules) in [
+        (readme_blocks[0].clone(), None),
+        (
+            format!("{}\n{}", doc_blocks[0], web_blocks[0]),
+            Some(doc_blocks[1].clone()),
+        ),
+    ] {
+        let home = tempfile::tempdir().unwrap();
+        let work = tempfile::tempdir().unwrap();
+        config(home.path(), &config_text);
+        if let Some(rules) = workspace_rules {
+            std::fs::create_dir_all(work.path().join(".agents")).unwrap();
+            std::fs::write(work.path().join(".agents/permissions.toml"), rules).unwrap();
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agent"))
+            .arg("doctor")
+            .current_dir(work.path())
+            .env("AGENT_HOME", home.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{config_text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("deny `bash: git push*` (from "), "{stdout}");
+        assert!(stdout.contains("sandbox: Landlock ABI"), "{stdout}");
+        assert!(
+            stdout.contains("unattended (`agent exec`): workspace"),
+            "{stdout}"
+        );
+    }
+}
