@@ -440,6 +440,13 @@ impl Rule {
                     simple_command(command).is_some_and(|c| spec.matches(&c))
                 }
             }
+            // A path is also judged by where it really leads, so a link named `notes`
+            // pointing at `.env` is caught by `write: *.env` (for deny rules; an allow
+            // rule must match what the call names).
+            Access::Read(Some(path)) | Access::Write(path) if deny => {
+                spec.matches(&path.display().to_string())
+                    || spec.matches(&real_path(path).display().to_string())
+            }
             other => other.subject().is_some_and(|s| spec.matches(&s)),
         }
     }
@@ -949,10 +956,21 @@ impl Policy {
     }
 }
 
-/// The path with every existing part resolved (symlinks followed), so a link inside the
-/// workspace that points outside it is seen for what it is.
+/// The path with every existing part resolved (symlinks followed, dangling ones too), so
+/// a link inside the workspace that points outside it is seen for what it is.
 pub fn real_path(path: &Path) -> PathBuf {
-    let mut existing = path.to_path_buf();
+    let mut path = normalise(path);
+    // A dangling link cannot be canonicalised, but writing to it creates its target.
+    for _ in 0..40 {
+        match std::fs::read_link(&path) {
+            Ok(target) => {
+                let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+                path = normalise(&base.join(target));
+            }
+            Err(_) => break,
+        }
+    }
+    let mut existing = path.clone();
     let mut rest = Vec::new();
     loop {
         if let Ok(real) = existing.canonicalize() {
@@ -970,7 +988,7 @@ pub fn real_path(path: &Path) -> PathBuf {
                 rest.push(name);
                 existing = parent.to_path_buf();
             }
-            _ => return normalise(path),
+            _ => return path,
         }
     }
 }

@@ -125,23 +125,36 @@ fn workspace_mode_writes_inside_and_refuses_outside() {
     assert!(!beyond.exists());
 }
 
-/// A symlink in the workspace that points outside is judged by where it points.
+/// A symlink in the workspace that points outside is judged by where it points, also
+/// when its target does not exist yet (writing through it would create the target).
 #[test]
 fn a_link_out_of_the_workspace_does_not_carry_writes_out() {
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let outside = outside_tmp();
     std::os::unix::fs::symlink(outside.path(), work.path().join("escape")).unwrap();
-    let through = work.path().join("escape/planted.txt");
+    let dangling = outside.path().join("created-through-a-link.txt");
+    std::os::unix::fs::symlink(&dangling, work.path().join("notes.txt")).unwrap();
     let out = run(
         home.path(),
         work.path(),
-        vec![calls(&[write_call("w1", &through)]), openai_text("ok")],
+        vec![
+            calls(&[write_call("w1", &work.path().join("escape/planted.txt"))]),
+            calls(&[write_call("w2", &work.path().join("notes.txt"))]),
+            openai_text("ok"),
+        ],
         &["write"],
     );
     let results = results(&out);
     assert!(results[0].1, "{}", results[0].2);
     assert!(!outside.path().join("planted.txt").exists());
+    assert!(results[1].1, "{}", results[1].2);
+    assert!(
+        results[1].2.contains("outside the `workspace` mode"),
+        "{}",
+        results[1].2
+    );
+    assert!(!dangling.exists());
 }
 
 #[test]
@@ -159,6 +172,9 @@ fn deny_beats_allow() {
     let allowed = outside.path().join("notes.txt");
     let denied = outside.path().join("secret.txt");
     let inside_env = work.path().join(".env");
+    // A link with an innocent name is judged by what it points at.
+    std::os::unix::fs::symlink(&inside_env, work.path().join("settings")).unwrap();
+    let disguised = work.path().join("settings");
     let out = run(
         home.path(),
         work.path(),
@@ -166,6 +182,7 @@ fn deny_beats_allow() {
             calls(&[write_call("w1", &allowed)]),
             calls(&[write_call("w2", &denied)]),
             calls(&[write_call("w3", &inside_env)]),
+            calls(&[write_call("w4", &disguised)]),
             openai_text("ok"),
         ],
         &["write"],
@@ -190,6 +207,11 @@ fn deny_beats_allow() {
         results[2].1 && results[2].2.contains("`write: *.env`"),
         "{}",
         results[2].2
+    );
+    assert!(
+        results[3].1 && results[3].2.contains("`write: *.env`"),
+        "a link got a denied write through: {}",
+        results[3].2
     );
     assert!(!inside_env.exists());
     let stderr = String::from_utf8_lossy(&out.stderr);
