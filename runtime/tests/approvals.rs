@@ -44,6 +44,10 @@ fn once_for_the_session_and_denied_with_a_reason() {
         ["", "allow write denied.txt? [o/s/d]"],
         ["d\r", "reason for the model"],
         ["keep it in the workspace\r", "All done."],
+        [
+            "/permissions\r",
+            &format!("allowed for this session: `bash: {touch}` (allowed by you for this session)")
+        ],
         ["/exit\r", "saved"],
     ]);
     let out = pty::drive(

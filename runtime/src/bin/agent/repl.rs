@@ -18,7 +18,8 @@ use crate::exec::Printer;
 use crate::host::Host;
 use crate::safety::TerminalApprover;
 
-const HELP: &str = "commands: /init  /agents  /prompt  /packs  /compact  /plan  /build  /exit";
+const HELP: &str =
+    "commands: /init  /agents  /prompt  /packs  /compact  /plan  /build  /permissions  /exit";
 
 pub fn repl(
     host: Host,
@@ -111,6 +112,11 @@ pub fn repl(
                 "exit" | "quit" => break,
                 "agents" => writeln!(out, "{}", agents(&host))?,
                 "packs" => write!(out, "{}", host.packs.describe())?,
+                "permissions" => write!(
+                    out,
+                    "{}",
+                    crate::safety::describe_session(session.tools.policy.permissions())
+                )?,
                 "prompt" => match assemble_turn(host.packs.store(), &agent_loop.request) {
                     Ok(prompt) => writeln!(out, "{}", prompt.text)?,
                     Err(e) => writeln!(out, "cannot build the prompt: {e}")?,

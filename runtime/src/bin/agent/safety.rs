@@ -557,6 +557,41 @@ pub fn doctor(data_dir: &agent_runtime::data_dir::DataDir) -> anyhow::Result<()>
     Ok(())
 }
 
+/// `/permissions`: how this session runs and what was allowed in it so far.
+pub fn describe_session(p: &Permissions) -> String {
+    let s = &p.settings;
+    let mut out = format!(
+        "mode {} ({}) · approval {} ({})\n{}\nnetwork below full: {}\n",
+        s.mode,
+        s.mode_origin,
+        s.approval,
+        s.approval_origin,
+        p.sandbox.describe(),
+        if s.network { "on" } else { "off" }
+    );
+    let roots: Vec<String> = p
+        .writable_roots()
+        .iter()
+        .map(|r| r.display().to_string())
+        .collect();
+    out.push_str(&format!(
+        "writable in workspace mode: {}\n",
+        roots.join(", ")
+    ));
+    describe_rules(&mut out, &s.rules);
+    let granted = p.granted();
+    if granted.is_empty() {
+        out.push_str("allowed for this session: nothing yet\n");
+    }
+    for rule in granted {
+        out.push_str(&format!(
+            "allowed for this session: `{}` ({})\n",
+            rule.text, rule.origin
+        ));
+    }
+    out
+}
+
 fn describe_rules(out: &mut String, rules: &Rules) {
     if rules.is_empty() {
         out.push_str("rules: none\n");
