@@ -82,3 +82,51 @@ fn once_for_the_session_and_denied_with_a_reason() {
         "{last}"
     );
 }
+
+/// `agent exec --approval ask` asks at the terminal the same way; without a terminal it
+/// refuses to start rather than wait for an answer nobody can give.
+#[test]
+fn exec_asks_only_when_told_to_and_only_at_a_terminal() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let target = outside.path().join("asked.txt");
+    let server = ModelServer::start(vec![
+        openai_calls(&[("w1", "write", json!({"path": target, "content": "yes\n"}))]),
+        openai_text("Written after asking."),
+    ]);
+    let env = [
+        ("AGENT_HOME", home.path().to_str().unwrap()),
+        ("AGENT_BASE_URL", &server.openai_base()),
+        ("AGENT_API", "openai"),
+        ("AGENT_MODEL", "test-model"),
+    ];
+    let steps = json!([
+        ["", "allow write asked.txt? [o/s/d]"],
+        ["o\r", "Written after asking."],
+    ]);
+    let out = pty::drive(
+        &steps,
+        work.path(),
+        &env,
+        &["exec", "--approval", "ask", "write it"],
+    );
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "yes\n");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["exec", "--approval", "ask", "write it"])
+        .current_dir(work.path())
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--approval ask needs a terminal"),
+        "{stderr}"
+    );
+    assert_eq!(server.remaining(), 0);
+}
