@@ -9,7 +9,7 @@ fn main() {
     let mut files = Vec::new();
     collect(&root, &root, &mut files);
     files.sort();
-    let contract = pack_format::contract::Contract::builtin(1).expect("schema 1 is compiled in");
+    let contract = pack_contract::Contract::builtin(1).expect("schema 1 is compiled in");
     let limits = pack_format::Limits::DEFAULT;
     let mut payload_files = Vec::new();
     let mut problems = Vec::new();
@@ -19,7 +19,7 @@ fn main() {
         if rel.ends_with(".hbs") {
             match std::str::from_utf8(&bytes) {
                 Ok(text) => {
-                    for e in pack_format::contract::validate_template_all(rel, text, &contract) {
+                    for e in pack_contract::validate_template_all(rel, text, &contract) {
                         problems.push(format!("packs/builtin/{e}"));
                     }
                 }

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pack_format::contract::Contract;
+use pack_contract::Contract;
 use pack_format::{
     ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
 };

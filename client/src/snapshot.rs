@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use pack_format::contract::{Contract, strict_registry, validate_template_all};
+use pack_contract::{Contract, strict_registry, validate_template_all};
 use serde::Serialize;
 
 /// Where a snapshot came from.

@@ -8,10 +8,8 @@
 //! - [`payload`]: the `tar.zst` payload with its index of every file's size and SHA-256.
 //! - [`channel`]: the channel document and its minisign (prehashed Ed25519) signature.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
-//! - [`contract`]: the runtime's variable contract and strict template validation.
 
 pub mod channel;
-pub mod contract;
 pub mod error;
 pub mod keys;
 pub mod limits;

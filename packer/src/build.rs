@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use pack_format::contract::{Contract, validate_template_all};
+use pack_contract::{Contract, validate_template_all};
 use pack_format::payload::validate_path;
 use pack_format::{ContentKeyRing, Limits, Payload, PayloadFile, SealInput, validate_name};
 use serde_json::json;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
-use pack_format::contract::{Contract, validate_template_all};
+use pack_contract::{Contract, validate_template_all};
 use pack_format::{IndexEntry, Limits, OpenedPack, PackHeader, sha256_hex};
 use serde_json::json;
 

@@ -458,7 +458,7 @@ fn verify_refuses_a_pack_without_the_templates_clients_require() {
         stdout(&result)
     );
     let message = stderr(&result);
-    let required = pack_format::contract::Contract::builtin(1).unwrap();
+    let required = pack_contract::Contract::builtin(1).unwrap();
     for template in required.required_templates() {
         assert!(
             message.contains(&format!("{template}: missing from the pack")),

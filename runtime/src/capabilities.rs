@@ -6,7 +6,8 @@
 //! 2. the agent's ceiling (its `agent.md` frontmatter): tools are intersected, features
 //!    AND-ed, so a ceiling never grants what the config withheld;
 //! 3. the occasion: a delegated child loses delegation, so helpers never fan out;
-//! 4. the host profile: the command-line host has no memory and no scheduling.
+//! 4. the host profile: the command-line host has no scheduling, and its memory is the
+//!    workspace's notes.
 //!
 //! The ceiling also caps the permission mode an agent runs in (`permissions: read-only`
 //! for `explore` and `plan`); the session's mode narrows it further (see
@@ -167,6 +168,71 @@ impl Features {
     }
 }
 
+/// Which MCP tools (`mcp__<server>__<tool>`) an agent may use. Every narrowing layer adds
+/// a rule and a tool is allowed only when each rule allows it, so a layer can take MCP
+/// tools away but never add one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpAccess {
+    pub rules: Vec<McpRule>,
+}
+
+/// One layer's word on MCP tools. A pattern is an exact tool name, a server
+/// (`mcp__time`, meaning all its tools), or a prefix ending in `*` (`mcp__*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpRule {
+    /// Patterns a tool must match; `None` lets every MCP tool through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+impl McpRule {
+    fn allows(&self, tool: &str) -> bool {
+        self.allow
+            .as_ref()
+            .is_none_or(|allow| allow.iter().any(|p| mcp_pattern_matches(p, tool)))
+            && !self.deny.iter().any(|p| mcp_pattern_matches(p, tool))
+    }
+}
+
+impl McpAccess {
+    pub fn allows(&self, tool: &str) -> bool {
+        self.rules.iter().all(|rule| rule.allows(tool))
+    }
+}
+
+/// Whether `pattern` names the MCP tool `tool`.
+pub fn mcp_pattern_matches(pattern: &str, tool: &str) -> bool {
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        return tool.starts_with(prefix);
+    }
+    if pattern == tool {
+        return true;
+    }
+    // `mcp__<server>` alone: every tool of that server.
+    pattern
+        .strip_prefix(crate::mcp::PREFIX)
+        .is_some_and(|server| !server.contains("__"))
+        && tool
+            .strip_prefix(pattern)
+            .is_some_and(|rest| rest.starts_with("__"))
+}
+
+/// Splits a `tools` list into built-in tool ids and MCP patterns (`mcp__…`).
+pub fn split_tool_list(names: &[String]) -> Result<(BTreeSet<ToolId>, Vec<String>), String> {
+    let mut builtin = BTreeSet::new();
+    let mut mcp = Vec::new();
+    for name in names {
+        if name.starts_with(crate::mcp::PREFIX) {
+            mcp.push(name.clone());
+        } else {
+            builtin.insert(ToolId::parse(name)?);
+        }
+    }
+    Ok((builtin, mcp))
+}
+
 /// What an agent may use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capabilities {
@@ -175,6 +241,8 @@ pub struct Capabilities {
     /// The widest permission mode the agent may run in; `None`: whatever the session's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permissions: Option<PermissionMode>,
+    #[serde(default)]
+    pub mcp: McpAccess,
 }
 
 impl Default for Capabilities {
@@ -189,6 +257,7 @@ impl Capabilities {
             tools: ToolId::ALL.into_iter().collect(),
             features: Features::default(),
             permissions: None,
+            mcp: McpAccess::default(),
         }
     }
 
@@ -206,6 +275,9 @@ pub struct Ceiling {
     /// The widest permission mode; `None` leaves the session's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permissions: Option<PermissionMode>,
+    /// Which MCP tools the agent may use.
+    #[serde(default)]
+    pub mcp: McpRule,
 }
 
 impl Ceiling {
@@ -233,7 +305,8 @@ pub enum Occasion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
-    /// The `agent` command line: no memory, no scheduling.
+    /// The `agent` command line: no memory store (its memory layer is the workspace's
+    /// notes), no scheduling.
     Cli,
 }
 
@@ -264,16 +337,16 @@ pub fn resolve(
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        capabilities.mcp.rules.push(ceiling.mcp.clone());
     }
     match occasion {
         Occasion::Root => {}
         Occasion::TaskChild => capabilities.features.delegation = false,
     }
     let (memory_enabled, scheduling) = match profile {
-        Profile::Cli => {
-            capabilities.features.memory = false;
-            (false, false)
-        }
+        // The command line keeps no memory store of its own; the `memory` feature stays as
+        // narrowed, and its memory layer is the workspace's notes (`record_note`).
+        Profile::Cli => (false, false),
     };
     Resolved {
         capabilities,

@@ -1,5 +1,5 @@
 //! The variables templates see: exactly the runtime's variable contract
-//! (`runtime/contract/schema-1.json`), nothing more and nothing less.
+//! (`contract/schema-1.json`), nothing more and nothing less.
 //!
 //! Handlebars 6 strict mode errors on a missing `{{x}}` but not on `{{#if x}}`: the `if`
 //! and `unless` helpers treat a missing value as false. The pack validator already refuses
@@ -7,7 +7,7 @@
 //! closes the other side by refusing to render with a context that lacks any contract
 //! variable. Together they make a missing variable an error everywhere.
 
-use pack_format::contract::{Contract, Shape};
+use pack_contract::{Contract, Shape};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -21,6 +21,21 @@ pub struct SkillEntry {
     pub description: String,
 }
 
+/// A custom agent the orchestrator can hand tasks to, as its prompt lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentEntry {
+    pub name: String,
+    pub description: String,
+}
+
+/// A connected MCP server's instructions. The text is the server's: data passed into the
+/// template, never compiled as one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct McpServerEntry {
+    pub name: String,
+    pub instructions: String,
+}
+
 /// Everything that decides the template variables of one turn.
 pub struct ContextInputs<'a> {
     pub resolved: &'a Resolved,
@@ -28,6 +43,10 @@ pub struct ContextInputs<'a> {
     pub data_dir: &'a str,
     pub role_directory: &'a str,
     pub skills: &'a [SkillEntry],
+    /// Custom agents the agent can delegate to (empty without delegation).
+    pub custom_agents: &'a [AgentEntry],
+    /// MCP servers with instructions whose tools the agent is offered.
+    pub mcp_servers: &'a [McpServerEntry],
     pub interactive: bool,
     pub task_child: bool,
     pub cli: bool,
@@ -77,6 +96,8 @@ pub fn build(inputs: &ContextInputs<'_>) -> Value {
         },
         "layer": { "base": false, "worker": false, "root": false, "branch": false },
         "skills": inputs.skills,
+        "custom_agents": inputs.custom_agents,
+        "mcp_servers": inputs.mcp_servers,
     })
 }
 

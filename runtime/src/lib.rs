@@ -13,6 +13,7 @@
 //! - [`tools`]: read, write, edit, bash, grep, glob, web_fetch and todowrite.
 //! - [`permissions`]: permission modes, approval policies and allow/deny rules every
 //!   tool call passes; [`sandbox`]: the Landlock sandbox `bash` runs in.
+//! - [`mcp`]: tools of configured MCP servers, as `mcp__<server>__<tool>`.
 //! - [`agent_loop`]: prompt → model → tools, repeated; [`transcript`]: the JSONL session
 //!   files it writes and `--resume` reads.
 //!
@@ -32,6 +33,8 @@ pub mod delegation;
 pub mod environment;
 pub mod error;
 pub mod instructions;
+pub mod live;
+pub mod mcp;
 pub mod metadata;
 pub mod mode;
 pub mod packs;

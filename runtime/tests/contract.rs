@@ -10,7 +10,7 @@ use agent_runtime::capabilities::{Capabilities, Occasion, Profile, resolve};
 use agent_runtime::context::{self, ContextInputs};
 use agent_runtime::error::PromptError;
 use common::builtin;
-use pack_format::contract::{Contract, strict_registry, validate_template_all};
+use pack_contract::{Contract, strict_registry, validate_template_all};
 
 fn contract() -> Contract {
     Contract::builtin(1).unwrap()
@@ -79,6 +79,8 @@ fn full_context() -> serde_json::Value {
         data_dir: "/d",
         role_directory: "/d/agents/mavis",
         skills: &[],
+        custom_agents: &[],
+        mcp_servers: &[],
         interactive: true,
         task_child: false,
         cli: true,

@@ -85,11 +85,8 @@ fn parts_come_in_the_documented_order() {
         agent_runtime::instructions::Instructions::read(&dir.path().join("AGENTS.md"), dir.path());
     turn.config = agent_runtime::config::Config::default();
     turn.memory = Some("remembered fact".to_string());
+    // The command line's memory layer is the workspace's notes, which the host passes in.
     let text = turn.render().text;
-    assert!(
-        !text.contains("remembered fact"),
-        "the command line keeps no memory"
-    );
     let order = [
         "You are `worker`",
         "# Model Notes",
@@ -102,6 +99,8 @@ fn parts_come_in_the_documented_order() {
         "project rule",
         "# Environment",
         "# Session Context",
+        "# Memory",
+        "remembered fact",
         "# Skills",
     ];
     let mut last = 0;
@@ -166,6 +165,10 @@ fn insert_rules_appends_missing_headings_and_skips_fenced_code() {
 struct NoDelegate;
 
 impl agent_runtime::tools::Delegate for NoDelegate {
+    fn agents(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     fn delegate<'a>(
         &'a self,
         _request: agent_runtime::tools::DelegateRequest,

@@ -15,28 +15,13 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::cache::{BlobCache, LiveCache};
 use crate::config::Settings;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::routes::{blobs, channels, ops, packs};
+use crate::state::{AppState, SharedState};
 use crate::storage::Storage;
-
-/// Everything a handler can reach. Nothing in here changes after start-up except metrics and
-/// two caches that cannot serve anything storage no longer holds (the live channel records,
-/// checked against storage on every request, and immutable blobs): all state that matters
-/// lives in [`Storage`].
-#[derive(Debug)]
-pub struct AppState {
-    pub settings: Settings,
-    pub storage: Storage,
-    pub metrics: Metrics,
-    pub live: channels::LiveCache,
-    pub blobs: blobs::BlobCache,
-    pub uploads: Semaphore,
-    pub openapi: serde_json::Value,
-}
-
-pub type SharedState = Arc<AppState>;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -98,8 +83,8 @@ pub fn router(settings: Settings, storage: Storage) -> Result<axum::Router, prom
         settings,
         storage,
         metrics: Metrics::new()?,
-        live: channels::LiveCache::default(),
-        blobs: blobs::BlobCache::default(),
+        live: LiveCache::default(),
+        blobs: BlobCache::default(),
         openapi: serde_json::to_value(&api).unwrap_or_default(),
     });
     Ok(routes

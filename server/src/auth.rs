@@ -7,8 +7,6 @@ use axum::http::{HeaderMap, header};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
-use crate::error::ApiError;
-
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -53,6 +51,15 @@ pub struct Tokens {
     tokens: Vec<Token>,
 }
 
+/// Why a request's token was refused. The API turns it into its `401` / `403` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing or unknown bearer token")]
+    Unauthorized,
+    #[error("this token lacks the {needed} scope")]
+    Forbidden { needed: Scope },
+}
+
 /// Why a token entry of the config was refused.
 #[derive(Debug, thiserror::Error)]
 #[error("token {index} ({name}): expected sha256 as 64 hex digits, found {found_len} characters")]
@@ -93,8 +100,8 @@ impl Tokens {
     }
 
     /// Checks the request's bearer token for `needed`. Returns the token's name.
-    pub fn authorize(&self, headers: &HeaderMap, needed: Scope) -> Result<String, ApiError> {
-        let presented = bearer(headers).ok_or(ApiError::Unauthorized)?;
+    pub fn authorize(&self, headers: &HeaderMap, needed: Scope) -> Result<String, AuthError> {
+        let presented = bearer(headers).ok_or(AuthError::Unauthorized)?;
         let hash = sha256(presented.as_bytes());
         // Compare against every token, without stopping at the first match, so the time
         // taken does not tell which (or whether a) prefix matched.
@@ -104,7 +111,7 @@ impl Tokens {
                 found = Some(token);
             }
         }
-        let token = found.ok_or(ApiError::Unauthorized)?;
+        let token = found.ok_or(AuthError::Unauthorized)?;
         let allowed = match needed {
             Scope::Read => {
                 token.scopes.contains(&Scope::Read) || token.scopes.contains(&Scope::Publish)
@@ -112,13 +119,13 @@ impl Tokens {
             Scope::Publish => token.scopes.contains(&Scope::Publish),
         };
         if !allowed {
-            return Err(ApiError::Forbidden { needed });
+            return Err(AuthError::Forbidden { needed });
         }
         Ok(token.name.clone())
     }
 
     /// For read routes: nothing to check on a public deployment.
-    pub fn authorize_read(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    pub fn authorize_read(&self, headers: &HeaderMap) -> Result<(), AuthError> {
         if self.reads_need_token() {
             self.authorize(headers, Scope::Read)?;
         }
@@ -193,21 +200,21 @@ mod tests {
         );
         assert!(matches!(
             t.authorize(&headers("Bearer read-token"), Scope::Publish),
-            Err(ApiError::Forbidden {
+            Err(AuthError::Forbidden {
                 needed: Scope::Publish
             })
         ));
         assert!(matches!(
             t.authorize(&headers("Bearer nope"), Scope::Read),
-            Err(ApiError::Unauthorized)
+            Err(AuthError::Unauthorized)
         ));
         assert!(matches!(
             t.authorize(&HeaderMap::new(), Scope::Read),
-            Err(ApiError::Unauthorized)
+            Err(AuthError::Unauthorized)
         ));
         assert!(matches!(
             t.authorize(&headers("Basic publish-token"), Scope::Publish),
-            Err(ApiError::Unauthorized)
+            Err(AuthError::Unauthorized)
         ));
         assert!(t.reads_need_token());
     }

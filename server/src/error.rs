@@ -8,7 +8,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use pack_format::FormatError;
 
-use crate::auth::Scope;
+use crate::auth::{AuthError, Scope};
 use crate::storage::StorageError;
 
 /// Everything a request can fail with.
@@ -69,6 +69,15 @@ pub enum ApiError {
     Storage(#[from] StorageError),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<AuthError> for ApiError {
+    fn from(err: AuthError) -> Self {
+        match err {
+            AuthError::Unauthorized => ApiError::Unauthorized,
+            AuthError::Forbidden { needed } => ApiError::Forbidden { needed },
+        }
+    }
 }
 
 /// The JSON error body: the protocol crate's, shared with every reader.

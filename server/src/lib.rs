@@ -5,14 +5,23 @@
 //! contiguous sequences) so a publisher's mistake is caught early, but clients verify
 //! everything again themselves.
 //!
-//! - [`config`]: TOML config and command-line overrides.
-//! - [`storage`]: the object store (disk or S3-compatible) and its key layout.
-//! - [`app`]: routes, OpenAPI, middleware; [`routes`]: the handlers.
-//! - [`auth`]: bearer tokens with scopes; [`metrics`]: Prometheus counters.
-//! - [`serve`]: the accept loop and graceful shutdown.
+//! Modules depend on each other in one direction only, each on the ones listed before it
+//! (`tests/module_layers.rs` fails on any `crate::` path that closes a cycle):
+//!
+//! 1. [`model`] (the JSON records), [`range`] (`Range` / `If-None-Match`), [`metrics`]
+//!    (Prometheus counters), [`storage`] (the object store, disk or S3-compatible, and its
+//!    key layout), [`auth`] (bearer tokens with scopes): nothing else of the crate.
+//! 2. [`cache`]: the in-memory live-channel and blob caches (uses [`model`]).
+//! 3. [`config`]: TOML config and command-line overrides (uses [`auth`]).
+//! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors.
+//! 5. [`state`]: what every handler can reach.
+//! 6. [`routes`]: the handlers, one file per resource.
+//! 7. [`app`]: the router (every route with its OpenAPI description) and its middleware.
+//! 8. [`serve`]: the accept loop and graceful shutdown.
 
 pub mod app;
 pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod error;
 pub mod metrics;
@@ -20,6 +29,7 @@ pub mod model;
 pub mod range;
 pub mod routes;
 pub mod serve;
+pub mod state;
 pub mod storage;
 
 pub use config::{Overrides, Settings};

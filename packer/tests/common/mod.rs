@@ -40,7 +40,7 @@ pub fn assert_fails(output: &Output) {
 /// plain text that passes validation: without them clients refuse a pack, and so does
 /// `packer build`.
 pub fn write_required_templates(pack_dir: &Path) {
-    let contract = pack_format::contract::Contract::builtin(1).expect("schema 1 is built in");
+    let contract = pack_contract::Contract::builtin(1).expect("schema 1 is built in");
     for template in contract.required_templates() {
         let path = pack_dir.join(template);
         std::fs::create_dir_all(path.parent().expect("a template path has a parent")).unwrap();

@@ -134,6 +134,16 @@ pub enum ProviderError {
         status: u16,
         body: String,
     },
+    /// The request (system prompt, history and tools) is larger than the model's context.
+    #[error("{url} answered {status}: the request does not fit the model's context{}: {body}", fit_detail(*.prompt_tokens, *.context_tokens))]
+    ContextOverflow {
+        url: String,
+        status: u16,
+        body: String,
+        /// What the server counted, when it said.
+        prompt_tokens: Option<u64>,
+        context_tokens: Option<u64>,
+    },
     #[error("{url} still failing after {attempts} attempts; last: {last}")]
     RetriesExhausted {
         url: String,
@@ -154,6 +164,68 @@ pub enum ProviderError {
         reason: String,
         data: String,
     },
+}
+
+fn fit_detail(prompt: Option<u64>, context: Option<u64>) -> String {
+    match (prompt, context) {
+        (Some(prompt), Some(context)) => format!(" ({prompt} tokens for a context of {context})"),
+        (None, Some(context)) => format!(" (a context of {context} tokens)"),
+        (Some(_) | None, None) => String::new(),
+    }
+}
+
+/// What an error answer says about the request, beyond its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Too large for the context window: the same request fails the same way again.
+    ContextOverflow {
+        prompt_tokens: Option<u64>,
+        context_tokens: Option<u64>,
+    },
+    /// The request itself is malformed (llama.cpp answers 500 for history it cannot
+    /// parse): retrying sends the same bytes and gets the same answer.
+    BadRequest,
+    /// Nothing said: the status decides.
+    Unknown,
+}
+
+/// Reads an error body: OpenAI-style `{"error": {"type", "message", …}}`, Anthropic-style
+/// `{"type": "error", "error": {…}}`, llama.cpp's `exceed_context_size_error` with
+/// `n_prompt_tokens` and `n_ctx`, or plain text.
+fn refusal(body: &str) -> Refusal {
+    let json: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let error = json.get("error").unwrap_or(&json);
+    let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
+    let code = error.get("code").and_then(Value::as_str).unwrap_or("");
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or(body)
+        .to_lowercase();
+    let number = |key: &str| error.get(key).and_then(Value::as_u64);
+    let overflow = kind == "exceed_context_size_error"
+        || code == "context_length_exceeded"
+        || message.contains("exceeds the available context")
+        || message.contains("context length")
+        || message.contains("context window")
+        || message.contains("prompt is too long")
+        || message.contains("maximum context");
+    if overflow {
+        return Refusal::ContextOverflow {
+            prompt_tokens: number("n_prompt_tokens"),
+            context_tokens: number("n_ctx"),
+        };
+    }
+    let malformed = kind == "invalid_request_error"
+        || message.contains("parse error")
+        || message.contains("parse_error")
+        || message.contains("failed to parse")
+        || message.contains("invalid request");
+    if malformed {
+        Refusal::BadRequest
+    } else {
+        Refusal::Unknown
+    }
 }
 
 /// Longest error body kept from a failed response; the rest is never read.
@@ -194,6 +266,16 @@ impl Provider {
                 reason: e.to_string(),
             })?;
         Ok(Provider { settings, http })
+    }
+
+    /// The same endpoint and connection pool, another model: an agent's own `model`.
+    pub fn with_model(&self, model: &str) -> Provider {
+        let mut settings = self.settings.clone();
+        settings.model = model.to_string();
+        Provider {
+            settings,
+            http: self.http.clone(),
+        }
     }
 
     pub fn settings(&self) -> &ProviderSettings {
@@ -258,7 +340,24 @@ impl Provider {
                         self.settings.max_retry_wait,
                     );
                     let text = error_text(response, self.settings.idle_timeout).await;
-                    let retryable = status == 429 || status >= 500;
+                    // A 5xx that says the request itself is wrong fails the same way
+                    // every time: say so now instead of retrying it.
+                    let retryable = match refusal(&text) {
+                        Refusal::ContextOverflow {
+                            prompt_tokens,
+                            context_tokens,
+                        } => {
+                            return Err(ProviderError::ContextOverflow {
+                                url,
+                                status,
+                                body: text,
+                                prompt_tokens,
+                                context_tokens,
+                            });
+                        }
+                        Refusal::BadRequest => false,
+                        Refusal::Unknown => status == 429 || status >= 500,
+                    };
                     if !retryable {
                         return Err(ProviderError::Status {
                             url,
@@ -485,5 +584,36 @@ fn decode_error(api: &'static str, e: serde_json::Error, data: &str) -> Provider
         api,
         reason: e.to_string(),
         data,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bodies_that_say_the_request_is_at_fault() {
+        let llama_overflow = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9500,"n_ctx":8192}}"#;
+        assert_eq!(
+            refusal(llama_overflow),
+            Refusal::ContextOverflow {
+                prompt_tokens: Some(9500),
+                context_tokens: Some(8192)
+            }
+        );
+        let openai_overflow = r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#;
+        assert!(matches!(
+            refusal(openai_overflow),
+            Refusal::ContextOverflow { .. }
+        ));
+        let llama_bad_history = r#"{"error":{"code":500,"message":"[json.exception.parse_error.101] parse error at line 1, column 9: syntax error while parsing value - unexpected end of input","type":"server_error"}}"#;
+        assert_eq!(refusal(llama_bad_history), Refusal::BadRequest);
+        assert_eq!(refusal("upstream overloaded"), Refusal::Unknown);
+        assert_eq!(
+            refusal(
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            ),
+            Refusal::Unknown
+        );
     }
 }

@@ -19,8 +19,8 @@
 //! either way never longer than `max_retry_wait_secs`. A value that is neither a plain
 //! number nor a date (`-5`, `1e20`, `NaN`) is ignored and the backoff applies.
 //!
-//! Precedence, highest first: flags, then `AGENT_BASE_URL`, `AGENT_API`, `AGENT_MODEL`
-//! and `AGENT_API_KEY`, then the file. For `openai` the base URL includes the version
+//! Precedence, highest first: flags, then `AGENT_BASE_URL`, `AGENT_API`, `AGENT_MODEL`,
+//! `AGENT_API_KEY`, `AGENT_CONTEXT_TOKENS` and `AGENT_MAX_TOKENS`, then the file. For `openai` the base URL includes the version
 //! path (`…/v1`), as OpenAI's own clients expect; for `anthropic` it does not.
 
 use std::collections::BTreeMap;
@@ -34,6 +34,9 @@ pub const MODEL_ENV: &str = "AGENT_MODEL";
 pub const API_KEY_ENV: &str = "AGENT_API_KEY";
 /// The model's context window in tokens; history is compacted past it.
 pub const CONTEXT_TOKENS_ENV: &str = "AGENT_CONTEXT_TOKENS";
+/// The most tokens one answer may take (`max_tokens`); a small local model can otherwise
+/// ramble at a few tokens a second until its context is full.
+pub const MAX_TOKENS_ENV: &str = "AGENT_MAX_TOKENS";
 /// The longest pause between two attempts of a model call when the config sets none.
 pub const DEFAULT_MAX_RETRY_WAIT_SECS: u64 = 60;
 /// Context window assumed when neither the file nor the environment gives one.
@@ -195,7 +198,14 @@ impl ProviderSettings {
             base_url: base_url.trim_end_matches('/').to_string(),
             model,
             api_key,
-            max_tokens: entry.max_tokens,
+            max_tokens: match env(MAX_TOKENS_ENV) {
+                Some(text) => Some(
+                    text.trim()
+                        .parse()
+                        .map_err(|e| format!("{MAX_TOKENS_ENV}: {e}"))?,
+                ),
+                None => entry.max_tokens,
+            },
             idle_timeout: Duration::from_secs(entry.idle_timeout_secs.unwrap_or(120).max(1)),
             max_retries: entry.max_retries.unwrap_or(4),
             retry_base: Duration::from_millis(500),

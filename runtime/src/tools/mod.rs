@@ -37,13 +37,14 @@ use tokio::sync::watch;
 
 use crate::capabilities::{Capabilities, ToolId};
 use crate::error::PromptError;
+use crate::mcp::{McpServers, McpToolHandle};
 use crate::permissions::{Access, Permit, Policy};
 use crate::provider::{ToolCall, ToolSpec};
 use crate::skills::Skill;
 
 pub use background::{TaskManager, TaskState};
 pub use edit::{EditOutcome, MatchLevel, apply_edit};
-pub use notes::{Note, notes_file};
+pub use notes::{Note, load as load_notes, notes_file};
 pub use text::cut_middle;
 use text::diff;
 pub use todo::{TodoItem, TodoStatus};
@@ -283,6 +284,9 @@ pub struct DelegateRequest {
 
 /// Runs a delegated task in a child agent and returns its handoff.
 pub trait Delegate: Send + Sync + std::fmt::Debug {
+    /// The agents a task can be handed to: the `task` tool's schema lists them.
+    fn agents(&self) -> Vec<String>;
+
     fn delegate<'a>(
         &'a self,
         request: DelegateRequest,
@@ -378,6 +382,8 @@ pub struct ToolContext {
     /// Files written or edited in this session, for a delegated child's session context.
     written: Mutex<BTreeSet<PathBuf>>,
     todos: Mutex<Vec<TodoItem>>,
+    /// Nested instruction files already shown to the model with a `read`.
+    attached: Mutex<BTreeSet<PathBuf>>,
     pub tasks: Arc<TaskManager>,
     /// Starts child agents; `None` for a child, which cannot delegate.
     pub delegate: Option<Arc<dyn Delegate>>,
@@ -389,6 +395,8 @@ pub struct ToolContext {
     pub policy: Policy,
     /// `web_fetch`'s limits and the private addresses it may reach.
     pub web: WebSettings,
+    /// The session's MCP servers, whose tools join the built-in ones.
+    pub mcp: Option<Arc<McpServers>>,
 }
 
 impl ToolContext {
@@ -398,12 +406,14 @@ impl ToolContext {
             read_files: Mutex::new(BTreeSet::new()),
             written: Mutex::new(BTreeSet::new()),
             todos: Mutex::new(Vec::new()),
+            attached: Mutex::new(BTreeSet::new()),
             tasks: Arc::new(TaskManager::default()),
             delegate: None,
             notes_file: None,
             protected: None,
             policy: Policy::unrestricted(cwd.clone()),
             web: WebSettings::default(),
+            mcp: None,
             cwd,
         }
     }
@@ -415,6 +425,11 @@ impl ToolContext {
 
     pub fn with_web(mut self, web: WebSettings) -> ToolContext {
         self.web = web;
+        self
+    }
+
+    pub fn with_mcp(mut self, mcp: Arc<McpServers>) -> ToolContext {
+        self.mcp = Some(mcp);
         self
     }
 
@@ -485,6 +500,30 @@ impl ToolContext {
             .contains(path)
     }
 
+    /// The instruction files of the directories between the workspace and `file` that
+    /// the model has not seen yet, as reminders to add to a `read` result (OpenCode's
+    /// nearby instructions): a subdirectory's conventions arrive when its code is read.
+    pub fn attach_nested(&self, file: &Path) -> String {
+        let mut attached = self.attached.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = String::new();
+        for found in crate::instructions::nested(&self.cwd, file) {
+            // Reading the instruction file itself shows it already.
+            if !attached.insert(found.path.clone()) || found.path == file {
+                continue;
+            }
+            let dir = found.path.parent().unwrap_or(&self.cwd);
+            out.push_str(&format!(
+                "\n\n{}\nInstructions from {} (they apply to files under {}):\n{}\n{}",
+                crate::reminders::REMINDER_OPEN,
+                found.path.display(),
+                dir.display(),
+                found.text,
+                crate::reminders::REMINDER_CLOSE
+            ));
+        }
+        out
+    }
+
     pub fn todos(&self) -> Vec<TodoItem> {
         self.todos
             .lock()
@@ -505,6 +544,8 @@ impl ToolContext {
 #[derive(Clone)]
 pub struct Toolbox {
     offered: Vec<&'static dyn Registered>,
+    /// MCP tools of servers that are ready, after the agent's MCP rules.
+    mcp: Vec<McpToolHandle>,
     context: Arc<ToolContext>,
     /// The context's policy, narrowed by this agent's ceiling.
     policy: Policy,
@@ -535,9 +576,15 @@ impl Toolbox {
                 .narrow(ceiling, &format!("this agent's ceiling is `{ceiling}`")),
             None => context.policy.clone(),
         };
+        let mcp = context
+            .mcp
+            .as_ref()
+            .map(|mcp| mcp.tools(|name| capabilities.mcp.allows(name)))
+            .unwrap_or_default();
         Toolbox {
             offered,
             policy,
+            mcp,
             context,
             skills: Arc::new(Vec::new()),
         }
@@ -548,9 +595,13 @@ impl Toolbox {
         self
     }
 
-    /// The names of the offered tools, in order.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.offered.iter().map(|t| t.name()).collect()
+    /// The names of the offered tools, in order: built-in ones, then MCP ones.
+    pub fn names(&self) -> Vec<&str> {
+        self.offered
+            .iter()
+            .map(|t| t.name())
+            .chain(self.mcp.iter().map(|t| t.tool().exposed.as_str()))
+            .collect()
     }
 
     pub fn context(&self) -> &Arc<ToolContext> {
@@ -590,12 +641,22 @@ impl Toolbox {
                         description.push_str(&text(extra, bytes)?);
                     }
                 }
+                let mut parameters = tool.schema();
+                // The model learns the helpers' names from the schema, not by failing.
+                if tool.gate() == Gate::Delegation
+                    && let Some(delegate) = &self.context.delegate
+                    && let Some(agent) = parameters.pointer_mut("/properties/agent")
+                {
+                    agent["enum"] = delegate.agents().into();
+                }
                 Ok(ToolSpec {
                     name: tool.name().to_string(),
                     description,
-                    parameters: tool.schema(),
+                    parameters,
                 })
             })
+            // MCP tools describe themselves: the text is the server's.
+            .chain(self.mcp.iter().map(|tool| Ok(tool.spec())))
             .collect()
     }
 
@@ -604,12 +665,25 @@ impl Toolbox {
         self.offered
             .iter()
             .any(|t| t.name() == call.name && t.read_only())
+            || self
+                .mcp
+                .iter()
+                .any(|t| t.tool().exposed == call.name && t.tool().read_only)
     }
 
     /// Runs one call. `cancel` turning true stops a running command.
     pub async fn run(&self, call: &ToolCall, cancel: watch::Receiver<bool>) -> ToolOutput {
+        if let Some(tool) = self.mcp.iter().find(|t| t.tool().exposed == call.name) {
+            return tool.call(&call.arguments, cancel).await;
+        }
         let Some(tool) = self.offered.iter().find(|t| t.name() == call.name) else {
-            let message = if call.name == Tool::name(&task::Task) {
+            let message = if call.name.starts_with(crate::mcp::PREFIX) {
+                format!(
+                    "{} is not available: its MCP server is not running or this agent may not use it. The tools available are: {}",
+                    call.name,
+                    self.names().join(", ")
+                )
+            } else if call.name == Tool::name(&task::Task) {
                 format!(
                     "task is not available to you: a delegated agent cannot start agents of its own. Do the work yourself with the tools you have ({}) or report back why it cannot be done.",
                     self.names().join(", ")

@@ -47,7 +47,10 @@ impl Tool for Read {
     }
 
     fn replay(&self, context: &ToolContext, args: Args) {
-        context.mark_read(&context.resolve(&args.path));
+        let path = context.resolve(&args.path);
+        context.mark_read(&path);
+        // Shown with that read already: not again.
+        let _ = context.attach_nested(&path);
     }
 }
 
@@ -109,5 +112,7 @@ fn run(context: &ToolContext, args: Args) -> ToolResult {
             last + 1
         ));
     }
-    Ok(cut_middle(&out, context.limits.read_bytes))
+    let mut out = cut_middle(&out, context.limits.read_bytes);
+    out.push_str(&context.attach_nested(&path));
+    Ok(out)
 }

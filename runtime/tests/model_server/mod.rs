@@ -41,6 +41,8 @@ pub enum Reply {
     StatusStall { status: u16, body_start: String },
     /// A reply made from the request it answers (e.g. a path the runtime chose).
     FromRequest(fn(&Value) -> Reply),
+    /// An SSE transcript sent only after a pause, as a slow server reading a long prompt.
+    Delayed { wait: Duration, sse: String },
 }
 
 impl Reply {
@@ -177,7 +179,7 @@ async fn handle(
         if let Some(Reply::FromRequest(make)) = reply {
             reply = Some(make(&inner.requests[n].body));
         }
-        if let Some(Reply::Sse(text)) = &reply {
+        if let Some(Reply::Sse(text) | Reply::Delayed { sse: text, .. }) = &reply {
             inner.handed_out.insert(key, handed_out_ids(text));
         }
         reply
@@ -194,6 +196,10 @@ async fn handle(
             .body(Body::from("the script has no more replies"))
             .unwrap(),
         Some(Reply::Sse(text)) => sse(Body::from(text)),
+        Some(Reply::Delayed { wait, sse: text }) => {
+            tokio::time::sleep(wait).await;
+            sse(Body::from(text))
+        }
         Some(Reply::Status {
             status,
             retry_after,

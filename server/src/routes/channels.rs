@@ -10,8 +10,8 @@
 //! where to start walking, written after the create on a best-effort basis and never
 //! trusted further than that.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
@@ -27,7 +27,6 @@ use utoipa::IntoParams;
 
 use pack_protocol::headers;
 
-use crate::app::SharedState;
 use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
 use crate::metrics::FetchResult;
@@ -37,6 +36,7 @@ use crate::model::{
 };
 use crate::range::if_none_match;
 use crate::routes::{check_name, etag, header_str, read_body};
+use crate::state::SharedState;
 use crate::storage::{Created, keys};
 
 /// Room for a document at its limit plus a signature, JSON-escaped.
@@ -306,35 +306,6 @@ async fn history_sequences(state: &SharedState, channel: &str) -> Result<Vec<u64
         .collect();
     sequences.sort_unstable();
     Ok(sequences)
-}
-
-/// The live record of each channel seen so far. Not state of the node: a committed document
-/// never changes, so the only question per request is whether a newer one was committed
-/// since, and that is one existence check of `history/{live + 1}` (a `stat` on disk, a HEAD
-/// on object storage). A publish through any node is served by the next request on every
-/// node. At most one entry per channel that exists.
-#[derive(Debug, Default)]
-pub struct LiveCache {
-    entries: RwLock<HashMap<String, Arc<ChannelRecord>>>,
-}
-
-impl LiveCache {
-    fn get(&self, channel: &str) -> Option<Arc<ChannelRecord>> {
-        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        entries.get(channel).cloned()
-    }
-
-    /// Keeps the higher of the cached and the given record: two requests resolving at once
-    /// must not move the cache back.
-    fn advance(&self, channel: &str, record: Arc<ChannelRecord>) {
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        match entries.get(channel) {
-            Some(cached) if cached.summary.sequence >= record.summary.sequence => {}
-            Some(_) | None => {
-                entries.insert(channel.to_string(), record);
-            }
-        }
-    }
 }
 
 /// The live document of `channel` (served from the cache when `history/{live + 1}` does not

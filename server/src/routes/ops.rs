@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::app::SharedState;
 use crate::error::{ApiError, ErrorBody};
+use crate::state::SharedState;
 
 /// Liveness: the process answers.
 #[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "ok", body = String)))]

@@ -7,10 +7,10 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use futures_util::{StreamExt, TryStreamExt};
 
-use crate::app::SharedState;
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{PackList, PackRecord, PackVersions};
 use crate::routes::check_name;
+use crate::state::SharedState;
 use crate::storage::keys;
 
 async fn records(state: &SharedState, prefix: &str) -> Result<Vec<PackRecord>, ApiError> {

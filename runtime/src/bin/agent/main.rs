@@ -10,9 +10,11 @@
 mod exec;
 mod host;
 mod init;
+mod mcp;
 mod planning;
 mod repl;
 mod safety;
+mod spinner;
 
 use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
@@ -61,11 +63,24 @@ enum Command {
     /// Prompt-pack updates: what is served, refresh now, pin a version.
     #[command(subcommand)]
     Packs(PacksCommand),
+    /// MCP servers from the `[mcp_servers.<name>]` tables of config.toml.
+    #[command(subcommand)]
+    Mcp(McpCommand),
     /// What this machine supports (the sandbox) and the permissions the agent runs with.
     Doctor,
     /// Runs a command in the Landlock sandbox (what `bash` starts).
     #[command(name = "sandbox-exec", hide = true)]
     SandboxExec(safety::SandboxExecArgs),
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Start every configured server and show its state and tools.
+    List {
+        /// Print the servers as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -157,6 +172,7 @@ fn main() -> ExitCode {
             | Command::Init(_)
             | Command::Doctor
             | Command::SandboxExec(_)
+            | Command::Mcp(_)
             | Command::Packs(
                 PacksCommand::Status { .. }
                 | PacksCommand::Pin { .. }
@@ -166,6 +182,11 @@ fn main() -> ExitCode {
         )
         | None => tracing::Level::WARN,
     };
+    // `mcp list` shows each server's failure in its listing; the log line would repeat it.
+    let mcp_level = match &cli.command {
+        Some(Command::Mcp(_)) => tracing::Level::ERROR,
+        Some(_) | None => tracing::Level::WARN,
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(colour_stderr())
@@ -174,7 +195,8 @@ fn main() -> ExitCode {
         .with(
             Targets::new()
                 .with_default(tracing::Level::WARN)
-                .with_target("pack_client::client", client_level),
+                .with_target("pack_client::client", client_level)
+                .with_target("agent_runtime::mcp", mcp_level),
         )
         .init();
     match run(cli) {
@@ -208,6 +230,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Doctor) => safety::doctor(&DataDir::locate()?),
         // Handled in `main`, before anything else starts.
         Some(Command::SandboxExec(_)) => Ok(()),
+        Some(Command::Mcp(McpCommand::List { json })) => mcp::list(json),
         Some(Command::Init(args)) => {
             let host = host::Host::open(&args.provider.overrides())?;
             host.packs.refresh_in_background_if_due();
@@ -377,7 +400,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         Some(session) => Some(session.resume(args.mode)?),
         None => None,
     };
-    let agent = frozen.map_or(args.agent.as_str(), |def| def.name.as_str());
+    let agent = frozen.map_or(agents::canonical_name(&args.agent), |def| def.name.as_str());
     let occasion = if session.is_some()
         || args.delegated
         || (BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR)
@@ -391,6 +414,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         parent_agent: ORCHESTRATOR.to_string(),
         task: None,
         files: Vec::new(),
+        max_steps: None,
     };
     let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
 
@@ -416,6 +440,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         memory: None,
         session: Some(session_context),
         disk_skills: &[],
+        mcp: None,
     };
     let prompt = assemble_turn(store, &request)?;
 

@@ -6,20 +6,60 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use agent_runtime::agent_loop::Event;
-use agent_runtime::agents::{AgentDefinition, BUILTIN_AGENTS};
-use agent_runtime::provider::Message;
+use agent_runtime::Occasion;
+use agent_runtime::agent_loop::{AgentLoop, Event, LoopState};
+use agent_runtime::agents::{AgentDefinition, BUILTIN_AGENTS, ORCHESTRATOR, canonical_name};
+use agent_runtime::provider::{Message, Provider};
 use agent_runtime::transcript::{Record, SessionHeader, Transcript};
 use agent_runtime::{PromptMode, assemble_turn};
 use anyhow::Context as _;
 use rustyline::error::ReadlineError;
 
 use crate::exec::Printer;
-use crate::host::Host;
+use crate::host::{Host, Session};
 use crate::safety::TerminalApprover;
 
-const HELP: &str =
-    "commands: /init  /agents  /prompt  /packs  /compact  /plan  /build  /permissions  /exit";
+const HELP: &str = "commands: /init  /agents  /agent NAME  /mode MODE  /model ID  /prompt  /packs  /compact  /plan  /build  /permissions  /exit";
+
+/// What the user steered the session to: it holds from the next turn on.
+struct Steer {
+    agent: String,
+    mode: PromptMode,
+    occasion: Occasion,
+    /// A `/model` choice; it beats the agent's own model.
+    model: Option<String>,
+    provider: Arc<Provider>,
+}
+
+impl Steer {
+    /// The session's loop, steered; `state` carries over from turn to turn.
+    fn agent_loop<'a>(
+        &'a self,
+        session: &'a Session,
+        host: &'a Host,
+        max_steps: u32,
+        state: LoopState,
+    ) -> AgentLoop<'a> {
+        let mut agent_loop = session.agent_loop(host, max_steps, true);
+        agent_loop.request.agent = &self.agent;
+        agent_loop.request.mode = self.mode;
+        agent_loop.request.occasion = self.occasion;
+        agent_loop.request.model = &self.provider.settings().model;
+        agent_loop.provider = &self.provider;
+        agent_loop.state = state;
+        agent_loop
+    }
+
+    fn record(&self, transcript: &mut Transcript, after_turn: u32) -> anyhow::Result<()> {
+        transcript.append(&Record::Steer {
+            after_turn,
+            agent: self.agent.clone(),
+            mode: self.mode,
+            model: self.provider.settings().model.clone(),
+        })?;
+        Ok(())
+    }
+}
 
 pub fn repl(
     host: Host,
@@ -32,6 +72,8 @@ pub fn repl(
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    // The session's MCP servers start on this runtime.
+    let _runtime_context = runtime.enter();
     let cwd = std::env::current_dir().context("reading the current directory")?;
     // A session the user keeps open follows the channel on the six-hour schedule; each
     // turn captures whatever snapshot is current then.
@@ -49,17 +91,21 @@ pub fn repl(
     let mut transcript = Transcript::create(&host.data_dir.sessions_dir(), &header)?;
     let session_id = header.id.clone();
     let session = host.session(header, &[], None)?;
-    let mut agent_loop = session.agent_loop(&host, max_steps, true);
+    let mut steer = Steer {
+        agent: session.header.agent.clone(),
+        mode,
+        occasion: session.occasion,
+        model: None,
+        provider: session.provider.clone(),
+    };
+    let mut state = LoopState::default();
     let planning = crate::planning::Planning::new(&session);
-    agent_loop
-        .state
-        .reminders
-        .register(planning.state.reminder_provider());
+    state.reminders.register(planning.state.reminder_provider());
     // The agent to go back to on /build.
-    let mut building = agent_loop.request.agent;
+    let mut building = steer.agent.clone();
     let mut messages: Vec<Message> = Vec::new();
     let mut turns = 0;
-    let mut printer = Printer::new(false);
+    let mut printer = Printer::interactive();
 
     let mut editor = rustyline::DefaultEditor::new()?;
     let history = host.data_dir.root().join("history.txt");
@@ -117,19 +163,97 @@ pub fn repl(
                     "{}",
                     crate::safety::describe_session(session.tools.policy.permissions())
                 )?,
-                "prompt" => match assemble_turn(host.packs.store(), &agent_loop.request) {
-                    Ok(prompt) => writeln!(out, "{}", prompt.text)?,
-                    Err(e) => writeln!(out, "cannot build the prompt: {e}")?,
+                "prompt" => {
+                    let agent_loop =
+                        steer.agent_loop(&session, &host, max_steps, LoopState::default());
+                    match assemble_turn(host.packs.store(), &agent_loop.request) {
+                        Ok(prompt) => writeln!(out, "{}", prompt.text)?,
+                        Err(e) => writeln!(out, "cannot build the prompt: {e}")?,
+                    }
+                }
+                "agent" => match words.next() {
+                    None => writeln!(out, "agent: {}; switch with /agent NAME", steer.agent)?,
+                    Some(name) if name == agent_runtime::agents::PLAN => writeln!(
+                        out,
+                        "plan mode has its own switch: /plan, and /build to leave it"
+                    )?,
+                    Some(name) => {
+                        let name = canonical_name(name).to_string();
+                        let known = BUILTIN_AGENTS.contains(&name.as_str())
+                            || host.custom_agents.iter().any(|a| a.name == name);
+                        if !known {
+                            writeln!(out, "unknown agent {name:?}; /agents lists them")?;
+                            continue;
+                        }
+                        steer.occasion =
+                            if BUILTIN_AGENTS.contains(&name.as_str()) && name != ORCHESTRATOR {
+                                Occasion::TaskChild
+                            } else {
+                                Occasion::Root
+                            };
+                        steer.provider = match &steer.model {
+                            Some(model) => Arc::new(host.provider.with_model(model)),
+                            None => host.provider_for(&name, None),
+                        };
+                        steer.agent = name;
+                        steer.record(&mut transcript, turns)?;
+                        state.reminders.notify(format!(
+                            "The user switched this session to the agent `{}`: from now on you work as that agent, with its prompt and tools.",
+                            steer.agent
+                        ));
+                        writeln!(
+                            out,
+                            "agent: {} · model {} (from the next turn)",
+                            steer.agent,
+                            steer.provider.settings().model
+                        )?;
+                    }
+                },
+                "mode" => match words.next().map(str::parse::<PromptMode>) {
+                    None => writeln!(
+                        out,
+                        "mode: {}; switch with /mode tui|coding|work",
+                        steer.mode
+                    )?,
+                    Some(Err(e)) => writeln!(out, "{e}")?,
+                    Some(Ok(mode)) => {
+                        steer.mode = mode;
+                        steer.record(&mut transcript, turns)?;
+                        let note = if steer.agent == ORCHESTRATOR {
+                            String::new()
+                        } else {
+                            format!(
+                                "; only {ORCHESTRATOR} has modes, so it applies once you switch back"
+                            )
+                        };
+                        writeln!(out, "mode: {mode} (from the next turn{note})")?;
+                    }
+                },
+                "model" => match words.next() {
+                    None => writeln!(
+                        out,
+                        "model: {}; switch with /model ID",
+                        steer.provider.settings().model
+                    )?,
+                    Some(model) => {
+                        steer.model = Some(model.to_string());
+                        steer.provider = Arc::new(host.provider.with_model(model));
+                        steer.record(&mut transcript, turns)?;
+                        writeln!(out, "model: {model} (from the next turn)")?;
+                    }
                 },
                 "compact" => {
                     if needs_model(&mut out, "/compact")? {
                         continue;
                     }
+                    let mut agent_loop =
+                        steer.agent_loop(&session, &host, max_steps, std::mem::take(&mut state));
                     let result = runtime.block_on(agent_loop.compact(
                         &messages,
                         &mut transcript,
                         &mut |e| printer.event(e),
                     ));
+                    state = std::mem::take(&mut agent_loop.state);
                     match result {
                         Ok(true) => {}
                         Ok(false) => writeln!(out, "nothing to compact yet")?,
@@ -142,8 +266,10 @@ pub fn repl(
                         continue;
                     }
                     planning.enter(&host, &session);
-                    building = agent_loop.request.agent;
-                    agent_loop.request.agent = agent_runtime::agents::PLAN;
+                    building = steer.agent.clone();
+                    steer.agent = agent_runtime::agents::PLAN.to_string();
+                    steer.occasion = Occasion::Root;
+                    steer.record(&mut transcript, turns)?;
                     writeln!(
                         out,
                         "plan mode: read-only, the plan goes to {}; /build when it is ready",
@@ -156,8 +282,16 @@ pub fn repl(
                         continue;
                     }
                     let reminder = planning.leave(&host);
-                    agent_loop.state.reminders.notify(reminder);
-                    agent_loop.request.agent = building;
+                    state.reminders.notify(reminder);
+                    steer.agent = std::mem::take(&mut building);
+                    steer.occasion = if BUILTIN_AGENTS.contains(&steer.agent.as_str())
+                        && steer.agent != ORCHESTRATOR
+                    {
+                        Occasion::TaskChild
+                    } else {
+                        Occasion::Root
+                    };
+                    steer.record(&mut transcript, turns)?;
                     writeln!(
                         out,
                         "build mode ({} permissions): the model gets the plan from {}",
@@ -190,6 +324,8 @@ pub fn repl(
             message: user.clone(),
         })?;
         messages.push(user);
+        let mut agent_loop =
+            steer.agent_loop(&session, &host, max_steps, std::mem::take(&mut state));
         let result = runtime.block_on(async {
             let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
             // Ctrl-C at a question stops the step too.
@@ -212,6 +348,7 @@ pub fn repl(
             listener.abort();
             result
         });
+        state = std::mem::take(&mut agent_loop.state);
         match result {
             Ok(outcome) => turns = outcome.turns,
             Err(e) => writeln!(out, "error: {e}")?,
@@ -219,6 +356,9 @@ pub fn repl(
     }
     let _ = editor.save_history(&history);
     session.tools.tasks.stop_all();
+    if let Some(mcp) = &session.tools.mcp {
+        runtime.block_on(mcp.shutdown());
+    }
     writeln!(out, "session {session_id} saved")?;
     Ok(())
 }

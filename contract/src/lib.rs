@@ -1,4 +1,9 @@
-//! The runtime's variable contract and strict template validation.
+//! `pack-contract`: the runtime's variable contract and strict template validation.
+//!
+//! Kept apart from `pack-format` (the bytes) so that crates which only move packs around
+//! (packd) never link a template engine. The publisher's `packer`, the client (which checks
+//! a pack before installing it) and the runtime (which renders with [`strict_registry`])
+//! depend on it. The contract files live next to this crate: `contract/schema-<n>.json`.
 //!
 //! A pack names the contract schema its templates were written for. The contract lists
 //! every variable the agent runtime passes to templates, as a nested shape: leaves are
@@ -36,15 +41,20 @@ use handlebars::template::{BlockParam, HelperTemplate, Parameter, Template, Temp
 use handlebars::{Path, PathSeg};
 use serde_json::Value;
 
-use crate::FormatError;
-
 /// Text of every contract schema this build knows, by schema number.
-const SCHEMA_1: &str = include_str!("../../runtime/contract/schema-1.json");
+const SCHEMA_1: &str = include_str!("../schema-1.json");
 
 /// Block helpers that change what is rendered.
 const BLOCK_HELPERS: &[&str] = &["if", "unless", "each", "with"];
 /// Helpers that compute a bool from their arguments.
 const VALUE_HELPERS: &[&str] = &["eq", "ne", "not", "and", "or"];
+
+/// A contract file that does not describe a contract: what was expected, what was found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed variable contract: {reason}")]
+pub struct ContractError {
+    pub reason: String,
+}
 
 /// The shape of one variable in the contract.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,9 +67,8 @@ pub enum Shape {
 }
 
 impl Shape {
-    fn parse(at: &str, value: &Value) -> Result<Shape, FormatError> {
-        let bad = |reason: String| FormatError::Malformed {
-            what: "variable contract",
+    fn parse(at: &str, value: &Value) -> Result<Shape, ContractError> {
+        let bad = |reason: String| ContractError {
             reason: format!("{at}: {reason}"),
         };
         match value {
@@ -157,8 +166,7 @@ impl Contract {
             1 => Some(
                 SCHEMA_1_PARSED
                     .get_or_init(|| {
-                        Contract::from_json(SCHEMA_1)
-                            .expect("runtime/contract/schema-1.json is valid")
+                        Contract::from_json(SCHEMA_1).expect("contract/schema-1.json is valid")
                     })
                     .clone(),
             ),
@@ -173,11 +181,8 @@ impl Contract {
 
     /// Parses a contract file: `{"schema": N, "variables": {...}}` (other top-level keys,
     /// such as `description`, are ignored).
-    pub fn from_json(text: &str) -> Result<Contract, FormatError> {
-        let bad = |reason: String| FormatError::Malformed {
-            what: "variable contract",
-            reason,
-        };
+    pub fn from_json(text: &str) -> Result<Contract, ContractError> {
+        let bad = |reason: String| ContractError { reason };
         let doc: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
         let schema = doc
             .get("schema")

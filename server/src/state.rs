@@ -1,0 +1,27 @@
+//! What every handler can reach: the settings, the storage, the metrics and the caches.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use crate::cache::{BlobCache, LiveCache};
+use crate::config::Settings;
+use crate::metrics::Metrics;
+use crate::storage::Storage;
+
+/// Everything a handler can reach. Nothing in here changes after start-up except metrics and
+/// two caches that cannot serve anything storage no longer holds (the live channel records,
+/// checked against storage on every request, and immutable blobs): all state that matters
+/// lives in [`Storage`].
+#[derive(Debug)]
+pub struct AppState {
+    pub settings: Settings,
+    pub storage: Storage,
+    pub metrics: Metrics,
+    pub live: LiveCache,
+    pub blobs: BlobCache,
+    pub uploads: Semaphore,
+    pub openapi: serde_json::Value,
+}
+
+pub type SharedState = Arc<AppState>;
