@@ -357,6 +357,15 @@ impl Rule {
                 Some(Pattern::new(&spec))
             }
         };
+        // `mcp__<server>` names every tool of that server, as it does in ceilings.
+        let server_wide;
+        let tool = match tool.strip_prefix("mcp__") {
+            Some(server) if !server.contains("__") && !server.contains('*') => {
+                server_wide = format!("{tool}__*");
+                server_wide.as_str()
+            }
+            Some(_) | None => tool,
+        };
         Ok(Rule {
             text: text.trim().to_string(),
             tool: Pattern::new(tool),
@@ -1219,6 +1228,9 @@ mod tests {
             Rule::parse("todowrite: x", Origin::Session, &context(), &["todowrite"]).unwrap_err();
         assert!(e.contains("takes no pattern"), "{e}");
         assert!(Rule::parse("mcp__time__*", Origin::Session, &context(), &KNOWN).is_ok());
+        let server = Rule::parse("mcp__time", Origin::Session, &context(), &KNOWN).unwrap();
+        assert!(server.matches("mcp__time__get_current_time", &Access::External, false));
+        assert!(!server.matches("mcp__timer__x", &Access::External, false));
     }
 
     #[test]

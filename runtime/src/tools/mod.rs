@@ -674,6 +674,17 @@ impl Toolbox {
     /// Runs one call. `cancel` turning true stops a running command.
     pub async fn run(&self, call: &ToolCall, cancel: watch::Receiver<bool>) -> ToolOutput {
         if let Some(tool) = self.mcp.iter().find(|t| t.tool().exposed == call.name) {
+            // The runtime cannot see inside another program's tool: one its server marks
+            // read-only counts as a read, any other is inside the `full` mode only.
+            let access = if tool.tool().read_only {
+                Access::Read(None)
+            } else {
+                Access::External
+            };
+            let preview = || Some(format!("arguments: {}", call.arguments));
+            if let Err(refused) = self.policy.check(&call.name, &access, &preview).await {
+                return ToolOutput::error(refused);
+            }
             return tool.call(&call.arguments, cancel).await;
         }
         let Some(tool) = self.offered.iter().find(|t| t.name() == call.name) else {
