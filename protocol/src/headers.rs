@@ -17,3 +17,9 @@ pub const INSTALLED_BUILTIN: &str = "builtin";
 /// ([`crate::paths::history_signature`]), so a release between its two requests cannot pair
 /// one publish's document with another's signature.
 pub const SEQUENCE: &str = "x-promptpack-sequence";
+
+/// Request, on every request a client makes while it shares usage data (the default): its
+/// install hash ([`crate::fleet::install_hash`]), 32 lowercase hex digits. packd counts
+/// distinct installs by it and rate-limits failure reports per install; it never sees the
+/// install id itself. Not sent when the client's `telemetry` is off.
+pub const INSTALL: &str = "x-promptpack-install";

@@ -18,8 +18,10 @@ use utoipa_axum::routes;
 use crate::cache::{BlobCache, LiveCache};
 use crate::config::Settings;
 use crate::error::ApiError;
+use crate::fleet::Fleet;
 use crate::metrics::Metrics;
-use crate::routes::{blobs, channels, ops, packs};
+use crate::reports::ReportLimiter;
+use crate::routes::{blobs, channels, fleet, ops, packs};
 use crate::state::{AppState, SharedState};
 use crate::storage::Storage;
 
@@ -35,6 +37,7 @@ use crate::storage::Storage;
         (name = "blobs", description = "Sealed packs by SHA-256"),
         (name = "packs", description = "Uploaded pack names and versions"),
         (name = "channels", description = "Signed channel documents"),
+        (name = "fleet", description = "Distinct installs and failure reports"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -64,6 +67,8 @@ fn api_routes() -> OpenApiRouter<SharedState> {
         .routes(routes!(channels::history))
         .routes(routes!(channels::history_document))
         .routes(routes!(channels::history_signature))
+        .routes(routes!(fleet::get_fleet))
+        .routes(routes!(fleet::post_report))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
@@ -77,8 +82,23 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// The application with its state.
 pub fn router(settings: Settings, storage: Storage) -> Result<axum::Router, prometheus::Error> {
+    let fleet = Arc::new(Fleet::new(settings.fleet.clone()));
+    router_with_fleet(settings, storage, fleet)
+}
+
+/// The application, counting the fleet into `fleet` (which the caller flushes).
+pub fn router_with_fleet(
+    settings: Settings,
+    storage: Storage,
+    fleet: Arc<Fleet>,
+) -> Result<axum::Router, prometheus::Error> {
     let (routes, api) = api_routes().split_for_parts();
     let state = Arc::new(AppState {
+        report_limiter: ReportLimiter::new(
+            settings.fleet.reports_per_install_per_hour,
+            settings.fleet.reports_per_second,
+        ),
+        fleet,
         uploads: Semaphore::new(settings.max_concurrent_uploads),
         settings,
         storage,

@@ -23,6 +23,7 @@ use pack_format::{FormatError, Limits, TrustedKeys};
 use serde::Deserialize;
 
 use crate::auth::{BadTokenHash, TokenConfig, Tokens};
+use crate::fleet::{FleetSettings, ViewScope};
 
 /// The default port: `127.0.0.1:8470`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8470";
@@ -71,6 +72,24 @@ pub struct ConfigFile {
     pub tokens: Vec<TokenConfig>,
     #[serde(default)]
     pub limits: LimitsFile,
+    #[serde(default)]
+    pub fleet: FleetFile,
+}
+
+/// `[fleet]`: every field optional; defaults in [`FleetSettings::default`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetFile {
+    /// Count installs and accept failure reports (default true).
+    pub enabled: Option<bool>,
+    /// How often each node writes its counts to storage.
+    pub flush_secs: Option<u64>,
+    /// Client release × pack cells per channel and day (and failure cells).
+    pub max_cells: Option<usize>,
+    pub reports_per_install_per_hour: Option<u32>,
+    pub reports_per_second: Option<u32>,
+    /// `read` (as the deployment's reads) or `publish` (publisher tokens only).
+    pub view: Option<ViewScope>,
 }
 
 /// `[limits]`: every field optional.
@@ -112,6 +131,7 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     pub max_concurrent_uploads: usize,
     pub max_connections: usize,
+    pub fleet: FleetSettings,
 }
 
 /// Command-line overrides.
@@ -181,6 +201,20 @@ impl Settings {
             })?;
         }
 
+        let defaults = FleetSettings::default();
+        let f = &file.fleet;
+        let fleet = FleetSettings {
+            enabled: f.enabled.unwrap_or(defaults.enabled),
+            flush_interval: f
+                .flush_secs
+                .map_or(defaults.flush_interval, |s| Duration::from_secs(s.max(1))),
+            max_cells: f.max_cells.unwrap_or(defaults.max_cells).clamp(2, 4096),
+            reports_per_install_per_hour: f
+                .reports_per_install_per_hour
+                .unwrap_or(defaults.reports_per_install_per_hour),
+            reports_per_second: f.reports_per_second.unwrap_or(defaults.reports_per_second),
+            view: f.view.unwrap_or(defaults.view),
+        };
         let limits = Limits::default();
         let l = &file.limits;
         Ok(Settings {
@@ -198,6 +232,7 @@ impl Settings {
             shutdown_grace: Duration::from_secs(l.shutdown_grace_secs.unwrap_or(30)),
             max_concurrent_uploads: l.max_concurrent_uploads.unwrap_or(4).max(1),
             max_connections: l.max_connections.unwrap_or(4096).max(1),
+            fleet,
         })
     }
 }

@@ -65,6 +65,13 @@ pub enum ApiError {
     SequenceTaken { sequence: u64 },
     #[error("publishing is disabled: no publisher keys are configured")]
     PublishingDisabled,
+    #[error("rate limited: {reason}; try again in {retry_after_secs} s")]
+    RateLimited {
+        reason: String,
+        retry_after_secs: u64,
+    },
+    #[error("fleet data is off on this server ([fleet] enabled = false)")]
+    FleetDisabled,
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
     #[error("internal error: {0}")]
@@ -91,7 +98,8 @@ impl ApiError {
             | ApiError::InvalidBody { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::NotFound { .. } | ApiError::FleetDisabled => StatusCode::NOT_FOUND,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -134,6 +142,8 @@ impl ApiError {
             ApiError::StaleSequence { .. } => "stale_sequence",
             ApiError::SequenceTaken { .. } => "sequence_taken",
             ApiError::PublishingDisabled => "publishing_disabled",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::FleetDisabled => "fleet_disabled",
             ApiError::Storage(_) => "storage_unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -223,6 +233,12 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         if let ApiError::Unauthorized = &self {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let ApiError::RateLimited {
+            retry_after_secs, ..
+        } = &self
+        {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
         }
         if let ApiError::RangeNotSatisfiable { size } = &self
             && let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}"))

@@ -11,9 +11,12 @@
 //! 1. [`model`] (the JSON records), [`range`] (`Range` / `If-None-Match`), [`metrics`]
 //!    (Prometheus counters), [`storage`] (the object store, disk or S3-compatible, and its
 //!    key layout), [`auth`] (bearer tokens with scopes): nothing else of the crate.
-//! 2. [`cache`]: the in-memory live-channel and blob caches (uses [`model`]).
+//! 2. [`cache`]: the in-memory live-channel and blob caches (uses [`model`]); [`fleet`]:
+//!    this node's fleet counts and the reader that merges every node's (uses [`model`] and
+//!    [`storage`]).
 //! 3. [`config`]: TOML config and command-line overrides (uses [`auth`]).
-//! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors.
+//! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors;
+//!    then [`reports`]: the per-node bounds on failure reports (uses [`error`]).
 //! 5. [`state`]: what every handler can reach.
 //! 6. [`routes`]: the handlers, one file per resource.
 //! 7. [`app`]: the router (every route with its OpenAPI description) and its middleware.
@@ -24,9 +27,11 @@ pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod error;
+pub mod fleet;
 pub mod metrics;
 pub mod model;
 pub mod range;
+pub mod reports;
 pub mod routes;
 pub mod serve;
 pub mod state;

@@ -44,6 +44,8 @@ pub struct Server {
     shutdown_grace: Duration,
     max_connections: usize,
     storage: String,
+    fleet: Arc<crate::fleet::Fleet>,
+    store: Storage,
 }
 
 impl Server {
@@ -68,7 +70,9 @@ impl Server {
         );
         let describe = storage.describe().to_string();
         let sweeping = storage.clone();
-        let app = crate::app::router(settings, storage)?;
+        let fleet = Arc::new(crate::fleet::Fleet::new(settings.fleet.clone()));
+        let app = crate::app::router_with_fleet(settings, storage.clone(), fleet.clone())?;
+        tokio::spawn(fleet.clone().run_flusher(storage.clone()));
         // Only once the node can start: one that cannot sweeps nothing.
         tokio::spawn(async move {
             match sweeping.sweep_staging(min_age).await {
@@ -88,6 +92,8 @@ impl Server {
             max_connections,
             storage: describe,
             app,
+            fleet,
+            store: storage,
         })
     }
 
@@ -109,6 +115,8 @@ impl Server {
             header_timeout,
             shutdown_grace,
             max_connections,
+            fleet,
+            store,
             ..
         } = self;
         let graceful = GracefulShutdown::new();
@@ -155,5 +163,7 @@ impl Server {
             () = graceful.shutdown() => tracing::info!("all connections closed"),
             () = tokio::time::sleep(shutdown_grace) => tracing::warn!("grace period over; closing remaining connections"),
         }
+        // What this node counted since its last write would otherwise be lost.
+        fleet.flush(&store).await;
     }
 }

@@ -345,6 +345,9 @@ fn client_for(fx: &Fixture, server: &Hostile, cache: &std::path::Path, extra: &s
     let mut config =
         ClientConfig::load(&config_path, cache.to_path_buf(), "1.0.0".parse().unwrap()).unwrap();
     config.backoff = Duration::from_millis(10);
+    // These scenarios count and inspect every refresh request; the failure reports a refused
+    // refresh sends are tested in fleet.rs.
+    config.telemetry = false;
     Client::new(config).unwrap()
 }
 

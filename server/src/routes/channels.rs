@@ -378,7 +378,11 @@ async fn hinted(state: &SharedState, channel: &str) -> Result<Option<u64>, ApiEr
     }
 }
 
-async fn live(state: &SharedState, channel: &str) -> Result<Arc<ChannelRecord>, ApiError> {
+/// The live record of `channel`; `404` when nothing was published on it.
+pub(crate) async fn live(
+    state: &SharedState,
+    channel: &str,
+) -> Result<Arc<ChannelRecord>, ApiError> {
     check_name("channel", channel)?;
     find_live(state, channel)
         .await?
@@ -430,7 +434,8 @@ fn revalidated(
         ("channel" = String, Path, description = "Channel name"),
         ("If-None-Match" = Option<String>, Header, description = "ETag from an earlier answer"),
         ("X-Promptpack-Client-Version" = Option<String>, Header, description = "Client version, for metrics"),
-        ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "Installed pack `name@version`, for metrics"),
+        ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "SHA-256 of the installed sealed pack, or `builtin`: metrics and the fleet view"),
+        ("X-Promptpack-Install" = Option<String>, Header, description = "The client's install hash (32 hex digits): counted once per install in the fleet view"),
     ),
     responses(
         (status = 200, description = "The document", content_type = "application/json", body = String),
@@ -458,6 +463,13 @@ pub async fn get_channel(
         result,
         header_str(&headers, headers::CLIENT_VERSION),
         header_str(&headers, headers::INSTALLED_PACK),
+    );
+    state.fleet.record_fetch(
+        &channel,
+        header_str(&headers, headers::CLIENT_VERSION),
+        header_str(&headers, headers::INSTALLED_PACK),
+        header_str(&headers, headers::INSTALL),
+        OffsetDateTime::now_utc(),
     );
     Ok(response)
 }

@@ -236,6 +236,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
     if let Some(mcp) = &session.tools.mcp {
         mcp.shutdown().await;
     }
+    // A template that failed to render during the run queued a report: send it now.
+    host.packs.send_reports_in_background();
     match result {
         Ok(outcome) => match outcome.finish {
             Finish::Done => Ok(()),

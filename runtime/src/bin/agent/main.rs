@@ -312,8 +312,13 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                // The outcome is in the cache's state for the next run to show.
-                let _ = runtime.block_on(client.refresh_if_idle());
+                // The outcome is in the cache's state for the next run to show. A refresh
+                // sends waiting failure reports when it ends; one skipped because another
+                // process refreshes does not, so they are sent here.
+                let _ = runtime.block_on(async {
+                    let _ = client.refresh_if_idle().await;
+                    client.send_reports().await
+                });
             }
             return Ok(());
         }
@@ -420,10 +425,17 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
 
     let environment = Environment::detect(&cwd, &args.model, data_dir.root());
     let instructions = Instructions::read(&data_dir.global_instructions(), &cwd);
-    let store = packs.store();
-    if let Some(dir) = &args.pack {
-        store.install(load_pack_dir(dir)?);
-    }
+    // A pack from a directory is the developer's, not the channel's: its render failures
+    // are neither counted against this device's packs nor reported.
+    let local;
+    let store: &pack_client::PromptStore = match &args.pack {
+        Some(dir) => {
+            local = pack_client::PromptStore::new(packs.store().builtin().clone());
+            local.install(load_pack_dir(dir)?);
+            &local
+        }
+        None => packs.store().as_ref(),
+    };
     let request = TurnRequest {
         agent,
         mode: args.mode,
@@ -443,6 +455,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         mcp: None,
     };
     let prompt = assemble_turn(store, &request)?;
+    packs.send_reports_in_background();
 
     let mut out = std::io::stdout().lock();
     if args.json {
