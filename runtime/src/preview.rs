@@ -4,7 +4,7 @@
 //!
 //! Each prompt is assembled by [`assemble`] exactly as a turn is, with:
 //!
-//! - `mavis` at the root of an interactive session; `explore`, `worker` and `verifier` as
+//! - `mavis` and `plan` at the root of an interactive session; `explore`, `worker` and `verifier` as
 //!   tasks delegated by `mavis` (task id `task-1`, the task text below), as `agent prompt`
 //!   shows them;
 //! - the command-line host profile and the default config (every tool the agent's ceiling
@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use pack_client::Snapshot;
 
-use crate::agents::{BUILTIN_AGENTS, ORCHESTRATOR};
+use crate::agents::{BUILTIN_AGENTS, ORCHESTRATOR, PLAN};
 use crate::config::Config;
 use crate::environment::Environment;
 use crate::instructions::{InstructionFile, Instructions};
@@ -74,7 +74,16 @@ pub struct SamplePrompt {
     pub rendered: Result<AssembledPrompt, PromptError>,
 }
 
-/// Every built-in agent in every prompt mode, in that order, for `model`.
+/// The agents a preview renders: the delegable built-ins and the plan agent `/plan` switches to.
+pub const PREVIEW_AGENTS: [&str; 5] = [
+    BUILTIN_AGENTS[0],
+    BUILTIN_AGENTS[1],
+    BUILTIN_AGENTS[2],
+    BUILTIN_AGENTS[3],
+    PLAN,
+];
+
+/// Every agent of [`PREVIEW_AGENTS`] in every prompt mode, in that order, for `model`.
 pub fn sample_prompts(snapshot: &Snapshot, model: &str) -> Vec<SamplePrompt> {
     let config = Config::default();
     let environment = sample_environment(model);
@@ -86,14 +95,14 @@ pub fn sample_prompts(snapshot: &Snapshot, model: &str) -> Vec<SamplePrompt> {
         files: Vec::new(),
         max_steps: None,
     };
-    let mut prompts = Vec::with_capacity(BUILTIN_AGENTS.len() * PromptMode::ALL.len());
-    for agent in BUILTIN_AGENTS {
+    let mut prompts = Vec::with_capacity(PREVIEW_AGENTS.len() * PromptMode::ALL.len());
+    for agent in PREVIEW_AGENTS {
         for mode in PromptMode::ALL {
             let request = TurnRequest {
                 agent,
                 mode,
                 model,
-                occasion: if agent == ORCHESTRATOR {
+                occasion: if agent == ORCHESTRATOR || agent == PLAN {
                     Occasion::Root
                 } else {
                     Occasion::TaskChild
@@ -129,7 +138,7 @@ mod tests {
         let snapshot = pack_client::builtin::snapshot();
         let first = sample_prompts(&snapshot, SAMPLE_MODEL);
         let second = sample_prompts(&snapshot, SAMPLE_MODEL);
-        assert_eq!(first.len(), BUILTIN_AGENTS.len() * PromptMode::ALL.len());
+        assert_eq!(first.len(), PREVIEW_AGENTS.len() * PromptMode::ALL.len());
         for (a, b) in first.iter().zip(&second) {
             let a_text = &a.rendered.as_ref().unwrap().text;
             assert_eq!(a_text, &b.rendered.as_ref().unwrap().text);

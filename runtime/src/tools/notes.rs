@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Call, Gate, Tool, ToolError, ToolResult, blocking};
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking};
+use crate::permissions::Access;
 
 /// Notes beyond this many are dropped oldest first, so the file stays small.
 const MAX_NOTES: usize = 500;
@@ -52,6 +53,10 @@ impl Tool for RecordNote {
         false
     }
 
+    fn access(&self, _context: &ToolContext, _args: &RecordArgs) -> Access {
+        Access::Own
+    }
+
     async fn run(&self, call: Call<'_>, args: RecordArgs) -> ToolResult {
         let Some(file) = call.context.notes_file.clone() else {
             return Err(ToolError::new("notes are not available in this session"));
@@ -75,6 +80,10 @@ impl Tool for RecallNotes {
 
     fn read_only(&self) -> bool {
         true
+    }
+
+    fn access(&self, _context: &ToolContext, _args: &RecallArgs) -> Access {
+        Access::Own
     }
 
     async fn run(&self, call: Call<'_>, args: RecallArgs) -> ToolResult {
