@@ -9,6 +9,7 @@
 //! - [`source`]: the one reader of a pack directory (the files, or every problem found).
 //! - [`channel`]: the channel document and its minisign (prehashed Ed25519) signature.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
+//! - [`retry`]: the one backoff schedule (jitter, cap) every retry loop of the project uses.
 
 pub mod channel;
 pub mod error;
@@ -18,6 +19,7 @@ pub mod limits;
 pub mod pack;
 pub mod payload;
 pub mod source;
+pub mod retry;
 pub mod unpack;
 
 pub use channel::{
