@@ -18,8 +18,8 @@ pub mod keys;
 pub mod limits;
 pub mod pack;
 pub mod payload;
-pub mod source;
 pub mod retry;
+pub mod source;
 pub mod unpack;
 
 pub use channel::{
