@@ -17,3 +17,10 @@ pub const INSTALLED_BUILTIN: &str = "builtin";
 /// ([`crate::paths::history_signature`]), so a release between its two requests cannot pair
 /// one publish's document with another's signature.
 pub const SEQUENCE: &str = "x-promptpack-sequence";
+
+/// Response, on answers to a watch (`GET /v1/channels/{channel}?wait=N` with
+/// `If-None-Match`): the seconds of waiting the server granted (the request's `wait`, capped
+/// by the server). A `304` that carries it came at the end of the wait (or when the server
+/// shut down); a `304` without it came from a server that does not watch, which answers at
+/// once. See [`crate::paths::channel_watch`].
+pub const WAIT: &str = "x-promptpack-wait";
