@@ -65,6 +65,13 @@ pub enum ApiError {
     SequenceTaken { sequence: u64 },
     #[error("publishing is disabled: no publisher keys are configured")]
     PublishingDisabled,
+    #[error("invalid wait {found:?}: expected whole seconds, such as wait=50")]
+    InvalidWait { found: String },
+    #[error(
+        "this node holds its limit of {limit} watches: retry in {retry_after} s, or fetch \
+         without `wait`"
+    )]
+    WatchersFull { limit: usize, retry_after: u64 },
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
     #[error("internal error: {0}")]
@@ -88,7 +95,8 @@ impl ApiError {
         match self {
             ApiError::InvalidSha256 { .. }
             | ApiError::InvalidName(_)
-            | ApiError::InvalidBody { .. } => StatusCode::BAD_REQUEST,
+            | ApiError::InvalidBody { .. }
+            | ApiError::InvalidWait { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
@@ -106,7 +114,9 @@ impl ApiError {
             ApiError::VersionExists { .. }
             | ApiError::StaleSequence { .. }
             | ApiError::SequenceTaken { .. } => StatusCode::CONFLICT,
-            ApiError::PublishingDisabled | ApiError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::PublishingDisabled | ApiError::WatchersFull { .. } | ApiError::Storage(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -134,6 +144,8 @@ impl ApiError {
             ApiError::StaleSequence { .. } => "stale_sequence",
             ApiError::SequenceTaken { .. } => "sequence_taken",
             ApiError::PublishingDisabled => "publishing_disabled",
+            ApiError::InvalidWait { .. } => "invalid_wait",
+            ApiError::WatchersFull { .. } => "watchers_full",
             ApiError::Storage(_) => "storage_unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -223,6 +235,9 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         if let ApiError::Unauthorized = &self {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let ApiError::WatchersFull { retry_after, .. } = &self {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
         }
         if let ApiError::RangeNotSatisfiable { size } = &self
             && let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}"))

@@ -170,6 +170,11 @@ impl Metrics {
             .inc();
     }
 
+    /// Adds metrics kept elsewhere (the watch counts) to what [`Metrics::render`] shows.
+    pub fn register(&self, collector: Box<dyn Collector>) -> Result<(), prometheus::Error> {
+        self.registry.register(collector)
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> Result<String, prometheus::Error> {
         let mut sent = 0u64;
