@@ -368,17 +368,38 @@ impl Client {
     }
 
     /// Takes the state on disk when another process wrote a newer one (a higher sequence, or
-    /// the same with later checks). What is served changes only when a refresh installs.
+    /// the same with later checks), and serves what it installed: otherwise this refresh
+    /// would answer 304 to the adopted ETag and keep serving the old pack for good.
     fn adopt_newer_state(&self) {
         let Ok(Some(disk)) = self.cache.load_state() else {
             return;
         };
-        let mut state = lock(&self.state);
-        let newer = disk.sequence > state.sequence
-            || (disk.sequence == state.sequence && disk.last_check > state.last_check);
-        if disk.channel == state.channel && newer {
+        let installed = {
+            let mut state = lock(&self.state);
+            let newer = disk.sequence > state.sequence
+                || (disk.sequence == state.sequence && disk.last_check > state.last_check);
+            if disk.channel != state.channel || !newer {
+                return;
+            }
             *state = disk;
             lift_key_marks(&mut state, &key_set_fingerprint(&self.config.content_keys));
+            state.installed.clone()
+        };
+        let serving = self.store.capture();
+        match installed {
+            None if serving.source() == Source::Remote => self.store.reset_to_builtin(),
+            None => {}
+            Some(i) if serving.source() == Source::Remote && serving.sha256() == i.sha256 => {}
+            // Loaded and verified as at start-up; on failure the current pack keeps serving.
+            Some(_) => {
+                if let Err(e) = self.load_installed() {
+                    tracing::warn!(
+                        "the pack another process installed failed verification: {e}; still serving {} {}",
+                        serving.name(),
+                        serving.version()
+                    );
+                }
+            }
         }
     }
 
