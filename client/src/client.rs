@@ -277,6 +277,11 @@ impl Client {
         }
     }
 
+    /// The ETag of the accepted channel document: what a watch waits to see change.
+    pub fn accepted_etag(&self) -> Option<String> {
+        lock(&self.state).etag.clone()
+    }
+
     /// Seconds since the last successful check, `None` if there never was one.
     pub fn since_last_success(&self, now: OffsetDateTime) -> Option<Duration> {
         let last = lock(&self.state).last_success?;
@@ -802,6 +807,22 @@ impl Client {
         }
     }
 
+    /// A GET of `url` with the headers every request to packd carries (this release, the
+    /// installed pack).
+    pub(crate) fn request(&self, url: &str) -> reqwest::RequestBuilder {
+        let installed = match self.store.capture().source() {
+            Source::Remote => self.store.capture().sha256().to_string(),
+            Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
+        };
+        self.http
+            .get(url)
+            .header(
+                headers::CLIENT_VERSION,
+                self.config.client_version.to_string(),
+            )
+            .header(headers::INSTALLED_PACK, installed)
+    }
+
     async fn get_once(
         &self,
         url: &str,
@@ -811,18 +832,7 @@ impl Client {
         etag: Option<&str>,
     ) -> Result<Option<Fetched>, ClientError> {
         let http_err = |e: reqwest::Error| ClientError::http(url, &e);
-        let installed = match self.store.capture().source() {
-            Source::Remote => self.store.capture().sha256().to_string(),
-            Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
-        };
-        let mut request = self
-            .http
-            .get(url)
-            .header(
-                headers::CLIENT_VERSION,
-                self.config.client_version.to_string(),
-            )
-            .header(headers::INSTALLED_PACK, installed);
+        let mut request = self.request(url);
         if let Some(etag) = etag {
             request = request.header(reqwest::header::IF_NONE_MATCH, etag);
         }
@@ -904,7 +914,7 @@ const MAX_BACKOFF_MS: u64 = 30_000;
 
 /// Up to [`ERROR_BODY_LIMIT`] bytes of what a failed response says, as text (bad bytes
 /// replaced, control characters dropped so nothing reaches a terminal as an escape code).
-async fn error_detail(mut response: reqwest::Response) -> String {
+pub(crate) async fn error_detail(mut response: reqwest::Response) -> String {
     let mut body = Vec::new();
     while body.len() < ERROR_BODY_LIMIT {
         match response.chunk().await {

@@ -4,7 +4,8 @@
 //! - [`PromptStore`] hands out immutable [`Snapshot`]s: capture once, read many.
 //! - [`Client`] refreshes from `packd` following the state machine in DESIGN.md, installs
 //!   crash-safely into a [`cache`] directory, and swaps the snapshot atomically.
-//! - [`schedule`] runs the refresh every six hours with a per-install offset.
+//! - [`schedule`] runs the refresh every six hours with a per-install offset, and
+//!   [`watch`] refreshes long-running processes within seconds of a change.
 //! - When anything is wrong the store serves the pack compiled into the binary, whole.
 
 pub mod builtin;
@@ -15,6 +16,7 @@ pub mod error;
 pub mod schedule;
 pub mod snapshot;
 pub mod store;
+pub mod watch;
 
 pub use client::{Client, ClientStatus, RefreshOutcome, RefusedPack};
 pub use config::ClientConfig;

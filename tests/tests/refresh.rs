@@ -352,7 +352,7 @@ fn the_schedule_refreshes_at_start_up_when_the_last_check_is_old() {
         .unwrap();
     let c = Arc::new(client(cache.path(), &config, "1.0.0"));
     assert_eq!(c.store().capture().source(), Source::Builtin);
-    let mut scheduler = rt
+    let schedule = rt
         .block_on(pack_client::schedule::start(c.clone()))
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -364,7 +364,7 @@ fn the_schedule_refreshes_at_start_up_when_the_last_check_is_old() {
         "1.0.0",
         "no start-up refresh"
     );
-    rt.block_on(scheduler.shutdown()).unwrap();
+    rt.block_on(schedule.shutdown()).unwrap();
 
     // Spread: installs land on different minutes of the six-hour window.
     let crons: std::collections::BTreeSet<String> = (0..50)
