@@ -283,16 +283,31 @@ pub fn validate_template_all(
     source: &str,
     contract: &Contract,
 ) -> Vec<TemplateError> {
+    match compile_checked(file_name, source, contract) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors,
+    }
+}
+
+/// [`validate_template_all`] that hands back the compiled template when there is no
+/// problem, for a registry to take as it is ([`handlebars::Handlebars::register_template`]):
+/// parsing is most of what checking costs, and a client installing a pack would otherwise
+/// parse every template twice.
+pub fn compile_checked(
+    file_name: &str,
+    source: &str,
+    contract: &Contract,
+) -> Result<Template, Vec<TemplateError>> {
     let template = match Template::compile_with_name(source, file_name.to_string()) {
         Ok(template) => template,
         Err(e) => {
             let reason = e.reason().to_string();
-            return vec![TemplateError {
+            return Err(vec![TemplateError {
                 file: file_name.to_string(),
                 line: e.pos().map_or(1, |(line, _)| line),
                 message: format!("template does not parse: {reason}"),
                 hint: None,
-            }];
+            }]);
         }
     };
     let mut checker = Checker {
@@ -310,12 +325,13 @@ pub fn validate_template_all(
         // The static walk above is the real check. The render is a second opinion from the
         // engine the runtime uses, with both bool settings so both sides of most branches
         // run.
-        if let Some(error) = render_check(file_name, template, contract) {
-            errors.push(error);
+        match render_check(file_name, template.clone(), contract) {
+            Some(error) => errors.push(error),
+            None => return Ok(template),
         }
     }
     errors.sort_by_key(|e| e.line);
-    errors
+    Err(errors)
 }
 
 /// A handlebars registry configured the way the runtime renders prompts: strict mode (a
