@@ -344,9 +344,9 @@ fn a_server_that_does_not_watch_is_not_asked_again_for_minutes() {
     assert_eq!(watches_within(&hostile, 4).len(), 1);
 }
 
-/// Drives `agent` on a pty. Steps are `[send, expect]`, or `["repeat", send, expect]` (send
-/// every half second until the text shows), or `["signal", text]` (print `text` on stderr
-/// and go on: the test waits for it before changing the channel).
+/// Drives `agent` on a pty. Steps are `[send, expect]`, `["timed", expect]` (wait for the
+/// text and print on stderr how long that took), or `["signal", text]` (print `text` on
+/// stderr and go on: the test waits for it before changing the channel).
 const DRIVER: &str = r#"
 import json, os, pty, select, sys, time
 steps = json.loads(sys.argv[1])
@@ -367,25 +367,21 @@ def read_some(seconds):
         if not chunk:
             ended = True
         seen += chunk
-def wait_for(needle, timeout, resend=None):
+def wait_for(needle, timeout):
     start = len(seen)
     deadline = time.time() + timeout
-    next_send = 0
     while needle.encode() not in seen[start:]:
         if ended or time.time() > deadline:
             sys.stdout.write(seen.decode(errors="replace"))
             sys.exit("the program ended" if ended else "timed out waiting for %r" % needle)
-        if resend and time.time() >= next_send:
-            os.write(fd, resend.encode())
-            next_send = time.time() + 0.5
         read_some(0.1)
 for step in steps:
     if step[0] == "signal":
         sys.stderr.write(step[1] + "\n")
         sys.stderr.flush()
-    elif step[0] == "repeat":
+    elif step[0] == "timed":
         started = time.time()
-        wait_for(step[2], 20, resend=step[1])
+        wait_for(step[1], 20)
         sys.stderr.write("took %d ms\n" % ((time.time() - started) * 1000))
         sys.stderr.flush()
     else:
@@ -398,8 +394,9 @@ sys.stdout.write(seen.decode(errors="replace"))
 sys.exit(os.waitstatus_to_exitcode(status))
 "#;
 
-/// An interactive session follows the channel: a rollback published while it runs is what
-/// `/packs` shows within seconds, with no one running `agent packs refresh`.
+/// An interactive session follows the channel: a rollback published while it runs is
+/// announced above the prompt and is what `/packs` shows within seconds, with no one running
+/// `agent packs refresh`.
 #[test]
 fn a_rollback_reaches_a_watching_interactive_session_within_seconds() {
     let (publisher, _data, packd) = released("3.1.0");
@@ -416,7 +413,8 @@ fn a_rollback_reaches_a_watching_interactive_session_within_seconds() {
     let steps = serde_json::json!([
         ["", "pack builtin 3.1.0 (remote)"],
         ["signal", "WATCHING"],
-        ["repeat", "/packs\r", "serving: builtin 0.0.0 (builtin)"],
+        ["timed", "pack now builtin 0.0.0 (builtin)"],
+        ["/packs\r", "serving: builtin 0.0.0 (builtin)"],
         ["/exit\r", "saved"],
     ]);
     let work = tempfile::tempdir().unwrap();
