@@ -114,11 +114,9 @@ async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
 /// Bounds each request by the request timeout (body upload included; a download streams
 /// after this returns; a watch gets its longest wait on top), then counts and logs it.
 async fn observe(State(state): State<SharedState>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_string();
+    // A clone of the matched path is a reference count, not a copy of the string.
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let method = match *request.method() {
         Method::GET => "GET",
         Method::HEAD => "HEAD",
@@ -146,7 +144,7 @@ async fn observe(State(state): State<SharedState>, request: Request, next: Next)
     let route = if response.extensions().get::<Watched>().is_some() {
         WATCH_ROUTE
     } else {
-        route.as_str()
+        route
     };
     // Blobs carry an explicit Content-Length; other bodies know their exact size.
     let bytes = response
@@ -157,7 +155,7 @@ async fn observe(State(state): State<SharedState>, request: Request, next: Next)
         .or_else(|| HttpBody::size_hint(response.body()).exact());
     state
         .metrics
-        .request(route, method, status.as_u16(), bytes, elapsed.as_secs_f64());
+        .request(route, method, status.as_str(), bytes, elapsed.as_secs_f64());
     let elapsed_ms = elapsed.as_millis() as u64;
     if method == "GET" || method == "HEAD" {
         tracing::debug!(

@@ -8,7 +8,6 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-
 /// Bytes of blobs kept in memory by [`BlobCache`].
 pub const BLOB_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Blobs this size or smaller are kept whole in [`BlobCache`]; larger ones are always

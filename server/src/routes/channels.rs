@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, RawQuery, State};
+use axum::extract::{Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -308,24 +308,30 @@ fn revalidated(
     content_type: &'static str,
     summary: &ChannelSummary,
 ) -> Result<(Response, FetchResult), ApiError> {
-    let mut out = HeaderMap::new();
+    let unchanged = if_none_match(header_str(headers, "if-none-match"), tag);
+    // The headers go straight into the response's own map (no second map to merge).
+    let (mut response, result) = if unchanged {
+        (
+            StatusCode::NOT_MODIFIED.into_response(),
+            FetchResult::NotModified,
+        )
+    } else {
+        (
+            (StatusCode::OK, body.to_owned()).into_response(),
+            FetchResult::Sent,
+        )
+    };
+    let out = response.headers_mut();
     out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     out.insert(
         header::ETAG,
         HeaderValue::from_str(tag).map_err(|e| ApiError::Internal(e.to_string()))?,
     );
     out.insert(headers::SEQUENCE, HeaderValue::from(summary.sequence));
-    if if_none_match(header_str(headers, "if-none-match"), tag) {
-        return Ok((
-            (StatusCode::NOT_MODIFIED, out).into_response(),
-            FetchResult::NotModified,
-        ));
+    if !unchanged {
+        out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     }
-    out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    Ok((
-        (StatusCode::OK, out, body.to_owned()).into_response(),
-        FetchResult::Sent,
-    ))
+    Ok((response, result))
 }
 
 /// The live channel document, byte for byte as signed; with `wait`, a watch.
@@ -366,14 +372,17 @@ pub async fn get_channel(
     State(state): State<SharedState>,
     Path(channel): Path<String>,
     RawQuery(query): RawQuery,
-    headers: HeaderMap,
+    // The request itself rather than a `HeaderMap` extractor, which would copy the headers:
+    // this is the route every client revalidates on.
+    request: Request,
 ) -> Result<Response, ApiError> {
-    state.settings.tokens.authorize_read(&headers)?;
+    let incoming = request.headers();
+    state.settings.tokens.authorize_read(incoming)?;
     let wait = live::requested_wait(query.as_deref(), state.settings.max_watch_wait)?;
-    let mut record = live(&state, &channel, &headers).await?;
+    let mut record = live(&state, &channel, incoming).await?;
     if let Some(granted) = wait
         && if_none_match(
-            header_str(&headers, "if-none-match"),
+            header_str(incoming, "if-none-match"),
             &etag(&record.summary.sha256),
         )
     {
@@ -384,7 +393,7 @@ pub async fn get_channel(
             .await?;
         match end {
             WaitEnd::Changed | WaitEnd::TimedOut => {
-                record = live(&state, &channel, &headers).await?
+                record = live(&state, &channel, incoming).await?
             }
             // Answered from memory: storage may be going away with the node.
             WaitEnd::Closing => {}
@@ -392,7 +401,7 @@ pub async fn get_channel(
     }
     let tag = etag(&record.summary.sha256);
     let (mut response, result) = revalidated(
-        &headers,
+        incoming,
         &record.document,
         &tag,
         "application/json",
@@ -407,8 +416,8 @@ pub async fn get_channel(
     state.metrics.channel_fetch(
         &channel,
         result,
-        header_str(&headers, headers::CLIENT_VERSION),
-        header_str(&headers, headers::INSTALLED_PACK),
+        header_str(incoming, headers::CLIENT_VERSION),
+        header_str(incoming, headers::INSTALLED_PACK),
     );
     Ok(response)
 }
