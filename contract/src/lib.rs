@@ -35,7 +35,7 @@
 //! element it keeps no position for, so problems there are reported at the `{{#if}}`.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use handlebars::template::{BlockParam, HelperTemplate, Parameter, Template, TemplateElement};
 use handlebars::{Path, PathSeg};
@@ -153,6 +153,8 @@ pub struct Contract {
     templates: Vec<String>,
     /// Always [`Shape::Object`]: the template's root context.
     root: Shape,
+    /// The sample contexts for `true` and `false` (derived from `root`; shared by clones).
+    samples: Arc<[Value; 2]>,
 }
 
 impl Contract {
@@ -211,10 +213,12 @@ impl Contract {
                 .collect::<Result<_, _>>()?,
             Some(other) => return Err(bad(format!("\"templates\" must be a list, found {other}"))),
         };
+        let samples = Arc::new([root.sample("", true), root.sample("", false)]);
         Ok(Contract {
             schema,
             templates,
             root,
+            samples,
         })
     }
 
@@ -242,7 +246,13 @@ impl Contract {
     /// A context that satisfies the contract: strings name their own path, every bool is
     /// `flag`, lists have two items when `flag` is true and none when it is false.
     pub fn sample_context(&self, flag: bool) -> Value {
-        self.root.sample("", flag)
+        self.sample(flag).clone()
+    }
+
+    /// [`Contract::sample_context`], built once per contract: every template's check renders
+    /// against both.
+    fn sample(&self, flag: bool) -> &Value {
+        &self.samples[usize::from(!flag)]
     }
 }
 
@@ -391,7 +401,7 @@ fn render_check(file_name: &str, template: Template, contract: &Contract) -> Opt
     let mut registry = strict_registry();
     registry.register_template(file_name, template);
     for flag in [true, false] {
-        if let Err(e) = registry.render(file_name, &contract.sample_context(flag)) {
+        if let Err(e) = registry.render(file_name, contract.sample(flag)) {
             let reason = e.reason().to_string();
             return Some(TemplateError {
                 file: file_name.to_string(),
