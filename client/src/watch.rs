@@ -178,12 +178,18 @@ fn jitter(step: Duration) -> Duration {
 async fn run(client: Arc<Client>) {
     let mut backoff = Backoff::default();
     // A change a refresh acted on without the accepted document moving (a pin skipped it,
-    // or the document was refused): watched from, so that it is not acted on again.
-    let mut acted_on: Option<String> = None;
+    // or the document was refused), with the accepted ETag of that moment: watched from, so
+    // that it is not acted on again, until the accepted document moves some other way (the
+    // schedule's refresh, another process sharing the cache).
+    let mut acted_on: Option<(String, Option<String>)> = None;
     let mut last_refresh: Option<Instant> = None;
     let mut failing = false;
     loop {
-        let Some(etag) = acted_on.clone().or_else(|| client.accepted_etag()) else {
+        let accepted = client.accepted_etag();
+        if acted_on.as_ref().is_some_and(|(_, then)| *then != accepted) {
+            acted_on = None;
+        }
+        let Some(etag) = acted_on.as_ref().map(|(seen, _)| seen.clone()).or(accepted) else {
             // Nothing accepted yet to watch from (the start-up refresh may be running).
             pause_for_refresh(&mut last_refresh).await;
             match client.refresh().await {
@@ -227,14 +233,16 @@ async fn run(client: Arc<Client>) {
                 pause_for_refresh(&mut last_refresh).await;
                 let before = client.accepted_etag();
                 let result = client.refresh().await;
-                let moved = client.accepted_etag() != before;
+                let after = client.accepted_etag();
+                // Moved, or already there (another process installed it meanwhile).
+                let caught_up = after != before || after.as_deref() == Some(new.as_str());
                 match result {
-                    Ok(_) if moved => {
+                    Ok(_) if caught_up => {
                         acted_on = None;
                         backoff.reset();
                     }
                     Ok(RefreshOutcome::Skipped { .. }) => {
-                        acted_on = Some(new);
+                        acted_on = Some((new, after));
                         backoff.reset();
                     }
                     // The refresh saw no change: the hint was early (another node that has
@@ -244,7 +252,7 @@ async fn run(client: Arc<Client>) {
                     // Refused for good (a bad signature, a rollback, a known-bad pack): the
                     // same answer would come again.
                     Err(_) => {
-                        acted_on = Some(new);
+                        acted_on = Some((new, after));
                         tokio::time::sleep(backoff.pause()).await;
                     }
                 }
