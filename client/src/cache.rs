@@ -5,6 +5,8 @@
 //!                               the highest sequence seen, bad pack hashes, check times
 //! <cache_dir>/packs/<sha>.pack  sealed packs, exactly as downloaded
 //! <cache_dir>/install-id        random, stable per install (rollout bucket)
+//! <cache_dir>/health.json       render failures in a row per pack, device-side bad marks
+//! <cache_dir>/reports.json      failure reports waiting to be sent, and those sent today
 //! ```
 //!
 //! Every write is temp file + fsync + rename + fsync of the directory, and the pack is
@@ -24,6 +26,8 @@ const STATE_FILE: &str = "state.json";
 const REFRESH_LOCK: &str = "refresh.lock";
 const STATE_FORMAT: u32 = 1;
 const MAX_STATE_LEN: u64 = 4 * 1024 * 1024;
+/// `health.json` and `reports.json` hold a few small entries each.
+const MAX_SIDE_FILE_LEN: u64 = 256 * 1024;
 
 /// What is installed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +104,9 @@ pub enum BadReason {
     ContentKey,
     /// The pack itself is broken (payload, index, templates): only new bytes help.
     Pack,
+    /// Its templates failed to render at run time on this device several times in a row
+    /// (kept in `health.json`, see [`crate::health`]).
+    Render,
 }
 
 /// `bad` as written today (a map of marks) or by the first state format (a list of hashes,
@@ -269,6 +276,65 @@ impl Cache {
             Ok(()) => Ok(Some(file)),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(cache_err(&path, e)),
+        }
+    }
+
+    /// Reads the JSON file `name` (default when missing or unreadable), lets `change` edit
+    /// it and writes it back crash-safely, all under the lock file `name.lock`, so processes
+    /// sharing the cache never lose each other's changes. `change` returning `false` writes
+    /// nothing; a value equal to the default removes the file (readers then need one
+    /// `stat` to see there is nothing).
+    pub fn update_json<T, R>(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut T) -> (bool, R),
+    ) -> Result<R, ClientError>
+    where
+        T: Default + PartialEq + Serialize + for<'de> Deserialize<'de>,
+    {
+        let path = self.dir.join(name);
+        let lock_path = self.dir.join(format!("{name}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| cache_err(&lock_path, e))?;
+        lock.lock().map_err(|e| cache_err(&lock_path, e))?;
+        let mut value: T = self.read_json(name);
+        let (write, result) = change(&mut value);
+        if write {
+            if value == T::default() {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(cache_err(&path, e)),
+                }
+            } else {
+                let bytes = serde_json::to_vec_pretty(&value).map_err(|e| ClientError::Cache {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+                write_atomic(&path, &bytes)?;
+            }
+        }
+        Ok(result)
+    }
+
+    /// The JSON file `name` under the cache, or the default when it is missing, too large
+    /// or unreadable (logged): these files are bookkeeping, never a reason to stop.
+    pub fn read_json<T: Default + for<'de> Deserialize<'de>>(&self, name: &str) -> T {
+        let path = self.dir.join(name);
+        match read_capped(&path, MAX_SIDE_FILE_LEN) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!("ignoring unreadable {}: {e}", path.display());
+                T::default()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => T::default(),
+            Err(e) => {
+                tracing::warn!("ignoring unreadable {}: {e}", path.display());
+                T::default()
+            }
         }
     }
 

@@ -3,16 +3,20 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backon::Retryable;
 use pack_contract::Contract;
+use pack_format::retry::Backoff;
 use pack_format::{
     ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
 };
-use pack_protocol::{headers, paths};
+use pack_protocol::{ReportReason, headers, paths};
 use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::cache::{BadPack, BadReason, Cache, Installed, State};
 use crate::config::key_set_fingerprint;
+use crate::health::Health;
+use crate::report::{Outbox, SendOutcome};
 use crate::schedule;
 use crate::snapshot::{Snapshot, SnapshotMeta, Source};
 use crate::{ClientConfig, ClientError, PromptStore, builtin};
@@ -55,8 +59,13 @@ pub struct ClientStatus {
     /// Why the last refresh or the start-up load failed, if it did.
     pub last_error: Option<String>,
     /// Packs refused after their bytes matched the signed hash, not downloaded again until
-    /// the mark is lifted (a content-key mark lifts when the content keys change).
+    /// the mark is lifted (a content-key mark lifts when the content keys change), and
+    /// packs marked bad here after failing to render (`reason: render`).
     pub bad_packs: Vec<RefusedPack>,
+    /// Whether the install hash and failure reports are sent.
+    pub telemetry: bool,
+    /// Failure reports waiting to be sent.
+    pub pending_reports: usize,
 }
 
 /// One bad-pack mark, for [`ClientStatus`].
@@ -124,6 +133,13 @@ pub struct Client {
     last_error: Mutex<Option<String>>,
     /// One refresh at a time.
     refreshing: tokio::sync::Mutex<()>,
+    /// What the server knows this install by (`None` with telemetry off).
+    install_hash: Option<String>,
+    health: Arc<Health>,
+    /// `None` with telemetry off.
+    outbox: Option<Arc<Outbox>>,
+    /// The SHA-256 of the pack the running refresh considers, for its failure report.
+    considering: Mutex<Option<String>>,
 }
 
 impl Client {
@@ -161,7 +177,33 @@ impl Client {
             }
         };
         lift_key_marks(&mut state, &key_set_fingerprint(&config.content_keys));
+        let telemetry = config.telemetry;
+        let install_hash = match (&config.server, telemetry) {
+            (Some(server), true) => Some(pack_protocol::fleet::install_hash(
+                server,
+                &config.channel,
+                &install_id,
+            )),
+            (Some(_) | None, _) => None,
+        };
+        let outbox = telemetry.then(|| {
+            Arc::new(Outbox::new(
+                cache.clone(),
+                &config.channel,
+                &config.client_version,
+            ))
+        });
+        let health = Arc::new(Health::new(
+            cache.clone(),
+            config.mark_bad_after_failures,
+            outbox.clone(),
+        ));
+        store.observe(health.clone());
         let client = Client {
+            install_hash,
+            health,
+            outbox,
+            considering: Mutex::new(None),
             config,
             cache,
             store,
@@ -177,6 +219,13 @@ impl Client {
                 "installed pack failed verification at start-up: {e}; serving the built-in pack"
             );
             *lock(&client.last_error) = Some(format!("start-up: {e}"));
+            let installed = lock(&client.state).installed.clone();
+            // A pack marked bad here was reported when it was marked.
+            if let (Some(outbox), Some(installed)) = (&client.outbox, installed)
+                && !matches!(e, ClientError::KnownBad { .. })
+            {
+                outbox.queue(&installed.sha256, ReportReason::StartupCheck);
+            }
             // Forget what cannot be loaded, but keep the rollback high-water mark.
             let mut state = lock(&client.state);
             state.installed = None;
@@ -190,6 +239,12 @@ impl Client {
         let Some(installed) = &state.installed else {
             return Ok(());
         };
+        if self.health.is_marked(&installed.sha256) {
+            return Err(ClientError::KnownBad {
+                sha256: installed.sha256.clone(),
+                reason: self.health.detail(),
+            });
+        }
         let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
             return Err(ClientError::Cache {
                 path: self.cache.state_path().display().to_string(),
@@ -273,7 +328,14 @@ impl Client {
                     reason: mark.reason,
                     detail: mark.detail.clone(),
                 })
+                .chain(self.health.marked().into_keys().map(|sha256| RefusedPack {
+                    sha256,
+                    reason: BadReason::Render,
+                    detail: self.health.detail(),
+                }))
                 .collect(),
+            telemetry: self.config.telemetry,
+            pending_reports: self.outbox.as_ref().map_or(0, |o| o.pending().len()),
         }
     }
 
@@ -349,6 +411,7 @@ impl Client {
             });
         };
         self.adopt_newer_state();
+        *lock(&self.considering) = None;
         let now = OffsetDateTime::now_utc();
         let deadline = self.config.deadline;
         let plan = match tokio::time::timeout(deadline, self.prepare(now)).await {
@@ -367,9 +430,99 @@ impl Client {
             Err(e) => {
                 tracing::warn!("refresh failed, still serving the previous pack: {e}");
                 *lock(&self.last_error) = Some(e.to_string());
+                self.report_refusal(e);
             }
         }
+        // The server was just reachable (or not): a good moment for what waits.
+        if let Err(e) = self.send_reports().await {
+            tracing::info!("failure reports not sent: {e}");
+        }
         result
+    }
+
+    /// Queues the failure report a refused refresh calls for, if any.
+    fn report_refusal(&self, error: &ClientError) {
+        let Some(outbox) = &self.outbox else {
+            return;
+        };
+        let considered = lock(&self.considering).clone();
+        let serving = {
+            let snapshot = self.store.capture();
+            match snapshot.source() {
+                Source::Remote => snapshot.sha256().to_string(),
+                Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
+            }
+        };
+        let (pack, reason) = match error {
+            ClientError::HashMismatch { expected, .. } => {
+                (expected.clone(), ReportReason::HashMismatch)
+            }
+            ClientError::Pack(FormatError::UnknownContentKey { .. })
+            | ClientError::Pack(FormatError::WrongContentKey { .. }) => {
+                (considered.unwrap_or(serving), ReportReason::ContentKey)
+            }
+            ClientError::Pack(_) | ClientError::Snapshot(_) => {
+                (considered.unwrap_or(serving), ReportReason::InvalidPack)
+            }
+            ClientError::IncompatibleSchema { .. } => (
+                considered.unwrap_or(serving),
+                ReportReason::IncompatibleSchema,
+            ),
+            ClientError::HeaderMismatch { .. } => {
+                (considered.unwrap_or(serving), ReportReason::HeaderMismatch)
+            }
+            ClientError::Document(FormatError::Expired { .. }) => (serving, ReportReason::Expired),
+            // Transport trouble, refused documents (a mirror's doing, not the publisher's
+            // rollout), packs refused before and the client's own state: nothing to report.
+            ClientError::NoServer
+            | ClientError::Http { .. }
+            | ClientError::Status { .. }
+            | ClientError::BodyTooLong { .. }
+            | ClientError::Truncated { .. }
+            | ClientError::Deadline { .. }
+            | ClientError::Document(_)
+            | ClientError::WrongChannel { .. }
+            | ClientError::WrongPack { .. }
+            | ClientError::Rollback { .. }
+            | ClientError::Equivocation { .. }
+            | ClientError::KnownBad { .. }
+            | ClientError::Cache { .. }
+            | ClientError::Config { .. }
+            | ClientError::NotMarked { .. }
+            | ClientError::Worker { .. } => return,
+        };
+        outbox.queue(&pack, reason);
+    }
+
+    /// Whether failure reports wait to be sent (telemetry on, a server configured).
+    pub fn reports_due(&self, now: OffsetDateTime) -> bool {
+        self.config.server.is_some() && self.outbox.as_ref().is_some_and(|o| o.due(now))
+    }
+
+    /// Failure reports waiting to be sent, oldest first (none with telemetry off).
+    pub fn pending_reports(&self) -> Vec<pack_protocol::FailureReport> {
+        self.outbox.as_ref().map_or_else(Vec::new, |o| o.pending())
+    }
+
+    /// Sends the failure reports that wait (see [`crate::report`]).
+    pub async fn send_reports(&self) -> Result<SendOutcome, ClientError> {
+        let (Some(outbox), Some(server), Some(install)) = (
+            self.outbox.clone(),
+            self.config.server.clone(),
+            self.install_hash.clone(),
+        ) else {
+            return Ok(SendOutcome::default());
+        };
+        Ok(outbox.send(&self.http, &server, &install).await)
+    }
+
+    /// Resolves when a failure report is queued in this process (never with telemetry off):
+    /// long-running processes send it then rather than at the next refresh.
+    pub async fn report_queued(&self) {
+        match &self.outbox {
+            Some(outbox) => outbox.queued().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Takes the state on disk when another process wrote a newer one (a higher sequence, or
@@ -414,19 +567,32 @@ impl Client {
     pub async fn forget_bad(&self, only: &[String]) -> Result<Vec<String>, ClientError> {
         let _one_at_a_time = self.refreshing.lock().await;
         let mut next = lock(&self.state).clone();
-        if let Some(unknown) = only.iter().find(|sha| !next.bad.contains_key(*sha)) {
+        let rendered = self.health.marked();
+        if let Some(unknown) = only
+            .iter()
+            .find(|sha| !next.bad.contains_key(*sha) && !rendered.contains_key(*sha))
+        {
+            let mut marked: Vec<String> = next.bad.keys().cloned().collect();
+            marked.extend(rendered.into_keys());
             return Err(ClientError::NotMarked {
                 sha256: unknown.clone(),
-                marked: next.bad.keys().cloned().collect(),
+                marked,
             });
         }
-        let cleared: Vec<String> = next
+        let mut cleared: Vec<String> = next
             .bad
             .keys()
             .filter(|sha| only.is_empty() || only.contains(sha))
             .cloned()
             .collect();
-        if cleared.is_empty() {
+        let health = self.health.clone();
+        let only_rendered = only.to_vec();
+        for sha in blocking(move || health.forget(&only_rendered)).await? {
+            if !cleared.contains(&sha) {
+                cleared.push(sha);
+            }
+        }
+        if cleared.iter().all(|sha| !next.bad.contains_key(sha)) {
             return Ok(cleared);
         }
         for sha in &cleared {
@@ -612,10 +778,17 @@ impl Client {
                 }),
             });
         }
+        *lock(&self.considering) = Some(entry.sha256.clone());
         if let Some(mark) = state.bad.get(&entry.sha256) {
             return Err(ClientError::KnownBad {
                 sha256: entry.sha256.clone(),
                 reason: mark.detail.clone(),
+            });
+        }
+        if self.health.is_marked(&entry.sha256) {
+            return Err(ClientError::KnownBad {
+                sha256: entry.sha256.clone(),
+                reason: self.health.detail(),
             });
         }
         if Contract::builtin(entry.schema).is_none() {
@@ -778,8 +951,9 @@ impl Client {
         }
     }
 
-    /// GET with a byte cap, optional exact length and `If-None-Match`, retried with
-    /// exponential backoff and jitter on transient failures. `None` means 304.
+    /// GET with a byte cap, optional exact length and `If-None-Match`, retried on transient
+    /// failures on the shared [`Backoff`] schedule (jitter, under [`MAX_BACKOFF`]). `None`
+    /// means 304.
     async fn get_capped(
         &self,
         url: &str,
@@ -788,23 +962,17 @@ impl Client {
         exact: Option<u64>,
         etag: Option<&str>,
     ) -> Result<Option<Fetched>, ClientError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.get_once(url, what, cap, exact, etag).await {
-                Err(e) if e.is_transient() && attempt < self.config.attempts => {
-                    let base = u64::try_from(self.config.backoff.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .saturating_mul(1 << (attempt - 1).min(10))
-                        .min(MAX_BACKOFF_MS);
-                    let wait = base.saturating_add(rand::random_range(0..=base / 2 + 1));
-                    tracing::info!("{e}; retrying in {wait} ms");
-                    // The refresh deadline still bounds the whole refresh.
-                    tokio::time::sleep(Duration::from_millis(wait)).await;
-                }
-                other => return other,
-            }
-        }
+        let backoff = Backoff {
+            first: self.config.backoff,
+            cap: MAX_BACKOFF,
+            retries: Some(self.config.attempts.saturating_sub(1) as usize),
+        };
+        // The refresh deadline still bounds the whole refresh, waits included.
+        (|| self.get_once(url, what, cap, exact, etag))
+            .retry(backoff.delays())
+            .when(ClientError::is_transient)
+            .notify(|e, wait| tracing::info!("{e}; retrying in {} ms", wait.as_millis()))
+            .await
     }
 
     /// A GET of `url` with the headers every request to packd carries (this release, the
@@ -814,13 +982,18 @@ impl Client {
             Source::Remote => self.store.capture().sha256().to_string(),
             Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
         };
-        self.http
+        let request = self
+            .http
             .get(url)
             .header(
                 headers::CLIENT_VERSION,
                 self.config.client_version.to_string(),
             )
-            .header(headers::INSTALLED_PACK, installed)
+            .header(headers::INSTALLED_PACK, installed);
+        match &self.install_hash {
+            Some(install) => request.header(headers::INSTALL, install),
+            None => request,
+        }
     }
 
     async fn get_once(
@@ -909,8 +1082,8 @@ impl Client {
 pub const ERROR_BODY_LIMIT: usize = 2048;
 /// Longest ETag kept.
 const MAX_ETAG_LEN: usize = 256;
-/// Longest pause between attempts.
-const MAX_BACKOFF_MS: u64 = 30_000;
+/// Every pause between attempts is shorter than this.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Up to [`ERROR_BODY_LIMIT`] bytes of what a failed response says, as text (bad bytes
 /// replaced, control characters dropped so nothing reaches a terminal as an escape code).
@@ -939,7 +1112,7 @@ fn lift_key_marks(state: &mut State, keys: &str) {
             tracing::info!("the content keys changed: pack {sha256} will be tried again");
             false
         }
-        BadReason::ContentKey | BadReason::Pack => true,
+        BadReason::ContentKey | BadReason::Pack | BadReason::Render => true,
     });
 }
 

@@ -34,9 +34,28 @@ pub struct ClientConfig {
     pub deadline: Duration,
     /// Attempts per request for transient failures (network errors, 429, 5xx).
     pub attempts: u32,
-    /// First retry delay; doubles each time, with jitter.
+    /// First retry delay; doubles each time, each pause drawn between it and twice it, always
+    /// under 30 s ([`pack_format::retry::Backoff`]).
     pub backoff: Duration,
     pub limits: Limits,
+    /// Share usage with the server: the install hash on requests (the fleet view) and
+    /// failure reports. `[updates] telemetry = false`, or `DO_NOT_TRACK=1` in the
+    /// environment, turns both off. Nothing else changes: refreshes, verification and the
+    /// device-side rollback work the same.
+    pub telemetry: bool,
+    /// A remote pack whose templates fail to render this many times in a row on this device
+    /// is marked bad here, and the built-in pack serves until the mark is cleared or the
+    /// channel offers other bytes.
+    pub mark_bad_after_failures: u32,
+}
+
+/// The default of [`ClientConfig::mark_bad_after_failures`].
+pub const MARK_BAD_AFTER_FAILURES: u32 = 3;
+
+/// Whether the environment asks for no telemetry (`DO_NOT_TRACK` set to anything but empty
+/// or `0`, the consoledonottrack.com convention).
+pub fn do_not_track() -> bool {
+    std::env::var("DO_NOT_TRACK").is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
 }
 
 impl ClientConfig {
@@ -59,6 +78,8 @@ impl ClientConfig {
             attempts: 3,
             backoff: Duration::from_millis(250),
             limits: Limits::DEFAULT,
+            telemetry: !do_not_track(),
+            mark_bad_after_failures: MARK_BAD_AFTER_FAILURES,
         }
     }
 
@@ -108,6 +129,10 @@ pub struct UpdatesSection {
     pub deadline_secs: Option<u64>,
     pub connect_timeout_secs: Option<u64>,
     pub attempts: Option<u32>,
+    /// `false`: send no install hash and no failure reports.
+    pub telemetry: Option<bool>,
+    /// Render failures in a row before a remote pack is marked bad on this device (≥ 1).
+    pub mark_bad_after_failures: Option<u32>,
 }
 
 impl ConfigFile {
@@ -161,6 +186,16 @@ impl ConfigFile {
         }
         if let Some(n) = u.attempts {
             config.attempts = n.max(1);
+        }
+        // The environment's "do not track" wins over a config that leaves telemetry on.
+        if let Some(on) = u.telemetry {
+            config.telemetry = on && !do_not_track();
+        }
+        if let Some(n) = u.mark_bad_after_failures {
+            if n == 0 {
+                return Err("mark_bad_after_failures must be at least 1, found 0".to_string());
+            }
+            config.mark_bad_after_failures = n;
         }
         Ok(())
     }

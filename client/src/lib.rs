@@ -6,13 +6,17 @@
 //!   crash-safely into a [`cache`] directory, and swaps the snapshot atomically.
 //! - [`schedule`] runs the refresh every six hours with a per-install offset, and
 //!   [`watch`] refreshes long-running processes within seconds of a change.
-//! - When anything is wrong the store serves the pack compiled into the binary, whole.
+//! - When anything is wrong the store serves the pack compiled into the binary, whole;
+//!   [`health`] marks a pack that keeps failing to render bad on the device, and [`report`]
+//!   tells the server what failed (reason codes only).
 
 pub mod builtin;
 pub mod cache;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod health;
+pub mod report;
 pub mod schedule;
 pub mod snapshot;
 pub mod store;
@@ -22,4 +26,4 @@ pub use client::{Client, ClientStatus, RefreshOutcome, RefusedPack};
 pub use config::ClientConfig;
 pub use error::ClientError;
 pub use snapshot::{Snapshot, SnapshotError, Source};
-pub use store::{PromptStore, Served};
+pub use store::{PromptStore, ServeObserver, Served};

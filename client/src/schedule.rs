@@ -82,6 +82,19 @@ pub async fn start(
         .await?;
     scheduler.start().await?;
     tracing::info!("refresh scheduled as '{cron}' (UTC)");
+    // A failure report queued while this process runs (a template that failed to render)
+    // goes out within seconds, not at the next refresh.
+    let reporter = client.clone();
+    tokio::spawn(async move {
+        loop {
+            reporter.report_queued().await;
+            // Let a burst (a render failure, then the bad mark) go together.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Err(e) = reporter.send_reports().await {
+                tracing::info!("failure reports not sent: {e}");
+            }
+        }
+    });
     if client
         .since_last_success(OffsetDateTime::now_utc())
         .is_none_or(|age| age > INTERVAL)

@@ -2,17 +2,28 @@
 //! remote snapshot, redo the whole request from the built-in one.
 
 use std::fmt::Display;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 
 use crate::snapshot::{Snapshot, Source};
+
+/// Told how each request served by a remote snapshot went (see [`PromptStore::observe`]):
+/// the client counts render failures in a row with it ([`crate::health`]).
+pub trait ServeObserver: Send + Sync {
+    /// A request was served from this remote snapshot.
+    fn served(&self, snapshot: &Snapshot);
+    /// A request failed on this remote snapshot and was served whole from the built-in
+    /// one. `true`: stop serving this snapshot (it is now marked bad).
+    fn fell_back(&self, snapshot: &Snapshot) -> bool;
+}
 
 /// Hands out snapshots. A refresh swaps the current snapshot atomically; a snapshot already
 /// captured keeps reading the pack it was captured from.
 pub struct PromptStore {
     current: ArcSwap<Snapshot>,
     builtin: Arc<Snapshot>,
+    observer: OnceLock<Arc<dyn ServeObserver>>,
 }
 
 /// The result of a request served with wholesale fallback.
@@ -31,7 +42,14 @@ impl PromptStore {
         PromptStore {
             current: ArcSwap::new(builtin.clone()),
             builtin,
+            observer: OnceLock::new(),
         }
+    }
+
+    /// Tells `observer` how every request [`PromptStore::serve`] runs on a remote snapshot
+    /// goes. One observer per store; a second call is ignored.
+    pub fn observe(&self, observer: Arc<dyn ServeObserver>) {
+        let _ = self.observer.set(observer);
     }
 
     /// The current snapshot. Cheap: one atomic load and a reference-count increment.
@@ -71,11 +89,18 @@ impl PromptStore {
         request: impl Fn(&Snapshot) -> Result<T, E>,
     ) -> Result<Served<T>, E> {
         match request(&snapshot) {
-            Ok(value) => Ok(Served {
-                value,
-                snapshot,
-                fallback: None,
-            }),
+            Ok(value) => {
+                if snapshot.source() == Source::Remote
+                    && let Some(observer) = self.observer.get()
+                {
+                    observer.served(&snapshot);
+                }
+                Ok(Served {
+                    value,
+                    snapshot,
+                    fallback: None,
+                })
+            }
             Err(e) if snapshot.source() == Source::Remote => {
                 let reason = format!(
                     "pack {} {} failed: {e}; served the built-in pack instead",
@@ -84,7 +109,21 @@ impl PromptStore {
                 );
                 tracing::warn!("{reason}");
                 let builtin = self.builtin.clone();
+                // A request the built-in pack cannot serve either is not the remote pack's
+                // failure: it is not counted against it.
                 let value = request(&builtin)?;
+                if let Some(observer) = self.observer.get()
+                    && observer.fell_back(&snapshot)
+                {
+                    // Only if nothing newer was installed in the meantime.
+                    self.current.rcu(|current| {
+                        if Arc::ptr_eq(current, &snapshot) {
+                            builtin.clone()
+                        } else {
+                            current.clone()
+                        }
+                    });
+                }
                 Ok(Served {
                     value,
                     snapshot: builtin,

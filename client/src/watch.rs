@@ -10,15 +10,16 @@
 //!
 //! Nothing here may spin. Errors, early answers (a `304` long before the granted wait, as a
 //! server that does not watch gives), changes that a refresh does not confirm: each waits a
-//! backoff that doubles from [`MIN_BACKOFF`] to [`MAX_BACKOFF`] with jitter (and at least
-//! a `Retry-After`); a server that does not watch at all is asked again only every
-//! [`MAX_BACKOFF`]. Two refreshes a watch starts are at least [`MIN_REFRESH_GAP`] apart.
+//! backoff on the shared schedule (`pack_format::retry`: jittered, doubling from
+//! [`MIN_BACKOFF`], under [`MAX_BACKOFF`]; and at least a `Retry-After`); a server that
+//! does not watch at all is asked again only every half to whole [`MAX_BACKOFF`]. Two refreshes a watch starts are at least [`MIN_REFRESH_GAP`] apart.
 //! With `auto_update = false` (or `watch = false`) nothing watches; a local pin is
 //! honoured by the refresh, and a change the pin skips is not acted on twice.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pack_format::retry::{Backoff, Delays};
 use pack_protocol::{headers, paths};
 use tokio::task::JoinHandle;
 
@@ -35,8 +36,12 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub const MIN_REFRESH_GAP: Duration = Duration::from_secs(1);
 /// Added to the longest the server may hold a watch before the request counts as lost.
 const SLACK: Duration = Duration::from_secs(15);
-/// Longest `Retry-After` honoured.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+/// The longest `Retry-After` honoured (its cap; it is never retried on by itself).
+const RETRY_AFTER: Backoff = Backoff {
+    first: MAX_BACKOFF,
+    cap: Duration::from_secs(600),
+    retries: None,
+};
 
 /// A running watch; dropping it stops it.
 #[derive(Debug)]
@@ -132,7 +137,7 @@ pub async fn watch_once(client: &Client, etag: &str, wait: Duration) -> Result<A
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
+        .map(|s| RETRY_AFTER.capped(Duration::from_secs(s)));
     Err(Failure {
         error: ClientError::Status {
             url,
@@ -143,40 +148,57 @@ pub async fn watch_once(client: &Client, etag: &str, wait: Duration) -> Result<A
     })
 }
 
-/// Doubling pauses with jitter: each is between half and all of the current step.
+/// The watch's pauses on the shared schedule ([`pack_format::retry::Backoff`]): jittered,
+/// doubling from [`MIN_BACKOFF`], each under [`MAX_BACKOFF`].
 #[derive(Debug)]
-pub struct Backoff {
-    step: Duration,
+pub struct Pauses {
+    delays: Delays,
 }
 
-impl Default for Backoff {
+impl Default for Pauses {
     fn default() -> Self {
-        Backoff { step: MIN_BACKOFF }
+        Pauses {
+            delays: SCHEDULE.delays(),
+        }
     }
 }
 
-impl Backoff {
-    /// The next pause; the step doubles (up to [`MAX_BACKOFF`]).
+impl Pauses {
+    /// The next pause (each longer, until the cap).
     pub fn pause(&mut self) -> Duration {
-        let step = self.step;
-        self.step = (step * 2).min(MAX_BACKOFF);
-        jitter(step)
+        // The schedule has no retry limit, so it never runs out.
+        self.delays.next().unwrap_or(MAX_BACKOFF / 2)
     }
 
+    /// Starts over from [`MIN_BACKOFF`].
     pub fn reset(&mut self) {
-        self.step = MIN_BACKOFF;
+        self.delays = SCHEDULE.delays();
     }
 }
 
-/// Between half and all of `step`, at random: clients that failed together retry apart.
-fn jitter(step: Duration) -> Duration {
-    let half = step / 2;
-    half + Duration::from_millis(rand::random_range(0..=half.as_millis() as u64))
+/// The watch's retry schedule.
+const SCHEDULE: Backoff = Backoff {
+    first: MIN_BACKOFF,
+    cap: MAX_BACKOFF,
+    retries: None,
+};
+
+/// A wait drawn from the upper half of `cap` (`[cap / 2, cap)`), from the shared schedule:
+/// clients that fail together come back apart.
+fn spread(cap: Duration) -> Duration {
+    Backoff {
+        first: cap / 2,
+        cap,
+        retries: Some(1),
+    }
+    .delays()
+    .next()
+    .unwrap_or(cap / 2)
 }
 
 /// Watches until the task is dropped.
 async fn run(client: Arc<Client>) {
-    let mut backoff = Backoff::default();
+    let mut backoff = Pauses::default();
     // A change a refresh acted on without the accepted document moving (a pin skipped it,
     // or the document was refused), with the accepted ETag of that moment: watched from, so
     // that it is not acted on again, until the accepted document moves some other way (the
@@ -218,7 +240,7 @@ async fn run(client: Arc<Client>) {
                 }
             }
             Ok(Answer::Unsupported) => {
-                let pause = jitter(MAX_BACKOFF);
+                let pause = spread(MAX_BACKOFF);
                 tracing::info!("the server does not watch; asking again in {pause:?}");
                 tokio::time::sleep(pause).await;
             }
@@ -260,7 +282,7 @@ async fn run(client: Arc<Client>) {
             Err(Failure { error, retry_after }) => {
                 let pause = backoff
                     .pause()
-                    .max(retry_after.map_or(Duration::ZERO, |r| r + jitter(r / 4)));
+                    .max(retry_after.map_or(Duration::ZERO, |r| r + spread(r / 4)));
                 if !failing {
                     tracing::info!("watching the channel failed: {error}; retrying in {pause:?}");
                     failing = true;
@@ -286,16 +308,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_with_jitter_up_to_the_cap_and_resets() {
-        let mut backoff = Backoff::default();
-        let mut step = MIN_BACKOFF;
+    fn pauses_double_on_the_shared_schedule_under_the_cap_and_reset() {
+        let mut pauses = Pauses::default();
+        let mut base = MIN_BACKOFF;
         for _ in 0..20 {
-            let pause = backoff.pause();
-            assert!(pause >= step / 2 && pause <= step, "{pause:?} for {step:?}");
-            step = (step * 2).min(MAX_BACKOFF);
+            let pause = pauses.pause();
+            // The schedule computes in f32 seconds: allow a millisecond of rounding.
+            let slack = Duration::from_millis(1);
+            assert!(
+                pause + slack >= base && pause < MAX_BACKOFF && pause <= base * 2 + slack,
+                "{pause:?} for {base:?}"
+            );
+            base = (base * 2).min(MAX_BACKOFF / 2);
         }
-        assert!(backoff.pause() >= MAX_BACKOFF / 2);
-        backoff.reset();
-        assert!(backoff.pause() <= MIN_BACKOFF);
+        assert!(pauses.pause() >= MAX_BACKOFF / 2 - Duration::from_millis(1));
+        pauses.reset();
+        assert!(pauses.pause() < MIN_BACKOFF * 2);
+    }
+
+    #[test]
+    fn a_spread_wait_lies_in_the_upper_half_and_a_retry_after_is_capped() {
+        for _ in 0..100 {
+            let wait = spread(MAX_BACKOFF);
+            assert!(wait >= MAX_BACKOFF / 2 - Duration::from_millis(1) && wait < MAX_BACKOFF);
+        }
+        assert_eq!(
+            RETRY_AFTER.capped(Duration::from_secs(86_400)),
+            Duration::from_secs(600)
+        );
     }
 }

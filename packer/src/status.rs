@@ -8,23 +8,41 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use crate::print_json;
+use crate::remote::ServerError;
 use crate::remote::model::{ChannelList, ChannelSummary, PackList};
 use crate::remote::{Remote, ServerArgs};
+use pack_protocol::{FailureCell, FleetCell, FleetView};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
 Reads GET /v1/channels, each channel's live document and GET /v1/packs. Reads need no
 token unless the deployment is private; then it comes from --token-file or PROMPTPACK_TOKEN.
-Signatures are not checked here: `packer release` checks them before it builds on a document.")]
+Signatures are not checked here: `packer release` checks them before it builds on a document.
+
+With --fleet it also reads GET /v1/channels/{channel}/fleet: per channel entry's release range,
+how many installs run which pack version (distinct installs over the last --days UTC days,
+merged from every packd node) against the entry's rollout target, and the failure reports
+per pack version. An install that changed pack inside the window counts under both; use
+--days 1 for the current picture.")]
 pub struct StatusArgs {
     #[command(flatten)]
     server: ServerArgs,
+
+    /// Show adoption and failure reports per pack version.
+    #[arg(long)]
+    fleet: bool,
+
+    /// UTC days the fleet view covers, today included (1 to 7).
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=7), requires = "fleet")]
+    days: u32,
 }
 
 /// One channel: its summary and the parsed live document.
 struct Live {
     summary: ChannelSummary,
     document: ChannelDocument,
+    /// With `--fleet`: the fleet view, or why there is none (the server keeps no fleet data).
+    fleet: Option<Result<FleetView, String>>,
 }
 
 pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
@@ -44,7 +62,16 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                 remote.url(&path)
             )
         })?;
-        channels.push(Live { summary, document });
+        let fleet = if args.fleet {
+            Some(fleet_view(&remote, &summary.channel, args.days)?)
+        } else {
+            None
+        };
+        channels.push(Live {
+            summary,
+            document,
+            fleet,
+        });
     }
     let packs: PackList = remote.get_json(pack_protocol::paths::PACKS)?;
     let now = OffsetDateTime::now_utc();
@@ -65,6 +92,11 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                     "key_id": live.summary.key_id,
                     "sha256": live.summary.sha256,
                     "entries": entries_json(&doc.entries),
+                    "fleet": match &live.fleet {
+                        Some(Ok(view)) => serde_json::to_value(view).unwrap_or(Value::Null),
+                        Some(Err(reason)) => json!({ "unavailable": reason }),
+                        None => Value::Null,
+                    },
                 })
             })
             .collect();
@@ -116,6 +148,15 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
         }
         for entry in &doc.entries {
             outln!("  {}", entry_line(entry));
+        }
+        match &live.fleet {
+            Some(Ok(view)) => {
+                for line in fleet_lines(doc, view) {
+                    outln!("  {line}");
+                }
+            }
+            Some(Err(reason)) => outln!("  fleet: {reason}"),
+            None => {}
         }
     }
     outln!();
@@ -207,6 +248,136 @@ fn live_in(channels: &[Live], pack: &str, sha256: &str) -> Vec<String> {
                 ));
             }
         }
+    }
+    out
+}
+
+/// The fleet view of `channel`; `Err` with a note when the server keeps none.
+fn fleet_view(remote: &Remote, channel: &str, days: u32) -> Result<Result<FleetView, String>> {
+    let path = format!("{}?days={days}", pack_protocol::paths::fleet(channel));
+    match remote.get_json::<FleetView>(&path) {
+        Ok(view) => Ok(Ok(view)),
+        Err(e) => match e.downcast_ref::<ServerError>() {
+            Some(server) if server.code.as_deref() == Some("fleet_disabled") => Ok(Err(
+                "off on this server ([fleet] enabled = false in its config)".to_string(),
+            )),
+            // An older packd: no such route.
+            Some(server) if server.status == reqwest::StatusCode::NOT_FOUND => Ok(Err(format!(
+                "this server has no fleet view ({})",
+                server.message
+            ))),
+            Some(_) | None => Err(e),
+        },
+    }
+}
+
+/// How a pack of a fleet cell is called: its version, `builtin`, or the start of its SHA-256.
+fn pack_name(pack: &str, version: Option<&str>) -> String {
+    match version {
+        Some(version) => version.to_string(),
+        None if pack.len() == 64 => format!("sha256 {}", &pack[..12]),
+        None => pack.to_string(),
+    }
+}
+
+/// Per release range of the document (in entry order): installs by pack version, the share
+/// of the range, the entry's rollout target, and the failure reports of that version.
+fn fleet_lines(doc: &ChannelDocument, view: &FleetView) -> Vec<String> {
+    let days = view.days.len();
+    let mut out = vec![format!(
+        "fleet, last {days} day{}: {} installs{}",
+        if days == 1 { "" } else { "s" },
+        view.installs,
+        if view.overflow {
+            " (some release × pack combinations over the server's cap are counted as other)"
+        } else {
+            ""
+        }
+    )];
+    // The first entry whose range matches a release speaks for it, as clients select.
+    let range_of = |release: &str| -> Option<String> {
+        let version = semver::Version::parse(release).ok()?;
+        doc.entries
+            .iter()
+            .find(|e| e.clients.matches(&version))
+            .map(|e| e.clients.to_string())
+    };
+    for range in &view.ranges {
+        let label = &range.clients;
+        out.push(format!("  {label}: {} installs", range.installs));
+        for pack in &range.packs {
+            let share = if range.installs == 0 {
+                0.0
+            } else {
+                100.0 * pack.installs as f64 / range.installs as f64
+            };
+            let mut line = format!(
+                "    {}: {} installs, {share:.0} % of {label}",
+                pack_name(&pack.pack, pack.pack_version.as_deref()),
+                pack.installs
+            );
+            let target = doc.entries.iter().find(|e| {
+                e.clients.to_string() == *label
+                    && matches!(&e.target, EntryTarget::Pack(p) if p.sha256 == pack.pack)
+            });
+            if let Some(rollout) = target.and_then(|e| e.rollout.as_ref()) {
+                line.push_str(&format!("; rollout target {} %", rollout.percent));
+            }
+            let failures: Vec<&FailureCell> = view
+                .failures
+                .iter()
+                .filter(|f| {
+                    f.pack == pack.pack && range_of(&f.client_version).as_deref() == Some(label)
+                })
+                .collect();
+            if !failures.is_empty() {
+                let text: Vec<String> = failures
+                    .iter()
+                    .map(|f| format!("{} {} from {} installs", f.reports, f.reason, f.installs))
+                    .collect();
+                line.push_str(&format!("; failures: {}", text.join(", ")));
+            }
+            out.push(line);
+        }
+    }
+    let unmatched: Vec<&FleetCell> = view
+        .cells
+        .iter()
+        .filter(|c| range_of(&c.client_version).is_none())
+        .collect();
+    if !unmatched.is_empty() {
+        let releases: Vec<String> = unmatched
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} on {} ({})",
+                    c.client_version,
+                    pack_name(&c.pack, c.pack_version.as_deref()),
+                    c.installs
+                )
+            })
+            .collect();
+        out.push(format!(
+            "  releases no entry matches: {}",
+            releases.join(", ")
+        ));
+    }
+    // Failures no range line above shows (a pack no install runs any more, say).
+    let shown = |f: &FailureCell| {
+        view.ranges.iter().any(|r| {
+            Some(&r.clients) == range_of(&f.client_version).as_ref()
+                && r.packs.iter().any(|p| p.pack == f.pack)
+        })
+    };
+    for f in view.failures.iter().filter(|f| !shown(f)) {
+        out.push(format!(
+            "  {} (client {}): {} {} from {} installs",
+            pack_name(&f.pack, f.pack_version.as_deref()),
+            f.client_version,
+            f.reports,
+            f.reason,
+            f.installs
+        ));
     }
     out
 }

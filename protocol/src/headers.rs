@@ -24,3 +24,9 @@ pub const SEQUENCE: &str = "x-promptpack-sequence";
 /// shut down); a `304` without it came from a server that does not watch, which answers at
 /// once. See [`crate::paths::channel_watch`].
 pub const WAIT: &str = "x-promptpack-wait";
+
+/// Request, on every request a client makes while it shares usage data (the default): its
+/// install hash ([`crate::fleet::install_hash`]), 32 lowercase hex digits. packd counts
+/// distinct installs by it and rate-limits failure reports per install; it never sees the
+/// install id itself. Not sent when the client's `telemetry` is off.
+pub const INSTALL: &str = "x-promptpack-install";

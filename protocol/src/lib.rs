@@ -6,8 +6,14 @@
 //! are 64 lowercase hex digits and names follow the format's name rule, so nothing
 //! downstream slices or builds a URL from an unchecked string.
 
+pub mod fleet;
 pub mod headers;
 pub mod paths;
+
+pub use fleet::{
+    EstimateInfo, FailureCell, FailureReport, FleetCell, FleetView, RangePack, RangeView,
+    ReportAccepted, ReportReason,
+};
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};

@@ -58,5 +58,15 @@ pub fn history_signature(channel: &str, sequence: u64) -> String {
     format!("/v1/channels/{channel}/history/{sequence}/signature")
 }
 
+/// `GET`: distinct installs by client release × pack and failure reports of a channel.
+pub fn fleet(channel: &str) -> String {
+    format!("/v1/channels/{channel}/fleet")
+}
+
+/// `POST`: a client's failure report.
+pub fn reports(channel: &str) -> String {
+    format!("/v1/channels/{channel}/reports")
+}
+
 /// `GET`: the OpenAPI description, generated from this crate's types.
 pub const OPENAPI: &str = "/v1/openapi.json";

@@ -79,6 +79,7 @@ fn main() {
             memory: None,
             session: None,
             disk_skills: &[],
+            mcp: None,
         };
         assemble(&snapshot, &request).unwrap()
     };

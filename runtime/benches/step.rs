@@ -102,6 +102,7 @@ fn main() {
         memory: None,
         session: None,
         disk_skills: &[],
+        mcp: None,
     };
     let tools = Arc::new(ToolContext::new(work.clone()));
     let provider = Provider::new(ProviderSettings::for_tests(

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::assemble::{AssembledPrompt, TurnRequest, assemble};
 use crate::compaction::{self, COMPACTION_PROMPT, Compaction};
 use crate::error::{PromptError, RuntimeError};
+use crate::live::LiveContext;
 use crate::provider::{
     Delta, Message, ModelRequest, Provider, ProviderError, ToolCall, ToolSpec, Usage,
 };
@@ -77,6 +78,11 @@ pub enum Event {
     Notification {
         text: String,
     },
+    /// Something the reader should know that does not stop the run (an MCP server
+    /// stopped, an answer was cut off).
+    Warning {
+        message: String,
+    },
     Error {
         message: String,
     },
@@ -94,8 +100,43 @@ pub enum Event {
 pub enum Finish {
     /// The model answered without calling a tool.
     Done,
+    /// The last answer stopped at the output limit (`finish_reason: "length"`,
+    /// `stop_reason: "max_tokens"`): it is incomplete.
+    CutOff,
     StepLimit,
     Interrupted,
+}
+
+/// Whether a stop reason means the output limit cut the answer off.
+pub fn is_length_stop(reason: &str) -> bool {
+    matches!(reason, "length" | "max_tokens" | "model_length")
+}
+
+/// Arguments a tool can be given: none, or a complete JSON object.
+fn arguments_complete(arguments: &str) -> bool {
+    arguments.trim().is_empty()
+        || serde_json::from_str::<serde_json::Value>(arguments).is_ok_and(|v| v.is_object())
+}
+
+/// The result for a call whose arguments were cut off or garbled.
+fn cut_off_call(name: &str, partial: &str, cut_off: bool) -> ToolOutput {
+    let mut shown: String = partial.chars().take(200).collect();
+    if shown.len() < partial.len() {
+        shown.push('…');
+    }
+    let why = if cut_off {
+        "was cut off by the output limit before its arguments were complete"
+    } else {
+        "arrived with arguments that are not a JSON object"
+    };
+    ToolOutput::error(format!(
+        "your call to {name} {why}, so it was not run. Received: {shown}\nSend the call again with complete JSON arguments{}.",
+        if cut_off {
+            "; keep them short (write a large file in parts)"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// Faults that stop the run. Tool failures are not among them: they go to the model.
@@ -197,6 +238,10 @@ pub struct LoopState {
     pub reported_tokens: u64,
     /// Messages compaction keeps as they are (moved earlier to keep tool pairs whole).
     pub keep_recent: usize,
+    /// MCP notices already passed on to the model.
+    pub mcp_seen: usize,
+    /// The pack the last step's prompt came from.
+    pub pack: Option<String>,
 }
 
 impl Default for LoopState {
@@ -206,6 +251,8 @@ impl Default for LoopState {
             compaction: None,
             reported_tokens: 0,
             keep_recent: 6,
+            mcp_seen: 0,
+            pack: None,
         }
     }
 }
@@ -221,6 +268,9 @@ pub struct AgentLoop<'a> {
     /// Compact when the conversation passes this many tokens; `None` never compacts.
     pub context_limit: Option<u64>,
     pub state: LoopState,
+    /// Re-reads instruction files and skills when they change; `None` keeps the ones in
+    /// `request`.
+    pub live: Option<&'a LiveContext>,
 }
 
 /// How a run ended.
@@ -232,6 +282,22 @@ pub struct Outcome {
 }
 
 impl AgentLoop<'_> {
+    /// Tells the model when the prompt pack changed under a running session: its
+    /// instructions may now read differently from earlier turns.
+    fn pack_notice(&mut self, prepared: &PreparedTurn) {
+        let pack = &prepared.prompt.metadata.pack;
+        let now = format!("{} {} ({})", pack.name, pack.version, pack.sha256);
+        if let Some(before) = &self.state.pack
+            && *before != now
+        {
+            self.state.reminders.notify(format!(
+                "The prompt pack was updated during this session (now {} {}); your system prompt may differ from earlier turns. Follow the current one.",
+                pack.name, pack.version
+            ));
+        }
+        self.state.pack = Some(now);
+    }
+
     /// Summarises the history before the most recent messages, from the original
     /// messages. Returns whether anything was compacted.
     pub async fn compact(
@@ -300,6 +366,7 @@ impl AgentLoop<'_> {
     ) -> Result<Outcome, RunError> {
         let mut usage = Usage::default();
         let mut steps = 0;
+        let mut overflow_retried = false;
         let finish = loop {
             if *cancel.borrow() {
                 break Finish::Interrupted;
@@ -309,7 +376,43 @@ impl AgentLoop<'_> {
             }
             steps += 1;
             turn += 1;
-            let prepared = prepare_turn(self.store, &self.request, &self.tools)?;
+            if let Some(mcp) = &self.tools.mcp {
+                // The first call waits for servers still starting (each within its
+                // start-up timeout), so their tools are there from the start.
+                if steps == 1 {
+                    mcp.wait_started().await;
+                }
+                for text in mcp.notices_since(&mut self.state.mcp_seen) {
+                    sink(Event::Warning {
+                        message: text.clone(),
+                    });
+                    self.state.reminders.notify(text);
+                }
+            }
+            // Instruction files and skills as they are on disk now.
+            let live = self.live.map(LiveContext::current);
+            let mut request = self.request;
+            if let Some(live) = &live {
+                request.instructions = &live.instructions;
+                request.disk_skills = &live.skills;
+                request.memory = live.memory.as_deref();
+            }
+            let prepared = prepare_turn(self.store, &request, &self.tools)?;
+            self.pack_notice(&prepared);
+            let running = self.tools.tasks.running();
+            if steps == 1 && running > 0 {
+                self.state.reminders.notify(format!(
+                    "{running} background task{} from earlier still running. Check on {} with task_query or task_output, and stop what is no longer needed with task_stop.",
+                    if running == 1 { " is" } else { "s are" },
+                    if running == 1 { "it" } else { "them" }
+                ));
+            }
+            if self.max_steps > 3 && steps + 1 == self.max_steps {
+                self.state.reminders.notify(format!(
+                    "You have 2 model calls left in this run (the step limit is {}). Finish what you are doing and give your final answer now; anything left undone, say so.",
+                    self.max_steps
+                ));
+            }
             let meta = &prepared.prompt.metadata;
             transcript.append(&Record::Turn {
                 turn,
@@ -379,7 +482,54 @@ impl AgentLoop<'_> {
                 transcript.append(&Record::Interrupted { turn })?;
                 break Finish::Interrupted;
             };
-            let response = response?;
+            let mut response = match response {
+                // Too big for the model: summarise older history once and try again,
+                // now compacting against the context the server reported.
+                Err(ProviderError::ContextOverflow {
+                    context_tokens: Some(context),
+                    ..
+                }) if !overflow_retried => {
+                    overflow_retried = true;
+                    self.context_limit = Some(context.saturating_mul(3) / 4);
+                    if self.compact(messages, transcript, sink).await? {
+                        sink(Event::Warning {
+                            message: format!(
+                                "the conversation outgrew the model's context of {context} tokens; older history was summarised and the step is tried again"
+                            ),
+                        });
+                        steps -= 1;
+                        continue;
+                    }
+                    return Err(RunError::Provider(ProviderError::ContextOverflow {
+                        url: self.provider.settings().endpoint(),
+                        status: 400,
+                        body: "nothing older is left to summarise".to_string(),
+                        prompt_tokens: None,
+                        context_tokens: Some(context),
+                    }));
+                }
+                other => other?,
+            };
+            let cut_off = response.stop_reason.as_deref().is_some_and(is_length_stop);
+            // A call cut off mid-arguments (`{"path":`) must never be stored or sent back
+            // as it is: servers refuse the whole history from then on. It is kept with
+            // empty arguments and answered with an error, so the model can send it again.
+            let mut broken = Vec::new();
+            for call in &mut response.tool_calls {
+                if !arguments_complete(&call.arguments) {
+                    let partial = std::mem::replace(&mut call.arguments, "{}".to_string());
+                    broken.push((call.id.clone(), partial));
+                }
+            }
+            if cut_off {
+                sink(Event::Warning {
+                    message: match (broken.is_empty(), self.provider.settings().max_tokens) {
+                        (true, Some(max)) => format!("the model's answer was cut off at its output limit (max_tokens = {max})"),
+                        (true, None) => "the model's answer was cut off at the server's output limit".to_string(),
+                        (false, _) => "the model's answer was cut off in the middle of a tool call; the call was not run and the model is asked to send it again".to_string(),
+                    },
+                });
+            }
             usage += response.usage;
             self.state.reported_tokens = response.usage.total();
             let message = response.to_message();
@@ -394,7 +544,39 @@ impl AgentLoop<'_> {
                 });
             }
 
-            let outputs = dispatch(&prepared.toolbox, &response.tool_calls, &cancel, sink).await;
+            let runnable: Vec<ToolCall> = response
+                .tool_calls
+                .iter()
+                .filter(|c| !broken.iter().any(|(id, _)| *id == c.id))
+                .cloned()
+                .collect();
+            let mut ran = dispatch(&prepared.toolbox, &runnable, &cancel, sink)
+                .await
+                .into_iter();
+            let outputs: Vec<ToolOutput> = response
+                .tool_calls
+                .iter()
+                .map(|call| match broken.iter().find(|(id, _)| *id == call.id) {
+                    Some((_, partial)) => {
+                        sink(Event::ToolCallStarted {
+                            id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: partial.clone(),
+                        });
+                        let output = cut_off_call(&call.name, partial, cut_off);
+                        sink(Event::ToolCallCompleted {
+                            id: call.id.clone(),
+                            name: call.name.clone(),
+                            is_error: true,
+                            output: output.content.clone(),
+                        });
+                        output
+                    }
+                    None => ran.next().unwrap_or_else(|| {
+                        ToolOutput::error("not run: the user interrupted the run")
+                    }),
+                })
+                .collect();
             for (call, output) in response.tool_calls.iter().zip(outputs) {
                 let message = Message::Tool {
                     call_id: call.id.clone(),
@@ -422,7 +604,11 @@ impl AgentLoop<'_> {
                 break Finish::Interrupted;
             }
             if response.tool_calls.is_empty() {
-                break Finish::Done;
+                break if cut_off {
+                    Finish::CutOff
+                } else {
+                    Finish::Done
+                };
             }
         };
         sink(Event::SessionFinished {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use pack_client::Snapshot;
 use serde::{Deserialize, Serialize};
 
-use crate::capabilities::{Ceiling, Feature, ToolId};
+use crate::capabilities::{Ceiling, Feature, McpRule, ToolId, split_tool_list};
 use crate::error::{AgentFileError, PromptError};
 use crate::mode::PromptMode;
 
@@ -16,6 +16,25 @@ use crate::mode::PromptMode;
 pub const BUILTIN_AGENTS: [&str; 4] = ["mavis", "explore", "worker", "verifier"];
 /// The agent that talks to the user.
 pub const ORCHESTRATOR: &str = "mavis";
+/// Plan mode's agent: the orchestrator's prompt under a read-only ceiling.
+pub const PLAN: &str = crate::plan::PLAN_AGENT;
+/// What the orchestrator used to be called; still accepted wherever an agent is named.
+pub const ORCHESTRATOR_OLD_NAME: &str = "main";
+
+/// An agent's name as the runtime knows it: `main` is the old name of `mavis`.
+pub fn canonical_name(name: &str) -> &str {
+    if name == ORCHESTRATOR_OLD_NAME {
+        ORCHESTRATOR
+    } else {
+        name
+    }
+}
+
+/// The model an agent asks for, if any: `inherit` (as Claude Code writes it) means the
+/// session's own.
+fn own_model(model: Option<String>) -> Option<String> {
+    model.filter(|m| !m.trim().is_empty() && m.trim() != "inherit")
+}
 /// A custom agent file larger than this is refused.
 pub const AGENT_FILE_MAX_BYTES: u64 = 1024 * 1024;
 
@@ -58,6 +77,10 @@ impl AgentDefinition {
     pub fn template_key(&self, mode: PromptMode) -> Option<String> {
         match (&self.core, self.role) {
             (CorePrompt::Custom { .. }, _) => None,
+            // Plan mode thinks with the orchestrator's prompt; the reminders say what differs.
+            (CorePrompt::Builtin, Role::Orchestrator) if self.name == PLAN => {
+                Some(format!("agents/{ORCHESTRATOR}/{mode}.hbs"))
+            }
             (CorePrompt::Builtin, Role::Orchestrator) => {
                 Some(format!("agents/{}/{mode}.hbs", self.name))
             }
@@ -68,15 +91,30 @@ impl AgentDefinition {
     }
 
     /// A built-in agent as the snapshot describes it: its ceiling is the frontmatter of
-    /// `agents/<name>/agent.md`, and no such file means no ceiling.
+    /// `agents/<name>/agent.md`, and no such file means no ceiling (except for `plan`,
+    /// which is read-only whatever the pack says).
     pub fn builtin(
         name: &str,
         snapshot: &Snapshot,
     ) -> Option<Result<AgentDefinition, PromptError>> {
-        if !BUILTIN_AGENTS.contains(&name) {
+        let name = canonical_name(name);
+        let definition = AgentDefinition::from_pack(name, snapshot)?;
+        if name != PLAN {
+            return Some(definition);
+        }
+        Some(definition.map(|mut def| {
+            let read_only = crate::permissions::PermissionMode::ReadOnly;
+            let ceiling = def.ceiling.get_or_insert_with(Ceiling::default);
+            ceiling.permissions = Some(ceiling.permissions.map_or(read_only, |p| p.min(read_only)));
+            def
+        }))
+    }
+
+    fn from_pack(name: &str, snapshot: &Snapshot) -> Option<Result<AgentDefinition, PromptError>> {
+        if !BUILTIN_AGENTS.contains(&name) && name != PLAN {
             return None;
         }
-        let role = if name == ORCHESTRATOR {
+        let role = if name == ORCHESTRATOR || name == PLAN {
             Role::Orchestrator
         } else {
             Role::Subagent
@@ -107,7 +145,7 @@ impl AgentDefinition {
             });
         Some(parsed.map(|file| {
             definition.description = file.frontmatter.description.unwrap_or_default();
-            definition.model = file.frontmatter.model;
+            definition.model = own_model(file.frontmatter.model);
             definition.ceiling = Some(file.ceiling);
             definition.skills = file.frontmatter.skills.map(|s| s.into_iter().collect());
             definition
@@ -115,16 +153,51 @@ impl AgentDefinition {
     }
 }
 
+/// The frontmatter of an `agent.md`. Files written for other agents (Claude Code, Kimi)
+/// load too: their camelCase keys are aliases.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Frontmatter {
     name: Option<String>,
     description: Option<String>,
     model: Option<String>,
+    #[serde(default, deserialize_with = "tool_list")]
     tools: Option<Vec<String>>,
+    #[serde(default, alias = "disallowedTools", deserialize_with = "tool_list")]
     disallowed_tools: Option<Vec<String>>,
+    #[serde(alias = "disabledFeatures")]
     disabled_features: Option<Vec<String>>,
     skills: Option<Vec<String>>,
+    /// The widest permission mode the agent may run in: read-only, workspace or full.
+    permissions: Option<crate::permissions::PermissionMode>,
+    /// MCP servers the agent may use, by name: all their tools.
+    #[serde(alias = "mcpServers")]
+    mcp_servers: Option<Vec<String>>,
+    /// Reasoning effort (`low`, `medium`, `high`), as other agents' files carry it.
+    /// Accepted so such files load; this runtime does not pass it to the model.
+    #[allow(dead_code)]
+    effort: Option<String>,
+    /// Claude Code's display colour; accepted and ignored.
+    #[allow(dead_code)]
+    color: Option<String>,
+}
+
+/// A tool list as a YAML list, or as Claude Code writes it: one comma-separated string.
+fn tool_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum List {
+        Items(Vec<String>),
+        Text(String),
+    }
+    Ok(Option::<List>::deserialize(d)?.map(|list| match list {
+        List::Items(items) => items,
+        List::Text(text) => text
+            .split(',')
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect(),
+    }))
 }
 
 struct AgentFile {
@@ -181,15 +254,39 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
     let tools = frontmatter
         .tools
         .as_deref()
-        .map(ToolId::parse_list)
+        .map(split_tool_list)
         .transpose()
         .map_err(|e| (Some("tools".to_string()), e))?;
     let disallowed = frontmatter
         .disallowed_tools
         .as_deref()
-        .map(ToolId::parse_list)
+        .map(split_tool_list)
         .transpose()
         .map_err(|e| (Some("disallowed_tools".to_string()), e))?;
+    // MCP tools: an allow list names the ones it allows (none named, none allowed), and
+    // `mcp_servers` allows whole servers; without either, every MCP tool is allowed.
+    let mut mcp = McpRule::default();
+    let servers = frontmatter.mcp_servers.as_ref().map(|names| {
+        names
+            .iter()
+            .map(|n| format!("{}{n}", crate::mcp::PREFIX))
+            .collect::<Vec<_>>()
+    });
+    match (&tools, servers) {
+        (None, None) => {}
+        (tools, servers) => {
+            let mut allow = servers.unwrap_or_default();
+            if let Some((_, patterns)) = tools {
+                allow.extend(patterns.iter().cloned());
+            }
+            mcp.allow = Some(allow);
+        }
+    }
+    if let Some((_, patterns)) = &disallowed {
+        mcp.deny = patterns.clone();
+    }
+    let tools = tools.map(|(builtin, _)| builtin);
+    let disallowed = disallowed.map(|(builtin, _)| builtin);
     let disabled_features = frontmatter
         .disabled_features
         .iter()
@@ -209,6 +306,8 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
         ceiling: Ceiling {
             tools,
             disabled_features,
+            permissions: frontmatter.permissions,
+            mcp,
         },
         frontmatter,
         body: body.to_string(),
@@ -296,7 +395,7 @@ pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition,
             format!("{name:?} does not match the directory name {dir_name:?}"),
         ));
     }
-    if BUILTIN_AGENTS.contains(&name.as_str()) {
+    if BUILTIN_AGENTS.contains(&name.as_str()) || name == ORCHESTRATOR_OLD_NAME || name == PLAN {
         return Err(fail(
             Some("name"),
             format!("{name:?} is the name of a built-in agent"),
@@ -321,7 +420,7 @@ pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition,
         name,
         description,
         role: Role::Subagent,
-        model: fm.model,
+        model: own_model(fm.model),
         ceiling: Some(file.ceiling),
         skills: fm.skills.map(|s| s.into_iter().collect()),
         core: CorePrompt::Custom {

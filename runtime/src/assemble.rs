@@ -3,7 +3,8 @@
 //! Order: persona → core template (runtime rules inserted under their headings) →
 //! model-family notes → shared layers → instructions preamble (only when an instruction
 //! file is present) → global AGENTS.md → project CLAUDE.md / AGENTS.md → environment →
-//! session context (delegated children only) → memory → skills catalog.
+//! session context (delegated children only) → memory → MCP server instructions → skills
+//! catalog.
 //!
 //! Everything comes from one snapshot. [`assemble_turn`] runs [`assemble`] through
 //! [`PromptStore::serve`], so any failure in a remote pack rebuilds the whole prompt from
@@ -20,7 +21,7 @@ use serde_json::Value;
 use crate::agents::{AgentDefinition, CorePrompt, Role};
 use crate::capabilities::{Occasion, Profile, resolve};
 use crate::config::Config;
-use crate::context::{self, ContextInputs, Layer, SkillEntry};
+use crate::context::{self, AgentEntry, ContextInputs, Layer, SkillEntry};
 use crate::environment::Environment;
 use crate::error::PromptError;
 use crate::instructions::Instructions;
@@ -45,6 +46,7 @@ const ENVIRONMENT_TEXT: &str = "shared/environment.md";
 const SESSION_TEXT: &str = "shared/session_context.md";
 const MEMORY_TEMPLATE: &str = "shared/memory.hbs";
 const SKILLS_TEMPLATE: &str = "shared/skills.hbs";
+const MCP_TEMPLATE: &str = "shared/mcp.hbs";
 const MODEL_FAMILIES: &str = "models/families.json";
 
 /// Everything one turn's prompt depends on besides the snapshot.
@@ -69,6 +71,9 @@ pub struct TurnRequest<'a> {
     pub session: Option<&'a SessionContext>,
     /// Skills from the data directory and the project; they join the pack's skills.
     pub disk_skills: &'a [crate::skills::Skill],
+    /// The session's MCP servers: the instructions of those the agent may use go into
+    /// the prompt.
+    pub mcp: Option<&'a crate::mcp::McpServers>,
 }
 
 /// The system prompt of one turn and what produced it.
@@ -165,6 +170,23 @@ pub fn assemble(
             description: s.description.clone(),
         })
         .collect();
+    let mcp_servers = request.mcp.map_or_else(Vec::new, |mcp| {
+        mcp.prompt_entries(|tool| resolved.capabilities.mcp.allows(tool))
+    });
+    // The orchestrator's prompt names the custom agents it can hand tasks to.
+    let custom_agents: Vec<AgentEntry> = if resolved.capabilities.features.delegation && !task_child
+    {
+        request
+            .custom_agents
+            .iter()
+            .map(|a| AgentEntry {
+                name: a.name.clone(),
+                description: a.description.clone(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let env = request.environment;
     let data_dir = env.data_dir.display().to_string();
     let role_directory = env
@@ -179,6 +201,8 @@ pub fn assemble(
         data_dir: &data_dir,
         role_directory: &role_directory,
         skills: &skills,
+        custom_agents: &custom_agents,
+        mcp_servers: &mcp_servers,
         interactive: request.interactive && !task_child,
         task_child,
         cli: request.profile == Profile::Cli,
@@ -265,6 +289,11 @@ pub fn assemble(
             session.task_id,
             session.parent_agent
         );
+        if let Some(steps) = session.max_steps {
+            text.push_str(&format!(
+                "\nStep limit: {steps} model calls. Finish and hand off before you reach it; work left over is lost."
+            ));
+        }
         if let Some(task) = &session.task {
             text.push_str(&format!("\nTask:\n{}", task.trim()));
         }
@@ -277,12 +306,19 @@ pub fn assemble(
         push(text);
     }
 
-    let memory_on = resolved.capabilities.features.memory && resolved.memory_enabled;
+    // The command line's memory is the workspace's notes, which the host passes in.
+    let memory_on = resolved.capabilities.features.memory
+        && (resolved.memory_enabled || request.profile == Profile::Cli);
     if memory_on && let Some(memory) = request.memory.map(str::trim).filter(|m| !m.is_empty()) {
         push(format!(
             "{}\n\n{memory}",
             pack.render(MEMORY_TEMPLATE, &context)?
         ));
+    }
+
+    // Packs from before MCP support have no such template; their prompts go without.
+    if !mcp_servers.is_empty() && snapshot.has_template(MCP_TEMPLATE) {
+        push(pack.render(MCP_TEMPLATE, &context)?);
     }
 
     if !skills.is_empty() {
@@ -337,6 +373,7 @@ fn find_agent(
     let available: Vec<&str> = crate::agents::BUILTIN_AGENTS
         .iter()
         .copied()
+        .chain([crate::agents::PLAN])
         .chain(request.custom_agents.iter().map(|a| a.name.as_str()))
         .collect();
     Err(PromptError::UnknownAgent {

@@ -6,11 +6,18 @@
 //! 2. the agent's ceiling (its `agent.md` frontmatter): tools are intersected, features
 //!    AND-ed, so a ceiling never grants what the config withheld;
 //! 3. the occasion: a delegated child loses delegation, so helpers never fan out;
-//! 4. the host profile: the command-line host has no memory and no scheduling.
+//! 4. the host profile: the command-line host has no scheduling, and its memory is the
+//!    workspace's notes.
+//!
+//! The ceiling also caps the permission mode an agent runs in (`permissions: read-only`
+//! for `explore` and `plan`); the session's mode narrows it further (see
+//! [`crate::permissions`]).
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
+
+use crate::permissions::PermissionMode;
 
 /// A built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -81,29 +88,25 @@ impl ToolId {
 }
 
 /// A switchable feature.
+///
+/// There is no web search: no search provider is built in, so there is no `web_search`
+/// tool or feature, and the contract's `features.web_search` is always false.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Feature {
     Delegation,
     Memory,
     Persona,
-    WebSearch,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 4] = [
-        Feature::Delegation,
-        Feature::Memory,
-        Feature::Persona,
-        Feature::WebSearch,
-    ];
+    pub const ALL: [Feature; 3] = [Feature::Delegation, Feature::Memory, Feature::Persona];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::Delegation => "delegation",
             Feature::Memory => "memory",
             Feature::Persona => "persona",
-            Feature::WebSearch => "web_search",
         }
     }
 
@@ -127,7 +130,6 @@ pub struct Features {
     pub delegation: bool,
     pub memory: bool,
     pub persona: bool,
-    pub web_search: bool,
 }
 
 impl Default for Features {
@@ -136,7 +138,6 @@ impl Default for Features {
             delegation: true,
             memory: true,
             persona: true,
-            web_search: true,
         }
     }
 }
@@ -147,7 +148,6 @@ impl Features {
             Feature::Delegation => self.delegation,
             Feature::Memory => self.memory,
             Feature::Persona => self.persona,
-            Feature::WebSearch => self.web_search,
         }
     }
 
@@ -156,7 +156,6 @@ impl Features {
             Feature::Delegation => self.delegation = on,
             Feature::Memory => self.memory = on,
             Feature::Persona => self.persona = on,
-            Feature::WebSearch => self.web_search = on,
         }
     }
 
@@ -165,9 +164,73 @@ impl Features {
             delegation: self.delegation && other.delegation,
             memory: self.memory && other.memory,
             persona: self.persona && other.persona,
-            web_search: self.web_search && other.web_search,
         }
     }
+}
+
+/// Which MCP tools (`mcp__<server>__<tool>`) an agent may use. Every narrowing layer adds
+/// a rule and a tool is allowed only when each rule allows it, so a layer can take MCP
+/// tools away but never add one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpAccess {
+    pub rules: Vec<McpRule>,
+}
+
+/// One layer's word on MCP tools. A pattern is an exact tool name, a server
+/// (`mcp__time`, meaning all its tools), or a prefix ending in `*` (`mcp__*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpRule {
+    /// Patterns a tool must match; `None` lets every MCP tool through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+impl McpRule {
+    fn allows(&self, tool: &str) -> bool {
+        self.allow
+            .as_ref()
+            .is_none_or(|allow| allow.iter().any(|p| mcp_pattern_matches(p, tool)))
+            && !self.deny.iter().any(|p| mcp_pattern_matches(p, tool))
+    }
+}
+
+impl McpAccess {
+    pub fn allows(&self, tool: &str) -> bool {
+        self.rules.iter().all(|rule| rule.allows(tool))
+    }
+}
+
+/// Whether `pattern` names the MCP tool `tool`.
+pub fn mcp_pattern_matches(pattern: &str, tool: &str) -> bool {
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        return tool.starts_with(prefix);
+    }
+    if pattern == tool {
+        return true;
+    }
+    // `mcp__<server>` alone: every tool of that server.
+    pattern
+        .strip_prefix(crate::mcp::PREFIX)
+        .is_some_and(|server| !server.contains("__"))
+        && tool
+            .strip_prefix(pattern)
+            .is_some_and(|rest| rest.starts_with("__"))
+}
+
+/// Splits a `tools` list into built-in tool ids and MCP patterns (`mcp__…`).
+pub fn split_tool_list(names: &[String]) -> Result<(BTreeSet<ToolId>, Vec<String>), String> {
+    let mut builtin = BTreeSet::new();
+    let mut mcp = Vec::new();
+    for name in names {
+        if name.starts_with(crate::mcp::PREFIX) {
+            mcp.push(name.clone());
+        } else {
+            builtin.insert(ToolId::parse(name)?);
+        }
+    }
+    Ok((builtin, mcp))
 }
 
 /// What an agent may use.
@@ -175,6 +238,11 @@ impl Features {
 pub struct Capabilities {
     pub tools: BTreeSet<ToolId>,
     pub features: Features,
+    /// The widest permission mode the agent may run in; `None`: whatever the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<PermissionMode>,
+    #[serde(default)]
+    pub mcp: McpAccess,
 }
 
 impl Default for Capabilities {
@@ -188,6 +256,8 @@ impl Capabilities {
         Capabilities {
             tools: ToolId::ALL.into_iter().collect(),
             features: Features::default(),
+            permissions: None,
+            mcp: McpAccess::default(),
         }
     }
 
@@ -202,6 +272,12 @@ pub struct Ceiling {
     /// Allowed tools; `None` leaves the tools as configured.
     pub tools: Option<BTreeSet<ToolId>>,
     pub disabled_features: BTreeSet<Feature>,
+    /// The widest permission mode; `None` leaves the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<PermissionMode>,
+    /// Which MCP tools the agent may use.
+    #[serde(default)]
+    pub mcp: McpRule,
 }
 
 impl Ceiling {
@@ -229,7 +305,8 @@ pub enum Occasion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
-    /// The `agent` command line: no memory, no scheduling.
+    /// The `agent` command line: no memory store (its memory layer is the workspace's
+    /// notes), no scheduling.
     Cli,
 }
 
@@ -256,16 +333,20 @@ pub fn resolve(
             capabilities.tools.retain(|tool| allowed.contains(tool));
         }
         capabilities.features = capabilities.features.and(ceiling.features());
+        capabilities.permissions = match (capabilities.permissions, ceiling.permissions) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        capabilities.mcp.rules.push(ceiling.mcp.clone());
     }
     match occasion {
         Occasion::Root => {}
         Occasion::TaskChild => capabilities.features.delegation = false,
     }
     let (memory_enabled, scheduling) = match profile {
-        Profile::Cli => {
-            capabilities.features.memory = false;
-            (false, false)
-        }
+        // The command line keeps no memory store of its own; the `memory` feature stays as
+        // narrowed, and its memory layer is the workspace's notes (`record_note`).
+        Profile::Cli => (false, false),
     };
     Resolved {
         capabilities,

@@ -6,13 +6,19 @@
 //! [agents.default.features]
 //! memory = false                     # unset features stay on
 //! ```
+//!
+//! A `tools` list may name MCP tools too (`mcp__time__get_current_time`, a whole server
+//! as `mcp__time`, or `mcp__*`); a list that names none allows none. The servers
+//! themselves are `[mcp_servers.<name>]` tables, read by [`crate::mcp`].
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::capabilities::{Capabilities, Feature, Features, ToolId};
+use crate::capabilities::{
+    Capabilities, Feature, Features, McpAccess, McpRule, ToolId, split_tool_list,
+};
 use crate::error::RuntimeError;
 
 /// The config file is shared with other parts of the agent, so unknown top-level sections
@@ -21,6 +27,8 @@ use crate::error::RuntimeError;
 struct ConfigFile {
     #[serde(default)]
     agents: AgentsSection,
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, crate::mcp::Entry>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -41,6 +49,8 @@ struct AgentDefaults {
 pub struct Config {
     /// What every agent may use before its ceiling applies.
     pub defaults: Capabilities,
+    /// `[mcp_servers.<name>]`, in name order.
+    pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
 }
 
 impl Config {
@@ -61,13 +71,25 @@ impl Config {
 
     pub fn parse(text: &str) -> Result<Config, String> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mcp_servers = crate::mcp::parse(file.mcp_servers)?;
         let Some(defaults) = file.agents.default else {
-            return Ok(Config::default());
+            return Ok(Config {
+                defaults: Capabilities::default(),
+                mcp_servers,
+            });
         };
-        let tools = match &defaults.tools {
-            None => ToolId::ALL.into_iter().collect(),
+        // A list names the MCP tools it allows too (`mcp__time`, `mcp__*`); without one
+        // every MCP tool is allowed.
+        let (tools, mcp) = match &defaults.tools {
+            None => (ToolId::ALL.into_iter().collect(), McpAccess::default()),
             Some(names) => {
-                ToolId::parse_list(names).map_err(|e| format!("[agents.default] tools: {e}"))?
+                let (tools, patterns) =
+                    split_tool_list(names).map_err(|e| format!("[agents.default] tools: {e}"))?;
+                let rule = McpRule {
+                    allow: Some(patterns),
+                    deny: Vec::new(),
+                };
+                (tools, McpAccess { rules: vec![rule] })
             }
         };
         let mut features = Features::default();
@@ -78,11 +100,16 @@ impl Config {
                 Feature::Delegation => features.delegation = *on,
                 Feature::Memory => features.memory = *on,
                 Feature::Persona => features.persona = *on,
-                Feature::WebSearch => features.web_search = *on,
             }
         }
         Ok(Config {
-            defaults: Capabilities { tools, features },
+            defaults: Capabilities {
+                tools,
+                features,
+                mcp,
+                permissions: None,
+            },
+            mcp_servers,
         })
     }
 }

@@ -21,6 +21,21 @@ pub struct SkillEntry {
     pub description: String,
 }
 
+/// A custom agent the orchestrator can hand tasks to, as its prompt lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentEntry {
+    pub name: String,
+    pub description: String,
+}
+
+/// A connected MCP server's instructions. The text is the server's: data passed into the
+/// template, never compiled as one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct McpServerEntry {
+    pub name: String,
+    pub instructions: String,
+}
+
 /// Everything that decides the template variables of one turn.
 pub struct ContextInputs<'a> {
     pub resolved: &'a Resolved,
@@ -28,6 +43,10 @@ pub struct ContextInputs<'a> {
     pub data_dir: &'a str,
     pub role_directory: &'a str,
     pub skills: &'a [SkillEntry],
+    /// Custom agents the agent can delegate to (empty without delegation).
+    pub custom_agents: &'a [AgentEntry],
+    /// MCP servers with instructions whose tools the agent is offered.
+    pub mcp_servers: &'a [McpServerEntry],
     pub interactive: bool,
     pub task_child: bool,
     pub cli: bool,
@@ -65,7 +84,9 @@ pub fn build(inputs: &ContextInputs<'_>) -> Value {
             "delegation": features.delegation,
             "memory": features.memory,
             "persona": features.persona,
-            "web_search": features.web_search,
+            // Schema 1 names it; the runtime has no search provider, so no prompt may
+            // promise a search.
+            "web_search": false,
         },
         "memory": { "enabled": inputs.resolved.memory_enabled },
         "surface": {
@@ -75,6 +96,8 @@ pub fn build(inputs: &ContextInputs<'_>) -> Value {
         },
         "layer": { "base": false, "worker": false, "root": false, "branch": false },
         "skills": inputs.skills,
+        "custom_agents": inputs.custom_agents,
+        "mcp_servers": inputs.mcp_servers,
     })
 }
 

@@ -21,11 +21,12 @@ use crate::capabilities::{Occasion, Profile};
 use crate::config::Config;
 use crate::environment::Environment;
 use crate::instructions::Instructions;
+use crate::mcp::McpServers;
 use crate::mode::PromptMode;
 use crate::provider::{Message, Provider};
-use crate::session::SessionContext;
+use crate::session::{SessionContext, TaskSession};
 use crate::skills::Skill;
-use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError};
+use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError, WebSettings};
 use crate::transcript::{Record, SessionHeader, Transcript};
 
 /// A verifier's conclusion.
@@ -94,6 +95,10 @@ pub struct Subagents {
     pub parent_session: String,
     pub parent_agent: String,
     pub max_steps: u32,
+    /// `web_fetch`'s limits, the same as the parent's.
+    pub web: WebSettings,
+    /// The parent's MCP servers: a helper may use their tools as its ceiling allows.
+    pub mcp: Option<Arc<McpServers>>,
     pub(crate) next: AtomicU32,
 }
 
@@ -126,7 +131,22 @@ impl Subagents {
             parent_session,
             parent_agent: ORCHESTRATOR.to_string(),
             max_steps: 30,
+            web: WebSettings::default(),
+            mcp: None,
             next: AtomicU32::new(0),
+        }
+    }
+
+    /// The helper's definition as it stands now: a built-in one from the current pack,
+    /// or a custom one from the data directory.
+    fn definition(&self, agent: &str) -> Option<AgentDefinition> {
+        let snapshot = self.store.capture();
+        match AgentDefinition::builtin(agent, &snapshot) {
+            Some(Ok(definition)) => Some(definition),
+            // A broken built-in definition in a remote pack: leave the lookup to the
+            // prompt assembly, which falls back to the built-in pack wholesale.
+            Some(Err(_)) => None,
+            None => self.custom_agents.iter().find(|a| a.name == agent).cloned(),
         }
     }
 
@@ -157,7 +177,15 @@ impl Subagents {
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let task_id = format!("{}.task-{n}", self.parent_session);
-        let settings = self.provider.settings();
+        // The definition the helper starts with is frozen: saved beside its transcript and
+        // rendered from, so a resumed helper behaves as it was asked to.
+        let definition = self.definition(&request.agent);
+        // An agent's own `model` is honoured; otherwise the session's model runs it.
+        let provider = match definition.as_ref().and_then(|d| d.model.as_deref()) {
+            Some(model) => Arc::new(self.provider.with_model(model)),
+            None => self.provider.clone(),
+        };
+        let settings = provider.settings();
         let header = SessionHeader {
             id: task_id.clone(),
             created_at: time::OffsetDateTime::now_utc()
@@ -187,9 +215,27 @@ impl Subagents {
             parent_agent: self.parent_agent.clone(),
             task: Some(request.task.trim().to_string()),
             files: request.files,
+            max_steps: Some(self.max_steps),
         };
+        if let Some(definition) = &definition {
+            TaskSession {
+                id: task_id.clone(),
+                mode: self.mode,
+                agent: definition.clone(),
+                context: session.clone(),
+            }
+            .save(&self.sessions_dir)
+            .map_err(stop)?;
+        }
         // No delegate: the child's toolbox has no `task` tool, whatever its ceiling says.
-        let tools = Arc::new(ToolContext::new(self.cwd.clone()));
+        // Its permissions are the parent's, narrowed further by its own ceiling.
+        let mut tools = ToolContext::new(self.cwd.clone())
+            .with_policy(request.policy.inherited(&self.parent_agent))
+            .with_web(self.web.clone());
+        if let Some(mcp) = &self.mcp {
+            tools = tools.with_mcp(mcp.clone());
+        }
+        let tools = Arc::new(tools);
         let mut child = AgentLoop {
             store: &self.store,
             request: TurnRequest {
@@ -201,19 +247,22 @@ impl Subagents {
                 interactive: false,
                 config: &self.config,
                 custom_agents: &self.custom_agents,
-                frozen: None,
+                frozen: definition.as_ref(),
                 environment: &self.environment,
                 instructions: &self.instructions,
                 memory: None,
                 session: Some(&session),
                 disk_skills: &self.disk_skills,
+                mcp: self.mcp.as_deref(),
             },
-            provider: &self.provider,
+            provider: &provider,
             tools: tools.clone(),
             max_steps: self.max_steps,
             session_id: task_id.clone(),
-            context_limit: None,
+            // Helpers compact like their parent.
+            context_limit: Some(settings.context_tokens),
             state: Default::default(),
+            live: None,
         };
         let agent = request.agent.clone();
         let mut sink = |event: Event| {
@@ -245,6 +294,7 @@ impl Subagents {
         let status = match (outcome.finish, handoff.role_mismatch) {
             (_, true) => "role_mismatch",
             (Finish::Done, false) => "completed",
+            (Finish::CutOff, false) => "cut_off",
             (Finish::StepLimit, false) => "step_limit",
             (Finish::Interrupted, false) => "interrupted",
         };
@@ -284,6 +334,10 @@ impl std::fmt::Debug for Subagents {
 }
 
 impl Delegate for Subagents {
+    fn agents(&self) -> Vec<String> {
+        self.available()
+    }
+
     fn delegate<'a>(
         &'a self,
         request: DelegateRequest,

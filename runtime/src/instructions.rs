@@ -130,6 +130,30 @@ pub fn read_project(root: &Path, warnings: &mut Vec<String>) -> Option<Instructi
     None
 }
 
+/// The instruction files (CLAUDE.md or AGENTS.md, first non-empty, as at the root) of the
+/// directories between the workspace root and `file`, outermost first. The root's own is
+/// not among them: it is in the system prompt already. Empty for a file outside the
+/// workspace.
+pub fn nested(workspace_root: &Path, file: &Path) -> Vec<InstructionFile> {
+    let Ok(relative) = file.strip_prefix(workspace_root) else {
+        return Vec::new();
+    };
+    let mut dirs = Vec::new();
+    let mut dir = workspace_root.to_path_buf();
+    let parents: Vec<_> = relative
+        .parent()
+        .into_iter()
+        .flat_map(|p| p.components())
+        .collect();
+    for component in parents {
+        dir.push(component);
+        dirs.push(dir.clone());
+    }
+    dirs.iter()
+        .filter_map(|dir| read_project(dir, &mut Vec::new()))
+        .collect()
+}
+
 /// The part of `bytes` (the first budget's worth of a larger file) to keep: up to the last
 /// complete UTF-8 character, then back to the last newline if that newline lies within the
 /// final 20 % of what is kept.

@@ -95,31 +95,28 @@ impl Packs {
     /// starts one in a detached `agent packs refresh --background` process and returns at
     /// once, so this run is not delayed and the next run serves what it installs. One such
     /// process at a time per cache (it takes the cache's refresh lock, or leaves).
+    /// Failure reports that wait (see `pack_client::report`) also start one: the background
+    /// refresh sends them.
     pub fn refresh_in_background_if_due(&self) {
         let Some(client) = &self.client else {
             return;
         };
-        if !client.refresh_due(time::OffsetDateTime::now_utc()) {
+        let now = time::OffsetDateTime::now_utc();
+        if !client.refresh_due(now) && !client.reports_due(now) {
             return;
         }
-        let exe = match std::env::current_exe() {
-            Ok(exe) => exe,
-            Err(e) => {
-                tracing::warn!("no background pack refresh: cannot find this program: {e}");
-                return;
-            }
+        spawn_background_refresh();
+    }
+
+    /// For the end of a short-lived run: when this run queued failure reports (a template
+    /// failed to render), a detached background refresh sends them, so they do not wait for
+    /// the next refresh that is due.
+    pub fn send_reports_in_background(&self) {
+        let Some(client) = &self.client else {
+            return;
         };
-        let mut command = std::process::Command::new(exe);
-        command
-            .args(["packs", "refresh", "--background"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        // Its own process group: a Ctrl-C meant for this run does not stop the refresh.
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        if let Err(e) = command.spawn() {
-            tracing::warn!("no background pack refresh: {e}");
+        if client.reports_due(time::OffsetDateTime::now_utc()) {
+            spawn_background_refresh();
         }
     }
 
@@ -178,6 +175,14 @@ impl Packs {
         for bad in &status.bad_packs {
             out.push_str(&format!("refused pack: {} ({})\n", bad.sha256, bad.detail));
         }
+        out.push_str(&format!(
+            "telemetry: {}\n",
+            if status.telemetry {
+                format!("on ({} failure reports waiting)", status.pending_reports)
+            } else {
+                "off".to_string()
+            }
+        ));
         out
     }
 }
@@ -248,6 +253,29 @@ pub fn set_pin(
         }
     }
     Ok(doc.to_string())
+}
+
+/// Starts `agent packs refresh --background` as a detached process and returns at once.
+fn spawn_background_refresh() {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            tracing::warn!("no background pack refresh: cannot find this program: {e}");
+            return;
+        }
+    };
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["packs", "refresh", "--background"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // Its own process group: a Ctrl-C meant for this run does not stop the refresh.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    if let Err(e) = command.spawn() {
+        tracing::warn!("no background pack refresh: {e}");
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,9 @@ pub struct SessionContext {
     /// Files the parent session had written when it delegated.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<std::path::PathBuf>,
+    /// The most model calls the task may take, as its prompt says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u32>,
 }
 
 /// A task session as stored in `<data_dir>/sessions/<id>.json`.

@@ -54,6 +54,16 @@ pub enum Record {
         covered: usize,
         summary: String,
     },
+    /// The user switched the session's agent, prompt mode or model (REPL `/agent`,
+    /// `/mode`, `/model`); it holds from the next turn on. The fields are the session's
+    /// settings after the switch.
+    Steer {
+        /// The last turn before the switch.
+        after_turn: u32,
+        agent: String,
+        mode: PromptMode,
+        model: String,
+    },
 }
 
 /// The result text given to a call whose result never arrived.
@@ -131,10 +141,13 @@ impl Transcript {
             path: path.clone(),
             reason,
         };
+        // Helpers' sessions are `<parent>.task-<n>`: a dot, but never a leading one or `..`.
         if id.is_empty()
+            || id.starts_with('.')
+            || id.contains("..")
             || !id
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         {
             return Err(fail(format!("{id:?} is not a session id")));
         }
@@ -173,6 +186,16 @@ impl Transcript {
                 Record::Message { message } => messages.push(message),
                 Record::Compaction { covered, summary } => {
                     compaction = Some(crate::compaction::Compaction { covered, summary })
+                }
+                // A resumed session goes on as it was last steered.
+                Record::Steer {
+                    agent, mode, model, ..
+                } => {
+                    if let Some(header) = &mut header {
+                        header.agent = agent;
+                        header.mode = mode;
+                        header.model = model;
+                    }
                 }
             }
         }

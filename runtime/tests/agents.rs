@@ -157,6 +157,7 @@ fn a_task_session_freezes_its_agent_and_refuses_another_mode() {
             parent_agent: "mavis".to_string(),
             task: None,
             files: Vec::new(),
+            max_steps: None,
         },
     };
     let sessions = data.path().join("sessions");

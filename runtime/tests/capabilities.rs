@@ -112,7 +112,7 @@ fn narrowing_table() {
             profile: Profile::Cli,
             tools: all,
             delegation: true,
-            memory: false,
+            memory: true,
             persona: true,
         },
         Case {
@@ -123,7 +123,7 @@ fn narrowing_table() {
             profile: Profile::Cli,
             tools: &[],
             delegation: true,
-            memory: false,
+            memory: true,
             persona: true,
         },
         Case {
@@ -167,18 +167,18 @@ fn narrowing_table() {
             profile: Profile::Cli,
             tools: all,
             delegation: false,
-            memory: false,
+            memory: true,
             persona: true,
         },
         Case {
-            what: "CLI profile: no memory",
+            what: "CLI profile: the memory feature stays (its memory is the workspace's notes)",
             config: "",
             agent: "mavis",
             occasion: Occasion::Root,
             profile: Profile::Cli,
             tools: all,
             delegation: true,
-            memory: false,
+            memory: true,
             persona: true,
         },
     ];
@@ -189,7 +189,7 @@ fn narrowing_table() {
         assert_eq!(features.delegation, case.delegation, "{}", case.what);
         assert_eq!(features.memory, case.memory, "{}", case.what);
         assert_eq!(features.persona, case.persona, "{}", case.what);
-        // The command line keeps no memory and schedules nothing.
+        // The command line keeps no memory store of its own and schedules nothing.
         assert!(!resolved.memory_enabled, "{}", case.what);
         assert!(!resolved.scheduling, "{}", case.what);
     }
@@ -221,7 +221,10 @@ fn narrowing_shows_in_the_rendered_prompt() {
         !full.contains("# Scheduling"),
         "the CLI profile has no scheduling"
     );
-    assert!(!full.contains("# Memory"), "the CLI profile has no memory");
+    assert!(
+        !full.contains("# Memory"),
+        "the CLI profile has no memory store, and no notes were passed"
+    );
 
     turn.config = Config::parse(
         "[agents.default]\ntools = [\"read\"]\n[agents.default.features]\ndelegation = false",
@@ -246,4 +249,23 @@ fn bad_config_names_the_problem() {
     assert!(err.contains("tool"), "{err}");
     // Sections that belong to other parts of the agent are left alone.
     Config::parse("[updates]\nchannel = \"stable\"").unwrap();
+}
+
+/// No search provider is built in, so web search is no capability: a config cannot turn
+/// it on, and no template sees it as available.
+#[test]
+fn web_search_is_not_a_capability() {
+    let err = Config::parse("[agents.default.features]\nweb_search = true\n").unwrap_err();
+    assert!(
+        err.contains("unknown feature \"web_search\"") && err.contains("delegation"),
+        "{err}"
+    );
+    for agent in agent_runtime::agents::BUILTIN_AGENTS {
+        let prompt = Turn::new(agent).render();
+        assert!(
+            !prompt.text.to_lowercase().contains("web search"),
+            "{agent}"
+        );
+        assert!(!agent_runtime::tools::registered().any(|t| t == "web_search"));
+    }
 }

@@ -79,6 +79,8 @@ fn full_context() -> serde_json::Value {
         data_dir: "/d",
         role_directory: "/d/agents/mavis",
         skills: &[],
+        custom_agents: &[],
+        mcp_servers: &[],
         interactive: true,
         task_child: false,
         cli: true,

@@ -18,9 +18,11 @@ use utoipa_axum::routes;
 use crate::cache::BlobCache;
 use crate::config::Settings;
 use crate::error::ApiError;
+use crate::fleet::Fleet;
 use crate::live::{LiveChannels, Watched};
 use crate::metrics::Metrics;
-use crate::routes::{blobs, channels, ops, packs};
+use crate::reports::ReportLimiter;
+use crate::routes::{blobs, channels, fleet, ops, packs};
 use crate::state::{AppState, SharedState};
 use crate::storage::Storage;
 
@@ -36,6 +38,7 @@ use crate::storage::Storage;
         (name = "blobs", description = "Sealed packs by SHA-256"),
         (name = "packs", description = "Uploaded pack names and versions"),
         (name = "channels", description = "Signed channel documents"),
+        (name = "fleet", description = "Distinct installs and failure reports"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -65,6 +68,8 @@ fn api_routes() -> OpenApiRouter<SharedState> {
         .routes(routes!(channels::history))
         .routes(routes!(channels::history_document))
         .routes(routes!(channels::history_signature))
+        .routes(routes!(fleet::get_fleet))
+        .routes(routes!(fleet::post_report))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
@@ -81,10 +86,26 @@ pub fn router(
     settings: Settings,
     storage: Storage,
 ) -> Result<(axum::Router, Arc<LiveChannels>), prometheus::Error> {
+    let fleet = Arc::new(Fleet::new(settings.fleet.clone()));
+    router_with_fleet(settings, storage, fleet)
+}
+
+/// The application, counting the fleet into `fleet` (which the caller flushes), and the live
+/// channels.
+pub fn router_with_fleet(
+    settings: Settings,
+    storage: Storage,
+    fleet: Arc<Fleet>,
+) -> Result<(axum::Router, Arc<LiveChannels>), prometheus::Error> {
     let (routes, api) = api_routes().split_for_parts();
     let metrics = Metrics::new()?;
     let live = Arc::new(LiveChannels::new(storage.clone(), &settings, &metrics)?);
     let state = Arc::new(AppState {
+        report_limiter: ReportLimiter::new(
+            settings.fleet.reports_per_install_per_hour,
+            settings.fleet.reports_per_second,
+        ),
+        fleet,
         uploads: Semaphore::new(settings.max_concurrent_uploads),
         settings,
         storage,

@@ -23,6 +23,7 @@ use pack_format::{FormatError, Limits, TrustedKeys};
 use serde::Deserialize;
 
 use crate::auth::{BadTokenHash, TokenConfig, Tokens};
+use crate::fleet::{FleetSettings, ViewScope};
 
 /// The default port: `127.0.0.1:8470`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8470";
@@ -76,6 +77,24 @@ pub struct ConfigFile {
     pub tokens: Vec<TokenConfig>,
     #[serde(default)]
     pub limits: LimitsFile,
+    #[serde(default)]
+    pub fleet: FleetFile,
+}
+
+/// `[fleet]`: every field optional; defaults in [`FleetSettings::default`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetFile {
+    /// Count installs and accept failure reports (default true).
+    pub enabled: Option<bool>,
+    /// How often each node writes its counts to storage.
+    pub flush_secs: Option<u64>,
+    /// Client release × pack cells per channel and day (and failure cells).
+    pub max_cells: Option<usize>,
+    pub reports_per_install_per_hour: Option<u32>,
+    pub reports_per_second: Option<u32>,
+    /// `read` (as the deployment's reads) or `publish` (publisher tokens only).
+    pub view: Option<ViewScope>,
 }
 
 /// `[limits]`: every field optional.
@@ -129,6 +148,7 @@ pub struct Settings {
     pub max_watchers: usize,
     pub max_watch_wait: Duration,
     pub watch_poll: Duration,
+    pub fleet: FleetSettings,
 }
 
 /// Default `[limits] max_connections`: room for the default watchers and plain requests.
@@ -208,6 +228,20 @@ impl Settings {
             })?;
         }
 
+        let defaults = FleetSettings::default();
+        let f = &file.fleet;
+        let fleet = FleetSettings {
+            enabled: f.enabled.unwrap_or(defaults.enabled),
+            flush_interval: f
+                .flush_secs
+                .map_or(defaults.flush_interval, |s| Duration::from_secs(s.max(1))),
+            max_cells: f.max_cells.unwrap_or(defaults.max_cells).clamp(2, 4096),
+            reports_per_install_per_hour: f
+                .reports_per_install_per_hour
+                .unwrap_or(defaults.reports_per_install_per_hour),
+            reports_per_second: f.reports_per_second.unwrap_or(defaults.reports_per_second),
+            view: f.view.unwrap_or(defaults.view),
+        };
         let limits = Limits::default();
         let l = &file.limits;
         let max_connections = l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1);
@@ -246,6 +280,7 @@ impl Settings {
                     .unwrap_or(DEFAULT_WATCH_POLL_MS)
                     .clamp(50, 60_000),
             ),
+            fleet,
         })
     }
 }

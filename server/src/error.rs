@@ -72,6 +72,13 @@ pub enum ApiError {
          without `wait`"
     )]
     WatchersFull { limit: usize, retry_after: u64 },
+    #[error("rate limited: {reason}; try again in {retry_after_secs} s")]
+    RateLimited {
+        reason: String,
+        retry_after_secs: u64,
+    },
+    #[error("fleet data is off on this server ([fleet] enabled = false)")]
+    FleetDisabled,
     #[error("storage: {0}")]
     Storage(#[from] StorageError),
     #[error("internal error: {0}")]
@@ -99,7 +106,8 @@ impl ApiError {
             | ApiError::InvalidWait { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::NotFound { .. } | ApiError::FleetDisabled => StatusCode::NOT_FOUND,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Timeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -146,6 +154,8 @@ impl ApiError {
             ApiError::PublishingDisabled => "publishing_disabled",
             ApiError::InvalidWait { .. } => "invalid_wait",
             ApiError::WatchersFull { .. } => "watchers_full",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::FleetDisabled => "fleet_disabled",
             ApiError::Storage(_) => "storage_unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -238,6 +248,12 @@ impl IntoResponse for ApiError {
         }
         if let ApiError::WatchersFull { retry_after, .. } = &self {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
+        }
+        if let ApiError::RateLimited {
+            retry_after_secs, ..
+        } = &self
+        {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
         }
         if let ApiError::RangeNotSatisfiable { size } = &self
             && let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}"))

@@ -11,9 +11,11 @@
 //! 1. [`model`] (the JSON records), [`range`] (`Range` / `If-None-Match`), [`metrics`]
 //!    (Prometheus counters), [`storage`] (the object store, disk or S3-compatible, and its
 //!    key layout), [`auth`] (bearer tokens with scopes): nothing else of the crate.
-//! 2. [`cache`]: the in-memory blob cache.
+//! 2. [`cache`]: the in-memory blob cache; [`fleet`]: this node's fleet counts and the
+//!    reader that merges every node's (uses [`model`] and [`storage`]).
 //! 3. [`config`]: TOML config and command-line overrides (uses [`auth`]).
-//! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors.
+//! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors;
+//!    then [`reports`]: the per-node bounds on failure reports (uses [`error`]).
 //! 5. [`live`]: the live document of each channel, in memory within a bounded staleness
 //!    (checked against [`storage`] at least once per poll interval), and the watches
 //!    waiting for it to change (uses [`config`], [`error`], [`metrics`], [`model`]).
@@ -27,10 +29,12 @@ pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod error;
+pub mod fleet;
 pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod range;
+pub mod reports;
 pub mod routes;
 pub mod serve;
 pub mod state;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use pack_format::retry::Backoff;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -84,6 +85,8 @@ pub struct Server {
     max_connections: usize,
     storage: String,
     live: Arc<LiveChannels>,
+    fleet: Arc<crate::fleet::Fleet>,
+    store: Storage,
 }
 
 impl Server {
@@ -109,7 +112,9 @@ impl Server {
         );
         let describe = storage.describe().to_string();
         let sweeping = storage.clone();
-        let (app, live) = crate::app::router(settings, storage)?;
+        let fleet = Arc::new(crate::fleet::Fleet::new(settings.fleet.clone()));
+        let (app, live) = crate::app::router_with_fleet(settings, storage.clone(), fleet.clone())?;
+        tokio::spawn(fleet.clone().run_flusher(storage.clone()));
         // Only once the node can start: one that cannot sweeps nothing.
         tokio::spawn(async move {
             match sweeping.sweep_staging(min_age).await {
@@ -130,6 +135,8 @@ impl Server {
             storage: describe,
             app,
             live,
+            fleet,
+            store: storage,
         })
     }
 
@@ -152,6 +159,8 @@ impl Server {
             shutdown_grace,
             max_connections,
             live,
+            fleet,
+            store,
             ..
         } = self;
         let graceful = GracefulShutdown::new();
@@ -160,6 +169,15 @@ impl Server {
         http.timer(TokioTimer::new())
             .header_read_timeout(header_timeout);
         tokio::pin!(shutdown);
+        // Failed accepts (out of file descriptors and the like) pause on the shared schedule:
+        // growing, jittered, each under a second; a successful accept starts it over.
+        let backoff = Backoff {
+            first: Duration::from_millis(10),
+            cap: Duration::from_secs(1),
+            retries: None,
+        };
+        let mut pauses = backoff.delays();
+        let mut failing = false;
         loop {
             let permit = tokio::select! {
                 permit = connections.clone().acquire_owned() => match permit {
@@ -170,11 +188,19 @@ impl Server {
             };
             let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
+                    Ok(a) => {
+                        if failing {
+                            pauses = backoff.delays();
+                            failing = false;
+                        }
+                        a
+                    }
                     Err(err) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(%err, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        // Back off instead of spinning; the schedule has no retry limit.
+                        failing = true;
+                        let pause = pauses.next().unwrap_or(backoff.cap / 2);
+                        tracing::warn!(%err, pause_ms = pause.as_millis() as u64, "accept failed");
+                        tokio::time::sleep(pause).await;
                         continue;
                     }
                 },
@@ -201,5 +227,7 @@ impl Server {
             () = graceful.shutdown() => tracing::info!("all connections closed"),
             () = tokio::time::sleep(shutdown_grace) => tracing::warn!("grace period over; closing remaining connections"),
         }
+        // What this node counted since its last write would otherwise be lost.
+        fleet.flush(&store).await;
     }
 }

@@ -6,8 +6,10 @@ use tokio::sync::Semaphore;
 
 use crate::cache::BlobCache;
 use crate::config::Settings;
+use crate::fleet::Fleet;
 use crate::live::LiveChannels;
 use crate::metrics::Metrics;
+use crate::reports::ReportLimiter;
 use crate::storage::Storage;
 
 /// Everything a handler can reach. Nothing in here changes after start-up except metrics and
@@ -23,6 +25,9 @@ pub struct AppState {
     pub blobs: BlobCache,
     pub uploads: Semaphore,
     pub openapi: serde_json::Value,
+    /// This node's fleet counts (the accept loop's flusher writes them to storage).
+    pub fleet: Arc<Fleet>,
+    pub report_limiter: ReportLimiter,
 }
 
 pub type SharedState = Arc<AppState>;

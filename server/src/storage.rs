@@ -318,6 +318,16 @@ impl Storage {
             .map_err(|source| StorageError::store("put", &location, source))
     }
 
+    /// Removes an object; one that is already gone is no error. Only for data that is not
+    /// a commit (old fleet counts).
+    pub async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        let location = path(key)?;
+        match self.store.delete(&location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(source) => Err(StorageError::store("delete", &location, source)),
+        }
+    }
+
     /// Every object under `prefix/`, recursively.
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StorageError> {
         let location = path(prefix)?;

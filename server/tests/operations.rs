@@ -96,6 +96,8 @@ async fn openapi_describes_every_route() {
         ("GET", "/v1/channels/{channel}/history"),
         ("GET", "/v1/channels/{channel}/history/{sequence}"),
         ("GET", "/v1/channels/{channel}/history/{sequence}/signature"),
+        ("GET", "/v1/channels/{channel}/fleet"),
+        ("POST", "/v1/channels/{channel}/reports"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),
         ("GET", "/metrics"),
@@ -149,6 +151,8 @@ async fn openapi_describes_every_route() {
         paths::history("stable"),
         paths::history_document("stable", 1),
         paths::history_signature("stable", 1),
+        paths::fleet("stable"),
+        paths::reports("stable"),
         paths::OPENAPI.to_string(),
     ] {
         assert!(served.contains(&path), "{path} is not a described route");

@@ -99,8 +99,7 @@ impl Publisher {
 
     /// `packd` config: this publisher's key and token.
     pub fn server_config(&self) -> PathBuf {
-        use sha2::Digest;
-        let hash = hex::encode(sha2::Sha256::digest(self.token.as_bytes()));
+        let hash = pack_format::sha256_hex(self.token.as_bytes());
         let path = self.dir.path().join("packd.toml");
         std::fs::write(
             &path,
@@ -133,6 +132,11 @@ impl Publisher {
 
     /// Builds `packs/builtin` with `marker` appended to every template, as `version`.
     pub fn build(&self, version: &str, marker: &str) -> PathBuf {
+        self.build_edited(version, marker, |_| {})
+    }
+
+    /// [`Publisher::build`], with `edit` run on the source directory before it is built.
+    pub fn build_edited(&self, version: &str, marker: &str, edit: impl FnOnce(&Path)) -> PathBuf {
         let src = self.dir.path().join(format!("src-{version}"));
         copy_tree(&workspace().join("packs/builtin"), &src);
         for path in walk(&src) {
@@ -142,6 +146,7 @@ impl Publisher {
                 std::fs::write(&path, text).unwrap();
             }
         }
+        edit(&src);
         let out = self.dir.path().join(format!("builtin-{version}.pack"));
         let mut cmd = packer();
         cmd.arg("build")
@@ -198,7 +203,7 @@ impl Default for Publisher {
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) {
+pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

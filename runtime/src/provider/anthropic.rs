@@ -19,6 +19,15 @@ use super::{
 /// Messages requires `max_tokens`; this is used when the config sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 
+/// `max_tokens` when the config sets none: [`DEFAULT_MAX_TOKENS`], but never more than a
+/// quarter of the context. A small local model with an 8192-token context otherwise may
+/// ramble for its whole context at a few tokens a second, which llama-server showed.
+pub fn default_max_tokens(context_tokens: u64) -> u32 {
+    u32::try_from(context_tokens / 4)
+        .unwrap_or(u32::MAX)
+        .clamp(256, DEFAULT_MAX_TOKENS)
+}
+
 pub(crate) fn body(settings: &ProviderSettings, request: &ModelRequest<'_>) -> Value {
     // Roles must alternate, so consecutive tool results (and a user message after them)
     // merge into one user turn.
@@ -73,7 +82,7 @@ pub(crate) fn body(settings: &ProviderSettings, request: &ModelRequest<'_>) -> V
         .collect();
     let mut body = json!({
         "model": settings.model,
-        "max_tokens": settings.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        "max_tokens": settings.max_tokens.unwrap_or_else(|| default_max_tokens(settings.context_tokens)),
         "system": request.system,
         "messages": messages,
         "stream": true,
@@ -303,6 +312,13 @@ impl StreamFold for Fold {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_answer_limit_follows_a_small_context() {
+        assert_eq!(default_max_tokens(128_000), DEFAULT_MAX_TOKENS);
+        assert_eq!(default_max_tokens(8192), 2048);
+        assert_eq!(default_max_tokens(100), 256);
+    }
 
     #[test]
     fn tool_results_and_following_user_text_share_one_turn() {

@@ -38,7 +38,7 @@ pub(crate) fn body(settings: &ProviderSettings, request: &ModelRequest<'_>) -> V
                             json!({
                                 "id": c.id,
                                 "type": "function",
-                                "function": { "name": c.name, "arguments": c.arguments },
+                                "function": { "name": c.name, "arguments": sendable_arguments(&c.arguments) },
                             })
                         })
                         .collect();
@@ -76,6 +76,17 @@ pub(crate) fn body(settings: &ProviderSettings, request: &ModelRequest<'_>) -> V
             .collect();
     }
     body
+}
+
+/// Arguments as the server will accept them back. A call cut off mid-arguments
+/// (`{"path":`) that an older session stored makes servers refuse the whole history; it
+/// was answered with an error when it was made, so `{}` is faithful enough, as on the
+/// Anthropic wire.
+fn sendable_arguments(arguments: &str) -> &str {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(_)) => arguments,
+        Ok(_) | Err(_) => "{}",
+    }
 }
 
 #[derive(Deserialize)]

@@ -15,12 +15,13 @@
 //! ```
 //!
 //! A 429 or 5xx answer is retried after the pause the server asks for (`Retry-After` in
-//! seconds or as an HTTP date, or `retry-after-ms`), else after an exponential backoff;
-//! either way never longer than `max_retry_wait_secs`. A value that is neither a plain
+//! seconds or as an HTTP date, or `retry-after-ms`), else after an exponential backoff with
+//! jitter (the n-th pause drawn between 0.5 s·2^(n−1) and twice that, always under
+//! `max_retry_wait_secs`); either way never longer than `max_retry_wait_secs`. A value that is neither a plain
 //! number nor a date (`-5`, `1e20`, `NaN`) is ignored and the backoff applies.
 //!
-//! Precedence, highest first: flags, then `AGENT_BASE_URL`, `AGENT_API`, `AGENT_MODEL`
-//! and `AGENT_API_KEY`, then the file. For `openai` the base URL includes the version
+//! Precedence, highest first: flags, then `AGENT_BASE_URL`, `AGENT_API`, `AGENT_MODEL`,
+//! `AGENT_API_KEY`, `AGENT_CONTEXT_TOKENS` and `AGENT_MAX_TOKENS`, then the file. For `openai` the base URL includes the version
 //! path (`…/v1`), as OpenAI's own clients expect; for `anthropic` it does not.
 
 use std::collections::BTreeMap;
@@ -34,6 +35,9 @@ pub const MODEL_ENV: &str = "AGENT_MODEL";
 pub const API_KEY_ENV: &str = "AGENT_API_KEY";
 /// The model's context window in tokens; history is compacted past it.
 pub const CONTEXT_TOKENS_ENV: &str = "AGENT_CONTEXT_TOKENS";
+/// The most tokens one answer may take (`max_tokens`); a small local model can otherwise
+/// ramble at a few tokens a second until its context is full.
+pub const MAX_TOKENS_ENV: &str = "AGENT_MAX_TOKENS";
 /// The longest pause between two attempts of a model call when the config sets none.
 pub const DEFAULT_MAX_RETRY_WAIT_SECS: u64 = 60;
 /// Context window assumed when neither the file nor the environment gives one.
@@ -123,6 +127,16 @@ pub struct ProviderSettings {
 }
 
 impl ProviderSettings {
+    /// The schedule failed model calls are retried on: `max_retries` retries from
+    /// `retry_base`, doubling, jittered, every pause under `max_retry_wait`.
+    pub fn backoff(&self) -> pack_format::retry::Backoff {
+        pack_format::retry::Backoff {
+            first: self.retry_base,
+            cap: self.max_retry_wait,
+            retries: Some(self.max_retries as usize),
+        }
+    }
+
     /// Resolves settings from the config file's text, the command line and `env`.
     pub fn resolve(
         config_text: &str,
@@ -195,7 +209,14 @@ impl ProviderSettings {
             base_url: base_url.trim_end_matches('/').to_string(),
             model,
             api_key,
-            max_tokens: entry.max_tokens,
+            max_tokens: match env(MAX_TOKENS_ENV) {
+                Some(text) => Some(
+                    text.trim()
+                        .parse()
+                        .map_err(|e| format!("{MAX_TOKENS_ENV}: {e}"))?,
+                ),
+                None => entry.max_tokens,
+            },
             idle_timeout: Duration::from_secs(entry.idle_timeout_secs.unwrap_or(120).max(1)),
             max_retries: entry.max_retries.unwrap_or(4),
             retry_base: Duration::from_millis(500),

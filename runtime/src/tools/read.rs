@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking, cut_middle};
 use crate::capabilities::ToolId;
+use crate::permissions::Access;
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
@@ -37,12 +38,19 @@ impl Tool for Read {
         true
     }
 
+    fn access(&self, context: &ToolContext, args: &Args) -> Access {
+        Access::Read(Some(context.resolve(&args.path)))
+    }
+
     async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
         blocking(call.context, move |context| run(context, args)).await
     }
 
     fn replay(&self, context: &ToolContext, args: Args) {
-        context.mark_read(&context.resolve(&args.path));
+        let path = context.resolve(&args.path);
+        context.mark_read(&path);
+        // Shown with that read already: not again.
+        let _ = context.attach_nested(&path);
     }
 }
 
@@ -104,5 +112,7 @@ fn run(context: &ToolContext, args: Args) -> ToolResult {
             last + 1
         ));
     }
-    Ok(cut_middle(&out, context.limits.read_bytes))
+    let mut out = cut_middle(&out, context.limits.read_bytes);
+    out.push_str(&context.attach_nested(&path));
+    Ok(out)
 }

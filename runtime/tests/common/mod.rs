@@ -75,6 +75,7 @@ impl Turn {
                 parent_agent: "mavis".to_string(),
                 task: None,
                 files: Vec::new(),
+                max_steps: None,
             },
         }
     }
@@ -95,6 +96,7 @@ impl Turn {
             memory: self.memory.as_deref(),
             session: Some(&self.session),
             disk_skills: &[],
+            mcp: None,
         }
     }
 

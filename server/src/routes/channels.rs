@@ -284,7 +284,9 @@ fn wants_storage(headers: &HeaderMap) -> bool {
         .any(|d| matches!(d.trim(), "no-cache" | "max-age=0"))
 }
 
-async fn live(
+/// The live record of `channel`: from memory (at most a poll interval old), or from storage
+/// when `headers` ask for it; `404` when nothing was published on it.
+pub(crate) async fn live(
     state: &SharedState,
     channel: &str,
     headers: &HeaderMap,
@@ -356,7 +358,8 @@ fn revalidated(
         ("wait" = Option<u64>, Query, description = "Seconds to hold the request while `If-None-Match` matches the live document (a watch); capped by the server"),
         ("If-None-Match" = Option<String>, Header, description = "ETag from an earlier answer"),
         ("X-Promptpack-Client-Version" = Option<String>, Header, description = "Client version, for metrics"),
-        ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "SHA-256 of the installed pack, or `builtin`, for metrics"),
+        ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "SHA-256 of the installed sealed pack, or `builtin`: metrics and the fleet view"),
+        ("X-Promptpack-Install" = Option<String>, Header, description = "The client's install hash (32 hex digits): counted once per install in the fleet view"),
     ),
     responses(
         (status = 200, description = "The document (for a watch: the live document changed)", content_type = "application/json", body = String,
@@ -418,6 +421,13 @@ pub async fn get_channel(
         result,
         header_str(incoming, headers::CLIENT_VERSION),
         header_str(incoming, headers::INSTALLED_PACK),
+    );
+    state.fleet.record_fetch(
+        &channel,
+        header_str(incoming, headers::CLIENT_VERSION),
+        header_str(incoming, headers::INSTALLED_PACK),
+        header_str(incoming, headers::INSTALL),
+        OffsetDateTime::now_utc(),
     );
     Ok(response)
 }

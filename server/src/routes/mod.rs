@@ -2,6 +2,7 @@
 
 pub mod blobs;
 pub mod channels;
+pub mod fleet;
 pub mod ops;
 pub mod packs;
 

@@ -41,10 +41,11 @@ pub async fn metrics(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     state.settings.tokens.authorize_read(&headers)?;
-    let text = state
+    let mut text = state
         .metrics
         .render()
         .map_err(|e| ApiError::Internal(format!("rendering metrics: {e}")))?;
+    text.push_str(&state.fleet.metrics_text(&state.storage).await?);
     Ok((
         StatusCode::OK,
         [(

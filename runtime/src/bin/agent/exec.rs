@@ -4,9 +4,9 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 
 use agent_runtime::PromptMode;
-use agent_runtime::agent_loop::{Event, Finish};
-use agent_runtime::agents::ORCHESTRATOR;
-use agent_runtime::provider::{Api, Message, ProviderOverrides};
+use agent_runtime::agent_loop::{Event, Finish, RunError};
+use agent_runtime::agents::{ORCHESTRATOR, canonical_name};
+use agent_runtime::provider::{Api, Message, ProviderError, ProviderOverrides};
 use agent_runtime::transcript::{Record, SessionHeader, Transcript};
 use anyhow::{Context as _, bail};
 
@@ -74,6 +74,8 @@ pub struct ExecArgs {
     /// The workspace (default: the current directory; a resumed session keeps its own).
     #[arg(long)]
     cwd: Option<PathBuf>,
+    #[command(flatten)]
+    permissions: crate::safety::PermissionArgs,
 }
 
 pub fn exec(args: ExecArgs) -> anyhow::Result<()> {
@@ -92,8 +94,24 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
         base_url: args.base_url.clone(),
         model: args.model.clone(),
     };
-    let host = Host::open(&overrides)?;
+    let mut host = Host::open(&overrides)?;
     host.packs.refresh_in_background_if_due();
+    if args.permissions.approval == Some(agent_runtime::permissions::Approval::Ask)
+        && !std::io::stdin().is_terminal()
+    {
+        bail!(
+            "--approval ask needs a terminal to ask on, and stdin is not one; use --approval never (the default for exec) or an allow rule under [permissions]"
+        );
+    }
+    // Asks only under `--approval ask`; otherwise it only reports what a rule let through.
+    let approver: std::sync::Arc<dyn agent_runtime::permissions::Approver> =
+        std::sync::Arc::new(crate::safety::TerminalApprover::default());
+    let approver = Some(approver);
+    host.safety = crate::safety::Choice {
+        kind: crate::safety::Kind::Unattended,
+        args: args.permissions.clone(),
+        approver,
+    };
     let settings = &host.settings;
     let data_dir = &host.data_dir;
 
@@ -103,7 +121,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             let (transcript, stored) = Transcript::resume(&sessions, id)?;
             let header = stored.header;
             if let Some(agent) = &args.agent
-                && *agent != header.agent
+                && canonical_name(agent) != header.agent
             {
                 bail!(
                     "session {id} runs agent {}; it cannot continue as {agent}",
@@ -135,17 +153,21 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             if !cwd.is_dir() {
                 bail!("--cwd {} is not a directory", cwd.display());
             }
+            let agent = args
+                .agent
+                .as_deref()
+                .map_or(ORCHESTRATOR, canonical_name)
+                .to_string();
+            // The agent's own `model`, when it names one, is the session's model.
+            let model = host.provider_for(&agent, None).settings().model.clone();
             let header = SessionHeader {
                 id: Transcript::new_id(),
                 created_at: time::OffsetDateTime::now_utc()
                     .format(&time::format_description::well_known::Rfc3339)?,
-                agent: args
-                    .agent
-                    .clone()
-                    .unwrap_or_else(|| ORCHESTRATOR.to_string()),
+                agent,
                 mode: args.prompt_mode.unwrap_or_default(),
                 provider: settings.id.clone(),
-                model: settings.model.clone(),
+                model,
                 cwd,
             };
             let transcript = Transcript::create(&sessions, &header)?;
@@ -173,8 +195,17 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
     })?;
     messages.push(user);
 
-    let session = host.session(header.clone(), &messages, None);
+    let session = host.session(header.clone(), &messages, None)?;
     let mut agent_loop = session.agent_loop(&host, args.max_steps, false);
+    let planning = crate::planning::Planning::new(&session);
+    if header.agent == agent_runtime::agents::PLAN {
+        agent_loop
+            .state
+            .reminders
+            .register(planning.state.reminder_provider());
+        planning.enter(&host, &session);
+        eprintln!("plan mode: the plan goes to {}", planning.file.display());
+    }
     agent_loop.state.compaction = compaction;
 
     // The first Ctrl-C ends the current step and saves; a second one leaves at once.
@@ -193,7 +224,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
         session_id: header.id.clone(),
         agent: header.agent.clone(),
         mode: header.mode.to_string(),
-        model: settings.model.clone(),
+        model: session.provider.settings().model.clone(),
         resumed: args.resume.is_some(),
         transcript: transcript.file_path().display().to_string(),
     });
@@ -202,9 +233,19 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             printer.event(e)
         })
         .await;
+    if let Some(mcp) = &session.tools.mcp {
+        mcp.shutdown().await;
+    }
+    // A template that failed to render during the run queued a report: send it now.
+    host.packs.send_reports_in_background();
     match result {
         Ok(outcome) => match outcome.finish {
             Finish::Done => Ok(()),
+            Finish::CutOff => bail!(
+                "the answer was cut off at the model's output limit; raise `max_tokens` in [providers.{}] or ask for less, and continue with `agent exec --resume {}`",
+                settings.id,
+                header.id
+            ),
             Finish::StepLimit => bail!(
                 "stopped after {} steps; continue with `agent exec --resume {}`",
                 args.max_steps,
@@ -220,11 +261,30 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
             printer.event(Event::Error {
                 message: pack_format::error::report(&e),
             });
-            eprintln!(
-                "session {} saved; continue with `agent exec --resume {}`",
-                header.id, header.id
-            );
+            eprintln!("{}", carry_on(&e, &header.id));
             Err(crate::Reported.into())
+        }
+    }
+}
+
+/// What to do after a failed run. Resuming cannot help a conversation that does not fit
+/// the model: the same history fails the same way.
+pub(crate) fn carry_on(error: &RunError, session: &str) -> String {
+    match error {
+        RunError::Provider(ProviderError::ContextOverflow { context_tokens, .. }) => {
+            let context = context_tokens.map_or_else(
+                || "the model's context".to_string(),
+                |n| format!("the model's context of {n} tokens"),
+            );
+            format!(
+                "session {session} saved, but it does not fit {context}, so resuming it as it is fails the same way. \
+                 Start a new session with a smaller task (name the files to read instead of pasting them), \
+                 give the model server a larger context (llama-server --ctx-size), \
+                 or set `context_tokens` in [providers.<id>] (or AGENT_CONTEXT_TOKENS) to the server's context so older history is summarised before it overflows."
+            )
+        }
+        RunError::Provider(_) | RunError::Prompt(_) | RunError::Session(_) => {
+            format!("session {session} saved; continue with `agent exec --resume {session}`")
         }
     }
 }
@@ -235,6 +295,9 @@ pub(crate) struct Printer {
     json: bool,
     /// Text has been streamed since the last newline.
     mid_line: bool,
+    /// Show a spinner while waiting for the model's first words.
+    spin: bool,
+    spinner: Option<crate::spinner::Spinner>,
 }
 
 impl Printer {
@@ -242,6 +305,17 @@ impl Printer {
         Printer {
             json,
             mid_line: false,
+            spin: false,
+            spinner: None,
+        }
+    }
+
+    /// For a person at a terminal: readable output and a spinner while the model is
+    /// silent.
+    pub(crate) fn interactive() -> Printer {
+        Printer {
+            spin: std::io::stderr().is_terminal(),
+            ..Printer::new(false)
         }
     }
 
@@ -262,6 +336,10 @@ impl Printer {
             serde_json::to_writer(&mut out, &event)?;
             writeln!(out)?;
             return out.flush();
+        }
+        // Anything the loop shows means the wait is over; dropping the spinner wipes it.
+        if !matches!(event, Event::ReasoningDelta { .. }) {
+            self.spinner = None;
         }
         let mut err = std::io::stderr().lock();
         match event {
@@ -284,6 +362,10 @@ impl Printer {
             Event::TurnStarted { fallback, .. } => {
                 if let Some(reason) = fallback {
                     writeln!(err, "warning: {reason}")?;
+                }
+                if self.spin {
+                    drop(err);
+                    self.spinner = Some(crate::spinner::Spinner::start());
                 }
             }
             Event::ToolCallStarted {
@@ -315,7 +397,22 @@ impl Printer {
                     self.mid_line = false;
                 }
             }
-            Event::Error { message } => writeln!(err, "error: {message}")?,
+            Event::Error { message } => {
+                if self.mid_line {
+                    writeln!(out)?;
+                    out.flush()?;
+                    self.mid_line = false;
+                }
+                writeln!(err, "error: {message}")?
+            }
+            Event::Warning { message } => {
+                if self.mid_line {
+                    writeln!(out)?;
+                    out.flush()?;
+                    self.mid_line = false;
+                }
+                writeln!(err, "warning: {message}")?
+            }
             Event::Compacted { summarized, kept } => writeln!(
                 err,
                 "· compacted: {summarized} earlier messages summarised, {kept} kept"
@@ -330,8 +427,15 @@ impl Printer {
                 turns,
                 usage,
             } => {
+                // An interrupt can land mid-answer: the notice goes on a line of its own.
+                if self.mid_line {
+                    writeln!(out)?;
+                    out.flush()?;
+                    self.mid_line = false;
+                }
                 let how = match reason {
                     Finish::Done => "done",
+                    Finish::CutOff => "cut off at the output limit",
                     Finish::StepLimit => "step limit reached",
                     Finish::Interrupted => "interrupted, saved",
                 };

@@ -11,11 +11,14 @@ use agent_runtime::data_dir::DataDir;
 use agent_runtime::delegation::Subagents;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
+use agent_runtime::live::LiveContext;
+use agent_runtime::mcp::McpServers;
 use agent_runtime::packs::Packs;
+use agent_runtime::permissions::Policy;
 use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
-use agent_runtime::session::SessionContext;
-use agent_runtime::skills::{self, Skill};
-use agent_runtime::tools::{Protected, ToolContext, notes_file};
+use agent_runtime::session::{SessionContext, TaskSession};
+use agent_runtime::skills::Skill;
+use agent_runtime::tools::{Protected, ToolContext, WebSettings, notes_file};
 use agent_runtime::transcript::SessionHeader;
 use agent_runtime::{Occasion, Profile, TurnRequest};
 
@@ -29,6 +32,11 @@ pub struct Host {
     pub no_model: Option<String>,
     pub packs: Packs,
     pub custom_agents: Arc<Vec<AgentDefinition>>,
+    /// What the entry point chose about permissions; each session builds its own from it.
+    pub safety: crate::safety::Choice,
+    /// The config file's text, for the permissions each session reads from it.
+    pub config_text: String,
+    pub web: WebSettings,
 }
 
 impl Host {
@@ -66,6 +74,11 @@ impl Host {
         }
         let packs = crate::open_packs_or_builtin(&data_dir, &config_text);
         let provider = Arc::new(Provider::new(settings.clone())?);
+        let web = WebSettings::parse(&config_text)
+            .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
+        // A bad [permissions] table stops every command, not only the first session.
+        agent_runtime::permissions::config::section(&config_text)
+            .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
         Ok(Host {
             data_dir,
             config: Arc::new(config),
@@ -74,29 +87,45 @@ impl Host {
             no_model,
             packs,
             custom_agents: Arc::new(custom_agents),
+            safety: crate::safety::Choice::default(),
+            config_text,
+            web,
         })
     }
 
-    /// Wires one session: its tools (with helpers to delegate to, background tasks and
-    /// notes), skills on disk, and what the prompt needs to know about the machine.
+    /// Wires one session: its permissions, its tools (with helpers to delegate to,
+    /// background tasks and notes), skills on disk, and what the prompt needs to know
+    /// about the machine. Says once how the session's permissions stand.
     pub fn session(
         &self,
         header: SessionHeader,
         messages: &[Message],
         protected: Option<Protected>,
-    ) -> Session {
+    ) -> anyhow::Result<Session> {
+        let safety = crate::safety::session(
+            &self.safety,
+            &self.config_text,
+            &self.data_dir.config_file(),
+            &header.cwd,
+        )?;
+        crate::safety::announce(&safety, crate::colour_stderr());
+        let policy = Policy::new(safety.permissions.clone());
         let environment = Arc::new(Environment::detect(
             &header.cwd,
             &self.settings.model,
             self.data_dir.root(),
         ));
-        let instructions = Arc::new(Instructions::read(
+        // Instruction files and skills are read now and again whenever they change.
+        let notes = notes_file(self.data_dir.root(), &header.cwd);
+        let live = LiveContext::new(
             &self.data_dir.global_instructions(),
+            self.data_dir.root(),
             &header.cwd,
-        ));
-        let (disk_skills, _warnings) = skills::from_disk(self.data_dir.root(), &header.cwd);
-        let disk_skills = Arc::new(disk_skills);
-        let subagents = Subagents::new(
+            Some(&notes),
+        );
+        let current = live.current();
+        let (instructions, disk_skills) = (current.instructions, current.skills);
+        let mut subagents = Subagents::new(
             self.packs.store().clone(),
             self.provider.clone(),
             self.config.clone(),
@@ -109,11 +138,27 @@ impl Host {
             header.cwd.clone(),
             header.id.clone(),
         );
+        subagents.web = self.web.clone();
+        // MCP servers start in the background; the first model call waits for them.
+        let mcp = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if !self.config.mcp_servers.is_empty() => Some(McpServers::spawn(
+                &self.config.mcp_servers,
+                &header.cwd,
+                &runtime,
+            )),
+            Ok(_) | Err(_) => None,
+        };
+        subagents.mcp = mcp.clone();
         let mut tools = ToolContext::new(header.cwd.clone())
+            .with_policy(policy)
+            .with_web(self.web.clone())
             .with_delegate(Arc::new(subagents))
             .with_notes(notes_file(self.data_dir.root(), &header.cwd));
         if let Some(protected) = protected {
             tools = tools.with_protected(protected);
+        }
+        if let Some(mcp) = mcp {
+            tools = tools.with_mcp(mcp);
         }
         let tools = Arc::new(tools);
         for message in messages {
@@ -123,19 +168,31 @@ impl Host {
                 }
             }
         }
+        // A helper's session has its frozen definition beside its transcript: resumed, it
+        // renders from that, as the task child it was.
+        let task = self.task_session(&header.id);
         let agent = header.agent.as_str();
-        let occasion = if BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR {
-            Occasion::TaskChild
-        } else {
-            Occasion::Root
+        let occasion =
+            if task.is_some() || (BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR) {
+                Occasion::TaskChild
+            } else {
+                Occasion::Root
+            };
+        let (frozen, context) = match task {
+            Some(task) => (Some(task.agent), task.context),
+            None => (
+                None,
+                SessionContext {
+                    task_id: header.id.clone(),
+                    parent_agent: ORCHESTRATOR.to_string(),
+                    task: None,
+                    files: Vec::new(),
+                    max_steps: None,
+                },
+            ),
         };
-        let context = SessionContext {
-            task_id: header.id.clone(),
-            parent_agent: ORCHESTRATOR.to_string(),
-            task: None,
-            files: Vec::new(),
-        };
-        Session {
+        let provider = self.provider_for(&header.agent, frozen.as_ref());
+        Ok(Session {
             header,
             environment,
             instructions,
@@ -143,6 +200,46 @@ impl Host {
             tools,
             context,
             occasion,
+            frozen,
+            provider,
+            live,
+        })
+    }
+
+    /// The frozen definition of a helper's session, if `id` is one.
+    fn task_session(&self, id: &str) -> Option<TaskSession> {
+        let sessions = self.data_dir.sessions_dir();
+        if !TaskSession::path(&sessions, id).exists() {
+            return None;
+        }
+        match TaskSession::load(&sessions, id) {
+            Ok(task) => Some(task),
+            Err(e) => {
+                tracing::warn!("{e}; the session runs with the agent's current definition");
+                None
+            }
+        }
+    }
+
+    /// The provider for `agent`: its own `model` when its definition names one.
+    pub fn provider_for(&self, agent: &str, frozen: Option<&AgentDefinition>) -> Arc<Provider> {
+        let model = match frozen {
+            Some(definition) => definition.model.clone(),
+            None => match AgentDefinition::builtin(agent, &self.packs.store().capture()) {
+                Some(Ok(definition)) => definition.model,
+                Some(Err(_)) => None,
+                None => self
+                    .custom_agents
+                    .iter()
+                    .find(|a| a.name == agent)
+                    .and_then(|a| a.model.clone()),
+            },
+        };
+        match model {
+            Some(model) if model != self.settings.model => {
+                Arc::new(self.provider.with_model(&model))
+            }
+            Some(_) | None => self.provider.clone(),
         }
     }
 }
@@ -155,6 +252,11 @@ pub struct Session {
     pub tools: Arc<ToolContext>,
     pub context: SessionContext,
     pub occasion: Occasion,
+    /// A resumed helper's frozen definition.
+    pub frozen: Option<AgentDefinition>,
+    /// The model provider for this session's agent.
+    pub provider: Arc<Provider>,
+    pub live: LiveContext,
 }
 
 impl Session {
@@ -169,25 +271,27 @@ impl Session {
             request: TurnRequest {
                 agent: &self.header.agent,
                 mode: self.header.mode,
-                model: &host.settings.model,
+                model: &self.provider.settings().model,
                 occasion: self.occasion,
                 profile: Profile::Cli,
                 interactive,
                 config: &host.config,
                 custom_agents: &host.custom_agents,
-                frozen: None,
+                frozen: self.frozen.as_ref(),
                 environment: &self.environment,
                 instructions: &self.instructions,
                 memory: None,
                 session: Some(&self.context),
                 disk_skills: &self.disk_skills,
+                mcp: self.tools.mcp.as_deref(),
             },
-            provider: &host.provider,
+            provider: &self.provider,
             tools: self.tools.clone(),
             max_steps,
             session_id: self.header.id.clone(),
             context_limit: Some(host.settings.context_tokens),
             state: LoopState::default(),
+            live: Some(&self.live),
         }
     }
 }

@@ -10,7 +10,11 @@
 mod exec;
 mod host;
 mod init;
+mod mcp;
+mod planning;
 mod repl;
+mod safety;
+mod spinner;
 
 use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
@@ -44,6 +48,8 @@ struct Cli {
     /// The orchestrator's prompt mode for the interactive session.
     #[arg(long, value_name = "MODE", default_value = "tui")]
     prompt_mode: PromptMode,
+    #[command(flatten)]
+    permissions: safety::PermissionArgs,
 }
 
 #[derive(Subcommand)]
@@ -57,6 +63,24 @@ enum Command {
     /// Prompt-pack updates: what is served, refresh now, pin a version.
     #[command(subcommand)]
     Packs(PacksCommand),
+    /// MCP servers from the `[mcp_servers.<name>]` tables of config.toml.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+    /// What this machine supports (the sandbox) and the permissions the agent runs with.
+    Doctor,
+    /// Runs a command in the Landlock sandbox (what `bash` starts).
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec(safety::SandboxExecArgs),
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Start every configured server and show its state and tools.
+    List {
+        /// Print the servers as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -134,6 +158,10 @@ struct PromptArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The launcher restricts itself before anything else runs (no thread may start first).
+    if let Some(Command::SandboxExec(args)) = cli.command {
+        return safety::sandbox_exec(args);
+    }
     // `packs refresh` prints its own failure; the pack client's warning for unattended
     // refreshes would only say it a second time.
     let client_level = match &cli.command {
@@ -142,6 +170,9 @@ fn main() -> ExitCode {
             Command::Prompt(_)
             | Command::Exec(_)
             | Command::Init(_)
+            | Command::Doctor
+            | Command::SandboxExec(_)
+            | Command::Mcp(_)
             | Command::Packs(
                 PacksCommand::Status { .. }
                 | PacksCommand::Pin { .. }
@@ -151,6 +182,11 @@ fn main() -> ExitCode {
         )
         | None => tracing::Level::WARN,
     };
+    // `mcp list` shows each server's failure in its listing; the log line would repeat it.
+    let mcp_level = match &cli.command {
+        Some(Command::Mcp(_)) => tracing::Level::ERROR,
+        Some(_) | None => tracing::Level::WARN,
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(colour_stderr())
@@ -159,7 +195,8 @@ fn main() -> ExitCode {
         .with(
             Targets::new()
                 .with_default(tracing::Level::WARN)
-                .with_target("pack_client::client", client_level),
+                .with_target("pack_client::client", client_level)
+                .with_target("agent_runtime::mcp", mcp_level),
         )
         .init();
     match run(cli) {
@@ -190,6 +227,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Prompt(args)) => prompt(args),
         Some(Command::Exec(args)) => exec::exec(args),
         Some(Command::Packs(command)) => packs(command),
+        Some(Command::Doctor) => safety::doctor(&DataDir::locate()?),
+        // Handled in `main`, before anything else starts.
+        Some(Command::SandboxExec(_)) => Ok(()),
+        Some(Command::Mcp(McpCommand::List { json })) => mcp::list(json),
         Some(Command::Init(args)) => {
             let host = host::Host::open(&args.provider.overrides())?;
             host.packs.refresh_in_background_if_due();
@@ -204,8 +245,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .block_on(init::run(&host, &dir, args.existing, args.max_steps))
         }
         None => {
-            let host = host::Host::open_without_model(&cli.provider.overrides())?;
-            repl::repl(host, cli.prompt_mode, 50)
+            let mut host = host::Host::open_without_model(&cli.provider.overrides())?;
+            let approver = Arc::new(safety::TerminalApprover::default());
+            host.safety = safety::Choice {
+                kind: safety::Kind::Interactive,
+                args: cli.permissions,
+                approver: Some(approver.clone()),
+            };
+            repl::repl(host, approver, cli.prompt_mode, 50)
         }
     }
 }
@@ -265,8 +312,13 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
-                // The outcome is in the cache's state for the next run to show.
-                let _ = runtime.block_on(client.refresh_if_idle());
+                // The outcome is in the cache's state for the next run to show. A refresh
+                // sends waiting failure reports when it ends; one skipped because another
+                // process refreshes does not, so they are sent here.
+                let _ = runtime.block_on(async {
+                    let _ = client.refresh_if_idle().await;
+                    client.send_reports().await
+                });
             }
             return Ok(());
         }
@@ -353,7 +405,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         Some(session) => Some(session.resume(args.mode)?),
         None => None,
     };
-    let agent = frozen.map_or(args.agent.as_str(), |def| def.name.as_str());
+    let agent = frozen.map_or(agents::canonical_name(&args.agent), |def| def.name.as_str());
     let occasion = if session.is_some()
         || args.delegated
         || (BUILTIN_AGENTS.contains(&agent) && agent != ORCHESTRATOR)
@@ -367,15 +419,23 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         parent_agent: ORCHESTRATOR.to_string(),
         task: None,
         files: Vec::new(),
+        max_steps: None,
     };
     let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
 
     let environment = Environment::detect(&cwd, &args.model, data_dir.root());
     let instructions = Instructions::read(&data_dir.global_instructions(), &cwd);
-    let store = packs.store();
-    if let Some(dir) = &args.pack {
-        store.install(load_pack_dir(dir)?);
-    }
+    // A pack from a directory is the developer's, not the channel's: its render failures
+    // are neither counted against this device's packs nor reported.
+    let local;
+    let store: &pack_client::PromptStore = match &args.pack {
+        Some(dir) => {
+            local = pack_client::PromptStore::new(packs.store().builtin().clone());
+            local.install(load_pack_dir(dir)?);
+            &local
+        }
+        None => packs.store().as_ref(),
+    };
     let request = TurnRequest {
         agent,
         mode: args.mode,
@@ -392,8 +452,10 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         memory: None,
         session: Some(session_context),
         disk_skills: &[],
+        mcp: None,
     };
     let prompt = assemble_turn(store, &request)?;
+    packs.send_reports_in_background();
 
     let mut out = std::io::stdout().lock();
     if args.json {

@@ -1,0 +1,1126 @@
+//! The fleet view: distinct installs per channel by client release × installed pack over a
+//! sliding window of UTC days, and the failure reports clients send. Correct with any number
+//! of packd nodes, and bounded in memory and storage.
+//!
+//! Each node counts what it serves in memory, per channel and UTC day, and writes its counts
+//! to `fleet/{channel}/{day}/{node}.json` every `[fleet] flush_secs`, replacing its own
+//! earlier write. The node id is random per process, so no two processes ever write one key
+//! and nothing is lost when a node restarts. A reader merges every node's file of each day in
+//! the window (with its own counts not yet written). Installs are counted in a [`Sketch`]:
+//! exact up to [`EXACT_MAX`] installs per cell, then a HyperLogLog of precision
+//! [`PRECISION`]. The union of sketches is idempotent, so an install seen by several nodes,
+//! or on several days, counts once. Failure reports are counts, summed over the node files
+//! (each process counts only its own), with a sketch of the installs that sent them.
+//!
+//! Storage keeps no install hash: a cell holds at most [`EXACT_MAX`] 64-bit hashes *of* the
+//! install hashes, or HyperLogLog registers. Days older than the window are deleted.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use hyperloglockless::{DefaultHasher, HyperLogLog};
+use pack_protocol::{
+    EstimateInfo, FailureCell, FleetCell, FleetView, PackRecord, RangePack, RangeView, ReportReason,
+};
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+use time::{Date, OffsetDateTime};
+
+use crate::storage::{Storage, StorageError};
+
+/// HyperLogLog precision: 4,096 one-byte registers, about 1.6 % relative standard error.
+pub const PRECISION: u8 = 12;
+/// Registers of a dense sketch.
+pub const REGISTERS: usize = 1 << PRECISION;
+/// Installs a cell counts exactly, as a sorted list of 64-bit hashes: as many as fit in the
+/// memory of the dense form.
+pub const EXACT_MAX: usize = REGISTERS / 8;
+/// The relative standard error of a dense sketch, `1.04 / sqrt(registers)`.
+pub const RELATIVE_ERROR: f64 = 1.04 / 64.0;
+/// Days the fleet view covers at most, and days kept in storage.
+pub const MAX_WINDOW_DAYS: u32 = 7;
+/// The release or pack of the cell that takes everything over the cell cap.
+pub const OTHER: &str = "other";
+/// The release or pack of a client that did not say (or said something malformed).
+pub const UNKNOWN: &str = "unknown";
+
+/// A register's largest value: 1 + the trailing zeros of a 64-bit hash.
+const MAX_RANK: u8 = 65;
+const NODE_FILE_FORMAT: u32 = 1;
+/// Largest node file read back (a full one, at 256 cells of 4 KiB, is about 1.5 MiB).
+const MAX_NODE_FILE_BYTES: u64 = 16 << 20;
+/// Node files read per day at most: one per packd process that served clients that day.
+const MAX_NODE_FILES_PER_DAY: usize = 256;
+/// Channel-days a node counts in memory at once.
+const MAX_LIVE_ENTRIES: usize = 1024;
+/// Longest release or pack label kept (releases are checked to be at most 64 bytes).
+const MAX_LABEL_LEN: usize = 80;
+
+/// `[fleet]` settings.
+#[derive(Debug, Clone)]
+pub struct FleetSettings {
+    /// Count installs and accept failure reports.
+    pub enabled: bool,
+    /// How often a node writes its counts.
+    pub flush_interval: Duration,
+    /// Client release × pack cells per channel and day; beyond, new combinations count
+    /// under `other` × `other`. The same cap holds for failure cells.
+    pub max_cells: usize,
+    /// Failure reports one install may send per hour, per node.
+    pub reports_per_install_per_hour: u32,
+    /// Failure reports one node accepts per second, from everyone.
+    pub reports_per_second: u32,
+    /// Who may read the fleet view: as the deployment's reads, or publishers only.
+    pub view: ViewScope,
+}
+
+impl Default for FleetSettings {
+    fn default() -> Self {
+        FleetSettings {
+            enabled: true,
+            flush_interval: Duration::from_secs(10),
+            max_cells: 256,
+            reports_per_install_per_hour: 20,
+            reports_per_second: 200,
+            view: ViewScope::Read,
+        }
+    }
+}
+
+/// Who may read `GET /v1/channels/{channel}/fleet`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ViewScope {
+    /// Like every read: open on a public deployment, a `read` token on a private one.
+    Read,
+    /// A `publish` token, even on a public deployment.
+    Publish,
+}
+
+/// Distinct installs: exact while small, a HyperLogLog beyond.
+#[derive(Debug, Clone)]
+pub enum Sketch {
+    /// Sorted, distinct 64-bit hashes of install hashes, at most [`EXACT_MAX`].
+    Exact(Vec<u64>),
+    Dense(Box<HyperLogLog>),
+}
+
+impl Default for Sketch {
+    fn default() -> Self {
+        Sketch::Exact(Vec::new())
+    }
+}
+
+fn empty_dense() -> HyperLogLog {
+    HyperLogLog::seeded(PRECISION, 0)
+}
+
+fn dense_of(hashes: &[u64]) -> HyperLogLog {
+    let mut dense = empty_dense();
+    for &hash in hashes {
+        dense.insert_hash(hash);
+    }
+    dense
+}
+
+impl Sketch {
+    pub fn insert(&mut self, hash: u64) {
+        match self {
+            Sketch::Exact(hashes) => match hashes.binary_search(&hash) {
+                Ok(_) => {}
+                Err(at) if hashes.len() < EXACT_MAX => hashes.insert(at, hash),
+                Err(_) => {
+                    let mut dense = dense_of(hashes);
+                    dense.insert_hash(hash);
+                    *self = Sketch::Dense(Box::new(dense));
+                }
+            },
+            Sketch::Dense(dense) => dense.insert_hash(hash),
+        }
+    }
+
+    /// Adds every install of `other`; an install in both counts once.
+    pub fn merge(&mut self, other: &Sketch) {
+        match other {
+            Sketch::Exact(hashes) => {
+                for &hash in hashes {
+                    self.insert(hash);
+                }
+            }
+            Sketch::Dense(theirs) => {
+                if let Sketch::Exact(mine) = self {
+                    *self = Sketch::Dense(Box::new(dense_of(mine)));
+                }
+                if let Sketch::Dense(mine) = self {
+                    // Both have PRECISION registers: the only error (unequal lengths) cannot occur.
+                    let _ = mine.union(theirs);
+                }
+            }
+        }
+    }
+
+    /// Distinct installs: exact in the exact form, estimated in the dense one.
+    pub fn estimate(&self) -> u64 {
+        match self {
+            Sketch::Exact(hashes) => hashes.len() as u64,
+            Sketch::Dense(dense) => dense.count() as u64,
+        }
+    }
+
+    /// Bytes of memory, the enum included.
+    pub fn memory(&self) -> usize {
+        std::mem::size_of::<Sketch>()
+            + match self {
+                Sketch::Exact(hashes) => hashes.capacity() * 8,
+                Sketch::Dense(_) => std::mem::size_of::<HyperLogLog>() + REGISTERS,
+            }
+    }
+
+    fn encode(&self) -> SketchRepr {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        match self {
+            Sketch::Exact(hashes) => {
+                let bytes: Vec<u8> = hashes.iter().flat_map(|h| h.to_be_bytes()).collect();
+                SketchRepr::Exact(b64.encode(bytes))
+            }
+            Sketch::Dense(dense) => SketchRepr::Dense(b64.encode(dense.parts().0)),
+        }
+    }
+
+    fn decode(repr: &SketchRepr) -> Result<Sketch, String> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        match repr {
+            SketchRepr::Exact(text) => {
+                let bytes = b64.decode(text).map_err(|e| format!("exact sketch: {e}"))?;
+                if bytes.len() % 8 != 0 || bytes.len() / 8 > EXACT_MAX {
+                    return Err(format!(
+                        "exact sketch of {} bytes: expected a multiple of 8, at most {}",
+                        bytes.len(),
+                        EXACT_MAX * 8
+                    ));
+                }
+                let mut hashes: Vec<u64> = bytes
+                    .chunks_exact(8)
+                    .map(|c| u64::from_be_bytes(c.try_into().unwrap_or_default()))
+                    .collect();
+                hashes.sort_unstable();
+                hashes.dedup();
+                Ok(Sketch::Exact(hashes))
+            }
+            SketchRepr::Dense(text) => {
+                let registers = b64.decode(text).map_err(|e| format!("dense sketch: {e}"))?;
+                if registers.len() != REGISTERS {
+                    return Err(format!(
+                        "dense sketch of {} registers, expected {REGISTERS}",
+                        registers.len()
+                    ));
+                }
+                if let Some(bad) = registers.iter().find(|&&r| r > MAX_RANK) {
+                    return Err(format!(
+                        "dense sketch register {bad} is over the largest rank {MAX_RANK}"
+                    ));
+                }
+                let zeros = registers.iter().filter(|&&r| r == 0).count();
+                let sum: f64 = registers.iter().map(|&r| 0.5f64.powi(i32::from(r))).sum();
+                Ok(Sketch::Dense(Box::new(HyperLogLog::from_parts(
+                    registers.into_boxed_slice(),
+                    DefaultHasher::seeded(&0u128.to_be_bytes()),
+                    zeros,
+                    sum,
+                ))))
+            }
+        }
+    }
+}
+
+/// How a sketch is stored: base64 of the sorted big-endian hashes, or of the registers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum SketchRepr {
+    Exact(String),
+    Dense(String),
+}
+
+/// The 64-bit value an install hash is counted by. Hashed again so a client cannot pick the
+/// register its value lands in (or the rank it sets) by choosing its header.
+pub fn install_key(install_hash: &str) -> u64 {
+    let digest = sha2::Sha256::digest(install_hash.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// (client release, pack)
+type CellKey = (String, String);
+/// (pack, reason, client release)
+type FailureKey = (String, String, String);
+
+#[derive(Debug, Clone, Default)]
+struct Failures {
+    reports: u64,
+    installs: Sketch,
+}
+
+/// One channel's counts of one day, from one node or merged.
+#[derive(Debug, Clone, Default)]
+pub struct DayData {
+    cells: BTreeMap<CellKey, Sketch>,
+    failures: BTreeMap<FailureKey, Failures>,
+    overflow: bool,
+}
+
+impl DayData {
+    fn cell_key(&mut self, release: &str, pack: &str, max_cells: usize) -> CellKey {
+        let key = (release.to_string(), pack.to_string());
+        if self.cells.contains_key(&key) || self.cells.len() + 1 < max_cells {
+            return key;
+        }
+        self.overflow = true;
+        (OTHER.to_string(), OTHER.to_string())
+    }
+
+    fn add_install(&mut self, release: &str, pack: &str, install: u64, max_cells: usize) {
+        let key = self.cell_key(release, pack, max_cells);
+        self.cells.entry(key).or_default().insert(install);
+    }
+
+    fn add_report(
+        &mut self,
+        pack: &str,
+        reason: ReportReason,
+        release: &str,
+        install: u64,
+        max_cells: usize,
+    ) {
+        let mut key = (
+            pack.to_string(),
+            reason.as_str().to_string(),
+            release.to_string(),
+        );
+        if !self.failures.contains_key(&key) && self.failures.len() + 1 >= max_cells {
+            self.overflow = true;
+            key = (OTHER.to_string(), OTHER.to_string(), OTHER.to_string());
+        }
+        let failures = self.failures.entry(key).or_default();
+        failures.reports = failures.reports.saturating_add(1);
+        failures.installs.insert(install);
+    }
+
+    fn merge(&mut self, other: &DayData) {
+        for (key, sketch) in &other.cells {
+            self.cells.entry(key.clone()).or_default().merge(sketch);
+        }
+        for (key, theirs) in &other.failures {
+            let mine = self.failures.entry(key.clone()).or_default();
+            mine.reports = mine.reports.saturating_add(theirs.reports);
+            mine.installs.merge(&theirs.installs);
+        }
+        self.overflow |= other.overflow;
+    }
+
+    /// Bytes of memory held by the sketches and labels.
+    pub fn memory(&self) -> usize {
+        let cells: usize = self
+            .cells
+            .iter()
+            .map(|((r, p), s)| r.capacity() + p.capacity() + s.memory())
+            .sum();
+        let failures: usize = self
+            .failures
+            .iter()
+            .map(|((p, w, r), f)| p.capacity() + w.capacity() + r.capacity() + f.installs.memory())
+            .sum();
+        cells + failures
+    }
+
+    fn to_file(&self, channel: &str, day: Date, node: &str) -> NodeFile {
+        NodeFile {
+            format: NODE_FILE_FORMAT,
+            channel: channel.to_string(),
+            day: day_text(day),
+            node: node.to_string(),
+            written_at: crate::model::rfc3339(OffsetDateTime::now_utc()),
+            overflow: self.overflow,
+            cells: self
+                .cells
+                .iter()
+                .map(|((release, pack), sketch)| CellRecord {
+                    client_version: release.clone(),
+                    pack: pack.clone(),
+                    sketch: sketch.encode(),
+                })
+                .collect(),
+            failures: self
+                .failures
+                .iter()
+                .map(|((pack, reason, release), f)| FailureRecord {
+                    pack: pack.clone(),
+                    reason: reason.clone(),
+                    client_version: release.clone(),
+                    reports: f.reports,
+                    installs: f.installs.encode(),
+                })
+                .collect(),
+        }
+    }
+
+    fn from_file(file: &NodeFile) -> Result<DayData, String> {
+        if file.format != NODE_FILE_FORMAT {
+            return Err(format!("format {} is not {NODE_FILE_FORMAT}", file.format));
+        }
+        let label = |text: &str| -> Result<String, String> {
+            if text.is_empty() || text.len() > MAX_LABEL_LEN {
+                return Err(format!("label of {} bytes", text.len()));
+            }
+            Ok(text.to_string())
+        };
+        let mut day = DayData {
+            overflow: file.overflow,
+            ..DayData::default()
+        };
+        for cell in &file.cells {
+            let key = (label(&cell.client_version)?, label(&cell.pack)?);
+            day.cells
+                .entry(key)
+                .or_default()
+                .merge(&Sketch::decode(&cell.sketch)?);
+        }
+        for f in &file.failures {
+            let key = (
+                label(&f.pack)?,
+                label(&f.reason)?,
+                label(&f.client_version)?,
+            );
+            let entry = day.failures.entry(key).or_default();
+            entry.reports = entry.reports.saturating_add(f.reports);
+            entry.installs.merge(&Sketch::decode(&f.installs)?);
+        }
+        Ok(day)
+    }
+}
+
+/// `fleet/{channel}/{day}/{node}.json`: one node's counts of one channel and day.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeFile {
+    format: u32,
+    channel: String,
+    day: String,
+    node: String,
+    written_at: String,
+    overflow: bool,
+    cells: Vec<CellRecord>,
+    failures: Vec<FailureRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CellRecord {
+    client_version: String,
+    pack: String,
+    sketch: SketchRepr,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FailureRecord {
+    pack: String,
+    reason: String,
+    client_version: String,
+    reports: u64,
+    installs: SketchRepr,
+}
+
+/// Storage keys of the fleet data.
+pub mod keys {
+    pub const FLEET: &str = "fleet";
+    pub fn channel_dir(channel: &str) -> String {
+        format!("fleet/{channel}")
+    }
+    pub fn day_dir(channel: &str, day: &str) -> String {
+        format!("fleet/{channel}/{day}")
+    }
+    pub fn node_file(channel: &str, day: &str, node: &str) -> String {
+        format!("fleet/{channel}/{day}/{node}.json")
+    }
+}
+
+fn day_text(day: Date) -> String {
+    format!(
+        "{:04}-{:02}-{:02}",
+        day.year(),
+        u8::from(day.month()),
+        day.day()
+    )
+}
+
+fn parse_day(text: &str) -> Option<Date> {
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    Date::parse(text, &format).ok()
+}
+
+#[derive(Debug)]
+struct LiveEntry {
+    data: DayData,
+    dirty: bool,
+}
+
+/// What a node has read of a closed day (before yesterday: no node writes it any more),
+/// with the listing it was read from, so an unchanged day is not read again.
+type ClosedDay = (Vec<(String, u64)>, Arc<DayData>);
+
+/// The fleet counts of this node, and the reader that merges every node's.
+pub struct Fleet {
+    settings: FleetSettings,
+    node: String,
+    live: Mutex<HashMap<(String, Date), LiveEntry>>,
+    closed: Mutex<HashMap<(String, Date), ClosedDay>>,
+    /// SHA-256 → version of uploaded packs, from their create-only records (never change).
+    versions: Mutex<HashMap<String, String>>,
+    records_read: Mutex<HashSet<String>>,
+    last_sweep: Mutex<Option<Date>>,
+    metrics_cache: Mutex<Option<(Instant, String)>>,
+    full_warned: Mutex<bool>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A client's release as counted: checked semver, or `unknown`.
+fn release_label(release: Option<&str>) -> &str {
+    match release.map(str::trim) {
+        Some(text) if pack_protocol::fleet::is_release(text) => text,
+        Some(_) | None => UNKNOWN,
+    }
+}
+
+/// A client's installed pack as counted: a SHA-256, `builtin`, or `unknown`.
+fn pack_label(pack: Option<&str>) -> &str {
+    match pack.map(str::trim) {
+        Some(text)
+            if text == pack_protocol::headers::INSTALLED_BUILTIN
+                || pack_protocol::is_sha256_hex(text) =>
+        {
+            text
+        }
+        Some(_) | None => UNKNOWN,
+    }
+}
+
+impl Fleet {
+    pub fn new(settings: FleetSettings) -> Fleet {
+        Fleet {
+            settings,
+            node: hex::encode(rand::random::<[u8; 8]>()),
+            live: Mutex::new(HashMap::new()),
+            closed: Mutex::new(HashMap::new()),
+            versions: Mutex::new(HashMap::new()),
+            records_read: Mutex::new(HashSet::new()),
+            last_sweep: Mutex::new(None),
+            metrics_cache: Mutex::new(None),
+            full_warned: Mutex::new(false),
+        }
+    }
+
+    pub fn settings(&self) -> &FleetSettings {
+        &self.settings
+    }
+
+    /// This process's node id: the name of its files under `fleet/`.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    fn with_today(&self, channel: &str, now: OffsetDateTime, add: impl FnOnce(&mut DayData)) {
+        let mut live = lock(&self.live);
+        let key = (channel.to_string(), now.date());
+        if !live.contains_key(&key) && live.len() >= MAX_LIVE_ENTRIES {
+            let mut warned = lock(&self.full_warned);
+            if !*warned {
+                tracing::warn!(
+                    channel,
+                    "fleet counts of {MAX_LIVE_ENTRIES} channel-days are in memory; not counting more until the next write"
+                );
+                *warned = true;
+            }
+            return;
+        }
+        let entry = live.entry(key).or_insert_with(|| LiveEntry {
+            data: DayData::default(),
+            dirty: false,
+        });
+        add(&mut entry.data);
+        entry.dirty = true;
+    }
+
+    /// Counts a channel fetch. Nothing is counted without a well-formed install hash (a client
+    /// with telemetry off sends none).
+    pub fn record_fetch(
+        &self,
+        channel: &str,
+        release: Option<&str>,
+        pack: Option<&str>,
+        install: Option<&str>,
+        now: OffsetDateTime,
+    ) {
+        if !self.settings.enabled {
+            return;
+        }
+        let Some(install) = install.filter(|i| pack_protocol::fleet::is_install_hash(i)) else {
+            return;
+        };
+        let key = install_key(install);
+        let (release, pack) = (release_label(release), pack_label(pack));
+        let max_cells = self.settings.max_cells;
+        self.with_today(channel, now, |day| {
+            day.add_install(release, pack, key, max_cells);
+        });
+    }
+
+    /// Counts an accepted failure report.
+    pub fn record_report(
+        &self,
+        report: &pack_protocol::FailureReport,
+        install: &str,
+        now: OffsetDateTime,
+    ) {
+        let key = install_key(install);
+        let max_cells = self.settings.max_cells;
+        self.with_today(&report.channel, now, |day| {
+            day.add_report(
+                &report.pack,
+                report.reason,
+                &report.client_version,
+                key,
+                max_cells,
+            );
+        });
+    }
+
+    /// Bytes of memory the counts not yet dropped take.
+    pub fn memory(&self) -> usize {
+        lock(&self.live).values().map(|e| e.data.memory()).sum()
+    }
+
+    /// Writes every changed count of this node, drops the days that ended once they are
+    /// written, and once a day deletes the days past the window. A write that fails is tried
+    /// again at the next flush.
+    pub async fn flush(&self, storage: &Storage) {
+        let now = OffsetDateTime::now_utc();
+        let dirty: Vec<((String, Date), DayData)> = {
+            let mut live = lock(&self.live);
+            live.iter_mut()
+                .filter(|(_, e)| e.dirty)
+                .map(|(k, e)| {
+                    e.dirty = false;
+                    (k.clone(), e.data.clone())
+                })
+                .collect()
+        };
+        for ((channel, day), data) in dirty {
+            let key = keys::node_file(&channel, &day_text(day), &self.node);
+            let written = serde_json::to_vec(&data.to_file(&channel, day, &self.node))
+                .map_err(|e| e.to_string());
+            let result = match written {
+                Ok(bytes) => storage
+                    .put(&key, Bytes::from(bytes))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            if let Err(err) = result {
+                tracing::warn!(key, %err, "could not write fleet counts; trying again at the next flush");
+                if let Some(entry) = lock(&self.live).get_mut(&(channel, day)) {
+                    entry.dirty = true;
+                }
+            }
+        }
+        {
+            let mut live = lock(&self.live);
+            live.retain(|(_, day), entry| *day >= now.date() || entry.dirty);
+            *lock(&self.full_warned) = false;
+        }
+        let swept_today = *lock(&self.last_sweep) == Some(now.date());
+        if !swept_today {
+            match self.sweep(storage, now.date()).await {
+                Ok(removed) => {
+                    *lock(&self.last_sweep) = Some(now.date());
+                    if removed > 0 {
+                        tracing::info!(removed, "deleted fleet counts older than the window");
+                    }
+                }
+                Err(err) => tracing::warn!(%err, "could not delete old fleet counts"),
+            }
+        }
+    }
+
+    /// Deletes the files of days before the window. Every node may do it; deleting what
+    /// another node just deleted is no error.
+    async fn sweep(&self, storage: &Storage, today: Date) -> Result<usize, StorageError> {
+        let oldest = today - time::Duration::days(i64::from(MAX_WINDOW_DAYS) - 1);
+        let mut removed = 0;
+        for channel in storage.list_dirs(keys::FLEET).await? {
+            for day in storage.list_dirs(&keys::channel_dir(&channel)).await? {
+                if parse_day(&day).is_some_and(|d| d >= oldest) {
+                    continue;
+                }
+                for meta in storage.list(&keys::day_dir(&channel, &day)).await? {
+                    storage.delete(meta.location.as_ref()).await?;
+                    removed += 1;
+                }
+            }
+        }
+        lock(&self.closed).retain(|(_, day), _| *day >= oldest);
+        Ok(removed)
+    }
+
+    /// Every node's counts of `channel` on `day`, this node's unwritten ones included.
+    /// Returns the merged day and how many sources went into it.
+    async fn read_day(
+        &self,
+        storage: &Storage,
+        channel: &str,
+        day: Date,
+        today: Date,
+    ) -> Result<(DayData, usize), StorageError> {
+        let own = lock(&self.live)
+            .get(&(channel.to_string(), day))
+            .map(|e| e.data.clone());
+        let day_name = day_text(day);
+        let mut metas = storage.list(&keys::day_dir(channel, &day_name)).await?;
+        metas.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+        let own_file = keys::node_file(channel, &day_name, &self.node);
+        // This node's own file holds no more than its memory while the day is in memory.
+        metas.retain(|m| own.is_none() || m.location.as_ref() != own_file);
+        if metas.len() > MAX_NODE_FILES_PER_DAY {
+            tracing::warn!(
+                channel,
+                day = day_name,
+                files = metas.len(),
+                "more node files than the {MAX_NODE_FILES_PER_DAY} read per day; the rest are left out"
+            );
+            metas.truncate(MAX_NODE_FILES_PER_DAY);
+        }
+        let listing: Vec<(String, u64)> = metas
+            .iter()
+            .map(|m| (m.location.to_string(), m.size))
+            .collect();
+        let closed = day < today - time::Duration::days(1) && own.is_none();
+        let cache_key = (channel.to_string(), day);
+        let cached = if closed {
+            lock(&self.closed)
+                .get(&cache_key)
+                .filter(|(seen, _)| *seen == listing)
+                .map(|(_, data)| data.clone())
+        } else {
+            None
+        };
+        let sources = listing.len() + usize::from(own.is_some());
+        let mut merged = match cached {
+            Some(data) => (*data).clone(),
+            None => {
+                let mut merged = DayData::default();
+                for meta in &metas {
+                    let key = meta.location.to_string();
+                    if meta.size > MAX_NODE_FILE_BYTES {
+                        tracing::warn!(
+                            key,
+                            size = meta.size,
+                            "fleet file over the size limit; left out"
+                        );
+                        continue;
+                    }
+                    let Some(bytes) = storage.get(&key).await? else {
+                        continue; // deleted by a sweep in the meantime
+                    };
+                    let parsed = serde_json::from_slice::<NodeFile>(&bytes)
+                        .map_err(|e| e.to_string())
+                        .and_then(|file| DayData::from_file(&file));
+                    match parsed {
+                        Ok(data) => merged.merge(&data),
+                        Err(reason) => {
+                            tracing::warn!(key, reason, "unreadable fleet file; left out");
+                        }
+                    }
+                }
+                if closed {
+                    lock(&self.closed).insert(cache_key, (listing, Arc::new(merged.clone())));
+                }
+                merged
+            }
+        };
+        if let Some(own) = &own {
+            merged.merge(own);
+        }
+        Ok((merged, sources))
+    }
+
+    /// The fleet view of `channel` over the last `days` UTC days (today included), merged
+    /// from every node. `pack` names the channel's pack, whose versions label the cells;
+    /// `ranges` are the client ranges of its live document, in entry order.
+    pub async fn view(
+        &self,
+        storage: &Storage,
+        channel: &str,
+        days: u32,
+        pack: Option<&str>,
+        ranges: &[semver::VersionReq],
+        now: OffsetDateTime,
+    ) -> Result<FleetView, StorageError> {
+        let days = days.clamp(1, MAX_WINDOW_DAYS);
+        let today = now.date();
+        let dates: Vec<Date> = (0..days)
+            .rev()
+            .map(|back| today - time::Duration::days(i64::from(back)))
+            .collect();
+        let mut per_day = Vec::with_capacity(dates.len());
+        let mut sources = 0;
+        for &day in &dates {
+            let (data, n) = self.read_day(storage, channel, day, today).await?;
+            sources += n;
+            per_day.push(data);
+        }
+        let versions = match pack {
+            Some(pack) => self.versions(storage, pack).await?,
+            None => HashMap::new(),
+        };
+        Ok(self.assemble(channel, &dates, &per_day, sources, &versions, ranges))
+    }
+
+    fn assemble(
+        &self,
+        channel: &str,
+        dates: &[Date],
+        per_day: &[DayData],
+        sources: usize,
+        versions: &HashMap<String, String>,
+        ranges: &[semver::VersionReq],
+    ) -> FleetView {
+        let mut window = DayData::default();
+        for day in per_day {
+            window.merge(day);
+        }
+        // Each release under the first range that matches it, as clients select.
+        let mut distinct: Vec<&semver::VersionReq> = Vec::new();
+        for range in ranges {
+            if !distinct.iter().any(|r| r.to_string() == range.to_string()) {
+                distinct.push(range);
+            }
+        }
+        let mut range_totals: Vec<(Sketch, BTreeMap<String, Sketch>)> =
+            vec![(Sketch::default(), BTreeMap::new()); distinct.len()];
+        for ((release, pack), sketch) in &window.cells {
+            let Ok(version) = semver::Version::parse(release) else {
+                continue;
+            };
+            if let Some(i) = distinct.iter().position(|r| r.matches(&version)) {
+                range_totals[i].0.merge(sketch);
+                range_totals[i]
+                    .1
+                    .entry(pack.clone())
+                    .or_default()
+                    .merge(sketch);
+            }
+        }
+        let range_views: Vec<RangeView> = distinct
+            .iter()
+            .zip(range_totals)
+            .map(|(range, (total, packs))| {
+                let mut packs: Vec<RangePack> = packs
+                    .into_iter()
+                    .map(|(pack, sketch)| RangePack {
+                        pack_version: versions.get(&pack).cloned(),
+                        installs: sketch.estimate(),
+                        pack,
+                    })
+                    .collect();
+                packs.sort_by(|a, b| {
+                    b.installs
+                        .cmp(&a.installs)
+                        .then_with(|| a.pack.cmp(&b.pack))
+                });
+                RangeView {
+                    clients: range.to_string(),
+                    installs: total.estimate(),
+                    packs,
+                }
+            })
+            .collect();
+        let mut total = Sketch::default();
+        for sketch in window.cells.values() {
+            total.merge(sketch);
+        }
+        let version_of = |pack: &str| versions.get(pack).cloned();
+        let mut cells: Vec<(CellKey, Sketch)> = window.cells.into_iter().collect();
+        cells.sort_by_key(|(key, sketch)| (std::cmp::Reverse(sketch.estimate()), key.clone()));
+        let mut overflow = window.overflow;
+        let cap = self.settings.max_cells.max(1);
+        if cells.len() > cap {
+            overflow = true;
+            let mut other = Sketch::default();
+            for (_, sketch) in cells.drain(cap - 1..) {
+                other.merge(&sketch);
+            }
+            cells.push(((OTHER.to_string(), OTHER.to_string()), other));
+        }
+        let fleet_cells = cells
+            .into_iter()
+            .map(|((release, pack), sketch)| FleetCell {
+                daily: per_day
+                    .iter()
+                    .map(|d| {
+                        d.cells
+                            .get(&(release.clone(), pack.clone()))
+                            .map_or(0, Sketch::estimate)
+                    })
+                    .collect(),
+                installs: sketch.estimate(),
+                pack_version: version_of(&pack),
+                client_version: release,
+                pack,
+            })
+            .collect();
+        let mut failures: Vec<FailureCell> = window
+            .failures
+            .into_iter()
+            .map(|((pack, reason, release), f)| FailureCell {
+                pack_version: version_of(&pack),
+                pack,
+                reason,
+                client_version: release,
+                reports: f.reports,
+                installs: f.installs.estimate(),
+            })
+            .collect();
+        failures.sort_by(|a, b| {
+            b.reports
+                .cmp(&a.reports)
+                .then_with(|| a.pack.cmp(&b.pack))
+                .then_with(|| a.reason.cmp(&b.reason))
+        });
+        FleetView {
+            channel: channel.to_string(),
+            days: dates.iter().map(|d| day_text(*d)).collect(),
+            installs: total.estimate(),
+            cells: fleet_cells,
+            ranges: range_views,
+            failures,
+            overflow,
+            sources,
+            estimate: EstimateInfo {
+                exact_up_to: EXACT_MAX as u64,
+                relative_error: RELATIVE_ERROR,
+            },
+        }
+    }
+
+    /// SHA-256 → version of every uploaded version of `pack`. Pack records are create-only,
+    /// so each is read once per process.
+    async fn versions(
+        &self,
+        storage: &Storage,
+        pack: &str,
+    ) -> Result<HashMap<String, String>, StorageError> {
+        let prefix = format!("{}/{pack}", crate::storage::keys::PACKS);
+        for meta in storage.list(&prefix).await? {
+            let key = meta.location.to_string();
+            if lock(&self.records_read).contains(&key) {
+                continue;
+            }
+            if let Some(bytes) = storage.get(&key).await?
+                && let Ok(record) = serde_json::from_slice::<PackRecord>(&bytes)
+            {
+                lock(&self.versions).insert(record.sha256, record.version);
+            }
+            lock(&self.records_read).insert(key);
+        }
+        Ok(lock(&self.versions).clone())
+    }
+
+    /// The fleet of every channel in Prometheus text: `packd_fleet_installs` and
+    /// `packd_fleet_failure_reports` over the whole window. Every node reports the whole
+    /// fleet, so aggregate across nodes with `max`, not `sum`. Recomputed at most once per
+    /// flush interval.
+    pub async fn metrics_text(&self, storage: &Storage) -> Result<String, StorageError> {
+        if !self.settings.enabled {
+            return Ok(String::new());
+        }
+        if let Some((at, text)) = &*lock(&self.metrics_cache)
+            && at.elapsed() < self.settings.flush_interval
+        {
+            return Ok(text.clone());
+        }
+        let now = OffsetDateTime::now_utc();
+        let mut channels: Vec<String> = storage.list_dirs(keys::FLEET).await?;
+        channels.extend(lock(&self.live).keys().map(|(c, _)| c.clone()));
+        channels.sort();
+        channels.dedup();
+        let mut installs = String::from(
+            "# HELP packd_fleet_installs Distinct installs over the last 7 UTC days by channel, client release and installed pack, merged from every node (every node reports the whole fleet: aggregate with max, not sum).\n# TYPE packd_fleet_installs gauge\n",
+        );
+        let mut reports = String::from(
+            "# HELP packd_fleet_failure_reports Failure reports over the last 7 UTC days by channel, pack, reason and client release, merged from every node.\n# TYPE packd_fleet_failure_reports gauge\n",
+        );
+        for channel in channels {
+            if pack_format::validate_name("channel", &channel).is_err() {
+                continue;
+            }
+            let view = self
+                .view(storage, &channel, MAX_WINDOW_DAYS, None, &[], now)
+                .await?;
+            for cell in &view.cells {
+                installs.push_str(&format!(
+                    "packd_fleet_installs{{channel=\"{channel}\",client_version=\"{}\",pack=\"{}\"}} {}\n",
+                    cell.client_version, cell.pack, cell.installs
+                ));
+            }
+            for f in &view.failures {
+                reports.push_str(&format!(
+                    "packd_fleet_failure_reports{{channel=\"{channel}\",pack=\"{}\",reason=\"{}\",client_version=\"{}\"}} {}\n",
+                    f.pack, f.reason, f.client_version, f.reports
+                ));
+            }
+        }
+        let text = format!("{installs}{reports}");
+        *lock(&self.metrics_cache) = Some((Instant::now(), text.clone()));
+        Ok(text)
+    }
+
+    /// Writes counts every flush interval until the process ends.
+    pub async fn run_flusher(self: Arc<Self>, storage: Storage) {
+        let mut tick = tokio::time::interval(self.settings.flush_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            self.flush(&storage).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn installs(n: u64, seed: u64) -> impl Iterator<Item = u64> {
+        (0..n).map(move |i| {
+            install_key(&pack_protocol::fleet::install_hash(
+                "http://test",
+                "stable",
+                &format!("{seed}-{i}"),
+            ))
+        })
+    }
+
+    #[test]
+    fn small_cells_are_exact_and_survive_storage() {
+        let mut sketch = Sketch::default();
+        for key in installs(50, 1).chain(installs(50, 1)) {
+            sketch.insert(key);
+        }
+        assert_eq!(sketch.estimate(), 50);
+        let back = Sketch::decode(&sketch.encode()).unwrap();
+        assert_eq!(back.estimate(), 50);
+        assert!(matches!(back, Sketch::Exact(_)));
+    }
+
+    /// The estimate at 10,000 installs stays within four standard errors, over several
+    /// fleets, through an encode/decode and a merge of two halves (two nodes).
+    #[test]
+    fn large_cells_estimate_within_the_error_and_merge_like_one() {
+        for seed in 0..5 {
+            let mut a = Sketch::default();
+            let mut b = Sketch::default();
+            for (i, key) in installs(10_000, seed).enumerate() {
+                if i % 2 == 0 {
+                    a.insert(key)
+                } else {
+                    b.insert(key)
+                }
+                // Every install also seen by the other node: counts once.
+                if i % 3 == 0 {
+                    a.insert(key);
+                    b.insert(key);
+                }
+            }
+            let mut merged = Sketch::decode(&a.encode()).unwrap();
+            merged.merge(&Sketch::decode(&b.encode()).unwrap());
+            let estimate = merged.estimate() as f64;
+            let error = (estimate - 10_000.0).abs() / 10_000.0;
+            assert!(error < 4.0 * RELATIVE_ERROR, "seed {seed}: {estimate}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_sketch_is_refused_not_trusted() {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let short = SketchRepr::Dense(b64.encode([0u8; 100]));
+        assert!(Sketch::decode(&short).unwrap_err().contains("registers"));
+        let high = SketchRepr::Dense(b64.encode([200u8; REGISTERS]));
+        assert!(Sketch::decode(&high).unwrap_err().contains("rank"));
+        let odd = SketchRepr::Exact(b64.encode([1u8; 9]));
+        assert!(Sketch::decode(&odd).is_err());
+    }
+
+    #[test]
+    fn cells_over_the_cap_count_as_other() {
+        let mut day = DayData::default();
+        for (i, key) in installs(20, 2).enumerate() {
+            day.add_install(&format!("1.0.{i}"), "builtin", key, 8);
+        }
+        assert_eq!(day.cells.len(), 8);
+        assert!(day.overflow);
+        let other = &day.cells[&(OTHER.to_string(), OTHER.to_string())];
+        assert_eq!(other.estimate(), 13);
+    }
+
+    /// The figures in BENCHMARKS.md: `cargo test -p pack-server --lib error_figures --
+    /// --ignored --nocapture`.
+    #[test]
+    #[ignore = "prints measurements"]
+    #[allow(clippy::print_stdout)]
+    fn error_figures() {
+        for n in [50u64, 512, 1_000, 10_000, 100_000] {
+            let runs = if n >= 100_000 { 20 } else { 100 };
+            let (mut sum, mut worst) = (0.0f64, 0.0f64);
+            let mut memory = 0;
+            for seed in 0..runs {
+                let mut sketch = Sketch::default();
+                for key in installs(n, 1_000 + seed) {
+                    sketch.insert(key);
+                }
+                let error = (sketch.estimate() as f64 - n as f64).abs() / n as f64;
+                sum += error;
+                worst = worst.max(error);
+                memory = sketch.memory();
+            }
+            println!(
+                "{n} installs: mean |error| {:.3} %, worst {:.3} % over {runs} fleets; {memory} bytes per cell",
+                100.0 * sum / runs as f64,
+                100.0 * worst
+            );
+        }
+    }
+
+    #[test]
+    fn a_dense_cell_takes_about_four_kibibytes() {
+        let mut sketch = Sketch::default();
+        for key in installs(EXACT_MAX as u64 + 1, 3) {
+            sketch.insert(key);
+        }
+        assert!(matches!(sketch, Sketch::Dense(_)));
+        assert!(sketch.memory() < REGISTERS + 256, "{}", sketch.memory());
+    }
+}
