@@ -8,6 +8,7 @@
 #
 #   bash scripts/bench-watch.sh
 #   PARTS="idle wake" WATCHERS=10000 ROUNDS=10 bash scripts/bench-watch.sh
+#   PACKD_BIN=/path/to/packd PACKER_BIN=/path/to/packer bash scripts/bench-watch.sh
 #
 # The client caches live under BENCH_DIR (default /dev/shm): a thousand simulated devices
 # share one disk here, where each real one would fsync to its own.
@@ -28,6 +29,16 @@ die() {
   exit 1
 }
 
+# Every watch is a socket on each side: the simulated clients or watchers all live in the
+# bench process, so it needs an open-file limit above their number (packd raises its own).
+need=$((WATCHERS > CLIENTS ? WATCHERS : CLIENTS))
+need=$((need + 1024))
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
+  ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+  [ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -ge "$need" ] ||
+    die "the open-file limit is $(ulimit -n), under the $need this run needs: raise the hard limit (ulimit -Hn) or lower WATCHERS / CLIENTS"
+fi
+
 py_scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)
 export PATH="$HOME/.local/bin${py_scripts:+:$py_scripts}:$PATH"
 case " $PARTS " in *" wake "*) command -v weed >/dev/null 2>&1 ||
@@ -40,8 +51,9 @@ bench=$(cargo build --release -q -p pack-client --bench watch --message-format=j
   grep -o '"executable":"[^"]*/deps/watch-[^"]*"' | cut -d'"' -f4 | tail -n 1)
 [ -x "$bench" ] || die "the bench binary was not built"
 target_dir=${CARGO_TARGET_DIR:-target}
-PACKD=$(realpath "$target_dir/release/packd")
-PACKER=$(realpath "$target_dir/release/packer")
+# PACKD_BIN / PACKER_BIN: other binaries (say, copies kept while another commit builds).
+PACKD=$(realpath "${PACKD_BIN:-$target_dir/release/packd}")
+PACKER=$(realpath "${PACKER_BIN:-$target_dir/release/packer}")
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench-watch.XXXXXX")
 caches=$(mktemp -d "$BENCH_DIR/bench-watch-caches.XXXXXX")
@@ -146,6 +158,7 @@ if [[ " $PARTS " == *" fleet "* ]]; then
   sed "s|SERVER|$url|" "$work/client.toml" >"$work/fleet-client.toml"
   say "fleet: $CLIENTS clients, $ROUNDS releases of a $((pack_size / 1024)) KiB pack"
   echo
+  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   # PERF=FILE: a flat CPU profile of the simulated clients, for `perf report -i FILE`.
   ${PERF:+perf record -q -F 199 --call-graph dwarf,16384 -o "$PERF"} "$bench" fleet --server "$url" --token "$token" --config "$work/fleet-client.toml" \
     --caches "$caches" --clients "$CLIENTS" --releases "$work/fleet-releases"
@@ -164,6 +177,7 @@ if [[ " $PARTS " == *" idle "* ]]; then
     "$url/v1/channels/stable" >/dev/null || die "publishing for the idle part failed"
   say "idle: $WATCHERS watches, held for ${WINDOW}s"
   echo
+  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   "$bench" idle --server "$url" --pid "$pid" --watchers "$WATCHERS" --window "$WINDOW" \
     --clk-tck "$(getconf CLK_TCK)"
   stop_all
@@ -181,7 +195,7 @@ wake_on() {
   upload_packs "$a"
   make_releases "$work/wake-releases-$key" $((2 * ROUNDS + 1))
   echo
-  echo "two nodes over $label:"
+  echo "two nodes over $label (load average before: $(cut -d' ' -f1-3 /proc/loadavg)):"
   "$bench" wake --publish-to "$a" --watch-on "$b" --token "$token" --watchers "$WAKERS" \
     --releases "$work/wake-releases-$key"
   stop_all
