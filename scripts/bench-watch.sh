@@ -161,7 +161,8 @@ if [[ " $PARTS " == *" fleet "* ]]; then
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   # PERF=FILE: a flat CPU profile of the simulated clients, for `perf report -i FILE`.
   ${PERF:+perf record -q -F 199 --call-graph dwarf,16384 -o "$PERF"} "$bench" fleet --server "$url" --token "$token" --config "$work/fleet-client.toml" \
-    --caches "$caches" --clients "$CLIENTS" --releases "$work/fleet-releases"
+    --caches "$caches" --clients "$CLIENTS" --releases "$work/fleet-releases" \
+    --clk-tck "$(getconf CLK_TCK)"
   echo "  (packd CPU over the run: $(awk '{print ($14 + $15) / 100}' "/proc/$pid/stat") s)"
   stop_all
   rm -rf "${caches:?}"/*

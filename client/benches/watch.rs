@@ -161,6 +161,7 @@ async fn fleet(args: &Args) -> Result<()> {
     let caches = PathBuf::from(args.get("caches"));
     let n = args.num("clients", 1000) as usize;
     let releases = releases(Path::new(&args.get("releases")))?;
+    let ticks_per_sec = args.num("clk-tck", 100) as f64;
     let http = reqwest::Client::new();
     let (first, rounds) = releases.split_first().ok_or("no releases")?;
 
@@ -204,13 +205,33 @@ async fn fleet(args: &Args) -> Result<()> {
     let took = until_watchers(&http, &server, n).await?;
     eprintln!("{n} watches held after {}", ms(took));
 
+    // Bare watchers beside the clients: when packd's answers went out, apart from the
+    // clients' refreshes (all of which share this process's CPU, as real devices do not).
+    let probes = 20;
+    let addr = server.trim_start_matches("http://").to_string();
+    let me = std::process::id();
     println!("release -> {n} watching clients serving it (one process, {n} caches)");
-    println!("{:<8} {:>10} {:>10} {:>10}", "release", "p50", "p99", "all");
+    println!(
+        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>14}",
+        "release", "answered", "p50", "p99", "all", "client CPU"
+    );
     let mut all = Vec::new();
     for (round, release) in rounds.iter().enumerate() {
         until_watchers(&http, &server, n).await?;
         // Every watch is settled (not just re-sent) before the next release.
         tokio::time::sleep(Duration::from_secs(2)).await;
+        let etag = current_etag(&http, &server).await?;
+        let probing: Vec<_> = (0..probes)
+            .map(|_| {
+                tokio::spawn(watch_until_changed(
+                    addr.clone(),
+                    "/v1/channels/stable?wait=50".to_string(),
+                    etag.clone(),
+                ))
+            })
+            .collect();
+        until_watchers(&http, &server, n + probes).await?;
+        let (ticks0, _) = proc_usage(me)?;
         let t0 = Instant::now();
         publish(&http, &server, &token, release).await?;
         let mut when: Vec<Option<Duration>> = vec![None; n];
@@ -227,21 +248,30 @@ async fn fleet(args: &Args) -> Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        let (ticks1, _) = proc_usage(me)?;
+        let mut answered = Duration::ZERO;
+        for p in probing {
+            answered = answered.max(p.await?? - t0);
+        }
         let mut times: Vec<Duration> = when.into_iter().flatten().collect();
         times.sort();
+        let cpu = (ticks1 - ticks0) as f64 / ticks_per_sec;
         println!(
-            "{:<8} {:>10} {:>10} {:>10}",
+            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>14}",
             round + 2,
+            ms(answered),
             ms(percentile(&times, 50.0)),
             ms(percentile(&times, 99.0)),
-            ms(*times.last().unwrap())
+            ms(*times.last().unwrap()),
+            format!("{cpu:.1} s ({:.1} ms each)", cpu * 1000.0 / n as f64)
         );
         all.extend(times);
     }
     all.sort();
     println!(
-        "{:<8} {:>10} {:>10} {:>10}",
+        "{:<8} {:>10} {:>10} {:>10} {:>10}",
         "all",
+        "",
         ms(percentile(&all, 50.0)),
         ms(percentile(&all, 99.0)),
         ms(*all.last().unwrap_or(&Duration::ZERO))
