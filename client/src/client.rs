@@ -339,6 +339,11 @@ impl Client {
         }
     }
 
+    /// The ETag of the accepted channel document: what a watch waits to see change.
+    pub fn accepted_etag(&self) -> Option<String> {
+        lock(&self.state).etag.clone()
+    }
+
     /// Seconds since the last successful check, `None` if there never was one.
     pub fn since_last_success(&self, now: OffsetDateTime) -> Option<Duration> {
         let last = lock(&self.state).last_success?;
@@ -521,17 +526,38 @@ impl Client {
     }
 
     /// Takes the state on disk when another process wrote a newer one (a higher sequence, or
-    /// the same with later checks). What is served changes only when a refresh installs.
+    /// the same with later checks), and serves what it installed: otherwise this refresh
+    /// would answer 304 to the adopted ETag and keep serving the old pack for good.
     fn adopt_newer_state(&self) {
         let Ok(Some(disk)) = self.cache.load_state() else {
             return;
         };
-        let mut state = lock(&self.state);
-        let newer = disk.sequence > state.sequence
-            || (disk.sequence == state.sequence && disk.last_check > state.last_check);
-        if disk.channel == state.channel && newer {
+        let installed = {
+            let mut state = lock(&self.state);
+            let newer = disk.sequence > state.sequence
+                || (disk.sequence == state.sequence && disk.last_check > state.last_check);
+            if disk.channel != state.channel || !newer {
+                return;
+            }
             *state = disk;
             lift_key_marks(&mut state, &key_set_fingerprint(&self.config.content_keys));
+            state.installed.clone()
+        };
+        let serving = self.store.capture();
+        match installed {
+            None if serving.source() == Source::Remote => self.store.reset_to_builtin(),
+            None => {}
+            Some(i) if serving.source() == Source::Remote && serving.sha256() == i.sha256 => {}
+            // Loaded and verified as at start-up; on failure the current pack keeps serving.
+            Some(_) => {
+                if let Err(e) = self.load_installed() {
+                    tracing::warn!(
+                        "the pack another process installed failed verification: {e}; still serving {} {}",
+                        serving.name(),
+                        serving.version()
+                    );
+                }
+            }
         }
     }
 
@@ -949,6 +975,27 @@ impl Client {
             .await
     }
 
+    /// A GET of `url` with the headers every request to packd carries (this release, the
+    /// installed pack).
+    pub(crate) fn request(&self, url: &str) -> reqwest::RequestBuilder {
+        let installed = match self.store.capture().source() {
+            Source::Remote => self.store.capture().sha256().to_string(),
+            Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
+        };
+        let request = self
+            .http
+            .get(url)
+            .header(
+                headers::CLIENT_VERSION,
+                self.config.client_version.to_string(),
+            )
+            .header(headers::INSTALLED_PACK, installed);
+        match &self.install_hash {
+            Some(install) => request.header(headers::INSTALL, install),
+            None => request,
+        }
+    }
+
     async fn get_once(
         &self,
         url: &str,
@@ -958,21 +1005,7 @@ impl Client {
         etag: Option<&str>,
     ) -> Result<Option<Fetched>, ClientError> {
         let http_err = |e: reqwest::Error| ClientError::http(url, &e);
-        let installed = match self.store.capture().source() {
-            Source::Remote => self.store.capture().sha256().to_string(),
-            Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
-        };
-        let mut request = self
-            .http
-            .get(url)
-            .header(
-                headers::CLIENT_VERSION,
-                self.config.client_version.to_string(),
-            )
-            .header(headers::INSTALLED_PACK, installed);
-        if let Some(install) = &self.install_hash {
-            request = request.header(headers::INSTALL, install);
-        }
+        let mut request = self.request(url);
         if let Some(etag) = etag {
             request = request.header(reqwest::header::IF_NONE_MATCH, etag);
         }
@@ -1054,7 +1087,7 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Up to [`ERROR_BODY_LIMIT`] bytes of what a failed response says, as text (bad bytes
 /// replaced, control characters dropped so nothing reaches a terminal as an escape code).
-async fn error_detail(mut response: reqwest::Response) -> String {
+pub(crate) async fn error_detail(mut response: reqwest::Response) -> String {
     let mut body = Vec::new();
     while body.len() < ERROR_BODY_LIMIT {
         match response.chunk().await {

@@ -18,6 +18,9 @@ pub struct ClientConfig {
     /// The pack name the channel must be for.
     pub pack: String,
     pub auto_update: bool,
+    /// Long-running processes watch the channel (a long-poll on packd) and refresh as soon
+    /// as it changes; the six-hour schedule stays the floor. Only with `auto_update`.
+    pub watch: bool,
     /// Stay on this pack version: refreshes install nothing else.
     pub pin: Option<semver::Version>,
     pub trusted_keys: TrustedKeys,
@@ -64,6 +67,7 @@ impl ClientConfig {
             channel: "stable".to_string(),
             pack: "builtin".to_string(),
             auto_update: true,
+            watch: true,
             pin: None,
             trusted_keys: compiled_in_trusted_keys(),
             content_keys: compiled_in_content_keys(),
@@ -114,6 +118,7 @@ pub struct UpdatesSection {
     pub channel: Option<String>,
     pub pack: Option<String>,
     pub auto_update: Option<bool>,
+    pub watch: Option<bool>,
     pub pin: Option<String>,
     /// minisign public key files or bare base64 keys, trusted in addition to compiled-in ones.
     #[serde(default)]
@@ -151,6 +156,9 @@ impl ConfigFile {
         }
         if let Some(auto) = u.auto_update {
             config.auto_update = auto;
+        }
+        if let Some(watch) = u.watch {
+            config.watch = watch;
         }
         if let Some(pin) = u.pin {
             config.pin = Some(

@@ -4,7 +4,8 @@
 //! - [`PromptStore`] hands out immutable [`Snapshot`]s: capture once, read many.
 //! - [`Client`] refreshes from `packd` following the state machine in DESIGN.md, installs
 //!   crash-safely into a [`cache`] directory, and swaps the snapshot atomically.
-//! - [`schedule`] runs the refresh every six hours with a per-install offset.
+//! - [`schedule`] runs the refresh every six hours with a per-install offset, and
+//!   [`watch`] refreshes long-running processes within seconds of a change.
 //! - When anything is wrong the store serves the pack compiled into the binary, whole;
 //!   [`health`] marks a pack that keeps failing to render bad on the device, and [`report`]
 //!   tells the server what failed (reason codes only).
@@ -19,6 +20,7 @@ pub mod report;
 pub mod schedule;
 pub mod snapshot;
 pub mod store;
+pub mod watch;
 
 pub use client::{Client, ClientStatus, RefreshOutcome, RefusedPack};
 pub use config::ClientConfig;

@@ -54,7 +54,7 @@ enum Command {
     Show { key: String },
     /// Every file of one captured snapshot with its SHA-256 (one capture, so never a mix).
     Dump,
-    /// Run the six-hour schedule in the foreground until interrupted.
+    /// Run the six-hour schedule and watch the channel, in the foreground until interrupted.
     Run,
     /// Clear bad-pack marks (all, or the given SHA-256s) so the next refresh tries those
     /// packs again. The rest of the state, the rollback high-water mark included, is kept.
@@ -225,9 +225,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Run => runtime.block_on(async {
             let client = std::sync::Arc::new(client);
-            let mut scheduler = pack_client::schedule::start(client).await?;
+            let schedule = pack_client::schedule::start(client).await?;
             tokio::signal::ctrl_c().await?;
-            scheduler.shutdown().await?;
+            schedule.shutdown().await?;
             Ok(ExitCode::SUCCESS)
         }),
     }

@@ -1,5 +1,7 @@
 //! The six-hour refresh: a cron job with a per-install offset so a fleet does not poll at
 //! the same second, plus a refresh at start-up when the last success is over six hours old.
+//! Long-running processes also watch the channel ([`crate::watch`]); the schedule is the
+//! floor under the watch.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +10,7 @@ use time::OffsetDateTime;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
 use crate::Client;
+use crate::watch::Watch;
 
 /// How often a client checks.
 pub const INTERVAL: Duration = Duration::from_secs(6 * 60 * 60);
@@ -40,10 +43,30 @@ fn offset_for(install_id: &str) -> u64 {
     hash
 }
 
-/// Starts the schedule. Returns the running scheduler; drop or `shutdown` it to stop.
+/// The running schedule and watch of a long-running process.
+pub struct Schedule {
+    scheduler: JobScheduler,
+    watch: Option<Watch>,
+}
+
+impl Schedule {
+    /// Whether the channel is watched (a server, auto-update and `watch` on).
+    pub fn watching(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    /// Stops the watch and the scheduler.
+    pub async fn shutdown(mut self) -> Result<(), tokio_cron_scheduler::JobSchedulerError> {
+        self.watch = None;
+        self.scheduler.shutdown().await
+    }
+}
+
+/// Starts the schedule and the watch (see [`crate::watch::spawn`]). Dropping the result
+/// stops the watch; `shutdown` stops both.
 pub async fn start(
     client: Arc<Client>,
-) -> Result<JobScheduler, tokio_cron_scheduler::JobSchedulerError> {
+) -> Result<Schedule, tokio_cron_scheduler::JobSchedulerError> {
     let scheduler = JobScheduler::new().await?;
     let cron = cron_for(client.install_id());
     let job_client = client.clone();
@@ -76,11 +99,15 @@ pub async fn start(
         .since_last_success(OffsetDateTime::now_utc())
         .is_none_or(|age| age > INTERVAL)
     {
+        let client = client.clone();
         tokio::spawn(async move {
             if let Err(e) = client.refresh().await {
                 tracing::warn!("start-up refresh failed: {e}");
             }
         });
     }
-    Ok(scheduler)
+    Ok(Schedule {
+        scheduler,
+        watch: crate::watch::spawn(client),
+    })
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use pack_contract::{Contract, strict_registry, validate_template_all};
+use pack_contract::{Contract, compile_checked, strict_registry};
 use serde::Serialize;
 
 /// Where a snapshot came from.
@@ -97,13 +97,10 @@ impl Snapshot {
                 problems.push(format!("{name}: not UTF-8"));
                 continue;
             };
-            let errors = validate_template_all(name, source, &contract);
-            if !errors.is_empty() {
-                problems.extend(errors.iter().map(ToString::to_string));
-                continue;
-            }
-            if let Err(e) = templates.register_template_string(name, source) {
-                problems.push(format!("{name}: {e}"));
+            // Checked and compiled in one parse; the registry takes that template.
+            match compile_checked(name, source, &contract) {
+                Ok(template) => templates.register_template(name, template),
+                Err(errors) => problems.extend(errors.iter().map(ToString::to_string)),
             }
         }
         if !problems.is_empty() {

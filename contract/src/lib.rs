@@ -35,7 +35,7 @@
 //! element it keeps no position for, so problems there are reported at the `{{#if}}`.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use handlebars::template::{BlockParam, HelperTemplate, Parameter, Template, TemplateElement};
 use handlebars::{Path, PathSeg};
@@ -155,6 +155,8 @@ pub struct Contract {
     templates: Vec<String>,
     /// Always [`Shape::Object`]: the template's root context.
     root: Shape,
+    /// The sample contexts for `true` and `false` (derived from `root`; shared by clones).
+    samples: Arc<[Value; 2]>,
 }
 
 impl Contract {
@@ -213,10 +215,12 @@ impl Contract {
                 .collect::<Result<_, _>>()?,
             Some(other) => return Err(bad(format!("\"templates\" must be a list, found {other}"))),
         };
+        let samples = Arc::new([root.sample("", true), root.sample("", false)]);
         Ok(Contract {
             schema,
             templates,
             root,
+            samples,
         })
     }
 
@@ -244,7 +248,13 @@ impl Contract {
     /// A context that satisfies the contract: strings name their own path, every bool is
     /// `flag`, lists have two items when `flag` is true and none when it is false.
     pub fn sample_context(&self, flag: bool) -> Value {
-        self.root.sample("", flag)
+        self.sample(flag).clone()
+    }
+
+    /// [`Contract::sample_context`], built once per contract: every template's check renders
+    /// against both.
+    fn sample(&self, flag: bool) -> &Value {
+        &self.samples[usize::from(!flag)]
     }
 }
 
@@ -282,8 +292,8 @@ pub fn validate_template(
 /// Bytes of one template. Prompt templates are a few KB; handlebars takes time that grows
 /// with the square of a template's length to compile it (it finds each element's line by
 /// scanning from the start), so a template of megabytes from an untrusted pack would tie a
-/// client up for minutes. At the limit, validation takes tens of milliseconds (the cost per
-/// size is in BENCHMARKS.md).
+/// client up for minutes. At the limit, validation takes about 0.6 s on this project's 2-core
+/// machine (the cost per size is in BENCHMARKS.md).
 pub const MAX_TEMPLATE_LEN: usize = 128 * 1024;
 
 /// Like [`validate_template`], but returns every problem in source order.
@@ -292,8 +302,23 @@ pub fn validate_template_all(
     source: &str,
     contract: &Contract,
 ) -> Vec<TemplateError> {
+    match compile_checked(file_name, source, contract) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors,
+    }
+}
+
+/// [`validate_template_all`] that hands back the compiled template when there is no
+/// problem, for a registry to take as it is ([`handlebars::Handlebars::register_template`]):
+/// parsing is most of what checking costs, and a client installing a pack would otherwise
+/// parse every template twice.
+pub fn compile_checked(
+    file_name: &str,
+    source: &str,
+    contract: &Contract,
+) -> Result<Template, Vec<TemplateError>> {
     if source.len() > MAX_TEMPLATE_LEN {
-        return vec![TemplateError {
+        return Err(vec![TemplateError {
             file: file_name.to_string(),
             line: 1,
             message: format!(
@@ -302,18 +327,18 @@ pub fn validate_template_all(
                 source.len()
             ),
             hint: None,
-        }];
+        }]);
     }
     let template = match Template::compile_with_name(source, file_name.to_string()) {
         Ok(template) => template,
         Err(e) => {
             let reason = e.reason().to_string();
-            return vec![TemplateError {
+            return Err(vec![TemplateError {
                 file: file_name.to_string(),
                 line: e.pos().map_or(1, |(line, _)| line),
                 message: format!("template does not parse: {reason}"),
                 hint: None,
-            }];
+            }]);
         }
     };
     let mut checker = Checker {
@@ -331,12 +356,13 @@ pub fn validate_template_all(
         // The static walk above is the real check. The render is a second opinion from the
         // engine the runtime uses, with both bool settings so both sides of most branches
         // run.
-        if let Some(error) = render_check(file_name, template, contract) {
-            errors.push(error);
+        match render_check(file_name, template.clone(), contract) {
+            Some(error) => errors.push(error),
+            None => return Ok(template),
         }
     }
     errors.sort_by_key(|e| e.line);
-    errors
+    Err(errors)
 }
 
 /// The check a pack directory's reader runs on every file ([`pack_format::FileCheck`]):
@@ -421,7 +447,7 @@ fn render_check(file_name: &str, template: Template, contract: &Contract) -> Opt
     let mut registry = strict_registry();
     registry.register_template(file_name, template);
     for flag in [true, false] {
-        if let Err(e) = registry.render(file_name, &contract.sample_context(flag)) {
+        if let Err(e) = registry.render(file_name, contract.sample(flag)) {
             let reason = e.reason().to_string();
             return Some(TemplateError {
                 file: file_name.to_string(),

@@ -109,6 +109,9 @@ impl Remote {
     }
 
     fn authorized(&self, request: RequestBuilder) -> RequestBuilder {
+        // A publisher reads what storage holds now, not a node's answer from memory (up to
+        // a poll interval old): a release signs the live sequence + 1.
+        let request = request.header(reqwest::header::CACHE_CONTROL, "no-cache");
         match &self.token {
             Some(token) => request.bearer_auth(token.as_str()),
             None => request,

@@ -18,6 +18,13 @@ pub const INSTALLED_BUILTIN: &str = "builtin";
 /// one publish's document with another's signature.
 pub const SEQUENCE: &str = "x-promptpack-sequence";
 
+/// Response, on answers to a watch (`GET /v1/channels/{channel}?wait=N` with
+/// `If-None-Match`): the seconds of waiting the server granted (the request's `wait`, capped
+/// by the server). A `304` that carries it came at the end of the wait (or when the server
+/// shut down); a `304` without it came from a server that does not watch, which answers at
+/// once. See [`crate::paths::channel_watch`].
+pub const WAIT: &str = "x-promptpack-wait";
+
 /// Request, on every request a client makes while it shares usage data (the default): its
 /// install hash ([`crate::fleet::install_hash`]), 32 lowercase hex digits. packd counts
 /// distinct installs by it and rate-limits failure reports per install; it never sees the

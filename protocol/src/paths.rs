@@ -22,6 +22,22 @@ pub fn channel(channel: &str) -> String {
     format!("/v1/channels/{channel}")
 }
 
+/// The query parameter that makes `GET /v1/channels/{channel}` a watch: `wait=N` (seconds).
+pub const WAIT_PARAM: &str = "wait";
+
+/// `GET` with `If-None-Match`: a watch, a long-poll on the live document. When the live
+/// document's ETag differs from the one sent, the answer is the document at once (`200`).
+/// When it matches, the server holds the request until the channel's live sequence changes
+/// (then `200` with the new document) or until the wait is over (`304`); the wait is capped by
+/// the server and stretched by up to a sixteenth so that watchers started together do not
+/// come back together (as Consul's blocking queries do). Both answers say the seconds granted
+/// in [`crate::headers::WAIT`]. A full server answers `503` `watchers_full` with
+/// `Retry-After`. The answer is only a hint: a client verifies what it then fetches as on any
+/// refresh.
+pub fn channel_watch(channel: &str, wait_secs: u64) -> String {
+    format!("/v1/channels/{channel}?{WAIT_PARAM}={wait_secs}")
+}
+
 /// `GET`: the live document's signature.
 pub fn channel_signature(channel: &str) -> String {
     format!("/v1/channels/{channel}/signature")

@@ -75,9 +75,10 @@ impl Packs {
     }
 
     /// Starts the six-hour refresh (and a start-up refresh when the last success is over
-    /// six hours old) for a long-running session. `None` when no server is configured.
-    /// Must be called inside a tokio runtime; the scheduler stops when dropped.
-    pub async fn start_schedule(&self) -> Option<tokio_cron_scheduler::JobScheduler> {
+    /// six hours old) and the watch of the channel, for a long-running session. `None` when
+    /// no server is configured. Must be called inside a tokio runtime; the watch stops when
+    /// the result is dropped.
+    pub async fn start_schedule(&self) -> Option<pack_client::schedule::Schedule> {
         let client = self.client.clone()?;
         match pack_client::schedule::start(client).await {
             Ok(scheduler) => Some(scheduler),

@@ -15,10 +15,11 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::cache::{BlobCache, LiveCache};
+use crate::cache::BlobCache;
 use crate::config::Settings;
 use crate::error::ApiError;
 use crate::fleet::Fleet;
+use crate::live::{LiveChannels, Watched};
 use crate::metrics::Metrics;
 use crate::reports::ReportLimiter;
 use crate::routes::{blobs, channels, fleet, ops, packs};
@@ -80,19 +81,25 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     api_routes().split_for_parts().1
 }
 
-/// The application with its state.
-pub fn router(settings: Settings, storage: Storage) -> Result<axum::Router, prometheus::Error> {
+/// The application with its state, and the live channels (to end their watches at shutdown).
+pub fn router(
+    settings: Settings,
+    storage: Storage,
+) -> Result<(axum::Router, Arc<LiveChannels>), prometheus::Error> {
     let fleet = Arc::new(Fleet::new(settings.fleet.clone()));
     router_with_fleet(settings, storage, fleet)
 }
 
-/// The application, counting the fleet into `fleet` (which the caller flushes).
+/// The application, counting the fleet into `fleet` (which the caller flushes), and the live
+/// channels.
 pub fn router_with_fleet(
     settings: Settings,
     storage: Storage,
     fleet: Arc<Fleet>,
-) -> Result<axum::Router, prometheus::Error> {
+) -> Result<(axum::Router, Arc<LiveChannels>), prometheus::Error> {
     let (routes, api) = api_routes().split_for_parts();
+    let metrics = Metrics::new()?;
+    let live = Arc::new(LiveChannels::new(storage.clone(), &settings, &metrics)?);
     let state = Arc::new(AppState {
         report_limiter: ReportLimiter::new(
             settings.fleet.reports_per_install_per_hour,
@@ -102,16 +109,22 @@ pub fn router_with_fleet(
         uploads: Semaphore::new(settings.max_concurrent_uploads),
         settings,
         storage,
-        metrics: Metrics::new()?,
-        live: LiveCache::default(),
+        metrics,
+        live: live.clone(),
         blobs: BlobCache::default(),
         openapi: serde_json::to_value(&api).unwrap_or_default(),
     });
-    Ok(routes
+    let app = routes
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .with_state(state))
+        .with_state(state);
+    Ok((app, live))
 }
+
+/// The route a watch is made on.
+const CHANNEL_ROUTE: &str = "/v1/channels/{channel}";
+/// The label watches are counted under in the request metrics: their time is waiting.
+const WATCH_ROUTE: &str = "/v1/channels/{channel}?wait";
 
 async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
     ApiError::NotFound {
@@ -120,13 +133,11 @@ async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
 }
 
 /// Bounds each request by the request timeout (body upload included; a download streams
-/// after this returns), then counts and logs it.
+/// after this returns; a watch gets its longest wait on top), then counts and logs it.
 async fn observe(State(state): State<SharedState>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_string();
+    // A clone of the matched path is a reference count, not a copy of the string.
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let method = match *request.method() {
         Method::GET => "GET",
         Method::HEAD => "HEAD",
@@ -136,7 +147,12 @@ async fn observe(State(state): State<SharedState>, request: Request, next: Next)
         _ => "OTHER",
     };
     let start = Instant::now();
-    let timeout = state.settings.request_timeout;
+    let mut timeout = state.settings.request_timeout;
+    if route == CHANNEL_ROUTE && method == "GET" {
+        // The most a watch is held: the cap plus a sixteenth of stretch.
+        let wait = state.settings.max_watch_wait;
+        timeout += wait + wait / 16;
+    }
     let response = match tokio::time::timeout(timeout, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::Timeout {
@@ -146,6 +162,11 @@ async fn observe(State(state): State<SharedState>, request: Request, next: Next)
     };
     let elapsed = start.elapsed();
     let status = response.status();
+    let route = if response.extensions().get::<Watched>().is_some() {
+        WATCH_ROUTE
+    } else {
+        route
+    };
     // Blobs carry an explicit Content-Length; other bodies know their exact size.
     let bytes = response
         .headers()
@@ -153,13 +174,9 @@ async fn observe(State(state): State<SharedState>, request: Request, next: Next)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .or_else(|| HttpBody::size_hint(response.body()).exact());
-    state.metrics.request(
-        &route,
-        method,
-        status.as_u16(),
-        bytes,
-        elapsed.as_secs_f64(),
-    );
+    state
+        .metrics
+        .request(route, method, status.as_str(), bytes, elapsed.as_secs_f64());
     let elapsed_ms = elapsed.as_millis() as u64;
     if method == "GET" || method == "HEAD" {
         tracing::debug!(

@@ -1,43 +1,12 @@
-//! The two in-memory caches of a node. Neither is state of the node: each holds only what
-//! storage also holds and cannot change (committed channel documents, content-addressed
-//! blobs), and every request still asks storage whether it is there.
+//! The in-memory blob cache of a node. Not state of the node: it holds only what storage
+//! also holds and cannot change (content-addressed blobs), and every request still asks
+//! storage whether it is there. (The live channel documents are kept by `live.rs`.)
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use tokio::sync::{Semaphore, SemaphorePermit};
-
-use crate::model::ChannelRecord;
-
-/// The live record of each channel seen so far. Not state of the node: a committed document
-/// never changes, so the only question per request is whether a newer one was committed
-/// since, and that is one existence check of `history/{live + 1}` (a `stat` on disk, a HEAD
-/// on object storage). A publish through any node is served by the next request on every
-/// node. At most one entry per channel that exists.
-#[derive(Debug, Default)]
-pub struct LiveCache {
-    entries: RwLock<HashMap<String, Arc<ChannelRecord>>>,
-}
-
-impl LiveCache {
-    pub fn get(&self, channel: &str) -> Option<Arc<ChannelRecord>> {
-        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        entries.get(channel).cloned()
-    }
-
-    /// Keeps the higher of the cached and the given record: two requests resolving at once
-    /// must not move the cache back.
-    pub fn advance(&self, channel: &str, record: Arc<ChannelRecord>) {
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        match entries.get(channel) {
-            Some(cached) if cached.summary.sequence >= record.summary.sequence => {}
-            Some(_) | None => {
-                entries.insert(channel.to_string(), record);
-            }
-        }
-    }
-}
 
 /// Bytes of blobs kept in memory by [`BlobCache`].
 pub const BLOB_CACHE_BYTES: usize = 64 * 1024 * 1024;

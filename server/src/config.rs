@@ -57,6 +57,11 @@ pub enum ConfigError {
     Listen { found: String },
     #[error("give either data_dir or storage, not both")]
     StorageConflict,
+    #[error(
+        "[limits] max_watchers = {watchers} must be below max_connections = {connections}: \
+         every watch holds a connection, and plain requests need some too"
+    )]
+    Watchers { watchers: usize, connections: usize },
 }
 
 /// The TOML file, as written.
@@ -108,6 +113,15 @@ pub struct LimitsFile {
     pub max_concurrent_uploads: Option<usize>,
     /// Open connections at once.
     pub max_connections: Option<usize>,
+    /// Watches (long-polls) held at once by this node; each holds a connection, so this
+    /// must be below `max_connections`.
+    pub max_watchers: Option<usize>,
+    /// The longest wait a watch is granted, in seconds.
+    pub max_watch_secs: Option<u64>,
+    /// How often a watched channel's storage is checked for a newer document, in
+    /// milliseconds; also how old a confirmation may be before a request checks storage
+    /// itself (the staleness bound of answers from memory).
+    pub watch_poll_ms: Option<u64>,
 }
 
 /// Where data lives.
@@ -131,8 +145,21 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     pub max_concurrent_uploads: usize,
     pub max_connections: usize,
+    pub max_watchers: usize,
+    pub max_watch_wait: Duration,
+    pub watch_poll: Duration,
     pub fleet: FleetSettings,
 }
+
+/// Default `[limits] max_connections`: room for the default watchers and plain requests.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 12_288;
+/// Default `[limits] max_watchers`.
+pub const DEFAULT_MAX_WATCHERS: usize = 10_000;
+/// Default `[limits] max_watch_secs`: under the 60 s idle timeout common in load balancers
+/// (AWS ALB, nginx `proxy_read_timeout`), with the sixteenth of stretch included.
+pub const DEFAULT_MAX_WATCH_SECS: u64 = 50;
+/// Default `[limits] watch_poll_ms`.
+pub const DEFAULT_WATCH_POLL_MS: u64 = 1000;
 
 /// Command-line overrides.
 #[derive(Debug, Default, Clone)]
@@ -217,6 +244,16 @@ impl Settings {
         };
         let limits = Limits::default();
         let l = &file.limits;
+        let max_connections = l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1);
+        let max_watchers = l
+            .max_watchers
+            .unwrap_or(DEFAULT_MAX_WATCHERS.min(max_connections - max_connections / 8 - 1));
+        if max_watchers >= max_connections {
+            return Err(ConfigError::Watchers {
+                watchers: max_watchers,
+                connections: max_connections,
+            });
+        }
         Ok(Settings {
             listen,
             storage,
@@ -231,7 +268,18 @@ impl Settings {
             header_timeout: Duration::from_secs(l.header_timeout_secs.unwrap_or(15).max(1)),
             shutdown_grace: Duration::from_secs(l.shutdown_grace_secs.unwrap_or(30)),
             max_concurrent_uploads: l.max_concurrent_uploads.unwrap_or(4).max(1),
-            max_connections: l.max_connections.unwrap_or(4096).max(1),
+            max_connections,
+            max_watchers,
+            max_watch_wait: Duration::from_secs(
+                l.max_watch_secs
+                    .unwrap_or(DEFAULT_MAX_WATCH_SECS)
+                    .clamp(1, 600),
+            ),
+            watch_poll: Duration::from_millis(
+                l.watch_poll_ms
+                    .unwrap_or(DEFAULT_WATCH_POLL_MS)
+                    .clamp(50, 60_000),
+            ),
             fleet,
         })
     }
@@ -286,6 +334,27 @@ max_blob_bytes = 1000
         assert_eq!(s.storage, StorageConfig::Local(dir.path().join("data")));
         assert_eq!(s.trusted_keys.ids(), vec![key.key.key_id().as_str()]);
         assert_eq!(s.max_blob_bytes, 1000);
+    }
+
+    #[test]
+    fn watchers_must_leave_connections_for_plain_requests() {
+        let file: ConfigFile =
+            toml::from_str("[limits]\nmax_connections = 100\nmax_watchers = 100\n").unwrap();
+        let err = Settings::from_file(file, Path::new(""), Overrides::default()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Watchers {
+                    watchers: 100,
+                    connections: 100
+                }
+            ),
+            "{err}"
+        );
+        // Without max_watchers, a smaller max_connections lowers the default watchers.
+        let file: ConfigFile = toml::from_str("[limits]\nmax_connections = 800\n").unwrap();
+        let s = Settings::from_file(file, Path::new(""), Overrides::default()).unwrap();
+        assert_eq!(s.max_watchers, 699);
     }
 
     #[test]

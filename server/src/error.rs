@@ -65,6 +65,13 @@ pub enum ApiError {
     SequenceTaken { sequence: u64 },
     #[error("publishing is disabled: no publisher keys are configured")]
     PublishingDisabled,
+    #[error("invalid wait {found:?}: expected whole seconds, such as wait=50")]
+    InvalidWait { found: String },
+    #[error(
+        "this node holds its limit of {limit} watches: retry in {retry_after} s, or fetch \
+         without `wait`"
+    )]
+    WatchersFull { limit: usize, retry_after: u64 },
     #[error("rate limited: {reason}; try again in {retry_after_secs} s")]
     RateLimited {
         reason: String,
@@ -95,7 +102,8 @@ impl ApiError {
         match self {
             ApiError::InvalidSha256 { .. }
             | ApiError::InvalidName(_)
-            | ApiError::InvalidBody { .. } => StatusCode::BAD_REQUEST,
+            | ApiError::InvalidBody { .. }
+            | ApiError::InvalidWait { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } | ApiError::FleetDisabled => StatusCode::NOT_FOUND,
@@ -114,7 +122,9 @@ impl ApiError {
             ApiError::VersionExists { .. }
             | ApiError::StaleSequence { .. }
             | ApiError::SequenceTaken { .. } => StatusCode::CONFLICT,
-            ApiError::PublishingDisabled | ApiError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::PublishingDisabled | ApiError::WatchersFull { .. } | ApiError::Storage(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -142,6 +152,8 @@ impl ApiError {
             ApiError::StaleSequence { .. } => "stale_sequence",
             ApiError::SequenceTaken { .. } => "sequence_taken",
             ApiError::PublishingDisabled => "publishing_disabled",
+            ApiError::InvalidWait { .. } => "invalid_wait",
+            ApiError::WatchersFull { .. } => "watchers_full",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::FleetDisabled => "fleet_disabled",
             ApiError::Storage(_) => "storage_unavailable",
@@ -234,6 +246,9 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         if let ApiError::Unauthorized = &self {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let ApiError::WatchersFull { retry_after, .. } = &self {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
         }
         if let ApiError::RateLimited {
             retry_after_secs, ..

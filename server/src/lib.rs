@@ -11,16 +11,18 @@
 //! 1. [`model`] (the JSON records), [`range`] (`Range` / `If-None-Match`), [`metrics`]
 //!    (Prometheus counters), [`storage`] (the object store, disk or S3-compatible, and its
 //!    key layout), [`auth`] (bearer tokens with scopes): nothing else of the crate.
-//! 2. [`cache`]: the in-memory live-channel and blob caches (uses [`model`]); [`fleet`]:
-//!    this node's fleet counts and the reader that merges every node's (uses [`model`] and
-//!    [`storage`]).
+//! 2. [`cache`]: the in-memory blob cache; [`fleet`]: this node's fleet counts and the
+//!    reader that merges every node's (uses [`model`] and [`storage`]).
 //! 3. [`config`]: TOML config and command-line overrides (uses [`auth`]).
 //! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors;
 //!    then [`reports`]: the per-node bounds on failure reports (uses [`error`]).
-//! 5. [`state`]: what every handler can reach.
-//! 6. [`routes`]: the handlers, one file per resource.
-//! 7. [`app`]: the router (every route with its OpenAPI description) and its middleware.
-//! 8. [`serve`]: the accept loop and graceful shutdown.
+//! 5. [`live`]: the live document of each channel, in memory within a bounded staleness
+//!    (checked against [`storage`] at least once per poll interval), and the watches
+//!    waiting for it to change (uses [`config`], [`error`], [`metrics`], [`model`]).
+//! 6. [`state`]: what every handler can reach.
+//! 7. [`routes`]: the handlers, one file per resource.
+//! 8. [`app`]: the router (every route with its OpenAPI description) and its middleware.
+//! 9. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
 
 pub mod app;
 pub mod auth;
@@ -28,6 +30,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod fleet;
+pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod range;

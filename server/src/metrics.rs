@@ -3,7 +3,7 @@
 //! misbehaving client cannot grow the registry without bound.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -42,13 +42,16 @@ impl std::fmt::Debug for Metrics {
 /// A set of label values seen so far, capped.
 #[derive(Debug, Default)]
 struct LabelCap {
-    seen: Mutex<HashSet<String>>,
+    seen: RwLock<HashSet<String>>,
 }
 
 impl LabelCap {
-    fn label(&self, value: Option<&str>) -> String {
+    /// The label for `value`: itself when clean and among the first [`MAX_LABEL_VALUES`]
+    /// seen, else `none`, `invalid` or `other`. A value seen before (every request but the
+    /// first of each) costs a shared read lock and no allocation.
+    fn label<'a>(&self, value: Option<&'a str>) -> &'a str {
         let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
-            return "none".to_string();
+            return "none";
         };
         let clean = value.len() <= MAX_LABEL_LEN
             && value.bytes().all(|b| {
@@ -56,20 +59,25 @@ impl LabelCap {
                     || matches!(b, b'.' | b'-' | b'_' | b'+' | b'@' | b'/' | b':')
             });
         if !clean {
-            return "invalid".to_string();
+            return "invalid";
         }
-        let mut seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if seen.contains(value) {
-            return value.to_string();
+        {
+            let seen = self.seen.read().unwrap_or_else(|p| p.into_inner());
+            if seen.contains(value) {
+                return value;
+            }
+            if seen.len() >= MAX_LABEL_VALUES {
+                return "other";
+            }
         }
-        if seen.len() >= MAX_LABEL_VALUES {
-            return "other".to_string();
+        let mut seen = self.seen.write().unwrap_or_else(|p| p.into_inner());
+        if !seen.contains(value) {
+            if seen.len() >= MAX_LABEL_VALUES {
+                return "other";
+            }
+            seen.insert(value.to_string());
         }
-        seen.insert(value.to_string());
-        value.to_string()
+        value
     }
 }
 
@@ -132,15 +140,15 @@ impl Metrics {
         &self,
         route: &str,
         method: &str,
-        status: u16,
+        status: &str,
         body_bytes: Option<u64>,
         seconds: f64,
     ) {
-        let status = status.to_string();
         self.requests
-            .with_label_values(&[route, method, status.as_str()])
+            .with_label_values(&[route, method, status])
             .inc();
-        if let Some(n) = body_bytes {
+        // Nothing to add for a 304 (most requests): no lookup of the counter either.
+        if let Some(n) = body_bytes.filter(|&n| n > 0) {
             self.bytes.with_label_values(&[route]).inc_by(n);
         }
         self.duration.with_label_values(&[route]).observe(seconds);
@@ -161,13 +169,13 @@ impl Metrics {
         let version = self.client_versions.label(client_version);
         let installed = self.installed_packs.label(installed);
         self.fetches
-            .with_label_values(&[
-                channel.as_str(),
-                result,
-                version.as_str(),
-                installed.as_str(),
-            ])
+            .with_label_values(&[channel, result, version, installed])
             .inc();
+    }
+
+    /// Adds metrics kept elsewhere (the watch counts) to what [`Metrics::render`] shows.
+    pub fn register(&self, collector: Box<dyn Collector>) -> Result<(), prometheus::Error> {
+        self.registry.register(collector)
     }
 
     /// The Prometheus text exposition of every metric.

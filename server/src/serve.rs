@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::config::{Settings, StorageConfig};
+use crate::live::LiveChannels;
 use crate::storage::{Storage, StorageError};
 
 /// How old a staging file under a data directory must be before the start-up sweep removes
@@ -37,6 +38,44 @@ pub enum ServeError {
     Metrics(#[from] prometheus::Error),
 }
 
+/// File descriptors beyond the connections: storage files, the listener, logs.
+const SPARE_FILES: u64 = 256;
+
+/// Raises the soft limit on open files towards the hard one, enough for `connections`
+/// (each watch holds one for its whole wait; the usual soft limit of 1024 would cap a node
+/// far below its watcher limit). Says so when the hard limit is too low.
+fn raise_open_file_limit(connections: usize) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let wanted = connections as u64 + SPARE_FILES;
+    let limit = getrlimit(Resource::Nofile);
+    let current = limit.current.unwrap_or(u64::MAX);
+    if current >= wanted {
+        return;
+    }
+    let target = limit.maximum.map_or(wanted, |hard| hard.min(wanted));
+    if target > current
+        && let Err(err) = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(target),
+                maximum: limit.maximum,
+            },
+        )
+    {
+        tracing::warn!(%err, "could not raise the open-file limit");
+        return;
+    }
+    let now = target.max(current);
+    if now < wanted {
+        tracing::warn!(
+            open_files = now,
+            max_connections = connections,
+            "the open-file limit (ulimit -n) is below max_connections; raise the hard limit \
+             or lower [limits] max_connections and max_watchers"
+        );
+    }
+}
+
 /// A bound, not yet running server.
 pub struct Server {
     listener: TcpListener,
@@ -45,6 +84,7 @@ pub struct Server {
     shutdown_grace: Duration,
     max_connections: usize,
     storage: String,
+    live: Arc<LiveChannels>,
     fleet: Arc<crate::fleet::Fleet>,
     store: Storage,
 }
@@ -52,6 +92,7 @@ pub struct Server {
 impl Server {
     /// Opens the storage and binds the listening socket.
     pub async fn bind(settings: Settings) -> Result<Self, ServeError> {
+        raise_open_file_limit(settings.max_connections);
         let storage = match &settings.storage {
             StorageConfig::Local(dir) => Storage::local(dir)?,
             StorageConfig::S3(url) => Storage::s3(url)?,
@@ -72,7 +113,7 @@ impl Server {
         let describe = storage.describe().to_string();
         let sweeping = storage.clone();
         let fleet = Arc::new(crate::fleet::Fleet::new(settings.fleet.clone()));
-        let app = crate::app::router_with_fleet(settings, storage.clone(), fleet.clone())?;
+        let (app, live) = crate::app::router_with_fleet(settings, storage.clone(), fleet.clone())?;
         tokio::spawn(fleet.clone().run_flusher(storage.clone()));
         // Only once the node can start: one that cannot sweeps nothing.
         tokio::spawn(async move {
@@ -93,6 +134,7 @@ impl Server {
             max_connections,
             storage: describe,
             app,
+            live,
             fleet,
             store: storage,
         })
@@ -116,6 +158,7 @@ impl Server {
             header_timeout,
             shutdown_grace,
             max_connections,
+            live,
             fleet,
             store,
             ..
@@ -173,6 +216,9 @@ impl Server {
             });
         }
         drop(listener);
+        // Watches are answered now (304, or the newer document) instead of holding the
+        // shutdown for their whole wait; their clients reconnect, to another node.
+        live.close();
         tracing::info!(
             grace_secs = shutdown_grace.as_secs(),
             "shutting down: finishing in-flight requests"

@@ -4,23 +4,24 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use crate::cache::{BlobCache, LiveCache};
+use crate::cache::BlobCache;
 use crate::config::Settings;
 use crate::fleet::Fleet;
+use crate::live::LiveChannels;
 use crate::metrics::Metrics;
 use crate::reports::ReportLimiter;
 use crate::storage::Storage;
 
 /// Everything a handler can reach. Nothing in here changes after start-up except metrics and
 /// two caches that cannot serve anything storage no longer holds (the live channel records,
-/// checked against storage on every request, and immutable blobs): all state that matters
-/// lives in [`Storage`].
+/// checked against storage at least once per poll interval, and immutable blobs): all state
+/// that matters lives in [`Storage`].
 #[derive(Debug)]
 pub struct AppState {
     pub settings: Settings,
     pub storage: Storage,
     pub metrics: Metrics,
-    pub live: LiveCache,
+    pub live: Arc<LiveChannels>,
     pub blobs: BlobCache,
     pub uploads: Semaphore,
     pub openapi: serde_json::Value,

@@ -775,8 +775,10 @@ async fn blobs_serve_ranges_and_cache_forever(env: Env) {
 
 /// The live sequence as `server` answers it (0: nothing published).
 async fn live_sequence(c: &reqwest::Client, base: &str) -> u64 {
+    // As packer reads it: storage's answer, not one from memory.
     let r = c
         .get(format!("{base}/v1/channels/stable"))
+        .header("cache-control", "no-cache")
         .send()
         .await
         .unwrap();
@@ -899,6 +901,7 @@ async fn two_nodes_and_40_racing_releases_leave_a_contiguous_history(env: Env) {
     for server in [&a, &b] {
         let r = c
             .get(server.url("/v1/channels/stable"))
+            .header("cache-control", "no-cache")
             .send()
             .await
             .unwrap();

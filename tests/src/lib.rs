@@ -35,6 +35,8 @@ pub fn bin(package: &str, name: &str) -> PathBuf {
                 "pack-server",
                 "-p",
                 "pack-client",
+                "-p",
+                "agent-runtime",
                 "--bins",
             ])
             .current_dir(workspace())

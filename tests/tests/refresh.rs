@@ -352,7 +352,7 @@ fn the_schedule_refreshes_at_start_up_when_the_last_check_is_old() {
         .unwrap();
     let c = Arc::new(client(cache.path(), &config, "1.0.0"));
     assert_eq!(c.store().capture().source(), Source::Builtin);
-    let mut scheduler = rt
+    let schedule = rt
         .block_on(pack_client::schedule::start(c.clone()))
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -364,7 +364,7 @@ fn the_schedule_refreshes_at_start_up_when_the_last_check_is_old() {
         "1.0.0",
         "no start-up refresh"
     );
-    rt.block_on(scheduler.shutdown()).unwrap();
+    rt.block_on(schedule.shutdown()).unwrap();
 
     // Spread: installs land on different minutes of the six-hour window.
     let crons: std::collections::BTreeSet<String> = (0..50)
@@ -534,4 +534,42 @@ fn pack_client_forget_bad_clears_marks_and_keeps_the_sequence() {
         "the state went with the marks"
     );
     assert_eq!(after["last_check"], before["last_check"]);
+}
+
+/// Two processes on one cache (two `Client`s here): when one installs, the other's next
+/// refresh takes the state it wrote under the refresh lock, answers 304 to its ETag, and
+/// serves what the first installed — a rollback to the built-in pack included — instead of
+/// keeping its old pack for good.
+#[test]
+fn a_process_that_adopts_another_processs_install_serves_it() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let config = publisher.client_config(&packd.url, "");
+    let cache = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let first = client(cache.path(), &config, "1.0.0");
+    let second = client(cache.path(), &config, "1.0.0");
+    let v1 = publisher.build("1.0.0", "SHARED-V1");
+    packd.upload(&publisher, &v1);
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!("*={}", v1.display())], "30d"),
+    );
+    rt.block_on(first.refresh_now()).unwrap();
+    assert_eq!(first.store().capture().version().to_string(), "1.0.0");
+    assert_eq!(second.store().capture().source(), Source::Builtin);
+    let outcome = rt.block_on(second.refresh_now()).unwrap();
+    assert_eq!(outcome, RefreshOutcome::NotModified);
+    assert_eq!(second.store().capture().version().to_string(), "1.0.0");
+    assert_eq!(second.store().capture().source(), Source::Remote);
+
+    packd.publish(
+        &publisher,
+        &publisher.sign(&["*=builtin".to_string()], "30d"),
+    );
+    rt.block_on(first.refresh_now()).unwrap();
+    assert_eq!(first.store().capture().source(), Source::Builtin);
+    rt.block_on(second.refresh_now()).unwrap();
+    assert_eq!(second.store().capture().source(), Source::Builtin);
 }

@@ -8,14 +8,16 @@
 //! contiguous (a publish must be exactly live + 1), so the live one is found cheaply: from
 //! any committed sequence, walk forward while the next one exists. `head.json` is a hint
 //! where to start walking, written after the create on a best-effort basis and never
-//! trusted further than that.
+//! trusted further than that. Finding the live document, and holding watches on it, is
+//! [`crate::live`]'s.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -29,6 +31,7 @@ use pack_protocol::headers;
 
 use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
+use crate::live::{self, WaitEnd, Watched};
 use crate::metrics::FetchResult;
 use crate::model::{
     ChannelHistory, ChannelList, ChannelRecord, ChannelSummary, PackRecord, PublishRequest,
@@ -220,7 +223,8 @@ async fn check_packs(state: &SharedState, verified: &VerifiedChannel) -> Result<
 async fn commit(state: &SharedState, record: &ChannelRecord) -> Result<bool, ApiError> {
     let channel = &record.summary.channel;
     let sequence = record.summary.sequence;
-    let live = find_live(state, channel).await?;
+    // Storage's answer, not memory's: the sequence check must see the latest commit.
+    let live = state.live.check(channel).await?;
     let current = live.as_ref().map_or(0, |l| l.summary.sequence);
     if let Some(live) = &live
         && live.summary.sha256 == record.summary.sha256
@@ -234,12 +238,14 @@ async fn commit(state: &SharedState, record: &ChannelRecord) -> Result<bool, Api
         });
     }
     let key = keys::history(channel, sequence);
+    // Storage held nothing newer than the live document before this create.
+    let before = Instant::now();
     match state.storage.create(&key, encode(record)?).await? {
         Created::Created => {}
         Created::AlreadyExists => {
             // The same document may be there already: an identical racer, or our own PUT
             // retried by the store client after a lost response. Either way it is live now.
-            let existing = load_record(state, &key).await?;
+            let existing = live::load_record(&state.storage, &key).await?;
             if existing.is_some_and(|e| e.summary.sha256 == record.summary.sha256) {
                 return Ok(false);
             }
@@ -257,7 +263,7 @@ async fn commit(state: &SharedState, record: &ChannelRecord) -> Result<bool, Api
     {
         tracing::warn!(channel, sequence, %err, "could not update the head hint; the publish stands");
     }
-    state.live.advance(channel, Arc::new(record.clone()));
+    state.live.published(Arc::new(record.clone()), before);
     Ok(true)
 }
 
@@ -267,128 +273,33 @@ fn encode(record: &ChannelRecord) -> Result<Bytes, ApiError> {
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-async fn load_record(state: &SharedState, key: &str) -> Result<Option<ChannelRecord>, ApiError> {
-    let Some(bytes) = state.storage.get(key).await? else {
-        return Ok(None);
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| ApiError::Internal(format!("stored record {key} is corrupt: {e}")))
-}
-
-/// The committed document `sequence` of `channel`, checked to be what its key says.
-async fn load_committed(
-    state: &SharedState,
-    channel: &str,
-    sequence: u64,
-) -> Result<Option<ChannelRecord>, ApiError> {
-    let key = keys::history(channel, sequence);
-    let Some(record) = load_record(state, &key).await? else {
-        return Ok(None);
-    };
-    if record.summary.sequence != sequence || record.summary.channel != channel {
-        return Err(ApiError::Internal(format!(
-            "stored record {key} holds channel {} sequence {}",
-            record.summary.channel, record.summary.sequence
-        )));
-    }
-    Ok(Some(record))
-}
-
-/// Every published sequence of `channel`, ascending.
-async fn history_sequences(state: &SharedState, channel: &str) -> Result<Vec<u64>, ApiError> {
-    let mut sequences: Vec<u64> = state
-        .storage
-        .list(&keys::history_dir(channel))
-        .await?
+/// Whether a reader asked for storage's current answer (`Cache-Control: no-cache`, as packer
+/// sends) rather than one from memory, which may be up to a poll interval old.
+fn wants_storage(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
         .iter()
-        .filter_map(|m| keys::history_sequence(m.location.as_ref()))
-        .collect();
-    sequences.sort_unstable();
-    Ok(sequences)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|d| matches!(d.trim(), "no-cache" | "max-age=0"))
 }
 
-/// The live document of `channel` (served from the cache when `history/{live + 1}` does not
-/// exist), or `None` when nothing was published on it.
-async fn find_live(
-    state: &SharedState,
-    channel: &str,
-) -> Result<Option<Arc<ChannelRecord>>, ApiError> {
-    let known = match state.live.get(channel) {
-        Some(cached) => {
-            let next = cached.summary.sequence.saturating_add(1);
-            if !state.storage.exists(&keys::history(channel, next)).await? {
-                return Ok(Some(cached));
-            }
-            // Newer documents were committed; the hint may point past the first of them.
-            hinted(state, channel)
-                .await?
-                .map_or(next, |hint| hint.max(next))
-        }
-        None => match hinted(state, channel).await? {
-            Some(sequence) => sequence,
-            // No usable hint (a new channel, or a crash right after its first create):
-            // the history itself says.
-            None => match history_sequences(state, channel).await?.last() {
-                Some(&sequence) => sequence,
-                None => return Ok(None),
-            },
-        },
-    };
-    // `known` is committed; sequences above it are contiguous, so the first gap ends them.
-    let mut sequence = known;
-    while state
-        .storage
-        .exists(&keys::history(channel, sequence.saturating_add(1)))
-        .await?
-    {
-        sequence += 1;
-    }
-    let record = load_committed(state, channel, sequence)
-        .await?
-        .ok_or_else(|| ApiError::Internal(format!("history {sequence} of {channel} vanished")))?;
-    let record = Arc::new(record);
-    state.live.advance(channel, record.clone());
-    Ok(Some(record))
-}
-
-/// The sequence the head hint points at, when it points at a committed document. A missing
-/// or unreadable hint is no error: the history is the truth.
-async fn hinted(state: &SharedState, channel: &str) -> Result<Option<u64>, ApiError> {
-    // A store that does not answer is an error; a hint that does not parse is only no hint.
-    let Some(bytes) = state.storage.get(&keys::head(channel)).await? else {
-        return Ok(None);
-    };
-    let hint = match serde_json::from_slice::<ChannelRecord>(&bytes) {
-        Ok(record) => record.summary.sequence,
-        Err(err) => {
-            tracing::warn!(channel, %err, "ignoring an unreadable head hint");
-            return Ok(None);
-        }
-    };
-    if state.storage.exists(&keys::history(channel, hint)).await? {
-        Ok(Some(hint))
-    } else {
-        tracing::warn!(
-            channel,
-            hint,
-            "ignoring a head hint that names no committed document"
-        );
-        Ok(None)
-    }
-}
-
-/// The live record of `channel`; `404` when nothing was published on it.
+/// The live record of `channel`: from memory (at most a poll interval old), or from storage
+/// when `headers` ask for it; `404` when nothing was published on it.
 pub(crate) async fn live(
     state: &SharedState,
     channel: &str,
+    headers: &HeaderMap,
 ) -> Result<Arc<ChannelRecord>, ApiError> {
     check_name("channel", channel)?;
-    find_live(state, channel)
-        .await?
-        .ok_or_else(|| ApiError::NotFound {
-            what: format!("channel {channel}"),
-        })
+    let found = if wants_storage(headers) {
+        state.live.check(channel).await?
+    } else {
+        state.live.find(channel).await?
+    };
+    found.ok_or_else(|| ApiError::NotFound {
+        what: format!("channel {channel}"),
+    })
 }
 
 /// Builds a `200` (or `304` when `If-None-Match` matches) for a document or signature.
@@ -399,76 +310,123 @@ fn revalidated(
     content_type: &'static str,
     summary: &ChannelSummary,
 ) -> Result<(Response, FetchResult), ApiError> {
-    let mut out = HeaderMap::new();
+    let unchanged = if_none_match(header_str(headers, "if-none-match"), tag);
+    // The headers go straight into the response's own map (no second map to merge).
+    let (mut response, result) = if unchanged {
+        (
+            StatusCode::NOT_MODIFIED.into_response(),
+            FetchResult::NotModified,
+        )
+    } else {
+        (
+            (StatusCode::OK, body.to_owned()).into_response(),
+            FetchResult::Sent,
+        )
+    };
+    let out = response.headers_mut();
     out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     out.insert(
         header::ETAG,
         HeaderValue::from_str(tag).map_err(|e| ApiError::Internal(e.to_string()))?,
     );
     out.insert(headers::SEQUENCE, HeaderValue::from(summary.sequence));
-    if if_none_match(header_str(headers, "if-none-match"), tag) {
-        return Ok((
-            (StatusCode::NOT_MODIFIED, out).into_response(),
-            FetchResult::NotModified,
-        ));
+    if !unchanged {
+        out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     }
-    out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    Ok((
-        (StatusCode::OK, out, body.to_owned()).into_response(),
-        FetchResult::Sent,
-    ))
+    Ok((response, result))
 }
 
-/// The live channel document, byte for byte as signed.
+/// The live channel document, byte for byte as signed; with `wait`, a watch.
 ///
 /// Strong ETag (the document's SHA-256 in quotes); `If-None-Match` → 304;
 /// `Cache-Control: no-cache`; `X-Promptpack-Sequence` carries the sequence. Clients may send
-/// `X-Promptpack-Client-Version` and `X-Promptpack-Installed-Pack` (`name@version`) for the
-/// metrics. Fetch the matching signature from `/v1/channels/{channel}/history/{sequence}/signature`
-/// to be immune to a publish landing between the two requests.
+/// `X-Promptpack-Client-Version` and `X-Promptpack-Installed-Pack` for the metrics. Fetch the
+/// matching signature from `/v1/channels/{channel}/history/{sequence}/signature` to be immune
+/// to a publish landing between the two requests.
+///
+/// A watch (`?wait=N` and an `If-None-Match` that matches the live document) is held until
+/// the live sequence changes (200, the new document) or the wait is over (304). The wait is
+/// capped by the server's `max_watch_secs` and stretched by up to a sixteenth;
+/// `X-Promptpack-Wait` says the seconds granted. The answer is only a hint: the client
+/// verifies the document as on any refresh.
 #[utoipa::path(
     get,
     path = "/v1/channels/{channel}",
     tag = "channels",
     params(
         ("channel" = String, Path, description = "Channel name"),
+        ("wait" = Option<u64>, Query, description = "Seconds to hold the request while `If-None-Match` matches the live document (a watch); capped by the server"),
         ("If-None-Match" = Option<String>, Header, description = "ETag from an earlier answer"),
         ("X-Promptpack-Client-Version" = Option<String>, Header, description = "Client version, for metrics"),
         ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "SHA-256 of the installed sealed pack, or `builtin`: metrics and the fleet view"),
         ("X-Promptpack-Install" = Option<String>, Header, description = "The client's install hash (32 hex digits): counted once per install in the fleet view"),
     ),
     responses(
-        (status = 200, description = "The document", content_type = "application/json", body = String),
-        (status = 304, description = "Not modified"),
+        (status = 200, description = "The document (for a watch: the live document changed)", content_type = "application/json", body = String,
+            headers(("X-Promptpack-Wait" = u64, description = "On watch answers: the seconds of waiting granted"))),
+        (status = 304, description = "Not modified (for a watch: nothing changed within the wait)",
+            headers(("X-Promptpack-Wait" = u64, description = "On watch answers: the seconds of waiting granted"))),
+        (status = 400, description = "`invalid_name` or `invalid_wait`", body = ErrorBody),
         (status = 404, description = "`not_found`: nothing published on this channel", body = ErrorBody),
+        (status = 503, description = "`watchers_full` (with `Retry-After`): this node holds its limit of watches", body = ErrorBody),
     )
 )]
 pub async fn get_channel(
     State(state): State<SharedState>,
     Path(channel): Path<String>,
-    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    // The request itself rather than a `HeaderMap` extractor, which would copy the headers:
+    // this is the route every client revalidates on.
+    request: Request,
 ) -> Result<Response, ApiError> {
-    state.settings.tokens.authorize_read(&headers)?;
-    let record = live(&state, &channel).await?;
+    let incoming = request.headers();
+    state.settings.tokens.authorize_read(incoming)?;
+    let wait = live::requested_wait(query.as_deref(), state.settings.max_watch_wait)?;
+    let mut record = live(&state, &channel, incoming).await?;
+    if let Some(granted) = wait
+        && if_none_match(
+            header_str(incoming, "if-none-match"),
+            &etag(&record.summary.sha256),
+        )
+    {
+        let seen = record.summary.sequence;
+        let end = state
+            .live
+            .wait(&channel, seen, live::stretch(granted))
+            .await?;
+        match end {
+            WaitEnd::Changed | WaitEnd::TimedOut => {
+                record = live(&state, &channel, incoming).await?
+            }
+            // Answered from memory: storage may be going away with the node.
+            WaitEnd::Closing => {}
+        }
+    }
     let tag = etag(&record.summary.sha256);
-    let (response, result) = revalidated(
-        &headers,
+    let (mut response, result) = revalidated(
+        incoming,
         &record.document,
         &tag,
         "application/json",
         &record.summary,
     )?;
+    if let Some(granted) = wait {
+        response
+            .headers_mut()
+            .insert(headers::WAIT, HeaderValue::from(granted.as_secs()));
+        response.extensions_mut().insert(Watched);
+    }
     state.metrics.channel_fetch(
         &channel,
         result,
-        header_str(&headers, headers::CLIENT_VERSION),
-        header_str(&headers, headers::INSTALLED_PACK),
+        header_str(incoming, headers::CLIENT_VERSION),
+        header_str(incoming, headers::INSTALLED_PACK),
     );
     state.fleet.record_fetch(
         &channel,
-        header_str(&headers, headers::CLIENT_VERSION),
-        header_str(&headers, headers::INSTALLED_PACK),
-        header_str(&headers, headers::INSTALL),
+        header_str(incoming, headers::CLIENT_VERSION),
+        header_str(incoming, headers::INSTALLED_PACK),
+        header_str(incoming, headers::INSTALL),
         OffsetDateTime::now_utc(),
     );
     Ok(response)
@@ -492,7 +450,7 @@ pub async fn get_signature(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     state.settings.tokens.authorize_read(&headers)?;
-    let record = live(&state, &channel).await?;
+    let record = live(&state, &channel, &headers).await?;
     let tag = etag(&pack_format::sha256_hex(record.signature.as_bytes()));
     Ok(revalidated(
         &headers,
@@ -524,7 +482,12 @@ pub async fn list_channels(
         if check_name("channel", &name).is_err() {
             continue;
         }
-        if let Some(record) = find_live(&state, &name).await? {
+        let found = if wants_storage(&headers) {
+            state.live.check(&name).await?
+        } else {
+            state.live.find(&name).await?
+        };
+        if let Some(record) = found {
             channels.push(record.summary.clone());
         }
     }
@@ -557,7 +520,7 @@ pub async fn history(
 ) -> Result<Json<ChannelHistory>, ApiError> {
     state.settings.tokens.authorize_read(&headers)?;
     check_name("channel", &channel)?;
-    let sequences = history_sequences(&state, &channel).await?;
+    let sequences = live::history_sequences(&state.storage, &channel).await?;
     if sequences.is_empty() {
         return Err(ApiError::NotFound {
             what: format!("channel {channel}"),
@@ -571,7 +534,7 @@ pub async fn history(
                 let state = state.clone();
                 let key = keys::history(&channel, sequence);
                 async move {
-                    load_record(&state, &key)
+                    live::load_record(&state.storage, &key)
                         .await?
                         .map(|r| r.summary)
                         .ok_or_else(|| ApiError::Internal(format!("{key} vanished")))
@@ -580,7 +543,10 @@ pub async fn history(
             .buffered(8)
             .try_collect()
             .await?;
-    let live_sequence = find_live(&state, &channel)
+    // Listed from storage just now: the live sequence too.
+    let live_sequence = state
+        .live
+        .check(&channel)
         .await?
         .map(|r| r.summary.sequence);
     Ok(Json(ChannelHistory {
@@ -597,7 +563,7 @@ async fn historic(
     sequence: u64,
 ) -> Result<ChannelRecord, ApiError> {
     check_name("channel", channel)?;
-    load_committed(state, channel, sequence)
+    live::load_committed(&state.storage, channel, sequence)
         .await?
         .ok_or_else(|| ApiError::NotFound {
             what: format!("channel {channel} sequence {sequence}"),

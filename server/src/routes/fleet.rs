@@ -65,7 +65,7 @@ pub async fn get_fleet(
             reason: format!("days must be 1 to {MAX_WINDOW_DAYS}, found {days}"),
         });
     }
-    let record = live(&state, &channel).await?;
+    let record = live(&state, &channel, &headers).await?;
     // The document was verified when it was published; here only its ranges are read.
     let ranges: Vec<semver::VersionReq> =
         serde_json::from_str::<pack_format::ChannelDocument>(&record.document)
@@ -145,7 +145,7 @@ pub async fn post_report(
         });
     }
     // Only channels that exist: a report cannot make packd store anything under a new name.
-    live(&state, &channel).await?;
+    live(&state, &channel, &headers).await?;
     state.report_limiter.check(&install)?;
     state
         .fleet

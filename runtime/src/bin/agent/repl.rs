@@ -13,6 +13,7 @@ use agent_runtime::provider::{Message, Provider};
 use agent_runtime::transcript::{Record, SessionHeader, Transcript};
 use agent_runtime::{PromptMode, assemble_turn};
 use anyhow::Context as _;
+use rustyline::ExternalPrinter;
 use rustyline::error::ReadlineError;
 
 use crate::exec::Printer;
@@ -75,8 +76,8 @@ pub fn repl(
     // The session's MCP servers start on this runtime.
     let _runtime_context = runtime.enter();
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    // A session the user keeps open follows the channel on the six-hour schedule; each
-    // turn captures whatever snapshot is current then.
+    // A session the user keeps open watches the channel (the six-hour schedule is the
+    // floor); each turn captures whatever snapshot is current then.
     let _schedule = runtime.block_on(host.packs.start_schedule());
     let header = SessionHeader {
         id: Transcript::new_id(),
@@ -111,6 +112,18 @@ pub fn repl(
     let history = host.data_dir.root().join("history.txt");
     let _ = editor.load_history(&history);
     let snapshot = host.packs.store().capture();
+    // A pack that changes while the session is open is announced above the prompt line.
+    let _announcer = match editor.create_external_printer() {
+        Ok(printer) => Some(runtime.spawn(announce_changes(
+            host.packs.store().clone(),
+            snapshot.clone(),
+            printer,
+        ))),
+        Err(e) => {
+            tracing::debug!("no announcements of pack changes: {e}");
+            None
+        }
+    };
     let mut out = std::io::stdout();
     writeln!(
         out,
@@ -361,6 +374,29 @@ pub fn repl(
     }
     writeln!(out, "session {session_id} saved")?;
     Ok(())
+}
+
+/// Prints `pack now NAME VERSION (SOURCE)` whenever the served snapshot changes (a refresh
+/// the watch or the schedule started installed another pack).
+async fn announce_changes(
+    store: std::sync::Arc<pack_client::PromptStore>,
+    mut shown: std::sync::Arc<pack_client::Snapshot>,
+    mut printer: impl ExternalPrinter,
+) {
+    let mut ticks = tokio::time::interval(std::time::Duration::from_millis(250));
+    loop {
+        ticks.tick().await;
+        let now = store.capture();
+        if now.sha256() == shown.sha256() {
+            continue;
+        }
+        let meta = now.meta();
+        let line = format!("pack now {} {} ({})", meta.name, meta.version, meta.source);
+        if printer.print(line).is_err() {
+            return;
+        }
+        shown = now;
+    }
 }
 
 fn agents(host: &Host) -> String {
