@@ -219,6 +219,10 @@ pub struct FailureCell {
     pub reports: u64,
     /// Distinct installs that sent them.
     pub installs: u64,
+    /// Distinct installs that sent them, per day, in the order of [`FleetView::days`]
+    /// (empty from a packd that did not count them per day).
+    #[serde(default)]
+    pub daily: Vec<u64>,
 }
 
 fn channel_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {

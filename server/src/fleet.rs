@@ -896,6 +896,14 @@ impl Fleet {
             .failures
             .into_iter()
             .map(|((pack, reason, release), f)| FailureCell {
+                daily: per_day
+                    .iter()
+                    .map(|d| {
+                        d.failures
+                            .get(&(pack.clone(), reason.clone(), release.clone()))
+                            .map_or(0, |f| f.installs.estimate())
+                    })
+                    .collect(),
                 pack_version: version_of(&pack),
                 pack,
                 reason,
