@@ -19,13 +19,16 @@
 //!    then [`reports`]: the per-node bounds on failure reports (uses [`error`]).
 //! 5. [`state`]: what every handler can reach.
 //! 6. [`routes`]: the handlers, one file per resource.
-//! 7. [`app`]: the router (every route with its OpenAPI description) and its middleware.
-//! 8. [`serve`]: the accept loop and graceful shutdown.
+//! 7. [`console`]: the read-only publisher console under `/console`, HTML pages over the
+//!    same storage, live-document lookup and fleet view as [`routes`].
+//! 8. [`app`]: the router (every route with its OpenAPI description) and its middleware.
+//! 9. [`serve`]: the accept loop and graceful shutdown.
 
 pub mod app;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod fleet;
 pub mod metrics;

@@ -278,7 +278,7 @@ async fn load_record(state: &SharedState, key: &str) -> Result<Option<ChannelRec
 }
 
 /// The committed document `sequence` of `channel`, checked to be what its key says.
-async fn load_committed(
+pub(crate) async fn load_committed(
     state: &SharedState,
     channel: &str,
     sequence: u64,
