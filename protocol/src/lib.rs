@@ -11,8 +11,8 @@ pub mod headers;
 pub mod paths;
 
 pub use fleet::{
-    EstimateInfo, FailureCell, FailureReport, FleetCell, FleetView, RangePack, RangeView,
-    ReportAccepted, ReportReason,
+    EstimateInfo, FailingPack, FailureCell, FailureReport, FleetCell, FleetView, RangePack,
+    RangeView, ReportAccepted, ReportReason,
 };
 
 use serde::de::Error as _;
