@@ -14,10 +14,10 @@
 //! *Exposed* installs are the installs serving the version, or the installs that reported
 //! failures with it if there are more: a client that refused a pack (hash mismatch, a
 //! missing content key) never serves it, so it is not among the version's installs. Counts
-//! are distinct installs per UTC day, summed over the days, reasons and client releases of
-//! the window; an install reporting on both days, or for two reasons, counts twice, the same
-//! way it counts twice among the installs. A version failing at a steady rate for a week is
-//! shown as failing, not rising.
+//! are distinct installs per UTC day (an install reporting two reasons counts once), summed
+//! over the days of each period: an install reporting on both recent days counts twice,
+//! the same way it counts twice among the installs. A version failing at a steady rate for
+//! a week is shown as failing, not rising.
 
 use std::collections::BTreeMap;
 
@@ -130,6 +130,15 @@ pub fn health(view: &FleetView) -> Vec<PackHealth> {
                 .push((failure.reason.clone(), failure.reports)),
         }
     }
+    // Distinct installs per pack, when packd counted them (an install reporting two
+    // reasons, or from two releases, then counts once).
+    for failing in &view.failing_packs {
+        if let Some(entry) = by_pack.get_mut(failing.pack.as_str())
+            && failing.daily.len() == days
+        {
+            entry.failing_daily.clone_from(&failing.daily);
+        }
+    }
     for cell in &view.cells {
         if let Some(entry) = by_pack.get_mut(cell.pack.as_str())
             && cell.daily.len() == days
@@ -226,6 +235,61 @@ mod tests {
     fn a_window_shorter_than_the_recent_days_is_all_recent() {
         assert!(rising(&[4], &[10]).0);
         assert!(!rising(&[], &[]).0);
+    }
+
+    fn view(failing_packs: Vec<pack_protocol::FailingPack>) -> FleetView {
+        let sha = "a".repeat(64);
+        let failure = |reason: &str, n: u64| pack_protocol::FailureCell {
+            pack: sha.clone(),
+            pack_version: Some("1.1.0".into()),
+            reason: reason.into(),
+            client_version: "1.4.0".into(),
+            reports: n,
+            installs: n,
+            daily: vec![0, n],
+        };
+        FleetView {
+            channel: "stable".into(),
+            days: vec!["2026-11-30".into(), "2026-12-01".into()],
+            installs: 20,
+            cells: vec![pack_protocol::FleetCell {
+                client_version: "1.4.0".into(),
+                pack: sha.clone(),
+                pack_version: Some("1.1.0".into()),
+                installs: 20,
+                daily: vec![0, 20],
+            }],
+            ranges: Vec::new(),
+            failures: vec![failure("render_failed", 6), failure("marked_bad", 2)],
+            failing_packs,
+            overflow: false,
+            sources: 1,
+            estimate: pack_protocol::EstimateInfo {
+                exact_up_to: 512,
+                relative_error: 0.016,
+            },
+        }
+    }
+
+    #[test]
+    fn an_install_reporting_two_reasons_counts_once_when_packd_says_so() {
+        let by_pack = pack_protocol::FailingPack {
+            pack: "a".repeat(64),
+            pack_version: Some("1.1.0".into()),
+            reports: 8,
+            installs: 6,
+            daily: vec![0, 6],
+        };
+        let h = &health(&view(vec![by_pack]))[0];
+        assert_eq!((h.recent_failing, h.reports), (6, 8));
+        assert_eq!(
+            h.reasons,
+            [("render_failed".into(), 6), ("marked_bad".into(), 2)]
+        );
+        assert!(h.rising);
+        assert_eq!(h.label(), "1.1.0");
+        // An older packd without the per-pack counts: the sum, an upper bound.
+        assert_eq!(health(&view(Vec::new()))[0].recent_failing, 8);
     }
 
     #[test]
