@@ -25,7 +25,7 @@ pub mod health;
 pub mod layout;
 mod pages;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,9 @@ pub const RECENT_HISTORY: u64 = 8;
 /// Longest a channel's fleet view is reused for the overview (at most the flush interval:
 /// the fleet data of other nodes changes no more often than that).
 const FLEET_VIEW_TTL: Duration = Duration::from_secs(10);
+/// Flush intervals after which the overview stops showing a stale fleet view while its
+/// successor is computed, and waits for a new one instead.
+const FLEET_VIEW_STALE_MAX: u32 = 30;
 /// Fleet views kept for the overview.
 const MAX_CACHED_VIEWS: usize = 4096;
 /// Pack records kept (they never change; a deployment has far fewer).
@@ -73,6 +76,8 @@ pub struct Console {
     pub app: SharedState,
     records: Mutex<HashMap<String, Arc<PackRecord>>>,
     views: Mutex<HashMap<String, (Instant, Arc<FleetView>)>>,
+    /// Channels whose fleet view a background task is computing.
+    refreshing: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Console {
@@ -93,6 +98,7 @@ pub fn router(app: SharedState) -> Router {
         app,
         records: Mutex::new(HashMap::new()),
         views: Mutex::new(HashMap::new()),
+        refreshing: Mutex::new(HashSet::new()),
     });
     Router::new()
         .route("/console", get(pages::overview))
@@ -312,26 +318,50 @@ impl Console {
         }
     }
 
-    /// The 7-day fleet view of `channel`, merged from every node now (`fresh`), or reused
-    /// when it is younger than the flush interval (the overview).
+    /// The 7-day fleet view of a channel, merged from every node now (`fresh`: a channel's
+    /// own page), or for the overview the one computed last: younger than the flush interval
+    /// it is as good as new (other nodes' counts change no more often); older, it is still
+    /// shown while one task per channel computes its successor in the background, so the
+    /// overview waits for storage only when it has never seen the channel (or not for
+    /// [`FLEET_VIEW_STALE_MAX`] flush intervals).
     async fn fleet_view(
-        &self,
+        self: &Arc<Self>,
         live: &LiveChannel,
         fresh: bool,
     ) -> Result<Arc<FleetView>, ApiError> {
+        let channel = live.record.summary.channel.as_str();
+        let ttl = self.app.fleet.settings().flush_interval.min(FLEET_VIEW_TTL);
+        let cached = lock(&self.views).get(channel).cloned();
+        if !fresh && let Some((at, view)) = cached {
+            let age = at.elapsed();
+            if age < ttl {
+                return Ok(view);
+            }
+            if age < ttl * FLEET_VIEW_STALE_MAX {
+                if lock(&self.refreshing).insert(channel.to_string()) {
+                    let console = self.clone();
+                    let live = live.clone();
+                    tokio::spawn(async move {
+                        let channel = live.record.summary.channel.clone();
+                        if let Err(err) = console.compute_view(&live).await {
+                            tracing::warn!(channel, %err, "console: refreshing a fleet view failed");
+                        }
+                        lock(&console.refreshing).remove(&channel);
+                    });
+                }
+                return Ok(view);
+            }
+        }
+        self.compute_view(live).await
+    }
+
+    async fn compute_view(&self, live: &LiveChannel) -> Result<Arc<FleetView>, ApiError> {
         let channel = live.record.summary.channel.as_str();
         let ranges: Vec<semver::VersionReq> = live
             .document
             .iter()
             .flat_map(|d| d.entries.iter().map(|e| e.clients.clone()))
             .collect();
-        let ttl = self.app.fleet.settings().flush_interval.min(FLEET_VIEW_TTL);
-        if !fresh
-            && let Some((at, view)) = lock(&self.views).get(channel)
-            && at.elapsed() < ttl
-        {
-            return Ok(view.clone());
-        }
         let view = Arc::new(
             self.app
                 .fleet
