@@ -355,26 +355,37 @@ impl Console {
         self.compute_view(live).await
     }
 
-    async fn compute_view(&self, live: &LiveChannel) -> Result<Arc<FleetView>, ApiError> {
-        let channel = live.record.summary.channel.as_str();
+    /// Today's fleet view of a channel alone (UTC): its ranges count each install once.
+    async fn fleet_today(&self, live: &LiveChannel) -> Result<FleetView, ApiError> {
+        Ok(self.merge_view(live, 1).await?)
+    }
+
+    async fn merge_view(
+        &self,
+        live: &LiveChannel,
+        days: u32,
+    ) -> Result<FleetView, crate::storage::StorageError> {
         let ranges: Vec<semver::VersionReq> = live
             .document
             .iter()
             .flat_map(|d| d.entries.iter().map(|e| e.clients.clone()))
             .collect();
-        let view = Arc::new(
-            self.app
-                .fleet
-                .view(
-                    &self.app.storage,
-                    channel,
-                    MAX_WINDOW_DAYS,
-                    Some(&live.record.summary.pack),
-                    &ranges,
-                    OffsetDateTime::now_utc(),
-                )
-                .await?,
-        );
+        self.app
+            .fleet
+            .view(
+                &self.app.storage,
+                &live.record.summary.channel,
+                days,
+                Some(&live.record.summary.pack),
+                &ranges,
+                OffsetDateTime::now_utc(),
+            )
+            .await
+    }
+
+    async fn compute_view(&self, live: &LiveChannel) -> Result<Arc<FleetView>, ApiError> {
+        let channel = live.record.summary.channel.as_str();
+        let view = Arc::new(self.merge_view(live, MAX_WINDOW_DAYS).await?);
         let mut views = lock(&self.views);
         if views.len() >= MAX_CACHED_VIEWS {
             views.clear();

@@ -94,24 +94,37 @@ fn group_by_range(entries: &[Entry], view: &FleetView) -> Vec<RangeGroup> {
     groups
 }
 
-/// Today's installs serving `entry`'s target among the releases of its range, and all of
-/// today's installs of that range (whatever entry they got).
-fn reach_today(view: &FleetView, entry: &Entry) -> (u64, u64) {
+/// Today's installs serving entry `at`'s target, and all of today's installs of its range.
+/// Where the range is the first to match each of its releases (no earlier entry has another
+/// range), the view's distinct counts of the range are exact: an install that moved to the
+/// rollout today counts once in the range (and is seen on both packs). Otherwise the
+/// releases matching the range are added up from the cells.
+fn reach_today(today: &FleetView, entries: &[Entry], at: usize) -> (u64, u64) {
+    let entry = &entries[at];
+    let key = fleet_key(&entry.target);
+    let first_match = entries[..at].iter().all(|e| e.range == entry.range);
+    if first_match && let Some(range) = today.ranges.iter().find(|r| r.clients == entry.range) {
+        let serving = range
+            .packs
+            .iter()
+            .find(|p| p.pack == key)
+            .map_or(0, |p| p.installs);
+        return (serving, range.installs);
+    }
     let Ok(range) = semver::VersionReq::parse(&entry.range) else {
         return (0, 0);
     };
-    let key = fleet_key(&entry.target);
     let (mut serving, mut all) = (0u64, 0u64);
-    for cell in &view.cells {
+    for cell in &today.cells {
         let in_range =
             semver::Version::parse(&cell.client_version).is_ok_and(|r| range.matches(&r));
         if !in_range {
             continue;
         }
-        let today = cell.daily.last().copied().unwrap_or(0);
-        all = all.saturating_add(today);
+        let n = cell.daily.last().copied().unwrap_or(0);
+        all = all.saturating_add(n);
         if cell.pack == key {
-            serving = serving.saturating_add(today);
+            serving = serving.saturating_add(n);
         }
     }
     (serving, all)
@@ -200,6 +213,10 @@ pub async fn render(
     let view = match access {
         FleetAccess::Shown => Some(state.fleet_view(&live, true).await?),
         FleetAccess::Disabled | FleetAccess::PublishersOnly => None,
+    };
+    let today = match &view {
+        Some(_) => Some(state.fleet_today(&live).await?),
+        None => None,
     };
     let healths: Vec<PackHealth> = view.as_deref().map(health).unwrap_or_default();
     let rising: HashMap<&str, &PackHealth> = healths
@@ -332,7 +349,9 @@ pub async fn render(
         section aria-labelledby="live-title" {
             h2 id="live-title" { "Live entries" }
             p class="note" { "A client takes the first entry whose range matches its release "
-                "(and, for a rollout, whose bucket is in)." }
+                "(and, for a rollout, whose bucket is in). Installs today are the installs of the "
+                "range seen on the entry's version since 00:00 UTC; one that moved to a rollout "
+                "today is seen on both versions." }
             table class="cards live" {
                 caption class="visually-hidden" { "Live entries of " (channel) ", in the order clients try them" }
                 thead { tr {
@@ -363,9 +382,9 @@ pub async fn render(
                                     None => "all of the range",
                                 }
                             }
-                            @if let Some(view) = &view {
+                            @if let Some(today) = &today {
                                 td data-label="Installs today" {
-                                    @let (n, all) = reach_today(view, e);
+                                    @let (n, all) = reach_today(today, &entries, i);
                                     @if all > 0 {
                                         (n) " (" (percent(n as f64 / all as f64)) " of the range)"
                                     } @else {
