@@ -19,8 +19,9 @@ fn browser_like() -> reqwest::Client {
         .unwrap()
 }
 
-/// Uploads one pack and publishes `documents` sequences of `channel` pointing at it.
-async fn publish_n(server: &Packd, fx: &Fixture, channel: &str, documents: u64) {
+/// Uploads one pack and publishes `documents` sequences of `channel` pointing at it; returns
+/// the pack's SHA-256.
+async fn publish_n(server: &Packd, fx: &Fixture, channel: &str, documents: u64) -> String {
     let c = client();
     let pack = fx.pack("core", "1.0.0", "console");
     let sha = pack_format::sha256_hex(&pack);
@@ -50,6 +51,7 @@ async fn publish_n(server: &Packd, fx: &Fixture, channel: &str, documents: u64) 
             r.text().await.unwrap()
         );
     }
+    sha
 }
 
 fn set_cookie(headers: &HeaderMap) -> String {
@@ -490,4 +492,51 @@ async fn fleet_data_kept_for_publishers_needs_a_publish_token_on_the_console_too
         .await
         .unwrap();
     assert!(signed_in.contains(r#"id="adoption-title""#), "{signed_in}");
+}
+
+/// A packd that just started has not read the fleet files yet: until it has, the overview
+/// says a channel's failures are still being read, never that none are rising.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_overview_says_it_is_still_reading_rather_than_nothing_is_rising() {
+    let fx = Fixture::new("[fleet]\nflush_secs = 1\n");
+    let mut server = Packd::start(&fx.disk(), Some(&fx.config));
+    let sha = publish_n(&server, &fx, "stable", 1).await;
+    let c = client();
+    for i in 0..4 {
+        let install = pack_protocol::fleet::install_hash("http://test", "stable", &format!("{i}"));
+        let r = c
+            .post(server.url(&paths::reports("stable")))
+            .header(pack_protocol::headers::INSTALL, &install)
+            .json(&serde_json::json!({"channel": "stable", "pack": sha,
+                                      "reason": "render_failed", "client_version": "1.4.0"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+    }
+    // SIGTERM writes the counts; a new process starts with nothing cached.
+    server.sigterm();
+    server.child.wait().unwrap();
+    server = Packd::start(&fx.disk(), Some(&fx.config));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let html = c
+            .get(server.url("/console"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(!html.contains("none rising"), "{html}");
+        if html.contains("Rising: 1.0.0") {
+            break;
+        }
+        assert!(html.contains("still being read"), "{html}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never flagged: {html}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

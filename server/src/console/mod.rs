@@ -61,8 +61,11 @@ pub const RECENT_HISTORY: u64 = 8;
 /// the fleet data of other nodes changes no more often than that).
 const FLEET_VIEW_TTL: Duration = Duration::from_secs(10);
 /// Flush intervals after which the overview stops showing a stale fleet view while its
-/// successor is computed, and waits for a new one instead.
+/// successor is computed.
 const FLEET_VIEW_STALE_MAX: u32 = 30;
+/// How long the overview waits for fleet views it has not computed yet (a packd that just
+/// started); the page says which channels are still being read.
+pub const OVERVIEW_FLEET_WAIT: Duration = Duration::from_millis(25);
 /// Fleet views kept for the overview.
 const MAX_CACHED_VIEWS: usize = 4096;
 /// Pack records kept (they never change; a deployment has far fewer).
@@ -78,6 +81,8 @@ pub struct Console {
     views: Mutex<HashMap<String, (Instant, Arc<FleetView>)>>,
     /// Channels whose fleet view a background task is computing.
     refreshing: Mutex<HashSet<String>>,
+    /// Background fleet views computed at once.
+    background: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Console {
@@ -99,6 +104,7 @@ pub fn router(app: SharedState) -> Router {
         records: Mutex::new(HashMap::new()),
         views: Mutex::new(HashMap::new()),
         refreshing: Mutex::new(HashSet::new()),
+        background: tokio::sync::Semaphore::new(CONCURRENT_READS),
     });
     Router::new()
         .route("/console", get(pages::overview))
@@ -318,41 +324,75 @@ impl Console {
         }
     }
 
-    /// The 7-day fleet view of a channel, merged from every node now (`fresh`: a channel's
-    /// own page), or for the overview the one computed last: younger than the flush interval
-    /// it is as good as new (other nodes' counts change no more often); older, it is still
-    /// shown while one task per channel computes its successor in the background, so the
-    /// overview waits for storage only when it has never seen the channel (or not for
-    /// [`FLEET_VIEW_STALE_MAX`] flush intervals).
-    async fn fleet_view(
-        self: &Arc<Self>,
-        live: &LiveChannel,
-        fresh: bool,
-    ) -> Result<Arc<FleetView>, ApiError> {
-        let channel = live.record.summary.channel.as_str();
+    /// The 7-day fleet view of a channel, merged from every node now (a channel's own page).
+    async fn fleet_view(&self, live: &LiveChannel) -> Result<Arc<FleetView>, ApiError> {
+        self.compute_view(live).await
+    }
+
+    /// The overview's fleet view of a channel, without waiting for storage: the one
+    /// computed last if it is younger than the flush interval (other nodes' counts change no
+    /// more often); an older one too, while a background task computes its successor; none
+    /// when there is none (or it is [`FLEET_VIEW_STALE_MAX`] flush intervals old), while a
+    /// background task computes it.
+    fn cached_view(self: &Arc<Self>, live: &LiveChannel) -> Option<Arc<FleetView>> {
         let ttl = self.app.fleet.settings().flush_interval.min(FLEET_VIEW_TTL);
-        let cached = lock(&self.views).get(channel).cloned();
-        if !fresh && let Some((at, view)) = cached {
-            let age = at.elapsed();
-            if age < ttl {
-                return Ok(view);
+        let cached = lock(&self.views).get(&live.record.summary.channel).cloned();
+        match cached {
+            Some((at, view)) if at.elapsed() < ttl => Some(view),
+            Some((at, view)) if at.elapsed() < ttl * FLEET_VIEW_STALE_MAX => {
+                self.refresh_in_background(live);
+                Some(view)
             }
-            if age < ttl * FLEET_VIEW_STALE_MAX {
-                if lock(&self.refreshing).insert(channel.to_string()) {
-                    let console = self.clone();
-                    let live = live.clone();
-                    tokio::spawn(async move {
-                        let channel = live.record.summary.channel.clone();
-                        if let Err(err) = console.compute_view(&live).await {
-                            tracing::warn!(channel, %err, "console: refreshing a fleet view failed");
-                        }
-                        lock(&console.refreshing).remove(&channel);
-                    });
-                }
-                return Ok(view);
+            Some(_) | None => {
+                self.refresh_in_background(live);
+                None
             }
         }
-        self.compute_view(live).await
+    }
+
+    /// Starts computing a channel's fleet view unless a task already is; at most
+    /// [`CONCURRENT_READS`] run at once.
+    fn refresh_in_background(self: &Arc<Self>, live: &LiveChannel) {
+        let channel = live.record.summary.channel.clone();
+        if !lock(&self.refreshing).insert(channel.clone()) {
+            return;
+        }
+        let console = self.clone();
+        let live = live.clone();
+        tokio::spawn(async move {
+            if let Ok(_slot) = console.background.acquire().await
+                && let Err(err) = console.compute_view(&live).await
+            {
+                tracing::warn!(channel, %err, "console: computing a fleet view failed");
+            }
+            lock(&console.refreshing).remove(&channel);
+        });
+    }
+
+    /// The overview's fleet views of `lives`, waiting for missing ones until `deadline` at
+    /// most (`None`: still being computed; a later request shows it).
+    async fn views_by(
+        self: &Arc<Self>,
+        lives: &[LiveChannel],
+        deadline: Instant,
+    ) -> Vec<Option<Arc<FleetView>>> {
+        let asked = Instant::now();
+        let mut views: Vec<Option<Arc<FleetView>>> =
+            lives.iter().map(|live| self.cached_view(live)).collect();
+        while views.iter().any(Option::is_none) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let cached = lock(&self.views);
+            for (view, live) in views.iter_mut().zip(lives) {
+                if view.is_none() {
+                    // Only one computed since this request asked: an older one was too stale.
+                    *view = cached
+                        .get(&live.record.summary.channel)
+                        .filter(|(at, _)| *at >= asked)
+                        .map(|(_, v)| v.clone());
+                }
+            }
+        }
+        views
     }
 
     /// Today's fleet view of a channel alone (UTC): its ranges count each install once.

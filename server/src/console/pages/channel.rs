@@ -211,7 +211,7 @@ pub async fn render(
     let entries = live.document.as_ref().map(entries).unwrap_or_default();
     let access = state.fleet_access(&viewer);
     let view = match access {
-        FleetAccess::Shown => Some(state.fleet_view(&live, true).await?),
+        FleetAccess::Shown => Some(state.fleet_view(&live).await?),
         FleetAccess::Disabled | FleetAccess::PublishersOnly => None,
     };
     let today = match &view {

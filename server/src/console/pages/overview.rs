@@ -2,8 +2,8 @@
 //! live version's failures are rising.
 
 use std::collections::HashSet;
+use std::time::Instant;
 
-use futures_util::{StreamExt, TryStreamExt};
 use maud::{Markup, html};
 use time::OffsetDateTime;
 
@@ -11,15 +11,18 @@ use crate::console::access::Viewer;
 use crate::console::entries::{Entry, entries, shell_quote};
 use crate::console::health::health;
 use crate::console::layout::{Section, change_box, page, rollout_bar, when};
-use crate::console::{CHANNELS_PER_PAGE, CONCURRENT_READS, ConsoleState, FleetAccess, LiveChannel};
+use crate::console::{
+    CHANNELS_PER_PAGE, ConsoleState, FleetAccess, LiveChannel, OVERVIEW_FLEET_WAIT,
+};
 use crate::error::ApiError;
 
 /// One channel's row.
 struct Row {
     channel: LiveChannel,
     entries: Vec<Entry>,
-    /// Labels of live versions whose failures are rising.
-    rising: Vec<String>,
+    /// Labels of live versions whose failures are rising (`None`: fleet data not shown, or
+    /// still being read).
+    rising: Option<Vec<String>>,
 }
 
 pub async fn render(
@@ -35,30 +38,43 @@ pub async fn render(
     let shown = &names[start.min(names.len())..(start + CHANNELS_PER_PAGE).min(names.len())];
     let live = state.live_many(shown).await?;
     let fleet = state.fleet_access(&viewer) == FleetAccess::Shown;
-    let rows: Vec<Row> = futures_util::stream::iter(live)
-        .map(|channel| async move {
+    let views = if fleet {
+        state
+            .views_by(&live, Instant::now() + OVERVIEW_FLEET_WAIT)
+            .await
+    } else {
+        vec![None; live.len()]
+    };
+    let rows: Vec<Row> = live
+        .into_iter()
+        .zip(views)
+        .map(|(channel, view)| {
             let entries = channel.document.as_ref().map(entries).unwrap_or_default();
-            let mut rising = Vec::new();
-            if fleet {
-                let view = state.fleet_view(&channel, false).await?;
-                let live_packs: HashSet<&str> =
-                    entries.iter().filter_map(|e| e.target.sha256()).collect();
-                rising = health(&view)
+            let live_packs: HashSet<&str> =
+                entries.iter().filter_map(|e| e.target.sha256()).collect();
+            let rising = view.as_ref().map(|view| {
+                health(view)
                     .into_iter()
                     .filter(|h| h.rising && live_packs.contains(h.pack.as_str()))
                     .map(|h| h.label())
-                    .collect();
-            }
-            Ok::<_, ApiError>(Row {
+                    .collect()
+            });
+            Row {
                 channel,
                 entries,
                 rising,
-            })
+            }
         })
-        .buffered(CONCURRENT_READS)
-        .try_collect()
-        .await?;
-    let alarms: Vec<&Row> = rows.iter().filter(|r| !r.rising.is_empty()).collect();
+        .collect();
+    let pending = if fleet {
+        rows.iter().filter(|r| r.rising.is_none()).count()
+    } else {
+        0
+    };
+    let alarms: Vec<(&Row, &Vec<String>)> = rows
+        .iter()
+        .filter_map(|r| Some((r, r.rising.as_ref().filter(|v| !v.is_empty())?)))
+        .collect();
     let rollouts = rows
         .iter()
         .filter(|r| r.entries.iter().any(|e| e.rollout.is_some()))
@@ -74,15 +90,22 @@ pub async fn render(
             section class="alarm" aria-labelledby="attention" {
                 h2 id="attention" { "Failures rising" }
                 ul {
-                    @for row in &alarms {
+                    @for (row, rising) in &alarms {
                         li {
                             a href={ "/console/channels/" (row.channel.record.summary.channel) } {
                                 (row.channel.record.summary.channel)
                             }
-                            ": " (row.rising.join(", "))
+                            ": " (rising.join(", "))
                         }
                     }
                 }
+            }
+        }
+        @if pending > 0 {
+            p class="warning" role="status" {
+                "The fleet data of " (pending) " channel" @if pending != 1 { "s" }
+                " is still being read (packd started recently): "
+                a href={ "/console?page=" (page_number) } { "reload" } " in a moment to see their failures."
             }
         }
         @if names.is_empty() {
@@ -104,7 +127,8 @@ pub async fn render(
                 tbody {
                     @for row in &rows {
                         @let s = &row.channel.record.summary;
-                        tr class=[(!row.rising.is_empty()).then_some("flagged")] {
+                        @let rising = row.rising.as_ref().filter(|v| !v.is_empty());
+                        tr class=[rising.map(|_| "flagged")] {
                             th scope="row" data-label="Channel" {
                                 a href={ "/console/channels/" (s.channel) } { (s.channel) }
                             }
@@ -120,10 +144,10 @@ pub async fn render(
                             td data-label="Expires" { (expiry(&s.expires_at, now)) }
                             @if fleet {
                                 td data-label="Failures" {
-                                    @if row.rising.is_empty() {
-                                        "none rising"
-                                    } @else {
-                                        strong class="flag" { "Rising: " (row.rising.join(", ")) }
+                                    @match (&row.rising, rising) {
+                                        (None, _) => span class="meta" { "still being read" },
+                                        (Some(_), Some(r)) => strong class="flag" { "Rising: " (r.join(", ")) },
+                                        (Some(_), None) => "none rising",
                                     }
                                 }
                             }
