@@ -3,7 +3,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backon::Retryable;
 use pack_contract::Contract;
+use pack_format::retry::Backoff;
 use pack_format::{
     ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
 };
@@ -923,8 +925,9 @@ impl Client {
         }
     }
 
-    /// GET with a byte cap, optional exact length and `If-None-Match`, retried with
-    /// exponential backoff and jitter on transient failures. `None` means 304.
+    /// GET with a byte cap, optional exact length and `If-None-Match`, retried on transient
+    /// failures on the shared [`Backoff`] schedule (jitter, under [`MAX_BACKOFF`]). `None`
+    /// means 304.
     async fn get_capped(
         &self,
         url: &str,
@@ -933,23 +936,17 @@ impl Client {
         exact: Option<u64>,
         etag: Option<&str>,
     ) -> Result<Option<Fetched>, ClientError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.get_once(url, what, cap, exact, etag).await {
-                Err(e) if e.is_transient() && attempt < self.config.attempts => {
-                    let base = u64::try_from(self.config.backoff.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .saturating_mul(1 << (attempt - 1).min(10))
-                        .min(MAX_BACKOFF_MS);
-                    let wait = base.saturating_add(rand::random_range(0..=base / 2 + 1));
-                    tracing::info!("{e}; retrying in {wait} ms");
-                    // The refresh deadline still bounds the whole refresh.
-                    tokio::time::sleep(Duration::from_millis(wait)).await;
-                }
-                other => return other,
-            }
-        }
+        let backoff = Backoff {
+            first: self.config.backoff,
+            cap: MAX_BACKOFF,
+            retries: Some(self.config.attempts.saturating_sub(1) as usize),
+        };
+        // The refresh deadline still bounds the whole refresh, waits included.
+        (|| self.get_once(url, what, cap, exact, etag))
+            .retry(backoff.delays())
+            .when(ClientError::is_transient)
+            .notify(|e, wait| tracing::info!("{e}; retrying in {} ms", wait.as_millis()))
+            .await
     }
 
     async fn get_once(
@@ -1052,8 +1049,8 @@ impl Client {
 pub const ERROR_BODY_LIMIT: usize = 2048;
 /// Longest ETag kept.
 const MAX_ETAG_LEN: usize = 256;
-/// Longest pause between attempts.
-const MAX_BACKOFF_MS: u64 = 30_000;
+/// Every pause between attempts is shorter than this.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Up to [`ERROR_BODY_LIMIT`] bytes of what a failed response says, as text (bad bytes
 /// replaced, control characters dropped so nothing reaches a terminal as an escape code).

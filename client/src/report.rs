@@ -6,12 +6,14 @@
 //! after the next refresh, or from the short-lived entry points through a detached
 //! background refresh. Per install, the client sends the same pack and reason at most once
 //! a day and at most [`MAX_PER_DAY`] reports a day; at most [`MAX_PENDING`] wait. A server
-//! that does not answer, answers 429 or 5xx is tried again after [`RETRY_AFTER_SECS`]; any
-//! other refusal drops the report. `[updates] telemetry = false` (or `DO_NOT_TRACK=1`)
+//! that does not answer, answers 429 or 5xx is tried again after [`RETRY_AFTER_SECS`] to
+//! twice that (the shared backoff's jitter, so installs that failed together during an outage
+//! do not all come back in the same second); any other refusal drops the report. `[updates] telemetry = false` (or `DO_NOT_TRACK=1`)
 //! queues and sends nothing.
 
 use std::time::Duration;
 
+use pack_format::retry::Backoff;
 use pack_protocol::{FailureReport, ReportReason, headers, paths};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -24,11 +26,25 @@ const SENDING_LOCK: &str = "reports.sending.lock";
 pub const MAX_PER_DAY: usize = 10;
 /// Reports waiting at most.
 pub const MAX_PENDING: usize = 8;
-/// After a failed send, the next try waits this long.
+/// After a failed send, the next try waits at least this long (and under twice as long).
 pub const RETRY_AFTER_SECS: i64 = 15 * 60;
 const DAY_SECS: i64 = 24 * 60 * 60;
 /// Each report request gets this long.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The pause before the next send after a failed one: the shared schedule's first wait,
+/// in `[RETRY_AFTER_SECS, 2 × RETRY_AFTER_SECS)`.
+fn retry_pause() -> Duration {
+    let first = Duration::from_secs(RETRY_AFTER_SECS as u64);
+    Backoff {
+        first,
+        cap: first * 2,
+        retries: Some(1),
+    }
+    .delays()
+    .next()
+    .unwrap_or(first)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,7 +255,7 @@ impl Outbox {
                     }
                 }
                 if retry {
-                    file.next_attempt = Some(at + RETRY_AFTER_SECS);
+                    file.next_attempt = Some(at + retry_pause().as_secs() as i64);
                 }
                 file.prune(at);
                 outcome.waiting = file.pending.len();
@@ -308,5 +324,18 @@ mod tests {
             body,
             serde_json::json!({"channel": "stable", "pack": "builtin", "reason": "expired", "client_version": "1.4.2"})
         );
+    }
+
+    #[test]
+    fn installs_that_failed_together_retry_spread_over_the_next_quarter_hour() {
+        let pauses: Vec<u64> = (0..100).map(|_| retry_pause().as_secs()).collect();
+        let lowest = *pauses.iter().min().unwrap();
+        let highest = *pauses.iter().max().unwrap();
+        let first = RETRY_AFTER_SECS as u64;
+        assert!(
+            lowest >= first && highest < 2 * first,
+            "{lowest}..{highest}"
+        );
+        assert!(highest - lowest > 60, "no jitter: {lowest}..{highest}");
     }
 }

@@ -8,6 +8,7 @@
 //! - [`payload`]: the `tar.zst` payload with its index of every file's size and SHA-256.
 //! - [`channel`]: the channel document and its minisign (prehashed Ed25519) signature.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
+//! - [`retry`]: the one backoff schedule (jitter, cap) every retry loop of the project uses.
 
 pub mod channel;
 pub mod error;
@@ -15,6 +16,7 @@ pub mod keys;
 pub mod limits;
 pub mod pack;
 pub mod payload;
+pub mod retry;
 pub mod unpack;
 
 pub use channel::{

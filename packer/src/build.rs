@@ -278,7 +278,7 @@ fn check_output_outside(pack_dir: &Path, output: &Path) -> Result<()> {
 
 /// Collects every regular file under `dir` in path order as (path on disk, path in the
 /// pack). Problems that concern one entry are collected so the author sees all of them.
-fn walk(
+pub(crate) fn walk(
     root: &Path,
     dir: &Path,
     limits: &Limits,

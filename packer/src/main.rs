@@ -18,6 +18,7 @@ macro_rules! outln {
 
 mod build;
 mod channel;
+mod diff;
 mod fsio;
 mod keygen;
 mod keys;
@@ -43,6 +44,7 @@ use clap::{Parser, Subcommand};
                   packer keygen --dir keys\n  \
                   packer build packs/builtin --version 1.0.0 --keys keys -o dist/builtin-1.0.0.pack\n  \
                   packer verify dist/builtin-1.0.0.pack --keys keys\n  \
+                  packer diff dist/builtin-1.0.0.pack packs/builtin --keys keys   (what the next build changes)\n  \
                   packer channel --keys keys --channel stable --pack builtin --sequence 1 \
                   --expires 30d --entry '*=dist/builtin-1.0.0.pack' -o dist/channel.json\n\n\
                   With a packd server (token in PROMPTPACK_TOKEN):\n  \
@@ -71,6 +73,9 @@ enum Command {
     Verify(read::VerifyArgs),
     /// Open a pack and write its files into a new directory.
     Extract(read::ExtractArgs),
+    /// Show what changes between two packs or pack directories: the files, and the system
+    /// prompt of every agent in every mode. Exit 0 same, 1 different, 2 trouble.
+    Diff(diff::DiffArgs),
     /// Write and sign a channel document (channel.json + channel.json.minisig).
     Channel(channel::ChannelArgs),
     /// Upload a sealed pack to packd.
@@ -84,6 +89,17 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        // diff(1)'s exit status: 0 same, 1 different, 2 trouble.
+        Command::Diff(args) => {
+            return match diff::run(&args, cli.json) {
+                Ok(false) => ExitCode::SUCCESS,
+                Ok(true) => ExitCode::from(1),
+                Err(error) => {
+                    eprintln!("error: {}", pack_format::error::report(error.as_ref()));
+                    ExitCode::from(2)
+                }
+            };
+        }
         Command::Keygen(args) => keygen::run(&args, cli.json),
         Command::Build(args) => build::run(&args, cli.json),
         Command::Inspect(args) => read::inspect(&args, cli.json),

@@ -16,6 +16,8 @@ use crate::mode::PromptMode;
 pub const BUILTIN_AGENTS: [&str; 4] = ["mavis", "explore", "worker", "verifier"];
 /// The agent that talks to the user.
 pub const ORCHESTRATOR: &str = "mavis";
+/// Plan mode's agent: the orchestrator's prompt under a read-only ceiling.
+pub const PLAN: &str = crate::plan::PLAN_AGENT;
 /// What the orchestrator used to be called; still accepted wherever an agent is named.
 pub const ORCHESTRATOR_OLD_NAME: &str = "main";
 
@@ -75,6 +77,10 @@ impl AgentDefinition {
     pub fn template_key(&self, mode: PromptMode) -> Option<String> {
         match (&self.core, self.role) {
             (CorePrompt::Custom { .. }, _) => None,
+            // Plan mode thinks with the orchestrator's prompt; the reminders say what differs.
+            (CorePrompt::Builtin, Role::Orchestrator) if self.name == PLAN => {
+                Some(format!("agents/{ORCHESTRATOR}/{mode}.hbs"))
+            }
             (CorePrompt::Builtin, Role::Orchestrator) => {
                 Some(format!("agents/{}/{mode}.hbs", self.name))
             }
@@ -85,16 +91,30 @@ impl AgentDefinition {
     }
 
     /// A built-in agent as the snapshot describes it: its ceiling is the frontmatter of
-    /// `agents/<name>/agent.md`, and no such file means no ceiling.
+    /// `agents/<name>/agent.md`, and no such file means no ceiling (except for `plan`,
+    /// which is read-only whatever the pack says).
     pub fn builtin(
         name: &str,
         snapshot: &Snapshot,
     ) -> Option<Result<AgentDefinition, PromptError>> {
         let name = canonical_name(name);
-        if !BUILTIN_AGENTS.contains(&name) {
+        let definition = AgentDefinition::from_pack(name, snapshot)?;
+        if name != PLAN {
+            return Some(definition);
+        }
+        Some(definition.map(|mut def| {
+            let read_only = crate::permissions::PermissionMode::ReadOnly;
+            let ceiling = def.ceiling.get_or_insert_with(Ceiling::default);
+            ceiling.permissions = Some(ceiling.permissions.map_or(read_only, |p| p.min(read_only)));
+            def
+        }))
+    }
+
+    fn from_pack(name: &str, snapshot: &Snapshot) -> Option<Result<AgentDefinition, PromptError>> {
+        if !BUILTIN_AGENTS.contains(&name) && name != PLAN {
             return None;
         }
-        let role = if name == ORCHESTRATOR {
+        let role = if name == ORCHESTRATOR || name == PLAN {
             Role::Orchestrator
         } else {
             Role::Subagent
@@ -148,6 +168,8 @@ struct Frontmatter {
     #[serde(alias = "disabledFeatures")]
     disabled_features: Option<Vec<String>>,
     skills: Option<Vec<String>>,
+    /// The widest permission mode the agent may run in: read-only, workspace or full.
+    permissions: Option<crate::permissions::PermissionMode>,
     /// MCP servers the agent may use, by name: all their tools.
     #[serde(alias = "mcpServers")]
     mcp_servers: Option<Vec<String>>,
@@ -284,6 +306,7 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
         ceiling: Ceiling {
             tools,
             disabled_features,
+            permissions: frontmatter.permissions,
             mcp,
         },
         frontmatter,
@@ -372,7 +395,7 @@ pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition,
             format!("{name:?} does not match the directory name {dir_name:?}"),
         ));
     }
-    if BUILTIN_AGENTS.contains(&name.as_str()) || name == ORCHESTRATOR_OLD_NAME {
+    if BUILTIN_AGENTS.contains(&name.as_str()) || name == ORCHESTRATOR_OLD_NAME || name == PLAN {
         return Err(fail(
             Some("name"),
             format!("{name:?} is the name of a built-in agent"),

@@ -373,6 +373,7 @@ fn find_agent(
     let available: Vec<&str> = crate::agents::BUILTIN_AGENTS
         .iter()
         .copied()
+        .chain([crate::agents::PLAN])
         .chain(request.custom_agents.iter().map(|a| a.name.as_str()))
         .collect();
     Err(PromptError::UnknownAgent {

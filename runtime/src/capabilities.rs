@@ -8,10 +8,16 @@
 //! 3. the occasion: a delegated child loses delegation, so helpers never fan out;
 //! 4. the host profile: the command-line host has no scheduling, and its memory is the
 //!    workspace's notes.
+//!
+//! The ceiling also caps the permission mode an agent runs in (`permissions: read-only`
+//! for `explore` and `plan`); the session's mode narrows it further (see
+//! [`crate::permissions`]).
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
+
+use crate::permissions::PermissionMode;
 
 /// A built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -82,29 +88,25 @@ impl ToolId {
 }
 
 /// A switchable feature.
+///
+/// There is no web search: no search provider is built in, so there is no `web_search`
+/// tool or feature, and the contract's `features.web_search` is always false.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Feature {
     Delegation,
     Memory,
     Persona,
-    WebSearch,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 4] = [
-        Feature::Delegation,
-        Feature::Memory,
-        Feature::Persona,
-        Feature::WebSearch,
-    ];
+    pub const ALL: [Feature; 3] = [Feature::Delegation, Feature::Memory, Feature::Persona];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::Delegation => "delegation",
             Feature::Memory => "memory",
             Feature::Persona => "persona",
-            Feature::WebSearch => "web_search",
         }
     }
 
@@ -128,7 +130,6 @@ pub struct Features {
     pub delegation: bool,
     pub memory: bool,
     pub persona: bool,
-    pub web_search: bool,
 }
 
 impl Default for Features {
@@ -137,7 +138,6 @@ impl Default for Features {
             delegation: true,
             memory: true,
             persona: true,
-            web_search: true,
         }
     }
 }
@@ -148,7 +148,6 @@ impl Features {
             Feature::Delegation => self.delegation,
             Feature::Memory => self.memory,
             Feature::Persona => self.persona,
-            Feature::WebSearch => self.web_search,
         }
     }
 
@@ -157,7 +156,6 @@ impl Features {
             Feature::Delegation => self.delegation = on,
             Feature::Memory => self.memory = on,
             Feature::Persona => self.persona = on,
-            Feature::WebSearch => self.web_search = on,
         }
     }
 
@@ -166,7 +164,6 @@ impl Features {
             delegation: self.delegation && other.delegation,
             memory: self.memory && other.memory,
             persona: self.persona && other.persona,
-            web_search: self.web_search && other.web_search,
         }
     }
 }
@@ -241,6 +238,9 @@ pub fn split_tool_list(names: &[String]) -> Result<(BTreeSet<ToolId>, Vec<String
 pub struct Capabilities {
     pub tools: BTreeSet<ToolId>,
     pub features: Features,
+    /// The widest permission mode the agent may run in; `None`: whatever the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<PermissionMode>,
     #[serde(default)]
     pub mcp: McpAccess,
 }
@@ -256,6 +256,7 @@ impl Capabilities {
         Capabilities {
             tools: ToolId::ALL.into_iter().collect(),
             features: Features::default(),
+            permissions: None,
             mcp: McpAccess::default(),
         }
     }
@@ -271,6 +272,9 @@ pub struct Ceiling {
     /// Allowed tools; `None` leaves the tools as configured.
     pub tools: Option<BTreeSet<ToolId>>,
     pub disabled_features: BTreeSet<Feature>,
+    /// The widest permission mode; `None` leaves the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<PermissionMode>,
     /// Which MCP tools the agent may use.
     #[serde(default)]
     pub mcp: McpRule,
@@ -329,6 +333,10 @@ pub fn resolve(
             capabilities.tools.retain(|tool| allowed.contains(tool));
         }
         capabilities.features = capabilities.features.and(ceiling.features());
+        capabilities.permissions = match (capabilities.permissions, ceiling.permissions) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         capabilities.mcp.rules.push(ceiling.mcp.clone());
     }
     match occasion {

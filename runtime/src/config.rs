@@ -100,7 +100,6 @@ impl Config {
                 Feature::Delegation => features.delegation = *on,
                 Feature::Memory => features.memory = *on,
                 Feature::Persona => features.persona = *on,
-                Feature::WebSearch => features.web_search = *on,
             }
         }
         Ok(Config {
@@ -108,6 +107,7 @@ impl Config {
                 tools,
                 features,
                 mcp,
+                permissions: None,
             },
             mcp_servers,
         })

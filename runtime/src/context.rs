@@ -84,7 +84,9 @@ pub fn build(inputs: &ContextInputs<'_>) -> Value {
             "delegation": features.delegation,
             "memory": features.memory,
             "persona": features.persona,
-            "web_search": features.web_search,
+            // Schema 1 names it; the runtime has no search provider, so no prompt may
+            // promise a search.
+            "web_search": false,
         },
         "memory": { "enabled": inputs.resolved.memory_enabled },
         "surface": {

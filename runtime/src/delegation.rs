@@ -26,7 +26,7 @@ use crate::mode::PromptMode;
 use crate::provider::{Message, Provider};
 use crate::session::{SessionContext, TaskSession};
 use crate::skills::Skill;
-use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError};
+use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError, WebSettings};
 use crate::transcript::{Record, SessionHeader, Transcript};
 
 /// A verifier's conclusion.
@@ -95,6 +95,8 @@ pub struct Subagents {
     pub parent_session: String,
     pub parent_agent: String,
     pub max_steps: u32,
+    /// `web_fetch`'s limits, the same as the parent's.
+    pub web: WebSettings,
     /// The parent's MCP servers: a helper may use their tools as its ceiling allows.
     pub mcp: Option<Arc<McpServers>>,
     pub(crate) next: AtomicU32,
@@ -129,6 +131,7 @@ impl Subagents {
             parent_session,
             parent_agent: ORCHESTRATOR.to_string(),
             max_steps: 30,
+            web: WebSettings::default(),
             mcp: None,
             next: AtomicU32::new(0),
         }
@@ -225,7 +228,10 @@ impl Subagents {
             .map_err(stop)?;
         }
         // No delegate: the child's toolbox has no `task` tool, whatever its ceiling says.
-        let mut tools = ToolContext::new(self.cwd.clone());
+        // Its permissions are the parent's, narrowed further by its own ceiling.
+        let mut tools = ToolContext::new(self.cwd.clone())
+            .with_policy(request.policy.inherited(&self.parent_agent))
+            .with_web(self.web.clone());
         if let Some(mcp) = &self.mcp {
             tools = tools.with_mcp(mcp.clone());
         }

@@ -8,9 +8,13 @@
 //!   budgets.
 //! - [`assemble`]: the per-turn assembly, in a fixed order, from one snapshot, with
 //!   wholesale fallback to the built-in pack.
+//! - [`preview`]: every built-in agent × prompt mode rendered from a fixed sample context
+//!   (what `packer diff` compares).
 //! - [`session`]: task sessions freeze their agent definition and prompt mode.
 //! - [`provider`]: OpenAI- and Anthropic-compatible streaming model calls.
-//! - [`tools`]: read, write, edit, bash, grep, glob and todowrite.
+//! - [`tools`]: read, write, edit, bash, grep, glob, web_fetch and todowrite.
+//! - [`permissions`]: permission modes, approval policies and allow/deny rules every
+//!   tool call passes; [`sandbox`]: the Landlock sandbox `bash` runs in.
 //! - [`mcp`]: tools of configured MCP servers, as `mcp__<server>__<tool>`.
 //! - [`agent_loop`]: prompt → model → tools, repeated; [`transcript`]: the JSONL session
 //!   files it writes and `--resume` reads.
@@ -36,8 +40,12 @@ pub mod mcp;
 pub mod metadata;
 pub mod mode;
 pub mod packs;
+pub mod permissions;
+pub mod plan;
+pub mod preview;
 pub mod provider;
 pub mod reminders;
+pub mod sandbox;
 pub mod session;
 pub mod skills;
 pub mod tools;

@@ -250,3 +250,22 @@ fn bad_config_names_the_problem() {
     // Sections that belong to other parts of the agent are left alone.
     Config::parse("[updates]\nchannel = \"stable\"").unwrap();
 }
+
+/// No search provider is built in, so web search is no capability: a config cannot turn
+/// it on, and no template sees it as available.
+#[test]
+fn web_search_is_not_a_capability() {
+    let err = Config::parse("[agents.default.features]\nweb_search = true\n").unwrap_err();
+    assert!(
+        err.contains("unknown feature \"web_search\"") && err.contains("delegation"),
+        "{err}"
+    );
+    for agent in agent_runtime::agents::BUILTIN_AGENTS {
+        let prompt = Turn::new(agent).render();
+        assert!(
+            !prompt.text.to_lowercase().contains("web search"),
+            "{agent}"
+        );
+        assert!(!agent_runtime::tools::registered().any(|t| t == "web_search"));
+    }
+}

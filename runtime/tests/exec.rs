@@ -155,6 +155,7 @@ fn read_edit_run_resume(api: &str) {
             "grep",
             "glob",
             "todowrite",
+            "web_fetch",
             "skill",
             "task",
             "record_note",

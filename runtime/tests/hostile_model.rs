@@ -60,8 +60,8 @@ fn absurd_retry_after_values_are_survived_and_the_wait_stays_bounded() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert_eq!(server.requests().len(), 5);
-    // 0.5 s of backoff, then three waits capped at 1 s: the date, the huge count, and the
-    // backoff itself (it would be 4 s by then).
+    // A backoff pause, two waits capped at 1 s (the huge count, the date), and another
+    // backoff pause; with a 1 s cap each backoff pause is drawn from [0.5 s, 1 s).
     assert!(elapsed >= Duration::from_secs(3), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(30), "{elapsed:?}");
 }

@@ -255,12 +255,14 @@ fn a_server_that_dies_takes_its_tools_and_tells_the_model_but_the_session_goes_o
         )]),
         openai_text("The time server is gone; carrying on without it."),
     ]);
+    // The sandbox keeps commands from signalling processes outside it (the server is the
+    // agent's child), so this session runs with full permissions.
     let out = exec(
         &server,
         home.path(),
         work.path(),
         &[],
-        &["what time is it?"],
+        &["--permissions", "full", "what time is it?"],
     );
     assert!(
         out.status.success(),
@@ -431,4 +433,68 @@ fn a_bad_server_table_is_a_clear_error() {
         "{stderr}"
     );
     assert!(stderr.contains(&Path::new("config.toml").display().to_string()));
+}
+
+/// Permissions apply to MCP tools: one its server marks read-only runs in any mode, any
+/// other is outside `workspace` and needs an allow rule under `exec`'s `never`.
+#[test]
+fn mcp_tools_that_may_change_things_need_a_rule_below_full() {
+    require(
+        "mcp-server-everything",
+        "@modelcontextprotocol/server-everything from npm",
+    );
+    let server_table = "[mcp_servers.everything]\ncommand = \"mcp-server-everything\"\n";
+    let script = || {
+        ModelServer::start(vec![
+            openai_calls(&[
+                (
+                    "e1",
+                    "mcp__everything__echo",
+                    json!({"message": "read-only"}),
+                ),
+                ("e2", "mcp__everything__toggle-simulated-logging", json!({})),
+            ]),
+            openai_text("done"),
+        ])
+    };
+    let work = tempfile::tempdir().unwrap();
+    let home = home_with(server_table);
+    let server = script();
+    let out = exec(&server, home.path(), work.path(), &[], &["go"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = results_of(&server.requests()[1]);
+    let (_, echo) = results.iter().find(|(id, _)| id == "e1").unwrap();
+    assert!(echo.contains("read-only"), "{echo}");
+    let (_, toggle) = results.iter().find(|(id, _)| id == "e2").unwrap();
+    assert!(
+        toggle.contains("not known to the runtime, so the `workspace` mode"),
+        "{toggle}"
+    );
+    assert!(
+        toggle.contains("mcp__everything__toggle-simulated-logging"),
+        "{toggle}"
+    );
+
+    let home = home_with(&format!(
+        "{server_table}[permissions]\nallow = [\"mcp__everything__toggle-*\"]\n"
+    ));
+    let server = script();
+    let out = exec(&server, home.path(), work.path(), &[], &["go"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = results_of(&server.requests()[1]);
+    let (_, toggle) = results.iter().find(|(id, _)| id == "e2").unwrap();
+    assert!(!toggle.contains("refused"), "{toggle}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("allowed by the rule `mcp__everything__toggle-*`"),
+        "{stderr}"
+    );
 }

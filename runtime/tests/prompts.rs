@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use agent_runtime::agents::BUILTIN_AGENTS;
+use agent_runtime::agents::{BUILTIN_AGENTS, PLAN};
 use agent_runtime::tools::{ToolContext, Toolbox};
 use agent_runtime::{Occasion, PromptMode};
 use common::Turn;
@@ -47,10 +47,9 @@ fn metadata_hashes_every_template_used_and_the_prompt() {
     }
     // Subagent templates were not used, so they are not listed.
     assert!(!meta.templates.contains_key("agents/worker/system.hbs"));
-    use sha2::Digest;
     assert_eq!(
         meta.prompt_sha256,
-        hex::encode(sha2::Sha256::digest(prompt.text.as_bytes()))
+        pack_format::sha256_hex(prompt.text.as_bytes())
     );
 }
 
@@ -207,10 +206,14 @@ fn named_tools(text: &str) -> std::collections::BTreeSet<String> {
     named
 }
 
+/// Every tool named anywhere the model reads at the start of a turn (the system prompt,
+/// every offered tool's description, and plan mode's reminders for the plan agent) is a
+/// tool it is offered: no text points the model at a tool it does not have.
 #[test]
 fn every_tool_a_prompt_names_is_offered() {
     let dir = tempfile::tempdir().unwrap();
-    for agent in BUILTIN_AGENTS {
+    let snapshot = common::builtin();
+    for agent in BUILTIN_AGENTS.iter().chain([&PLAN]) {
         for mode in PromptMode::ALL {
             for occasion in [Occasion::Root, Occasion::TaskChild] {
                 let mut turn = Turn::new(agent);
@@ -227,17 +230,53 @@ fn every_tool_a_prompt_names_is_offered() {
                 };
                 let toolbox = Toolbox::new(&prompt.capabilities, Arc::new(context));
                 let offered = toolbox.names();
-                let named = named_tools(&prompt.text);
-                let missing: Vec<&String> = named
-                    .iter()
-                    .filter(|n| !offered.contains(&n.as_str()))
-                    .collect();
-                assert!(
-                    missing.is_empty(),
-                    "{agent} {mode} {occasion:?} names {missing:?}, not offered (offered: {offered:?})"
-                );
+                let mut texts = vec![("the system prompt".to_string(), prompt.text.clone())];
+                for spec in toolbox.specs(&snapshot).unwrap() {
+                    texts.push((format!("the {} description", spec.name), spec.description));
+                }
+                if *agent == PLAN {
+                    let plan = dir.path().join("plan.md");
+                    texts.push((
+                        "the plan reminder".to_string(),
+                        agent_runtime::plan::plan_reminder(&snapshot, &plan),
+                    ));
+                    texts.push((
+                        "the build reminder".to_string(),
+                        agent_runtime::plan::build_reminder(&snapshot, &plan),
+                    ));
+                }
+                for (source, text) in texts {
+                    let missing: Vec<String> = named_tools(&text)
+                        .into_iter()
+                        .filter(|n| !offered.contains(&n.as_str()))
+                        .collect();
+                    assert!(
+                        missing.is_empty(),
+                        "{agent} {mode} {occasion:?}: {source} names {missing:?}, not offered (offered: {offered:?})"
+                    );
+                }
             }
         }
+    }
+}
+
+/// Plan mode thinks with mavis's prompt: only its ceiling and its reminders differ.
+#[test]
+fn the_plan_agent_renders_mavis_prompt_under_a_read_only_ceiling() {
+    for mode in PromptMode::ALL {
+        let mut plan = Turn::new(PLAN);
+        plan.mode = mode;
+        plan.occasion = Occasion::Root;
+        let mut mavis = Turn::new("mavis");
+        mavis.mode = mode;
+        let (plan, mavis) = (plan.render(), mavis.render());
+        assert_eq!(plan.text, mavis.text, "{mode}");
+        assert_eq!(plan.metadata.agent, PLAN);
+        assert_eq!(
+            plan.capabilities.permissions,
+            Some(agent_runtime::permissions::PermissionMode::ReadOnly)
+        );
+        assert_eq!(mavis.capabilities.permissions, None);
     }
 }
 

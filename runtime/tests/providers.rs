@@ -198,6 +198,35 @@ async fn gives_up_after_the_retry_budget() {
     assert_eq!(server.requests().len(), 3);
 }
 
+/// The backoff pauses are held under `max_retry_wait` even when the first pause alone
+/// would be longer: each is drawn from the upper half of the cap.
+#[tokio::test]
+async fn backoff_pauses_stay_under_the_longest_wait() {
+    let busy = || Reply::Status {
+        status: 503,
+        retry_after: None,
+        body: "busy".into(),
+    };
+    let server = ModelServer::start(vec![
+        busy(),
+        busy(),
+        busy(),
+        Reply::fixture("openai_4_done.sse", &[]),
+    ]);
+    let started = std::time::Instant::now();
+    let (response, _) = call(Api::OpenAi, &server, |s| {
+        s.retry_base = Duration::from_secs(10);
+        s.max_retry_wait = Duration::from_millis(300);
+    })
+    .await;
+    let elapsed = started.elapsed();
+    response.unwrap();
+    assert_eq!(server.requests().len(), 4);
+    // Three pauses in [150 ms, 300 ms); uncapped they would be 10 s, 20 s and 40 s.
+    assert!(elapsed >= Duration::from_millis(450), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
 #[tokio::test]
 async fn client_errors_are_not_retried() {
     let server = ModelServer::start(vec![Reply::Status {

@@ -281,7 +281,7 @@ fn tool_schemas_say_what_the_parsers_accept() {
     let specs = tools.specs(&pack_client::builtin::snapshot()).unwrap();
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, tools.names());
-    assert!(!names.contains(&"web_fetch"), "{names:?}");
+    assert!(names.contains(&"web_fetch"), "{names:?}");
     let schema = |name: &str| {
         specs
             .iter()
@@ -299,6 +299,10 @@ fn tool_schemas_say_what_the_parsers_accept() {
         read["properties"]["path"]["description"],
         "Absolute path of the file."
     );
+    assert_eq!(schema("web_fetch")["required"], json!(["url"]));
+    let bash = schema("bash");
+    assert_eq!(bash["properties"]["outside_sandbox"]["type"], "boolean");
+    assert_eq!(bash["required"], json!(["command"]));
     let todo = schema("todowrite");
     assert_eq!(
         todo["properties"]["items"]["items"]["properties"]["status"]["enum"],

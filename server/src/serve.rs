@@ -9,6 +9,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use pack_format::retry::Backoff;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -125,6 +126,15 @@ impl Server {
         http.timer(TokioTimer::new())
             .header_read_timeout(header_timeout);
         tokio::pin!(shutdown);
+        // Failed accepts (out of file descriptors and the like) pause on the shared schedule:
+        // growing, jittered, each under a second; a successful accept starts it over.
+        let backoff = Backoff {
+            first: Duration::from_millis(10),
+            cap: Duration::from_secs(1),
+            retries: None,
+        };
+        let mut pauses = backoff.delays();
+        let mut failing = false;
         loop {
             let permit = tokio::select! {
                 permit = connections.clone().acquire_owned() => match permit {
@@ -135,11 +145,19 @@ impl Server {
             };
             let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
+                    Ok(a) => {
+                        if failing {
+                            pauses = backoff.delays();
+                            failing = false;
+                        }
+                        a
+                    }
                     Err(err) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(%err, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        // Back off instead of spinning; the schedule has no retry limit.
+                        failing = true;
+                        let pause = pauses.next().unwrap_or(backoff.cap / 2);
+                        tracing::warn!(%err, pause_ms = pause.as_millis() as u64, "accept failed");
+                        tokio::time::sleep(pause).await;
                         continue;
                     }
                 },

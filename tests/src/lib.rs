@@ -99,8 +99,7 @@ impl Publisher {
 
     /// `packd` config: this publisher's key and token.
     pub fn server_config(&self) -> PathBuf {
-        use sha2::Digest;
-        let hash = hex::encode(sha2::Sha256::digest(self.token.as_bytes()));
+        let hash = pack_format::sha256_hex(self.token.as_bytes());
         let path = self.dir.path().join("packd.toml");
         std::fs::write(
             &path,

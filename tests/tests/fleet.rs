@@ -389,7 +389,6 @@ fn with_telemetry_off_nothing_identifies_the_install_and_nothing_is_reported() {
 /// The client's install hash, as the protocol defines it (written out here so the test
 /// does not trust the code under test to compute it).
 fn pack_protocol_install_hash(server: &str, install_id: &str) -> String {
-    use sha2::Digest;
     let salted = format!("promptpack install v1\n{server}\nstable\n{install_id}");
-    hex::encode(sha2::Sha256::digest(salted.as_bytes()))[..32].to_string()
+    pack_format::sha256_hex(salted.as_bytes())[..32].to_string()
 }

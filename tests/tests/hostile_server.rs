@@ -601,6 +601,98 @@ async fn server_errors_are_reported_with_their_status() {
     );
 }
 
+/// A client on `cache` that makes `attempts` attempts per request, pausing from `backoff`.
+fn retrying_client(
+    fx: &Fixture,
+    server: &Hostile,
+    cache: &std::path::Path,
+    attempts: u32,
+    backoff: Duration,
+) -> Client {
+    let config_path = fx
+        .publisher
+        .client_config(&server.url, "deadline_secs = 20\n");
+    let mut config =
+        ClientConfig::load(&config_path, cache.to_path_buf(), "1.0.0".parse().unwrap()).unwrap();
+    config.attempts = attempts;
+    config.backoff = backoff;
+    Client::new(config).unwrap()
+}
+
+/// Answers 503 to the first `failures` requests for the channel document, then `inner`;
+/// counts the channel requests.
+fn failing_first(failures: usize, inner: Route, count: Arc<AtomicUsize>) -> Route {
+    Arc::new(move |request: &Request| {
+        if request.path == "/v1/channels/stable" && count.fetch_add(1, Ordering::SeqCst) < failures
+        {
+            return Reply::Status(503);
+        }
+        inner(request)
+    })
+}
+
+/// A busy server is retried on the shared backoff schedule: the pauses double from the
+/// configured first one (100 ms, then 200 ms, each drawn up to twice that), and the refresh
+/// gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_server_is_retried_after_pauses_that_double() {
+    let at = Installed::new().await;
+    let requests = Arc::new(AtomicUsize::new(0));
+    at.server.set(failing_first(
+        2,
+        honest(&at.fx.next(), at.fx.blobs()),
+        requests.clone(),
+    ));
+    let client = retrying_client(
+        at.fx,
+        &at.server,
+        at.cache.path(),
+        3,
+        Duration::from_millis(100),
+    );
+    let started = std::time::Instant::now();
+    client.refresh_now().await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        3,
+        "two 503s, then the document"
+    );
+    assert_eq!(client.store().capture().version().to_string(), "2.0.0");
+    assert!(
+        elapsed >= Duration::from_millis(300),
+        "pauses of at least 100 ms and 200 ms, found {elapsed:?} in all"
+    );
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+/// The retry budget is kept: with three attempts a server that stays busy is asked three
+/// times, and the refresh fails with its status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stays_busy_is_asked_only_as_often_as_configured() {
+    let at = Installed::new().await;
+    let requests = Arc::new(AtomicUsize::new(0));
+    at.server.set(failing_first(
+        usize::MAX,
+        honest(&at.fx.next(), at.fx.blobs()),
+        requests.clone(),
+    ));
+    let client = retrying_client(
+        at.fx,
+        &at.server,
+        at.cache.path(),
+        3,
+        Duration::from_millis(10),
+    );
+    let err = client.refresh_now().await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::Status { status: 503, .. }),
+        "{err:?}"
+    );
+    assert_eq!(requests.load(Ordering::SeqCst), 3);
+    assert_eq!(client.store().capture().version().to_string(), "1.0.0");
+}
+
 /// Serves `signed` and `pack` (under its hash), counting the pack's downloads.
 fn counting(signed: &Signed, pack: &[u8], downloads: Arc<AtomicUsize>) -> Route {
     let sha = pack_format::sha256_hex(pack);

@@ -1,5 +1,6 @@
-//! The README's hand-run flows, run as written: "Publishing a pack by hand" then
-//! "Publishing to packd", in a scratch directory that sees the repository's `packs/`, with
+//! The README's hand-run flows, run as written: "Publishing a pack by hand", its
+//! `packer diff` of the sealed pack against its source tree, then "Publishing to packd",
+//! in a scratch directory that sees the repository's `packs/`, with
 //! the workspace's binaries on `PATH`, against the real packd the section itself starts.
 //! Only the port is changed, so parallel runs do not collide.
 
@@ -21,6 +22,7 @@ fn sh_block<'a>(readme: &'a str, heading: &str) -> &'a str {
 fn publishing_to_packd_runs_as_written() {
     let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
     let by_hand = sh_block(&readme, "## Publishing a pack by hand");
+    let diff = sh_block(&readme, "### What a release changes: `packer diff`");
     let to_packd = sh_block(&readme, "## Publishing to packd");
 
     // The example's client range is the one the agent built from this tree falls into.
@@ -42,7 +44,7 @@ fn publishing_to_packd_runs_as_written() {
         .local_addr()
         .unwrap()
         .port();
-    let script = format!("{by_hand}\n{to_packd}").replace("8470", &port.to_string());
+    let script = format!("{by_hand}\n{diff}\n{to_packd}").replace("8470", &port.to_string());
 
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(workspace().join("packs"), dir.path().join("packs")).unwrap();
@@ -75,6 +77,13 @@ fn publishing_to_packd_runs_as_written() {
         out.status,
         std::fs::read_to_string(dir.path().join("packd.log")).unwrap_or_default()
     );
+
+    // The sealed pack and the tree it was built from hold the same files and prompts.
+    assert!(
+        stdout.contains("nothing changes\n"),
+        "packer diff -q found a difference:\n{stdout}"
+    );
+    assert!(stdout.contains("no differences: "), "{stdout}");
 
     // What the publisher sees at the end: the rollback and removal took effect, 1.2.0 is
     // what every client gets, and 1.3.0 is uploaded but live nowhere.

@@ -11,9 +11,10 @@ pub mod retry;
 pub mod settings;
 pub mod sse;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use backon::Retryable;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -228,6 +229,28 @@ fn refusal(body: &str) -> Refusal {
     }
 }
 
+/// Why one attempt of a model call failed.
+#[derive(Debug)]
+enum Failed {
+    /// A 429, a 5xx or no connection: worth another attempt, after `retry_after` when the
+    /// server asked for a pause.
+    Retryable {
+        last: String,
+        retry_after: Option<Duration>,
+    },
+    /// Anything else: the call stops with this error.
+    Final(ProviderError),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::Retryable { last, .. } => f.write_str(last),
+            Failed::Final(err) => err.fmt(f),
+        }
+    }
+}
+
 /// Longest error body kept from a failed response; the rest is never read.
 const MAX_ERROR_BODY: usize = 2000;
 
@@ -290,10 +313,11 @@ impl Provider {
         }
     }
 
-    /// One model call, streamed. Retries 429 and 5xx answers (and failed connections)
-    /// with exponential backoff, honouring `Retry-After` (see [`retry`]) up to the
-    /// settings' `max_retry_wait`; never retries once the stream has started, because the
-    /// reader has already seen part of the answer.
+    /// One model call, streamed. Retries 429 and 5xx answers (and failed connections) on
+    /// the shared backoff schedule ([`ProviderSettings::backoff`]: jitter, under
+    /// `max_retry_wait`), or after the pause the server asks for (`Retry-After`, see
+    /// [`retry`]) up to `max_retry_wait`; never retries once the stream has started, because
+    /// the reader has already seen part of the answer.
     pub async fn complete(
         &self,
         request: &ModelRequest<'_>,
@@ -301,103 +325,124 @@ impl Provider {
     ) -> Result<ModelResponse, ProviderError> {
         let body = self.body(request);
         let url = self.settings.endpoint();
-        let mut attempt: u32 = 0;
-        loop {
-            attempt = attempt.saturating_add(1);
-            let mut builder = self
-                .http
-                .post(&url)
-                .header("accept", "text/event-stream")
-                .json(&body);
-            builder = match self.settings.api {
-                Api::OpenAi => match &self.settings.api_key {
-                    Some(key) => builder.bearer_auth(key),
-                    None => builder,
-                },
-                Api::Anthropic => {
-                    let builder = builder.header("anthropic-version", "2023-06-01");
-                    match &self.settings.api_key {
-                        Some(key) => builder.header("x-api-key", key),
-                        None => builder,
-                    }
-                }
-            };
-            let failure = match builder.send().await {
-                Ok(response) if response.status().is_success() => {
-                    return match self.settings.api {
-                        Api::OpenAi => self.read_stream::<openai::Fold>(response, on_delta).await,
-                        Api::Anthropic => {
-                            self.read_stream::<anthropic::Fold>(response, on_delta)
-                                .await
-                        }
-                    };
-                }
-                Ok(response) => {
-                    let status = response.status().as_u16();
-                    let retry_after = retry::requested_wait(
-                        response.headers(),
-                        std::time::SystemTime::now(),
-                        self.settings.max_retry_wait,
-                    );
-                    let text = error_text(response, self.settings.idle_timeout).await;
-                    // A 5xx that says the request itself is wrong fails the same way
-                    // every time: say so now instead of retrying it.
-                    let retryable = match refusal(&text) {
-                        Refusal::ContextOverflow {
-                            prompt_tokens,
-                            context_tokens,
-                        } => {
-                            return Err(ProviderError::ContextOverflow {
-                                url,
-                                status,
-                                body: text,
-                                prompt_tokens,
-                                context_tokens,
-                            });
-                        }
-                        Refusal::BadRequest => false,
-                        Refusal::Unknown => status == 429 || status >= 500,
-                    };
-                    if !retryable {
-                        return Err(ProviderError::Status {
-                            url,
-                            status,
-                            body: text,
-                        });
-                    }
-                    (format!("{status}: {text}"), retry_after)
-                }
-                // reqwest's own message repeats the URL ("error sending request for url
-                // (…)") and hides the cause two sources down; the URL is in our message
-                // already, so keep only the cause ("Connection refused (os error 111)").
-                Err(e) if e.is_connect() || e.is_timeout() || e.is_request() => {
-                    (pack_format::error::root_cause(&e), None)
-                }
-                Err(e) => {
-                    return Err(ProviderError::Connect {
-                        url,
-                        reason: pack_format::error::root_cause(&e),
-                    });
-                }
-            };
-            let (last, retry_after) = failure;
-            if attempt > self.settings.max_retries {
+        let backoff = self.settings.backoff();
+        // Atomic, not a Cell: the call's future must stay `Send`.
+        let attempts = AtomicU32::new(0);
+        let sent = (|| {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            self.send(&url, &body)
+        })
+        .retry(backoff.delays())
+        .when(|failed: &Failed| matches!(failed, Failed::Retryable { .. }))
+        .adjust(|failed, wait| match failed {
+            Failed::Retryable {
+                retry_after: Some(asked),
+                ..
+            } => wait.map(|_| backoff.capped(*asked)),
+            Failed::Retryable {
+                retry_after: None, ..
+            }
+            | Failed::Final(_) => wait,
+        })
+        .notify(|failed, wait| {
+            let attempt = attempts.load(Ordering::Relaxed);
+            tracing::warn!(attempt, ?wait, "model call failed, retrying: {failed}");
+        })
+        .await;
+        let response = match sent {
+            Ok(response) => response,
+            Err(Failed::Final(err)) => return Err(err),
+            Err(Failed::Retryable { last, .. }) => {
                 return Err(ProviderError::RetriesExhausted {
                     url,
-                    attempts: attempt,
+                    attempts: attempts.load(Ordering::Relaxed),
                     last,
                 });
             }
-            let backoff = self
-                .settings
-                .retry_base
-                .checked_mul(2u32.saturating_pow(attempt - 1))
-                .unwrap_or(Duration::MAX);
-            let wait = retry_after
-                .unwrap_or(backoff)
-                .min(self.settings.max_retry_wait);
-            tracing::warn!(attempt, ?wait, "model call failed, retrying: {last}");
-            tokio::time::sleep(wait).await;
+        };
+        match self.settings.api {
+            Api::OpenAi => self.read_stream::<openai::Fold>(response, on_delta).await,
+            Api::Anthropic => {
+                self.read_stream::<anthropic::Fold>(response, on_delta)
+                    .await
+            }
+        }
+    }
+
+    /// One attempt: the request sent and a success status back, or why not.
+    async fn send(&self, url: &str, body: &Value) -> Result<reqwest::Response, Failed> {
+        let mut builder = self
+            .http
+            .post(url)
+            .header("accept", "text/event-stream")
+            .json(body);
+        builder = match self.settings.api {
+            Api::OpenAi => match &self.settings.api_key {
+                Some(key) => builder.bearer_auth(key),
+                None => builder,
+            },
+            Api::Anthropic => {
+                let builder = builder.header("anthropic-version", "2023-06-01");
+                match &self.settings.api_key {
+                    Some(key) => builder.header("x-api-key", key),
+                    None => builder,
+                }
+            }
+        };
+        match builder.send().await {
+            Ok(response) if response.status().is_success() => Ok(response),
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let retry_after = retry::requested_wait(
+                    response.headers(),
+                    std::time::SystemTime::now(),
+                    self.settings.max_retry_wait,
+                );
+                let text = error_text(response, self.settings.idle_timeout).await;
+                // A 5xx that says the request itself is wrong fails the same way every
+                // time: say so now instead of retrying it.
+                let retryable = match refusal(&text) {
+                    Refusal::ContextOverflow {
+                        prompt_tokens,
+                        context_tokens,
+                    } => {
+                        return Err(Failed::Final(ProviderError::ContextOverflow {
+                            url: url.to_string(),
+                            status,
+                            body: text,
+                            prompt_tokens,
+                            context_tokens,
+                        }));
+                    }
+                    Refusal::BadRequest => false,
+                    Refusal::Unknown => status == 429 || status >= 500,
+                };
+                if retryable {
+                    Err(Failed::Retryable {
+                        last: format!("{status}: {text}"),
+                        retry_after,
+                    })
+                } else {
+                    Err(Failed::Final(ProviderError::Status {
+                        url: url.to_string(),
+                        status,
+                        body: text,
+                    }))
+                }
+            }
+            // reqwest's own message repeats the URL ("error sending request for url
+            // (…)") and hides the cause two sources down; the URL is in our message
+            // already, so keep only the cause ("Connection refused (os error 111)").
+            Err(e) if e.is_connect() || e.is_timeout() || e.is_request() => {
+                Err(Failed::Retryable {
+                    last: pack_format::error::root_cause(&e),
+                    retry_after: None,
+                })
+            }
+            Err(e) => Err(Failed::Final(ProviderError::Connect {
+                url: url.to_string(),
+                reason: pack_format::error::root_cause(&e),
+            })),
         }
     }
 

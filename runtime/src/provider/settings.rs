@@ -15,8 +15,9 @@
 //! ```
 //!
 //! A 429 or 5xx answer is retried after the pause the server asks for (`Retry-After` in
-//! seconds or as an HTTP date, or `retry-after-ms`), else after an exponential backoff;
-//! either way never longer than `max_retry_wait_secs`. A value that is neither a plain
+//! seconds or as an HTTP date, or `retry-after-ms`), else after an exponential backoff with
+//! jitter (the n-th pause drawn between 0.5 s·2^(n−1) and twice that, always under
+//! `max_retry_wait_secs`); either way never longer than `max_retry_wait_secs`. A value that is neither a plain
 //! number nor a date (`-5`, `1e20`, `NaN`) is ignored and the backoff applies.
 //!
 //! Precedence, highest first: flags, then `AGENT_BASE_URL`, `AGENT_API`, `AGENT_MODEL`,
@@ -126,6 +127,16 @@ pub struct ProviderSettings {
 }
 
 impl ProviderSettings {
+    /// The schedule failed model calls are retried on: `max_retries` retries from
+    /// `retry_base`, doubling, jittered, every pause under `max_retry_wait`.
+    pub fn backoff(&self) -> pack_format::retry::Backoff {
+        pack_format::retry::Backoff {
+            first: self.retry_base,
+            cap: self.max_retry_wait,
+            retries: Some(self.max_retries as usize),
+        }
+    }
+
     /// Resolves settings from the config file's text, the command line and `env`.
     pub fn resolve(
         config_text: &str,

@@ -3,7 +3,6 @@
 //! `<notification>` block the loop adds before the next model call.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -13,9 +12,10 @@ use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Notify, oneshot};
 
-use super::bash::{kill_group, shell};
-use super::{Call, Gate, Tool, ToolError, ToolResult, cut_middle};
+use super::bash::kill_group;
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, cut_middle};
 use crate::capabilities::ToolId;
+use crate::permissions::Access;
 
 /// Output kept per task; older bytes are dropped from the front.
 const KEEP_BYTES: usize = 1024 * 1024;
@@ -148,6 +148,10 @@ impl Tool for TaskQuery {
         true
     }
 
+    fn access(&self, _context: &ToolContext, _args: &QueryArgs) -> Access {
+        Access::Own
+    }
+
     async fn run(&self, call: Call<'_>, args: QueryArgs) -> ToolResult {
         call.context.tasks.query(args)
     }
@@ -168,6 +172,10 @@ impl Tool for TaskOutput {
 
     fn read_only(&self) -> bool {
         false
+    }
+
+    fn access(&self, _context: &ToolContext, _args: &OutputArgs) -> Access {
+        Access::Own
     }
 
     async fn run(&self, call: Call<'_>, args: OutputArgs) -> ToolResult {
@@ -194,6 +202,10 @@ impl Tool for TaskStop {
         false
     }
 
+    fn access(&self, _context: &ToolContext, _args: &StopArgs) -> Access {
+        Access::Own
+    }
+
     async fn run(&self, call: Call<'_>, args: StopArgs) -> ToolResult {
         call.context.tasks.stop(args).await
     }
@@ -210,22 +222,12 @@ async fn pump(task: Arc<Task>, mut reader: impl AsyncRead + Unpin) {
 }
 
 impl TaskManager {
-    /// Starts `command` in the background and returns its task id.
-    pub fn spawn(&self, command: &str, cwd: &std::path::Path) -> ToolResult {
-        let (program, flag) = shell();
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.arg(flag)
-            .arg(command)
-            .current_dir(cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        #[cfg(unix)]
-        cmd.process_group(0);
+    /// Starts `cmd` (set up by `bash`, sandbox included) in the background and returns its
+    /// task id; `command` is the script as the model wrote it.
+    pub(super) fn spawn(&self, mut cmd: tokio::process::Command, command: &str) -> ToolResult {
         let mut child = cmd
             .spawn()
-            .map_err(|e| ToolError::new(format!("cannot start {program}: {e}")))?;
+            .map_err(|e| ToolError::new(format!("cannot start the shell: {e}")))?;
         let id = format!("bg-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let (stop_tx, stop_rx) = oneshot::channel();
         let task = Arc::new(Task {

@@ -1,4 +1,7 @@
 //! `bash`: one command in a non-interactive shell, with a timeout and capped output.
+//!
+//! Below the `full` mode the command runs in the sandbox (see [`crate::sandbox`]) unless
+//! the model asks to leave it and the user (or an allow rule) agrees.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -10,6 +13,7 @@ use tokio::sync::watch;
 
 use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, cut_middle};
 use crate::capabilities::ToolId;
+use crate::permissions::{Access, Permit};
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
@@ -22,6 +26,13 @@ pub(super) struct Args {
     /// Start the command and return at once with a task id.
     #[serde(default)]
     run_in_background: bool,
+    /// Run outside the sandbox. Only when the sandbox stopped a command that must write
+    /// outside the workspace or reach the network; the user is asked (or a rule decides).
+    #[serde(default)]
+    outside_sandbox: bool,
+    /// Why the command must leave the sandbox; shown to the user.
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 pub(super) struct Bash;
@@ -37,16 +48,63 @@ impl Tool for Bash {
         Gate::Tool(ToolId::Bash)
     }
 
+    fn addenda(&self) -> &'static [(&'static str, &'static str)] {
+        &[("task_output", "tools/bash_background.md")]
+    }
+
     fn read_only(&self) -> bool {
         false
     }
 
-    async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
-        if args.run_in_background {
-            return call.context.tasks.spawn(&args.command, &call.context.cwd);
+    fn access(&self, _context: &ToolContext, args: &Args) -> Access {
+        Access::Command {
+            command: args.command.clone(),
+            outside_sandbox: args.outside_sandbox,
+            reason: args.reason.clone(),
         }
-        run(call.context, args, call.cancel).await
     }
+
+    async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
+        if args.command.trim().is_empty() {
+            return Err(ToolError::new("command is empty"));
+        }
+        let command = shell_command(call.context, &call.permit, &args.command)?;
+        if args.run_in_background {
+            return call.context.tasks.spawn(command, &args.command);
+        }
+        run(call.context, command, args, call.cancel).await
+    }
+}
+
+/// The shell running `script` in the working directory, in the sandbox the permit names.
+pub(super) fn shell_command(
+    context: &ToolContext,
+    permit: &Permit,
+    script: &str,
+) -> Result<tokio::process::Command, ToolError> {
+    let (program, flag) = shell();
+    let mut command = match &permit.sandbox {
+        None => tokio::process::Command::new(program),
+        Some(spec) => context
+            .policy
+            .permissions()
+            .sandbox
+            .command(spec, program, &[])
+            .map_err(|e| ToolError::new(format!("cannot start the sandbox: {e}")))?,
+    };
+    command
+        .arg(flag)
+        .arg(script)
+        .current_dir(&context.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // Its own process group: Ctrl-C at the terminal reaches the agent, which decides, and
+    // a timeout can kill the whole tree.
+    #[cfg(unix)]
+    command.process_group(0);
+    Ok(command)
 }
 
 /// Bytes kept per stream while the command runs; the rest is counted, not stored.
@@ -103,32 +161,20 @@ enum End {
     Cancelled,
 }
 
-async fn run(context: &ToolContext, args: Args, mut cancel: watch::Receiver<bool>) -> ToolResult {
-    if args.command.trim().is_empty() {
-        return Err(ToolError::new("command is empty"));
-    }
+async fn run(
+    context: &ToolContext,
+    mut command: tokio::process::Command,
+    args: Args,
+    mut cancel: watch::Receiver<bool>,
+) -> ToolResult {
     let limits = context.limits;
     let timeout = args
         .timeout_ms
         .map_or(limits.bash_timeout, Duration::from_millis)
         .min(limits.bash_max_timeout);
-    let (program, flag) = shell();
-    let mut command = tokio::process::Command::new(program);
-    command
-        .arg(flag)
-        .arg(&args.command)
-        .current_dir(&context.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // Its own process group: Ctrl-C at the terminal reaches the agent, which decides, and
-    // a timeout can kill the whole tree.
-    #[cfg(unix)]
-    command.process_group(0);
     let mut child = command
         .spawn()
-        .map_err(|e| ToolError::new(format!("cannot start {program}: {e}")))?;
+        .map_err(|e| ToolError::new(format!("cannot start the shell: {e}")))?;
     let stdout = tokio::spawn(drain(child.stdout.take().unwrap()));
     let stderr = tokio::spawn(drain(child.stderr.take().unwrap()));
 

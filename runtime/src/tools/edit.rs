@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking};
 use crate::capabilities::ToolId;
+use crate::permissions::Access;
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
@@ -317,6 +318,19 @@ impl Tool for Edit {
 
     fn read_only(&self) -> bool {
         false
+    }
+
+    fn access(&self, context: &ToolContext, args: &Args) -> Access {
+        Access::Write(context.resolve(&args.path))
+    }
+
+    fn preview(&self, context: &ToolContext, args: &Args) -> Option<String> {
+        let path = context.resolve(&args.path);
+        let current = std::fs::read_to_string(&path).ok()?;
+        match apply_edit(&current, &args.old_text, &args.new_text, args.replace_all) {
+            Ok(outcome) => Some(super::diff(&path, &current, &outcome.text)),
+            Err(e) => Some(format!("(the edit does not apply as written: {e})")),
+        }
     }
 
     async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {

@@ -4,6 +4,10 @@
 //! A tool never stops the run. Whatever goes wrong — bad arguments, a missing file, an
 //! ambiguous edit, an unknown tool — becomes a [`ToolOutput`] with `is_error` set and a
 //! message that tells the model what it can do instead.
+//!
+//! Before a tool runs, the call passes the session's permissions (see
+//! [`crate::permissions`]): each tool says what the call touches ([`Tool::access`]), and
+//! the policy runs it, asks the user, or refuses it with the rule that refused it.
 
 mod background;
 mod bash;
@@ -15,6 +19,7 @@ mod skill;
 mod task;
 mod text;
 mod todo;
+mod web_fetch;
 mod write;
 
 use std::collections::BTreeSet;
@@ -33,6 +38,7 @@ use tokio::sync::watch;
 use crate::capabilities::{Capabilities, ToolId};
 use crate::error::PromptError;
 use crate::mcp::{McpServers, McpToolHandle};
+use crate::permissions::{Access, Permit, Policy};
 use crate::provider::{ToolCall, ToolSpec};
 use crate::skills::Skill;
 
@@ -40,11 +46,13 @@ pub use background::{TaskManager, TaskState};
 pub use edit::{EditOutcome, MatchLevel, apply_edit};
 pub use notes::{Note, load as load_notes, notes_file};
 pub use text::cut_middle;
+use text::diff;
 pub use todo::{TodoItem, TodoStatus};
+pub use web_fetch::WebSettings;
 
 /// Every tool the runtime implements, in the order they are offered. Adding a tool is one
 /// [`Tool`] implementation in its own file plus its line here.
-static REGISTRY: [&dyn Registered; 14] = [
+static REGISTRY: [&dyn Registered; 15] = [
     &read::Read,
     &write::Write,
     &edit::Edit,
@@ -55,6 +63,7 @@ static REGISTRY: [&dyn Registered; 14] = [
     &search::Grep,
     &search::Glob,
     &todo::TodoWrite,
+    &web_fetch::WebFetch,
     &skill::SkillTool,
     &task::Task,
     &notes::RecordNote,
@@ -89,12 +98,14 @@ pub struct Call<'a> {
     pub context: &'a Arc<ToolContext>,
     /// Turns true when the user interrupts; long-running tools stop.
     pub cancel: watch::Receiver<bool>,
+    /// How the permissions let this call run (commands: in which sandbox).
+    pub permit: Permit,
 }
 
 /// One tool the model can call. Its JSON schema is derived from `Args`, so the schema the
 /// model sees and the parser that reads its arguments cannot drift apart.
 pub trait Tool: Send + Sync + 'static {
-    type Args: DeserializeOwned + JsonSchema + Send + 'static;
+    type Args: DeserializeOwned + JsonSchema + Send + Sync + 'static;
 
     fn name(&self) -> &'static str;
 
@@ -103,10 +114,25 @@ pub trait Tool: Send + Sync + 'static {
         format!("tools/{}.md", self.name())
     }
 
+    /// Pack files appended to the description when the named tool is offered too, so a
+    /// description never points the model at a tool it does not have. An older pack
+    /// without such a file simply goes without it.
+    fn addenda(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
     fn gate(&self) -> Gate;
 
     /// The call only reads, so it may run alongside other reads.
     fn read_only(&self) -> bool;
+
+    /// What the call touches, for the permission check before it runs.
+    fn access(&self, context: &ToolContext, args: &Self::Args) -> Access;
+
+    /// What the call would change, shown when the user is asked (a diff for file edits).
+    fn preview(&self, _context: &ToolContext, _args: &Self::Args) -> Option<String> {
+        None
+    }
 
     fn run(&self, call: Call<'_>, args: Self::Args) -> impl Future<Output = ToolResult> + Send;
 
@@ -121,6 +147,7 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 trait Registered: Send + Sync {
     fn name(&self) -> &'static str;
     fn description_key(&self) -> String;
+    fn addenda(&self) -> &'static [(&'static str, &'static str)];
     fn gate(&self) -> Gate;
     fn read_only(&self) -> bool;
     fn schema(&self) -> Value;
@@ -137,6 +164,10 @@ impl<T: Tool> Registered for T {
         Tool::description_key(self)
     }
 
+    fn addenda(&self) -> &'static [(&'static str, &'static str)] {
+        Tool::addenda(self)
+    }
+
     fn gate(&self) -> Gate {
         Tool::gate(self)
     }
@@ -149,11 +180,23 @@ impl<T: Tool> Registered for T {
         schema_of::<T::Args>()
     }
 
-    fn call<'a>(&'a self, call: Call<'a>, arguments: &str) -> BoxFuture<'a, ToolResult> {
-        match parse::<T::Args>(Tool::name(self), arguments) {
-            Ok(args) => Box::pin(self.run(call, args)),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
+    fn call<'a>(&'a self, mut call: Call<'a>, arguments: &str) -> BoxFuture<'a, ToolResult> {
+        let args = match parse::<T::Args>(Tool::name(self), arguments) {
+            Ok(args) => args,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        Box::pin(async move {
+            let context = call.context;
+            let access = self.access(context, &args);
+            let preview = || self.preview(context, &args);
+            call.permit = call
+                .toolbox
+                .policy
+                .check(Tool::name(self), &access, &preview)
+                .await
+                .map_err(ToolError)?;
+            self.run(call, args).await
+        })
     }
 
     fn replay(&self, context: &ToolContext, arguments: &str) {
@@ -235,6 +278,8 @@ pub struct DelegateRequest {
     pub task: String,
     /// Files the parent has written so far, for the child's session context.
     pub files: Vec<PathBuf>,
+    /// The parent's permissions: the child runs with no more.
+    pub policy: Policy,
 }
 
 /// Runs a delegated task in a child agent and returns its handoff.
@@ -345,6 +390,11 @@ pub struct ToolContext {
     /// Where `record_note` keeps this workspace's notes; `None` disables the note tools.
     pub notes_file: Option<PathBuf>,
     pub protected: Option<Protected>,
+    /// What calls may do without asking. [`ToolContext::new`] starts unrestricted, as a
+    /// library caller that wires no policy expects; the `agent` binary always installs one.
+    pub policy: Policy,
+    /// `web_fetch`'s limits and the private addresses it may reach.
+    pub web: WebSettings,
     /// The session's MCP servers, whose tools join the built-in ones.
     pub mcp: Option<Arc<McpServers>>,
 }
@@ -352,7 +402,6 @@ pub struct ToolContext {
 impl ToolContext {
     pub fn new(cwd: PathBuf) -> ToolContext {
         ToolContext {
-            cwd,
             limits: ToolLimits::default(),
             read_files: Mutex::new(BTreeSet::new()),
             written: Mutex::new(BTreeSet::new()),
@@ -362,8 +411,21 @@ impl ToolContext {
             delegate: None,
             notes_file: None,
             protected: None,
+            policy: Policy::unrestricted(cwd.clone()),
+            web: WebSettings::default(),
             mcp: None,
+            cwd,
         }
+    }
+
+    pub fn with_policy(mut self, policy: Policy) -> ToolContext {
+        self.policy = policy;
+        self
+    }
+
+    pub fn with_web(mut self, web: WebSettings) -> ToolContext {
+        self.web = web;
+        self
     }
 
     pub fn with_mcp(mut self, mcp: Arc<McpServers>) -> ToolContext {
@@ -485,6 +547,8 @@ pub struct Toolbox {
     /// MCP tools of servers that are ready, after the agent's MCP rules.
     mcp: Vec<McpToolHandle>,
     context: Arc<ToolContext>,
+    /// The context's policy, narrowed by this agent's ceiling.
+    policy: Policy,
     /// The skills of this turn (the catalog in the prompt), for the `skill` tool.
     skills: Arc<Vec<Skill>>,
 }
@@ -506,6 +570,12 @@ impl Toolbox {
             .into_iter()
             .filter(|t| t.gate().open(capabilities, &context))
             .collect();
+        let policy = match capabilities.permissions {
+            Some(ceiling) => context
+                .policy
+                .narrow(ceiling, &format!("this agent's ceiling is `{ceiling}`")),
+            None => context.policy.clone(),
+        };
         let mcp = context
             .mcp
             .as_ref()
@@ -513,6 +583,7 @@ impl Toolbox {
             .unwrap_or_default();
         Toolbox {
             offered,
+            policy,
             mcp,
             context,
             skills: Arc::new(Vec::new()),
@@ -537,6 +608,11 @@ impl Toolbox {
         &self.context
     }
 
+    /// The permissions this agent's calls run under.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     pub fn skills(&self) -> &[Skill] {
         &self.skills
     }
@@ -544,13 +620,27 @@ impl Toolbox {
     /// The tool definitions for one model call, descriptions read from `snapshot`, so they
     /// come from the same pack as the system prompt.
     pub fn specs(&self, snapshot: &Snapshot) -> Result<Vec<ToolSpec>, PromptError> {
+        let names = self.names();
+        let text = |key: &str, bytes: &[u8]| {
+            std::str::from_utf8(bytes)
+                .map(|t| t.trim().to_string())
+                .map_err(|_| PromptError::NotUtf8 {
+                    key: key.to_string(),
+                })
+        };
         self.offered
             .iter()
             .map(|tool| {
                 let key = tool.description_key();
-                let bytes = snapshot.read(&key)?;
-                let description = std::str::from_utf8(bytes)
-                    .map_err(|_| PromptError::NotUtf8 { key: key.clone() })?;
+                let mut description = text(&key, snapshot.read(&key)?)?;
+                for (needs, extra) in tool.addenda() {
+                    if names.contains(needs)
+                        && let Some(bytes) = snapshot.get(extra)
+                    {
+                        description.push('\n');
+                        description.push_str(&text(extra, bytes)?);
+                    }
+                }
                 let mut parameters = tool.schema();
                 // The model learns the helpers' names from the schema, not by failing.
                 if tool.gate() == Gate::Delegation
@@ -561,7 +651,7 @@ impl Toolbox {
                 }
                 Ok(ToolSpec {
                     name: tool.name().to_string(),
-                    description: description.trim().to_string(),
+                    description,
                     parameters,
                 })
             })
@@ -584,6 +674,17 @@ impl Toolbox {
     /// Runs one call. `cancel` turning true stops a running command.
     pub async fn run(&self, call: &ToolCall, cancel: watch::Receiver<bool>) -> ToolOutput {
         if let Some(tool) = self.mcp.iter().find(|t| t.tool().exposed == call.name) {
+            // The runtime cannot see inside another program's tool: one its server marks
+            // read-only counts as a read, any other is inside the `full` mode only.
+            let access = if tool.tool().read_only {
+                Access::Read(None)
+            } else {
+                Access::External
+            };
+            let preview = || Some(format!("arguments: {}", call.arguments));
+            if let Err(refused) = self.policy.check(&call.name, &access, &preview).await {
+                return ToolOutput::error(refused);
+            }
             return tool.call(&call.arguments, cancel).await;
         }
         let Some(tool) = self.offered.iter().find(|t| t.name() == call.name) else {
@@ -616,6 +717,8 @@ impl Toolbox {
             toolbox: self,
             context: &self.context,
             cancel,
+            // Replaced by the permission check before the tool runs.
+            permit: Permit { sandbox: None },
         };
         match tool.call(invocation, arguments).await {
             Ok(content) => ToolOutput::ok(content),

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Call, Gate, Tool, ToolError, ToolResult, blocking};
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking};
+use crate::permissions::Access;
 
 /// Notes beyond this many are dropped oldest first, so the file stays small.
 const MAX_NOTES: usize = 500;
@@ -52,6 +53,10 @@ impl Tool for RecordNote {
         false
     }
 
+    fn access(&self, _context: &ToolContext, _args: &RecordArgs) -> Access {
+        Access::Own
+    }
+
     async fn run(&self, call: Call<'_>, args: RecordArgs) -> ToolResult {
         let Some(file) = call.context.notes_file.clone() else {
             return Err(ToolError::new("notes are not available in this session"));
@@ -77,6 +82,10 @@ impl Tool for RecallNotes {
         true
     }
 
+    fn access(&self, _context: &ToolContext, _args: &RecallArgs) -> Access {
+        Access::Own
+    }
+
     async fn run(&self, call: Call<'_>, args: RecallArgs) -> ToolResult {
         let Some(file) = call.context.notes_file.clone() else {
             return Err(ToolError::new("notes are not available in this session"));
@@ -87,11 +96,10 @@ impl Tool for RecallNotes {
 
 /// The notes file of `workspace`: one per workspace path.
 pub fn notes_file(data_dir: &Path, workspace: &Path) -> PathBuf {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes());
+    let digest = pack_format::sha256_hex(workspace.as_os_str().as_encoded_bytes());
     data_dir
         .join("notes")
-        .join(format!("{}.json", &hex::encode(digest)[..16]))
+        .join(format!("{}.json", &digest[..16]))
 }
 
 pub fn load(file: &Path) -> Result<Vec<Note>, String> {

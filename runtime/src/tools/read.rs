@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking, cut_middle};
 use crate::capabilities::ToolId;
+use crate::permissions::Access;
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
@@ -35,6 +36,10 @@ impl Tool for Read {
 
     fn read_only(&self) -> bool {
         true
+    }
+
+    fn access(&self, context: &ToolContext, args: &Args) -> Access {
+        Access::Read(Some(context.resolve(&args.path)))
     }
 
     async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {

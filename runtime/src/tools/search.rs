@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking};
 use crate::capabilities::ToolId;
+use crate::permissions::Access;
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct GrepArgs {
@@ -49,6 +50,10 @@ impl Tool for Grep {
         true
     }
 
+    fn access(&self, context: &ToolContext, args: &GrepArgs) -> Access {
+        Access::Read(Some(context.resolve(args.path.as_deref().unwrap_or("."))))
+    }
+
     async fn run(&self, call: Call<'_>, args: GrepArgs) -> ToolResult {
         blocking(call.context, move |context| grep(context, args)).await
     }
@@ -69,6 +74,10 @@ impl Tool for Glob {
 
     fn read_only(&self) -> bool {
         true
+    }
+
+    fn access(&self, context: &ToolContext, args: &GlobArgs) -> Access {
+        Access::Read(Some(context.resolve(args.path.as_deref().unwrap_or("."))))
     }
 
     async fn run(&self, call: Call<'_>, args: GlobArgs) -> ToolResult {

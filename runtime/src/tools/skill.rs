@@ -3,8 +3,9 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Call, Gate, Tool, ToolError, ToolResult};
+use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult};
 use crate::capabilities::ToolId;
+use crate::permissions::Access;
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
@@ -27,6 +28,10 @@ impl Tool for SkillTool {
 
     fn read_only(&self) -> bool {
         true
+    }
+
+    fn access(&self, _context: &ToolContext, _args: &Args) -> Access {
+        Access::Own
     }
 
     async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {

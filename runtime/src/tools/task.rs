@@ -3,7 +3,8 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Call, DelegateRequest, Gate, Tool, ToolError, ToolResult};
+use super::{Call, DelegateRequest, Gate, Tool, ToolContext, ToolError, ToolResult};
+use crate::permissions::Access;
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
@@ -30,6 +31,10 @@ impl Tool for Task {
         false
     }
 
+    fn access(&self, _context: &ToolContext, _args: &Args) -> Access {
+        Access::Own
+    }
+
     async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {
         let Some(delegate) = &call.context.delegate else {
             return Err(ToolError::new("delegation is not available"));
@@ -38,6 +43,7 @@ impl Tool for Task {
             agent: args.agent,
             task: args.task,
             files: call.context.written(),
+            policy: call.toolbox.policy().clone(),
         };
         delegate.delegate(request, call.cancel).await
     }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Call, Gate, Tool, ToolContext, ToolResult, blocking};
 use crate::capabilities::ToolId;
+use crate::permissions::Access;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -43,6 +44,10 @@ impl Tool for TodoWrite {
 
     fn read_only(&self) -> bool {
         false
+    }
+
+    fn access(&self, _context: &ToolContext, _args: &Args) -> Access {
+        Access::Own
     }
 
     async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {

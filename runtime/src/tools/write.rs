@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use super::{Call, Gate, Tool, ToolContext, ToolError, ToolResult, blocking};
 use crate::capabilities::ToolId;
+use crate::permissions::Access;
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {
@@ -29,6 +30,16 @@ impl Tool for Write {
 
     fn read_only(&self) -> bool {
         false
+    }
+
+    fn access(&self, context: &ToolContext, args: &Args) -> Access {
+        Access::Write(context.resolve(&args.path))
+    }
+
+    fn preview(&self, context: &ToolContext, args: &Args) -> Option<String> {
+        let path = context.resolve(&args.path);
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        Some(super::diff(&path, &current, &args.content))
     }
 
     async fn run(&self, call: Call<'_>, args: Args) -> ToolResult {

@@ -39,6 +39,8 @@ pub enum Reply {
     },
     /// An error status whose body starts and then stalls, never closing.
     StatusStall { status: u16, body_start: String },
+    /// A reply made from the request it answers (e.g. a path the runtime chose).
+    FromRequest(fn(&Value) -> Reply),
     /// An SSE transcript sent only after a pause, as a slow server reading a long prompt.
     Delayed { wait: Duration, sse: String },
 }
@@ -173,13 +175,22 @@ async fn handle(
                 .map(str::to_string),
             body,
         });
-        let reply = inner.replies.pop_front();
+        let mut reply = inner.replies.pop_front();
+        if let Some(Reply::FromRequest(make)) = reply {
+            reply = Some(make(&inner.requests[n].body));
+        }
         if let Some(Reply::Sse(text) | Reply::Delayed { sse: text, .. }) = &reply {
             inner.handed_out.insert(key, handed_out_ids(text));
         }
         reply
     };
     match reply {
+        Some(Reply::FromRequest(_)) => Response::builder()
+            .status(500)
+            .body(Body::from(
+                "a reply made from a request made another such reply",
+            ))
+            .unwrap(),
         None => Response::builder()
             .status(500)
             .body(Body::from("the script has no more replies"))

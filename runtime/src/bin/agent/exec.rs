@@ -74,6 +74,8 @@ pub struct ExecArgs {
     /// The workspace (default: the current directory; a resumed session keeps its own).
     #[arg(long)]
     cwd: Option<PathBuf>,
+    #[command(flatten)]
+    permissions: crate::safety::PermissionArgs,
 }
 
 pub fn exec(args: ExecArgs) -> anyhow::Result<()> {
@@ -92,8 +94,24 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
         base_url: args.base_url.clone(),
         model: args.model.clone(),
     };
-    let host = Host::open(&overrides)?;
+    let mut host = Host::open(&overrides)?;
     host.packs.refresh_in_background_if_due();
+    if args.permissions.approval == Some(agent_runtime::permissions::Approval::Ask)
+        && !std::io::stdin().is_terminal()
+    {
+        bail!(
+            "--approval ask needs a terminal to ask on, and stdin is not one; use --approval never (the default for exec) or an allow rule under [permissions]"
+        );
+    }
+    // Asks only under `--approval ask`; otherwise it only reports what a rule let through.
+    let approver: std::sync::Arc<dyn agent_runtime::permissions::Approver> =
+        std::sync::Arc::new(crate::safety::TerminalApprover::default());
+    let approver = Some(approver);
+    host.safety = crate::safety::Choice {
+        kind: crate::safety::Kind::Unattended,
+        args: args.permissions.clone(),
+        approver,
+    };
     let settings = &host.settings;
     let data_dir = &host.data_dir;
 
@@ -177,8 +195,17 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
     })?;
     messages.push(user);
 
-    let session = host.session(header.clone(), &messages, None);
+    let session = host.session(header.clone(), &messages, None)?;
     let mut agent_loop = session.agent_loop(&host, args.max_steps, false);
+    let planning = crate::planning::Planning::new(&session);
+    if header.agent == agent_runtime::agents::PLAN {
+        agent_loop
+            .state
+            .reminders
+            .register(planning.state.reminder_provider());
+        planning.enter(&host, &session);
+        eprintln!("plan mode: the plan goes to {}", planning.file.display());
+    }
     agent_loop.state.compaction = compaction;
 
     // The first Ctrl-C ends the current step and saves; a second one leaves at once.

@@ -14,10 +14,11 @@ use agent_runtime::instructions::Instructions;
 use agent_runtime::live::LiveContext;
 use agent_runtime::mcp::McpServers;
 use agent_runtime::packs::Packs;
+use agent_runtime::permissions::Policy;
 use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
 use agent_runtime::session::{SessionContext, TaskSession};
 use agent_runtime::skills::Skill;
-use agent_runtime::tools::{Protected, ToolContext, notes_file};
+use agent_runtime::tools::{Protected, ToolContext, WebSettings, notes_file};
 use agent_runtime::transcript::SessionHeader;
 use agent_runtime::{Occasion, Profile, TurnRequest};
 
@@ -31,6 +32,11 @@ pub struct Host {
     pub no_model: Option<String>,
     pub packs: Packs,
     pub custom_agents: Arc<Vec<AgentDefinition>>,
+    /// What the entry point chose about permissions; each session builds its own from it.
+    pub safety: crate::safety::Choice,
+    /// The config file's text, for the permissions each session reads from it.
+    pub config_text: String,
+    pub web: WebSettings,
 }
 
 impl Host {
@@ -68,6 +74,11 @@ impl Host {
         }
         let packs = crate::open_packs_or_builtin(&data_dir, &config_text);
         let provider = Arc::new(Provider::new(settings.clone())?);
+        let web = WebSettings::parse(&config_text)
+            .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
+        // A bad [permissions] table stops every command, not only the first session.
+        agent_runtime::permissions::config::section(&config_text)
+            .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
         Ok(Host {
             data_dir,
             config: Arc::new(config),
@@ -76,17 +87,29 @@ impl Host {
             no_model,
             packs,
             custom_agents: Arc::new(custom_agents),
+            safety: crate::safety::Choice::default(),
+            config_text,
+            web,
         })
     }
 
-    /// Wires one session: its tools (with helpers to delegate to, background tasks and
-    /// notes), skills on disk, and what the prompt needs to know about the machine.
+    /// Wires one session: its permissions, its tools (with helpers to delegate to,
+    /// background tasks and notes), skills on disk, and what the prompt needs to know
+    /// about the machine. Says once how the session's permissions stand.
     pub fn session(
         &self,
         header: SessionHeader,
         messages: &[Message],
         protected: Option<Protected>,
-    ) -> Session {
+    ) -> anyhow::Result<Session> {
+        let safety = crate::safety::session(
+            &self.safety,
+            &self.config_text,
+            &self.data_dir.config_file(),
+            &header.cwd,
+        )?;
+        crate::safety::announce(&safety, crate::colour_stderr());
+        let policy = Policy::new(safety.permissions.clone());
         let environment = Arc::new(Environment::detect(
             &header.cwd,
             &self.settings.model,
@@ -115,6 +138,7 @@ impl Host {
             header.cwd.clone(),
             header.id.clone(),
         );
+        subagents.web = self.web.clone();
         // MCP servers start in the background; the first model call waits for them.
         let mcp = match tokio::runtime::Handle::try_current() {
             Ok(runtime) if !self.config.mcp_servers.is_empty() => Some(McpServers::spawn(
@@ -126,6 +150,8 @@ impl Host {
         };
         subagents.mcp = mcp.clone();
         let mut tools = ToolContext::new(header.cwd.clone())
+            .with_policy(policy)
+            .with_web(self.web.clone())
             .with_delegate(Arc::new(subagents))
             .with_notes(notes_file(self.data_dir.root(), &header.cwd));
         if let Some(protected) = protected {
@@ -166,7 +192,7 @@ impl Host {
             ),
         };
         let provider = self.provider_for(&header.agent, frozen.as_ref());
-        Session {
+        Ok(Session {
             header,
             environment,
             instructions,
@@ -177,7 +203,7 @@ impl Host {
             frozen,
             provider,
             live,
-        }
+        })
     }
 
     /// The frozen definition of a helper's session, if `id` is one.

@@ -141,7 +141,7 @@ pub async fn run(
         message: user.clone(),
     })?;
     let mut messages = vec![user];
-    let session = host.session(header, &[], protected);
+    let session = host.session(header, &[], protected)?;
     let mut agent_loop = session.agent_loop(host, max_steps, std::io::stdin().is_terminal());
     let (_cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
     let mut printer = Printer::new(false);

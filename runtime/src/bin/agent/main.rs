@@ -11,7 +11,9 @@ mod exec;
 mod host;
 mod init;
 mod mcp;
+mod planning;
 mod repl;
+mod safety;
 mod spinner;
 
 use std::io::{IsTerminal as _, Write};
@@ -46,6 +48,8 @@ struct Cli {
     /// The orchestrator's prompt mode for the interactive session.
     #[arg(long, value_name = "MODE", default_value = "tui")]
     prompt_mode: PromptMode,
+    #[command(flatten)]
+    permissions: safety::PermissionArgs,
 }
 
 #[derive(Subcommand)]
@@ -62,6 +66,11 @@ enum Command {
     /// MCP servers from the `[mcp_servers.<name>]` tables of config.toml.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// What this machine supports (the sandbox) and the permissions the agent runs with.
+    Doctor,
+    /// Runs a command in the Landlock sandbox (what `bash` starts).
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec(safety::SandboxExecArgs),
 }
 
 #[derive(Subcommand)]
@@ -149,6 +158,10 @@ struct PromptArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The launcher restricts itself before anything else runs (no thread may start first).
+    if let Some(Command::SandboxExec(args)) = cli.command {
+        return safety::sandbox_exec(args);
+    }
     // `packs refresh` prints its own failure; the pack client's warning for unattended
     // refreshes would only say it a second time.
     let client_level = match &cli.command {
@@ -157,6 +170,8 @@ fn main() -> ExitCode {
             Command::Prompt(_)
             | Command::Exec(_)
             | Command::Init(_)
+            | Command::Doctor
+            | Command::SandboxExec(_)
             | Command::Mcp(_)
             | Command::Packs(
                 PacksCommand::Status { .. }
@@ -212,6 +227,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Prompt(args)) => prompt(args),
         Some(Command::Exec(args)) => exec::exec(args),
         Some(Command::Packs(command)) => packs(command),
+        Some(Command::Doctor) => safety::doctor(&DataDir::locate()?),
+        // Handled in `main`, before anything else starts.
+        Some(Command::SandboxExec(_)) => Ok(()),
         Some(Command::Mcp(McpCommand::List { json })) => mcp::list(json),
         Some(Command::Init(args)) => {
             let host = host::Host::open(&args.provider.overrides())?;
@@ -227,8 +245,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .block_on(init::run(&host, &dir, args.existing, args.max_steps))
         }
         None => {
-            let host = host::Host::open_without_model(&cli.provider.overrides())?;
-            repl::repl(host, cli.prompt_mode, 50)
+            let mut host = host::Host::open_without_model(&cli.provider.overrides())?;
+            let approver = Arc::new(safety::TerminalApprover::default());
+            host.safety = safety::Choice {
+                kind: safety::Kind::Interactive,
+                args: cli.permissions,
+                approver: Some(approver.clone()),
+            };
+            repl::repl(host, approver, cli.prompt_mode, 50)
         }
     }
 }

@@ -4,7 +4,6 @@
 
 use std::io::Write;
 use std::path::Path;
-
 use std::sync::Arc;
 
 use agent_runtime::Occasion;
@@ -18,8 +17,9 @@ use rustyline::error::ReadlineError;
 
 use crate::exec::Printer;
 use crate::host::{Host, Session};
+use crate::safety::TerminalApprover;
 
-const HELP: &str = "commands: /init  /agents  /agent NAME  /mode MODE  /model ID  /prompt  /packs  /compact  /exit";
+const HELP: &str = "commands: /init  /agents  /agent NAME  /mode MODE  /model ID  /prompt  /packs  /compact  /plan  /build  /permissions  /exit";
 
 /// What the user steered the session to: it holds from the next turn on.
 struct Steer {
@@ -61,7 +61,12 @@ impl Steer {
     }
 }
 
-pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> {
+pub fn repl(
+    host: Host,
+    approver: Arc<TerminalApprover>,
+    mode: PromptMode,
+    max_steps: u32,
+) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -85,7 +90,7 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
     };
     let mut transcript = Transcript::create(&host.data_dir.sessions_dir(), &header)?;
     let session_id = header.id.clone();
-    let session = host.session(header, &[], None);
+    let session = host.session(header, &[], None)?;
     let mut steer = Steer {
         agent: session.header.agent.clone(),
         mode,
@@ -94,6 +99,10 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
         provider: session.provider.clone(),
     };
     let mut state = LoopState::default();
+    let planning = crate::planning::Planning::new(&session);
+    state.reminders.register(planning.state.reminder_provider());
+    // The agent to go back to on /build.
+    let mut building = steer.agent.clone();
     let mut messages: Vec<Message> = Vec::new();
     let mut turns = 0;
     let mut printer = Printer::interactive();
@@ -149,6 +158,11 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
                 "exit" | "quit" => break,
                 "agents" => writeln!(out, "{}", agents(&host))?,
                 "packs" => write!(out, "{}", host.packs.describe())?,
+                "permissions" => write!(
+                    out,
+                    "{}",
+                    crate::safety::describe_session(session.tools.policy.permissions())
+                )?,
                 "prompt" => {
                     let agent_loop =
                         steer.agent_loop(&session, &host, max_steps, LoopState::default());
@@ -159,6 +173,10 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
                 }
                 "agent" => match words.next() {
                     None => writeln!(out, "agent: {}; switch with /agent NAME", steer.agent)?,
+                    Some(name) if name == agent_runtime::agents::PLAN => writeln!(
+                        out,
+                        "plan mode has its own switch: /plan, and /build to leave it"
+                    )?,
                     Some(name) => {
                         let name = canonical_name(name).to_string();
                         let known = BUILTIN_AGENTS.contains(&name.as_str())
@@ -242,6 +260,45 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
                         Err(e) => writeln!(out, "compaction failed: {e}")?,
                     }
                 }
+                "plan" => {
+                    if planning.state.active() {
+                        writeln!(out, "already in plan mode; /build carries out the plan")?;
+                        continue;
+                    }
+                    planning.enter(&host, &session);
+                    building = steer.agent.clone();
+                    steer.agent = agent_runtime::agents::PLAN.to_string();
+                    steer.occasion = Occasion::Root;
+                    steer.record(&mut transcript, turns)?;
+                    writeln!(
+                        out,
+                        "plan mode: read-only, the plan goes to {}; /build when it is ready",
+                        planning.file.display()
+                    )?;
+                }
+                "build" => {
+                    if !planning.state.active() {
+                        writeln!(out, "not in plan mode; /plan starts it")?;
+                        continue;
+                    }
+                    let reminder = planning.leave(&host);
+                    state.reminders.notify(reminder);
+                    steer.agent = std::mem::take(&mut building);
+                    steer.occasion = if BUILTIN_AGENTS.contains(&steer.agent.as_str())
+                        && steer.agent != ORCHESTRATOR
+                    {
+                        Occasion::TaskChild
+                    } else {
+                        Occasion::Root
+                    };
+                    steer.record(&mut transcript, turns)?;
+                    writeln!(
+                        out,
+                        "build mode ({} permissions): the model gets the plan from {}",
+                        session.tools.policy.mode(),
+                        planning.file.display()
+                    )?;
+                }
                 "init" => {
                     if needs_model(&mut out, "/init")? {
                         continue;
@@ -271,6 +328,8 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
             steer.agent_loop(&session, &host, max_steps, std::mem::take(&mut state));
         let result = runtime.block_on(async {
             let (cancel_tx, cancel_rx) = tokio::sync::watch::channel(false);
+            // Ctrl-C at a question stops the step too.
+            approver.arm(cancel_tx.clone());
             // Ctrl-C stops this step only; the listener goes away with the step.
             let listener = tokio::spawn(async move {
                 if tokio::signal::ctrl_c().await.is_ok() {
@@ -307,7 +366,7 @@ pub fn repl(host: Host, mode: PromptMode, max_steps: u32) -> anyhow::Result<()> 
 fn agents(host: &Host) -> String {
     let snapshot = host.packs.store().capture();
     let mut out = String::new();
-    for name in BUILTIN_AGENTS {
+    for name in BUILTIN_AGENTS.iter().chain([&agent_runtime::agents::PLAN]) {
         let description = match AgentDefinition::builtin(name, &snapshot) {
             Some(Ok(def)) if !def.description.is_empty() => def.description,
             _ => "talks to you and delegates to the others".to_string(),

@@ -1,0 +1,244 @@
+//! The sandbox `bash` runs in: Landlock on Linux.
+//!
+//! Landlock restricts the process that asks and everything it starts afterwards, and it
+//! must be asked from inside the process before the command runs. The usual way, a
+//! `pre_exec` hook between fork and exec, needs `unsafe` code, which this workspace
+//! denies. So the `agent` binary itself is the launcher: `agent sandbox-exec --write DIR
+//! … -- /bin/bash -c CMD` restricts itself (a fresh, single-threaded process), then
+//! replaces itself with the shell through a plain `exec`. The restriction survives the
+//! exec and is inherited by every child; nothing can lift it.
+//!
+//! The ruleset: read and execute everywhere; write, create, remove and rename only below
+//! the writable directories (none in `read-only`) and on `/dev/null`-like devices; no TCP
+//! bind or connect unless the network is allowed (Landlock ABI 4); no signals to processes
+//! outside the sandbox and, without network, no abstract UNIX sockets outside it
+//! (ABI 6). Landlock does not filter UDP or other socket families: with the network off,
+//! DNS still resolves, but no TCP connection can be made.
+//!
+//! At session start the host runs `agent sandbox-exec --probe`, which restricts itself
+//! and reports what the kernel enforced; [`Sandbox`] records it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde::{Deserialize, Serialize};
+
+use crate::permissions::SandboxSpec;
+
+/// The hidden subcommand of the `agent` binary that launches a command in the sandbox.
+pub const SUBCOMMAND: &str = "sandbox-exec";
+/// Set to `off` to treat this machine as having no sandbox (commands are then asked about
+/// or refused like any other call outside the mode).
+pub const SWITCH_ENV: &str = "AGENT_SANDBOX";
+/// The exit code of a command the launcher could not sandbox (it never runs unconfined).
+pub const LAUNCH_FAILED: i32 = 126;
+
+/// What this machine can enforce, found once per session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sandbox {
+    Landlock {
+        /// The `agent` binary, which re-executes itself as the launcher.
+        launcher: PathBuf,
+        /// The Landlock ABI the kernel offers.
+        abi: u8,
+    },
+    Unavailable {
+        reason: String,
+    },
+}
+
+/// What `agent sandbox-exec --probe` prints: one JSON line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    /// 0 when Landlock is missing.
+    pub abi: u8,
+    /// Why Landlock is not usable, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Sandbox {
+    /// Runs the probe through `launcher` (the `agent` binary). Honours `AGENT_SANDBOX=off`.
+    pub fn detect(launcher: &Path) -> Sandbox {
+        if std::env::var(SWITCH_ENV).is_ok_and(|v| v == "off") {
+            return Sandbox::Unavailable {
+                reason: format!("switched off by {SWITCH_ENV}=off"),
+            };
+        }
+        if !cfg!(target_os = "linux") {
+            return Sandbox::Unavailable {
+                reason: "Landlock is Linux-only".to_string(),
+            };
+        }
+        let output = std::process::Command::new(launcher)
+            .args([SUBCOMMAND, "--probe"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        let output = match output {
+            Ok(output) => output,
+            Err(e) => {
+                return Sandbox::Unavailable {
+                    reason: format!(
+                        "cannot run the sandbox launcher {}: {e}",
+                        launcher.display()
+                    ),
+                };
+            }
+        };
+        let text = String::from_utf8_lossy(&output.stdout);
+        match serde_json::from_str::<Probe>(text.trim()) {
+            Ok(Probe { abi, .. }) if abi > 0 => Sandbox::Landlock {
+                launcher: launcher.to_path_buf(),
+                abi,
+            },
+            Ok(Probe { reason, .. }) => Sandbox::Unavailable {
+                reason: reason.unwrap_or_else(|| "Landlock is not available".to_string()),
+            },
+            Err(_) => Sandbox::Unavailable {
+                reason: format!(
+                    "the sandbox probe failed ({}): {}",
+                    output.status,
+                    text.trim()
+                ),
+            },
+        }
+    }
+
+    /// Can keep commands from writing outside their directories.
+    pub fn confines_files(&self) -> bool {
+        matches!(self, Sandbox::Landlock { .. })
+    }
+
+    /// Can keep commands off the network (TCP rules arrived in Landlock ABI 4).
+    pub fn confines_network(&self) -> bool {
+        matches!(self, Sandbox::Landlock { abi, .. } if *abi >= 4)
+    }
+
+    /// One line for messages and `agent doctor`.
+    pub fn describe(&self) -> String {
+        match self {
+            Sandbox::Landlock { abi, .. } => {
+                let net = if *abi >= 4 {
+                    "TCP rules"
+                } else {
+                    "no network rules before ABI 4"
+                };
+                format!("Landlock ABI {abi}: file-system rules, {net}")
+            }
+            Sandbox::Unavailable { reason } => format!("no sandbox: {reason}"),
+        }
+    }
+
+    /// The process that runs `program args…` in the sandbox `spec` describes.
+    pub fn command(
+        &self,
+        spec: &SandboxSpec,
+        program: &str,
+        args: &[&str],
+    ) -> Result<tokio::process::Command, String> {
+        let Sandbox::Landlock { launcher, .. } = self else {
+            return Err(self.describe());
+        };
+        let mut command = tokio::process::Command::new(launcher);
+        command.arg(SUBCOMMAND);
+        for dir in &spec.writable {
+            command.arg("--write").arg(dir);
+        }
+        if spec.network {
+            command.arg("--network");
+        }
+        command.arg("--").arg(program).args(args);
+        Ok(command)
+    }
+}
+
+/// Why the launcher could not confine itself.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("Landlock is not available on this kernel ({0})")]
+    Unsupported(String),
+    #[error(
+        "the network cannot be switched off on this kernel (Landlock ABI {abi}; TCP rules need ABI 4)"
+    )]
+    NoNetworkRules { abi: u8 },
+    #[error("setting up the Landlock ruleset failed: {0}")]
+    Ruleset(String),
+}
+
+/// What the launcher enforced on itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enforced {
+    pub abi: u8,
+}
+
+/// Files every command may write to whatever the mode: writing to them changes nothing.
+const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random"];
+
+/// Restricts the calling process (and everything it starts) to `spec`. Call it before
+/// starting any thread: Landlock binds the calling thread only.
+#[cfg(target_os = "linux")]
+pub fn restrict_self(spec: &SandboxSpec) -> Result<Enforced, SandboxError> {
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset,
+        RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+    };
+    // The newest ABI this code was written and tested against; older kernels get what
+    // they support (best effort), newer ones nothing this code has not vetted.
+    let abi = ABI::V7;
+    let fail = |e: landlock::RulesetError| SandboxError::Ruleset(e.to_string());
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(fail)?
+        .scope(Scope::Signal)
+        .map_err(fail)?;
+    if !spec.network {
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(fail)?
+            .scope(Scope::AbstractUnixSocket)
+            .map_err(fail)?;
+    }
+    let status = ruleset
+        .create()
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(DEVICES, AccessFs::from_all(abi)))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(&spec.writable, AccessFs::from_all(abi)))
+        .map_err(fail)?
+        .restrict_self()
+        .map_err(fail)?;
+    let kernel_abi = match status.landlock {
+        LandlockStatus::Available { effective_abi, .. } => effective_abi as i32,
+        LandlockStatus::NotEnabled => {
+            return Err(SandboxError::Unsupported(
+                "built into the kernel but not enabled at boot".to_string(),
+            ));
+        }
+        LandlockStatus::NotImplemented => {
+            return Err(SandboxError::Unsupported(
+                "not built into this kernel".to_string(),
+            ));
+        }
+    };
+    let abi = u8::try_from(kernel_abi).unwrap_or(0);
+    if status.ruleset == RulesetStatus::NotEnforced || abi == 0 {
+        return Err(SandboxError::Unsupported(format!(
+            "the ruleset was not enforced (ABI {abi})"
+        )));
+    }
+    if !spec.network && abi < 4 {
+        return Err(SandboxError::NoNetworkRules { abi });
+    }
+    Ok(Enforced { abi })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn restrict_self(_spec: &SandboxSpec) -> Result<Enforced, SandboxError> {
+    Err(SandboxError::Unsupported(
+        "Landlock is Linux-only".to_string(),
+    ))
+}
