@@ -13,14 +13,13 @@ use std::time::{Duration, Instant};
 
 use promptpack_tests::browser::{Browser, chromium, screenshot_dir};
 use promptpack_tests::{Packd, Publisher, packer, run};
-use sha2::Digest;
 
 const RANGE: &str = ">=1.4.0, <1.5.0";
 
 /// packd with the publisher's key, its token named `release-ci`, and fleet counts written
 /// every second; `extra` appended.
 fn config(publisher: &Publisher, extra: &str) -> PathBuf {
-    let hash = hex::encode(sha2::Sha256::digest(publisher.token.as_bytes()));
+    let hash = pack_format::sha256_hex(publisher.token.as_bytes());
     let path = publisher.dir.path().join("console-packd.toml");
     std::fs::write(
         &path,
@@ -87,7 +86,7 @@ fn report(server: &Packd, install: &str, release: &str, pack: &str, reason: &str
 
 /// Install `n`'s install hash: 32 lowercase hex digits, as a client sends it.
 fn install(n: usize) -> String {
-    hex::encode(&sha2::Sha256::digest(format!("console-install-{n}").as_bytes())[..16])
+    pack_format::sha256_hex(format!("console-install-{n}").as_bytes())[..32].to_string()
 }
 
 /// Polls `check` until it holds or 15 s pass.
@@ -396,7 +395,7 @@ fn a_private_console_is_opened_with_a_token_typed_at_the_keyboard() {
         &publisher,
         &format!(
             "[[tokens]]\nname = \"reader\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n",
-            hex::encode(sha2::Sha256::digest(read_token.as_bytes()))
+            pack_format::sha256_hex(read_token.as_bytes())
         ),
     );
     let data = publisher.dir.path().join("data");
