@@ -7,7 +7,8 @@
 #
 # For each page: the first answer of a freshly started packd (cold: nothing cached), then
 # RUNS answers in a row over one kept-alive connection (curl's time_total: request sent to
-# last byte read), as p50 / p90 / p99 / max. Target: every page under 50 ms.
+# last byte read), as p50 / p90 / p99 / max. Target: every page under 50 ms. For the
+# overview, also how long after its first answer every channel's fleet data is on it.
 #
 #   bash scripts/bench-console.sh
 #   CHANNELS=100 HISTORY=1000 RUNS=300 bash scripts/bench-console.sh
@@ -108,6 +109,7 @@ percentiles() {
 
 printf '\n%-52s %8s %9s %8s %8s %8s %8s\n' "page ($CHANNELS channels × $HISTORY documents)" "KiB" "cold ms" "p50 ms" "p90 ms" "p99 ms" "max ms"
 missed=0
+complete=n/a
 for page in "${pages[@]}"; do
   # Cold: a fresh process, nothing in its caches.
   stop_packd
@@ -116,6 +118,13 @@ for page in "${pages[@]}"; do
   read -r status cold bytes < <(curl -s -o /dev/null -w '%{http_code} %{time_total} %{size_download}\n' "$url")
   [ "$status" = 200 ] || die "$page answered $status"
   cold=$(awk "BEGIN { printf \"%.1f\", $cold * 1000 }")
+  if [ "$page" = /console ]; then
+    # A packd that just started answers the overview before it has read every channel's
+    # fleet files, saying which are still being read: how long until a reload shows all.
+    started=$(date +%s%N)
+    while [[ $(curl -s "$url") == *'still being read'* ]]; do sleep 0.01; done
+    complete=$(awk "BEGIN { printf \"%.0f\", ($(date +%s%N) - $started) / 1e6 }")
+  fi
   # Warm: RUNS requests over one connection.
   urls=()
   for _ in $(seq 1 "$RUNS"); do urls+=(-o /dev/null "$url"); done
@@ -125,6 +134,7 @@ for page in "${pages[@]}"; do
   if awk "BEGIN { exit !($p99 >= $TARGET_MS || $cold >= $TARGET_MS) }"; then missed=1; fi
 done
 echo
+echo "after a start, the overview showed every channel's fleet data within $complete ms of its first answer"
 if [ "$missed" -eq 0 ]; then
   echo "every page under $TARGET_MS ms (cold and p99)"
 else
