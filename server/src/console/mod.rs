@@ -63,8 +63,10 @@ const FLEET_VIEW_TTL: Duration = Duration::from_secs(10);
 /// Flush intervals after which the overview stops showing a stale fleet view while its
 /// successor is computed.
 const FLEET_VIEW_STALE_MAX: u32 = 30;
-/// How long the overview waits for fleet views it has not computed yet (a packd that just
-/// started); the page says which channels are still being read.
+/// How long into a request the overview may still wait for fleet views it has not computed
+/// yet (a packd that just started): reading the channels counts against it too, so a cold
+/// overview answers in about this time plus rendering; the page says which channels are
+/// still being read.
 pub const OVERVIEW_FLEET_WAIT: Duration = Duration::from_millis(25);
 /// Fleet views kept for the overview.
 const MAX_CACHED_VIEWS: usize = 4096;

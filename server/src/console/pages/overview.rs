@@ -30,6 +30,7 @@ pub async fn render(
     viewer: Viewer,
     page_number: Option<usize>,
 ) -> Result<Markup, ApiError> {
+    let asked = Instant::now();
     let now = OffsetDateTime::now_utc();
     let names = state.channel_names().await?;
     let pages = names.len().div_ceil(CHANNELS_PER_PAGE).max(1);
@@ -39,9 +40,7 @@ pub async fn render(
     let live = state.live_many(shown).await?;
     let fleet = state.fleet_access(&viewer) == FleetAccess::Shown;
     let views = if fleet {
-        state
-            .views_by(&live, Instant::now() + OVERVIEW_FLEET_WAIT)
-            .await
+        state.views_by(&live, asked + OVERVIEW_FLEET_WAIT).await
     } else {
         vec![None; live.len()]
     };
