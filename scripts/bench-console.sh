@@ -5,13 +5,14 @@
 # tenth (server/examples/console_seed.rs fills it; the last document of every channel is
 # published through the API).
 #
-# For each page: the first answer of a freshly started packd (cold: nothing cached), then
-# RUNS answers in a row over one kept-alive connection (curl's time_total: request sent to
-# last byte read), as p50 / p90 / p99 / max. Target: every page under 50 ms. For the
-# overview, also how long after its first answer every channel's fleet data is on it.
+# For each page: the first answer of a freshly started packd (cold: nothing cached; the
+# median and the maximum of COLD starts, default 5), then RUNS answers in a row over one
+# kept-alive connection (curl's time_total: request sent to last byte read), as p50 / p90 /
+# p99 / max. Target: every page under 50 ms. For the overview, also how long after its
+# first answer every channel's fleet data is on it.
 #
 #   bash scripts/bench-console.sh
-#   CHANNELS=100 HISTORY=1000 RUNS=300 bash scripts/bench-console.sh
+#   CHANNELS=100 HISTORY=1000 RUNS=300 COLD=5 bash scripts/bench-console.sh
 #   STRICT=1 bash scripts/bench-console.sh      # exit 1 when a p99 misses the target
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ cd "$(dirname "$0")/.."
 CHANNELS=${CHANNELS:-100}
 HISTORY=${HISTORY:-1000}
 RUNS=${RUNS:-200}
+COLD=${COLD:-5}
 TARGET_MS=50
 
 say() { printf '== %s\n' "$*" >&2; }
@@ -107,36 +109,41 @@ percentiles() {
       printf "%.1f %.1f %.1f %.1f\n", v[i50], v[i90], v[i99], v[n] }'
 }
 
-printf '\n%-52s %8s %9s %8s %8s %8s %8s\n' "page ($CHANNELS channels × $HISTORY documents)" "KiB" "cold ms" "p50 ms" "p90 ms" "p99 ms" "max ms"
+printf '\n%-52s %8s %9s %9s %8s %8s %8s %8s\n' "page ($CHANNELS channels × $HISTORY documents)" "KiB" "cold p50" "cold max" "p50 ms" "p90 ms" "p99 ms" "max ms"
 missed=0
-complete=n/a
+completes=()
 for page in "${pages[@]}"; do
-  # Cold: a fresh process, nothing in its caches.
-  stop_packd
-  start_packd
-  url="$server$page"
-  read -r status cold bytes < <(curl -s -o /dev/null -w '%{http_code} %{time_total} %{size_download}\n' "$url")
-  [ "$status" = 200 ] || die "$page answered $status"
-  cold=$(awk "BEGIN { printf \"%.1f\", $cold * 1000 }")
-  if [ "$page" = /console ]; then
-    # A packd that just started answers the overview before it has read every channel's
-    # fleet files, saying which are still being read: how long until a reload shows all.
-    started=$(date +%s%N)
-    while [[ $(curl -s "$url") == *'still being read'* ]]; do sleep 0.01; done
-    complete=$(awk "BEGIN { printf \"%.0f\", ($(date +%s%N) - $started) / 1e6 }")
-  fi
+  # Cold: the first answer of a fresh process, nothing in its caches; COLD starts each.
+  colds=()
+  for _ in $(seq 1 "$COLD"); do
+    stop_packd
+    start_packd
+    url="$server$page"
+    read -r status first bytes < <(curl -s -o /dev/null -w '%{http_code} %{time_total} %{size_download}\n' "$url")
+    [ "$status" = 200 ] || die "$page answered $status"
+    colds+=("$first")
+    if [ "$page" = /console ]; then
+      # A packd that just started answers the overview before it has read every channel's
+      # fleet files, saying which are still being read: how long until a reload shows all.
+      started=$(date +%s%N)
+      while [[ $(curl -s "$url") == *'still being read'* ]]; do sleep 0.01; done
+      completes+=("$(awk "BEGIN { print ($(date +%s%N) - $started) / 1e9 }")")
+    fi
+  done
+  read -r cold _ _ cold_max < <(printf '%s\n' "${colds[@]}" | percentiles)
   # Warm: RUNS requests over one connection.
   urls=()
   for _ in $(seq 1 "$RUNS"); do urls+=(-o /dev/null "$url"); done
   read -r p50 p90 p99 max < <(curl -s -w '%{time_total}\n' "${urls[@]}" | percentiles)
-  printf '%-52s %8.1f %9s %8s %8s %8s %8s\n' "$page" "$(awk "BEGIN { print $bytes / 1024 }")" \
-    "$cold" "$p50" "$p90" "$p99" "$max"
+  printf '%-52s %8.1f %9s %9s %8s %8s %8s %8s\n' "$page" "$(awk "BEGIN { print $bytes / 1024 }")" \
+    "$cold" "$cold_max" "$p50" "$p90" "$p99" "$max"
   if awk "BEGIN { exit !($p99 >= $TARGET_MS || $cold >= $TARGET_MS) }"; then missed=1; fi
 done
 echo
-echo "after a start, the overview showed every channel's fleet data within $complete ms of its first answer"
+read -r complete_p50 _ _ complete_max < <(printf '%s\n' "${completes[@]}" | percentiles)
+echo "after a start, the overview showed every channel's fleet data $complete_p50 ms after its first answer (p50 of $COLD starts; max $complete_max ms)"
 if [ "$missed" -eq 0 ]; then
-  echo "every page under $TARGET_MS ms (cold and p99)"
+  echo "every page under $TARGET_MS ms (cold median and p99)"
 else
   echo "some page took $TARGET_MS ms or more"
   [ "${STRICT:-0}" = 1 ] && exit 1
