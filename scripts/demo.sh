@@ -3,7 +3,8 @@
 # start packd on a temporary directory, make demo keys, edit a template of packs/builtin,
 # build, publish and release it as a new version, refresh the agent's client and show the
 # edited line in the system prompt it renders; then roll back to the built-in pack, refresh
-# again and show the line gone; stop.
+# again and show the line gone; leave packd up for a minute with the publisher console at
+# /console (DEMO_CONSOLE_SECS=0: no wait); stop.
 # DEMO_PROFILE=dev uses debug binaries (quicker to build, slower to run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -94,4 +95,11 @@ if grep -qF -- "$line" "$work/prompt.txt"; then
 fi
 echo "the edited line is gone:"
 grep '^pack ' "$work/prompt-metadata.txt"
+echo "== the publisher console, on what the demo just did"
+echo "open $server/console   (the channel: $server/console/channels/stable)"
+console_secs=${DEMO_CONSOLE_SECS:-60}
+if [ "$console_secs" -gt 0 ]; then
+  echo "packd stays up for $console_secs s (Ctrl-C stops it now; DEMO_CONSOLE_SECS=0 skips the wait)"
+  sleep "$console_secs"
+fi
 echo "== done; stopping packd"

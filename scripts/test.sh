@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v minisign >/dev/null 2>&1 || need_apt+=(minisign)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
+# The console's browser tests (tests/tests/console_browser.rs) drive a headless Chromium.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # The format's second implementation (format/tests/vectors/check_vectors.py) needs Python's
 # `cryptography`: from PyPI for the python3 on PATH, else Debian's package.
 if ! command -v python3 >/dev/null 2>&1; then

@@ -149,6 +149,11 @@ pub struct FleetView {
     pub ranges: Vec<RangeView>,
     /// Failure reports by pack, reason and client release, most reports first.
     pub failures: Vec<FailureCell>,
+    /// Failure reports by pack alone, with the distinct installs that sent them (an install
+    /// reporting two reasons counts once), most installs first. Empty from a packd that did
+    /// not count them.
+    #[serde(default)]
+    pub failing_packs: Vec<FailingPack>,
     /// Whether some combinations were over the cell cap and are counted under `other`.
     pub overflow: bool,
     /// How many node sketches were merged (one per packd process per day that saw clients).
@@ -219,6 +224,26 @@ pub struct FailureCell {
     pub reports: u64,
     /// Distinct installs that sent them.
     pub installs: u64,
+    /// Distinct installs that sent them, per day, in the order of [`FleetView::days`]
+    /// (empty from a packd that did not count them per day).
+    #[serde(default)]
+    pub daily: Vec<u64>,
+}
+
+/// The failure reports of one pack, over every reason and client release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct FailingPack {
+    /// As in [`FleetCell::pack`].
+    pub pack: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack_version: Option<String>,
+    /// Reports received.
+    pub reports: u64,
+    /// Distinct installs that sent them.
+    pub installs: u64,
+    /// Distinct installs that sent them, per day, in the order of [`FleetView::days`].
+    pub daily: Vec<u64>,
 }
 
 fn channel_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {

@@ -11,8 +11,8 @@ pub mod headers;
 pub mod paths;
 
 pub use fleet::{
-    EstimateInfo, FailureCell, FailureReport, FleetCell, FleetView, RangePack, RangeView,
-    ReportAccepted, ReportReason,
+    EstimateInfo, FailingPack, FailureCell, FailureReport, FleetCell, FleetView, RangePack,
+    RangeView, ReportAccepted, ReportReason,
 };
 
 use serde::de::Error as _;
@@ -108,6 +108,10 @@ pub struct ChannelSummary {
     pub expires_at: String,
     /// RFC 3339 time the server accepted it.
     pub published_at: String,
+    /// The name (from packd's config) of the token that published it. Absent on documents
+    /// published before packd recorded it. A label, never the token or its hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_by: Option<String>,
 }
 
 /// `GET /v1/channels`.
@@ -204,6 +208,18 @@ mod tests {
         let value = summary("stable", &"a".repeat(64));
         let parsed: ChannelSummary = serde_json::from_value(value.clone()).unwrap();
         assert_eq!(serde_json::to_value(&parsed).unwrap(), value);
+    }
+
+    #[test]
+    fn a_summary_without_the_publishing_token_still_parses_and_one_with_it_round_trips() {
+        let old: ChannelSummary =
+            serde_json::from_value(summary("stable", &"a".repeat(64))).unwrap();
+        assert_eq!(old.published_by, None);
+        let mut value = summary("stable", &"a".repeat(64));
+        value["published_by"] = "release-ci".into();
+        let new: ChannelSummary = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(new.published_by.as_deref(), Some("release-ci"));
+        assert_eq!(serde_json::to_value(&new).unwrap(), value);
     }
 
     #[test]

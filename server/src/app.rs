@@ -114,10 +114,12 @@ pub fn router_with_fleet(
         blobs: BlobCache::default(),
         openapi: serde_json::to_value(&api).unwrap_or_default(),
     });
+    let console = crate::console::router(state.clone());
     let app = routes
+        .with_state(state.clone())
+        .merge(console)
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .with_state(state);
+        .layer(middleware::from_fn_with_state(state, observe));
     Ok((app, live))
 }
 

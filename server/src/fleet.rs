@@ -23,7 +23,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use hyperloglockless::{DefaultHasher, HyperLogLog};
 use pack_protocol::{
-    EstimateInfo, FailureCell, FleetCell, FleetView, PackRecord, RangePack, RangeView, ReportReason,
+    EstimateInfo, FailingPack, FailureCell, FleetCell, FleetView, PackRecord, RangePack, RangeView,
+    ReportReason,
 };
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
@@ -892,10 +893,51 @@ impl Fleet {
                 pack,
             })
             .collect();
+        // Per pack, over reasons and releases: the union of the installs' sketches, per day
+        // and over the window, so an install reporting twice counts once.
+        let mut by_pack: BTreeMap<String, (u64, Sketch, Vec<Sketch>)> = BTreeMap::new();
+        for (d, day) in per_day.iter().enumerate() {
+            for ((pack, _, _), f) in &day.failures {
+                let (_, window_installs, daily) =
+                    by_pack.entry(pack.clone()).or_insert_with(|| {
+                        (0, Sketch::default(), vec![Sketch::default(); per_day.len()])
+                    });
+                window_installs.merge(&f.installs);
+                daily[d].merge(&f.installs);
+            }
+        }
+        for ((pack, _, _), f) in &window.failures {
+            if let Some((reports, _, _)) = by_pack.get_mut(pack) {
+                *reports = reports.saturating_add(f.reports);
+            }
+        }
+        let mut failing_packs: Vec<FailingPack> = by_pack
+            .into_iter()
+            .map(|(pack, (reports, installs, daily))| FailingPack {
+                pack_version: version_of(&pack),
+                pack,
+                reports,
+                installs: installs.estimate(),
+                daily: daily.iter().map(Sketch::estimate).collect(),
+            })
+            .collect();
+        failing_packs.sort_by(|a, b| {
+            b.installs
+                .cmp(&a.installs)
+                .then_with(|| a.pack.cmp(&b.pack))
+        });
         let mut failures: Vec<FailureCell> = window
             .failures
             .into_iter()
             .map(|((pack, reason, release), f)| FailureCell {
+                daily: per_day
+                    .iter()
+                    .map(|d| {
+                        d.failures
+                            .get(&(pack.clone(), reason.clone(), release.clone()))
+                            .map_or(0, |f| f.installs.estimate())
+                    })
+                    .collect(),
                 pack_version: version_of(&pack),
                 pack,
                 reason,
@@ -917,6 +959,7 @@ impl Fleet {
             cells: fleet_cells,
             ranges: range_views,
             failures,
+            failing_packs,
             overflow,
             sources,
             estimate: EstimateInfo {

@@ -21,13 +21,16 @@
 //!    waiting for it to change (uses [`config`], [`error`], [`metrics`], [`model`]).
 //! 6. [`state`]: what every handler can reach.
 //! 7. [`routes`]: the handlers, one file per resource.
-//! 8. [`app`]: the router (every route with its OpenAPI description) and its middleware.
-//! 9. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
+//! 8. [`console`]: the read-only publisher console under `/console`, HTML pages over the
+//!    same storage, live-document lookup and fleet view as [`routes`].
+//! 9. [`app`]: the router (every route with its OpenAPI description) and its middleware.
+//! 10. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
 
 pub mod app;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod fleet;
 pub mod live;

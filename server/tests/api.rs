@@ -253,6 +253,11 @@ async fn publish_fetch_revalidate_and_publish_again(env: Env) {
         .map(|e| e["sequence"].as_u64().unwrap())
         .collect();
     assert_eq!(sequences, vec![1, 2]);
+    // Each names the token that published it (by its config name, never the token).
+    for entry in history["entries"].as_array().unwrap() {
+        assert_eq!(entry["published_by"], "publisher", "{entry}");
+    }
+    assert!(!history.to_string().contains(PUBLISH_TOKEN));
     let old = c
         .get(server.url("/v1/channels/stable/history/1"))
         .send()

@@ -375,6 +375,17 @@ async fn failure_reports_through_two_nodes_are_summed(env: Env) {
         assert!(view.failures.iter().all(|f| f.pack == sha
             && f.pack_version.as_deref() == Some("1.0.0")
             && f.client_version == "1.4.2"));
+        // By pack: six distinct installs (the two that also marked it bad count once).
+        assert_eq!(view.failing_packs.len(), 1, "{view:#?}");
+        let by_pack = &view.failing_packs[0];
+        assert_eq!((by_pack.reports, by_pack.installs), (8, 6));
+        assert_eq!(by_pack.daily.last(), Some(&6));
+        // Per day too: every failing install reported today, the last day of the window.
+        for f in &view.failures {
+            assert_eq!(f.daily.len(), view.days.len(), "{f:?}");
+            assert_eq!(f.daily.last(), Some(&f.installs), "{f:?}");
+            assert_eq!(f.daily.iter().sum::<u64>(), f.installs, "{f:?}");
+        }
     }
 }
 

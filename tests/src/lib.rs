@@ -3,6 +3,8 @@
 
 #![allow(clippy::print_stderr)]
 
+pub mod browser;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

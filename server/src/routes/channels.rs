@@ -116,7 +116,7 @@ pub async fn publish(
     check_packs(&state, &verified).await?;
 
     let record = ChannelRecord {
-        summary: summary(&verified),
+        summary: summary(&verified, &token),
         document: request.document,
         signature: request.signature,
     };
@@ -149,7 +149,7 @@ pub async fn publish(
     ))
 }
 
-fn summary(verified: &VerifiedChannel) -> ChannelSummary {
+fn summary(verified: &VerifiedChannel, token: &str) -> ChannelSummary {
     let doc = &verified.document;
     ChannelSummary {
         channel: doc.channel.clone(),
@@ -160,6 +160,7 @@ fn summary(verified: &VerifiedChannel) -> ChannelSummary {
         issued_at: rfc3339(doc.issued_at),
         expires_at: rfc3339(doc.expires_at),
         published_at: rfc3339(OffsetDateTime::now_utc()),
+        published_by: Some(token.to_string()),
     }
 }
 

@@ -1,0 +1,290 @@
+//! Channel entries as a person reads them, and what changed between two documents.
+
+use pack_format::{ChannelDocument, ChannelEntry, EntryTarget};
+
+/// One entry of a channel document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The client release range, as semver writes it (`>=1.4.0, <1.5.0`, `*`).
+    pub range: String,
+    pub target: Target,
+    /// Rollout percent, when the entry is a staged rollout.
+    pub rollout: Option<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Pack {
+        version: String,
+        sha256: String,
+        size: u64,
+        schema: u32,
+    },
+    Builtin,
+}
+
+impl Target {
+    /// `1.2.0`, or `built-in`.
+    pub fn label(&self) -> &str {
+        match self {
+            Target::Pack { version, .. } => version,
+            Target::Builtin => "built-in",
+        }
+    }
+
+    /// What `packer release` calls it: the version, or `builtin`.
+    pub fn packer_arg(&self) -> &str {
+        match self {
+            Target::Pack { version, .. } => version,
+            Target::Builtin => "builtin",
+        }
+    }
+
+    pub fn sha256(&self) -> Option<&str> {
+        match self {
+            Target::Pack { sha256, .. } => Some(sha256),
+            Target::Builtin => None,
+        }
+    }
+}
+
+impl Entry {
+    pub fn of(entry: &ChannelEntry) -> Entry {
+        Entry {
+            range: entry.clients.to_string(),
+            target: match &entry.target {
+                EntryTarget::Pack(r) => Target::Pack {
+                    version: r.version.to_string(),
+                    sha256: r.sha256.clone(),
+                    size: r.size,
+                    schema: r.schema,
+                },
+                EntryTarget::Builtin => Target::Builtin,
+            },
+            rollout: entry.rollout.as_ref().map(|r| r.percent),
+        }
+    }
+
+    /// `>=1.4.0, <1.5.0 → 1.2.0 (rollout 10 %)`.
+    pub fn describe(&self) -> String {
+        let clients = if self.range == "*" {
+            "every release".to_string()
+        } else {
+            self.range.clone()
+        };
+        match self.rollout {
+            Some(p) => format!("{clients} → {} (rollout {p} %)", self.target.label()),
+            None => format!("{clients} → {}", self.target.label()),
+        }
+    }
+}
+
+/// The entries of a document, in order.
+pub fn entries(doc: &ChannelDocument) -> Vec<Entry> {
+    doc.entries.iter().map(Entry::of).collect()
+}
+
+/// One difference between two documents' entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Added(Entry),
+    Removed(Entry),
+    /// Same range and target; the rollout percent changed (`None`: no rollout, all of the range).
+    Rollout {
+        entry: Entry,
+        from: Option<u8>,
+        to: Option<u8>,
+    },
+    PackName {
+        from: String,
+        to: String,
+    },
+}
+
+impl Change {
+    /// `+`, `−` or `~`, for the eye; the text says the same in words.
+    pub fn sign(&self) -> &'static str {
+        match self {
+            Change::Added(_) => "+",
+            Change::Removed(_) => "−",
+            Change::Rollout { .. } | Change::PackName { .. } => "~",
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let percent = |p: Option<u8>| p.map_or("all".to_string(), |p| format!("{p} %"));
+        match self {
+            Change::Added(e) => format!("added {}", e.describe()),
+            Change::Removed(e) => format!("removed {}", e.describe()),
+            Change::Rollout { entry, from, to } => format!(
+                "{} for {}: rollout {} → {}",
+                entry.target.label(),
+                if entry.range == "*" {
+                    "every release"
+                } else {
+                    &entry.range
+                },
+                percent(*from),
+                percent(*to)
+            ),
+            Change::PackName { from, to } => format!("pack {from} → {to}"),
+        }
+    }
+}
+
+/// What changed from `old` (`None`: nothing before, every entry is new) to `new`. Entries are
+/// matched by range and target, in order; a matched pair whose rollout differs is one
+/// [`Change::Rollout`].
+pub fn diff(old: Option<&ChannelDocument>, new: &ChannelDocument) -> Vec<Change> {
+    let mut changes = Vec::new();
+    let before = old.map(entries).unwrap_or_default();
+    let after = entries(new);
+    if let Some(old) = old
+        && old.pack != new.pack
+    {
+        changes.push(Change::PackName {
+            from: old.pack.clone(),
+            to: new.pack.clone(),
+        });
+    }
+    let mut unmatched: Vec<Option<&Entry>> = before.iter().map(Some).collect();
+    let mut added = Vec::new();
+    for entry in &after {
+        let found = unmatched.iter_mut().find(|slot| {
+            slot.is_some_and(|old| old.range == entry.range && old.target == entry.target)
+        });
+        match found.and_then(Option::take) {
+            Some(old) if old.rollout != entry.rollout => changes.push(Change::Rollout {
+                entry: entry.clone(),
+                from: old.rollout,
+                to: entry.rollout,
+            }),
+            Some(_) => {}
+            None => added.push(Change::Added(entry.clone())),
+        }
+    }
+    changes.extend(
+        unmatched
+            .into_iter()
+            .flatten()
+            .map(|e| Change::Removed(e.clone())),
+    );
+    changes.extend(added);
+    changes
+}
+
+/// Quotes `text` for a POSIX shell when it needs it.
+pub fn shell_quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pack_format::{PackRef, Rollout};
+    use time::OffsetDateTime;
+
+    fn entry(range: &str, version: Option<&str>, rollout: Option<u8>) -> ChannelEntry {
+        ChannelEntry {
+            clients: semver::VersionReq::parse(range).unwrap(),
+            target: match version {
+                Some(v) => EntryTarget::Pack(PackRef {
+                    version: semver::Version::parse(v).unwrap(),
+                    sha256: pack_format::sha256_hex(v.as_bytes()),
+                    size: 10,
+                    schema: 1,
+                }),
+                None => EntryTarget::Builtin,
+            },
+            rollout: rollout.map(|percent| Rollout {
+                percent,
+                salt: "s".into(),
+            }),
+        }
+    }
+
+    fn doc(entries: Vec<ChannelEntry>) -> ChannelDocument {
+        ChannelDocument {
+            format: 1,
+            channel: "stable".into(),
+            pack: "core".into(),
+            sequence: 1,
+            issued_at: OffsetDateTime::UNIX_EPOCH,
+            expires_at: OffsetDateTime::UNIX_EPOCH,
+            entries,
+        }
+    }
+
+    #[test]
+    fn the_first_document_adds_every_entry() {
+        let new = doc(vec![entry("*", Some("1.0.0"), None)]);
+        let changes = diff(None, &new);
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].describe(), "added every release → 1.0.0");
+    }
+
+    #[test]
+    fn a_wider_rollout_is_one_change() {
+        let range = ">=1.4.0, <1.5.0";
+        let old = doc(vec![
+            entry(range, Some("1.2.0"), Some(10)),
+            entry("*", Some("1.1.0"), None),
+        ]);
+        let new = doc(vec![
+            entry(range, Some("1.2.0"), Some(50)),
+            entry("*", Some("1.1.0"), None),
+        ]);
+        let changes = diff(Some(&old), &new);
+        assert_eq!(
+            changes.iter().map(Change::describe).collect::<Vec<_>>(),
+            ["1.2.0 for >=1.4.0, <1.5.0: rollout 10 % → 50 %"]
+        );
+    }
+
+    #[test]
+    fn a_rollback_removes_the_rollout_and_points_the_range_elsewhere() {
+        let range = ">=1.4.0, <1.5.0";
+        let old = doc(vec![
+            entry(range, Some("1.2.0"), Some(50)),
+            entry(range, Some("1.1.0"), None),
+        ]);
+        let new = doc(vec![entry(range, None, None)]);
+        let described: Vec<String> = diff(Some(&old), &new)
+            .iter()
+            .map(|c| format!("{} {}", c.sign(), c.describe()))
+            .collect();
+        assert_eq!(
+            described,
+            [
+                "− removed >=1.4.0, <1.5.0 → 1.2.0 (rollout 50 %)",
+                "− removed >=1.4.0, <1.5.0 → 1.1.0",
+                "+ added >=1.4.0, <1.5.0 → built-in",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_renewed_document_changes_no_entry() {
+        let old = doc(vec![entry("*", Some("1.0.0"), None)]);
+        assert!(diff(Some(&old), &old.clone()).is_empty());
+    }
+
+    #[test]
+    fn shell_quoting_keeps_a_range_one_argument() {
+        assert_eq!(shell_quote("stable"), "stable");
+        assert_eq!(shell_quote("*=1.2.0"), "'*=1.2.0'");
+        assert_eq!(
+            shell_quote(">=1.4.0, <1.5.0=1.2.0@10"),
+            "'>=1.4.0, <1.5.0=1.2.0@10'"
+        );
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}
