@@ -109,6 +109,9 @@ pub fn router(app: SharedState) -> Router {
         refreshing: Mutex::new(HashSet::new()),
         background: tokio::sync::Semaphore::new(CONCURRENT_READS),
     });
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(warm(console.clone()));
+    }
     Router::new()
         .route("/console", get(pages::overview))
         .route("/console/", get(pages::overview))
@@ -128,6 +131,32 @@ pub fn router(app: SharedState) -> Router {
         .route("/console/logout", post(access::logout))
         .route("/console/assets/console.css", get(stylesheet))
         .with_state(console)
+}
+
+/// Reads, once at start-up, what every page needs first: each channel's live document and
+/// every pack record, so the first page a publisher opens after a restart answers from
+/// memory instead of reading storage for every channel. Only a head start: a failure here
+/// is logged, and the pages read whatever is still missing themselves.
+async fn warm(console: ConsoleState) {
+    let started = Instant::now();
+    let warmed = async {
+        let names = console.channel_names().await?;
+        let channels = console.live_many(&names).await?.len();
+        let records = console.pack_records().await?.len();
+        Ok::<_, ApiError>((channels, records))
+    }
+    .await;
+    match warmed {
+        Ok((channels, packs)) => tracing::debug!(
+            channels,
+            packs,
+            ms = started.elapsed().as_millis(),
+            "console data read"
+        ),
+        Err(err) => {
+            tracing::warn!(%err, "console: could not read its data ahead of the first page")
+        }
+    }
 }
 
 /// Headers of every console page: no caching (pages show live state, and private ones must
