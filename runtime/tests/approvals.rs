@@ -6,7 +6,7 @@
 mod model_server;
 mod pty;
 
-use model_server::{ModelServer, openai_calls, openai_text};
+use model_server::{ModelServer, openai_calls, openai_text, outside_tmp};
 use serde_json::json;
 
 #[test]
@@ -14,7 +14,7 @@ fn once_for_the_session_and_denied_with_a_reason() {
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     // Outside the workspace and the temp directories.
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = outside_tmp();
     let once = outside.path().join("once.txt");
     let denied = outside.path().join("denied.txt");
     let marker = outside.path().join("marker");
@@ -89,7 +89,7 @@ fn once_for_the_session_and_denied_with_a_reason() {
 fn exec_asks_only_when_told_to_and_only_at_a_terminal() {
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = outside_tmp();
     let target = outside.path().join("asked.txt");
     let server = ModelServer::start(vec![
         openai_calls(&[("w1", "write", json!({"path": target, "content": "yes\n"}))]),

@@ -12,13 +12,8 @@ mod model_server;
 use std::path::Path;
 use std::process::Output;
 
-use model_server::{ModelServer, exec, openai_calls, openai_text};
+use model_server::{ModelServer, exec, openai_calls, openai_text, outside_tmp};
 use serde_json::{Value, json};
-
-/// A directory outside the system temp directory (which `workspace` mode may write).
-fn outside_tmp() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
 
 fn results(out: &Output) -> Vec<(bool, String)> {
     String::from_utf8_lossy(&out.stdout)

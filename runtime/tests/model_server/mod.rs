@@ -52,6 +52,32 @@ impl Reply {
     }
 }
 
+/// A fresh directory outside the workspace and outside every temp directory `workspace` mode
+/// may write (`/tmp` and the system temp directory): under cargo's target directory, unless
+/// the checkout itself lives in a temp directory, then under `/var/tmp` or `$HOME`.
+pub fn outside_tmp() -> tempfile::TempDir {
+    let temp = [Path::new("/tmp").to_path_buf(), std::env::temp_dir()];
+    let in_temp = |dir: &Path| {
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        temp.iter()
+            .any(|t| dir.starts_with(t.canonicalize().unwrap_or_else(|_| t.clone())))
+    };
+    let candidates = [
+        Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+        Some(std::path::PathBuf::from("/var/tmp")),
+        std::env::var_os("HOME").map(std::path::PathBuf::from),
+    ];
+    for dir in candidates.into_iter().flatten() {
+        if dir.is_dir()
+            && !in_temp(&dir)
+            && let Ok(made) = tempfile::tempdir_in(&dir)
+        {
+            return made;
+        }
+    }
+    panic!("no writable directory outside /tmp and the temp directory for this test");
+}
+
 pub fn fixture(name: &str, vars: &[(&str, &str)]) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
