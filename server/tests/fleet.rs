@@ -19,60 +19,12 @@ use serde_json::{Value, json};
 /// install has one install hash whichever node answers.
 const PUBLIC_URL: &str = "https://packs.example.com";
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Disk,
-    S3,
-}
-
-struct Env {
-    fx: Fixture,
-    backend: Backend,
-    s3: Option<&'static Seaweed>,
-}
-
 fn setup(kind: Kind, extra_toml: &str) -> Option<Env> {
-    let fx = Fixture::new(&format!("[fleet]\nflush_secs = 1\n{extra_toml}"));
-    match kind {
-        Kind::Disk => Some(Env {
-            backend: fx.disk(),
-            fx,
-            s3: None,
-        }),
-        Kind::S3 => {
-            let s3 = Seaweed::shared()?;
-            Some(Env {
-                backend: s3.backend("fleet"),
-                fx,
-                s3: Some(s3),
-            })
-        }
-    }
-}
-
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod disk {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(env) = super::setup(super::Kind::Disk, "") {
-                        super::$name(env).await;
-                    }
-                }
-            )*
-        }
-        mod s3 {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(env) = super::setup(super::Kind::S3, "") {
-                        super::$name(env).await;
-                    }
-                }
-            )*
-        }
-    };
+    Env::on(
+        kind,
+        Fixture::new(&format!("[fleet]\nflush_secs = 1\n{extra_toml}")),
+        "fleet",
+    )
 }
 
 on_both_backends!(

@@ -600,3 +600,67 @@ pub fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> String 
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Which storage a scenario runs on.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Disk,
+    S3,
+}
+
+/// A fixture and the backend its nodes store in (with SeaweedFS when that is the backend).
+pub struct Env {
+    pub fx: Fixture,
+    pub backend: Backend,
+    pub s3: Option<&'static Seaweed>,
+}
+
+impl Env {
+    /// `fx` on `kind`, with `bucket` as the S3 bucket; `None` when SeaweedFS is not installed
+    /// (outside CI; under CI `Seaweed::shared` fails the test instead).
+    pub fn on(kind: Kind, fx: Fixture, bucket: &str) -> Option<Env> {
+        match kind {
+            Kind::Disk => Some(Env {
+                backend: fx.disk(),
+                fx,
+                s3: None,
+            }),
+            Kind::S3 => {
+                let s3 = Seaweed::shared()?;
+                Some(Env {
+                    backend: s3.backend(bucket),
+                    fx,
+                    s3: Some(s3),
+                })
+            }
+        }
+    }
+}
+
+/// Runs each scenario once per backend, as `disk::name` and `s3::name`, with the `Env` the
+/// test file's `setup(kind, "")` makes.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod disk {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(env) = super::setup(super::Kind::Disk, "") {
+                        super::$name(env).await;
+                    }
+                }
+            )*
+        }
+        mod s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(env) = super::setup(super::Kind::S3, "") {
+                        super::$name(env).await;
+                    }
+                }
+            )*
+        }
+    };
+}
