@@ -36,26 +36,6 @@ fn blob_url(server: &Packd, sha: &str) -> String {
     server.url(&format!("/v1/blobs/{sha}"))
 }
 
-async fn upload(server: &Packd, pack: &[u8]) -> reqwest::Response {
-    client()
-        .put(blob_url(server, &pack_format::sha256_hex(pack)))
-        .bearer_auth(PUBLISH_TOKEN)
-        .body(pack.to_vec())
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn publish(server: &Packd, channel: &str, body: &Value) -> reqwest::Response {
-    client()
-        .put(server.url(&format!("/v1/channels/{channel}")))
-        .bearer_auth(PUBLISH_TOKEN)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-}
-
 async fn json(response: reqwest::Response) -> Value {
     response.json().await.unwrap()
 }

@@ -22,34 +22,15 @@ fn browser_like() -> reqwest::Client {
 /// Uploads one pack and publishes `documents` sequences of `channel` pointing at it; returns
 /// the pack's SHA-256.
 async fn publish_n(server: &Packd, fx: &Fixture, channel: &str, documents: u64) -> String {
-    let c = client();
     let pack = fx.pack("core", "1.0.0", "console");
     let sha = pack_format::sha256_hex(&pack);
-    let r = c
-        .put(server.url(&paths::blob(&sha)))
-        .bearer_auth(PUBLISH_TOKEN)
-        .body(pack.clone())
-        .send()
-        .await
-        .unwrap();
+    let r = upload(server, &pack).await;
     assert!(r.status().is_success(), "{}", r.status());
     for sequence in 1..=documents {
         // Alternate the rollout percent so every document changes something.
         let mut doc = fx.document(channel, sequence, &pack, "salt");
         doc.entries[0].rollout.as_mut().unwrap().percent = 50 + (sequence % 2) as u8 * 50;
-        let r = c
-            .put(server.url(&paths::channel(channel)))
-            .bearer_auth(PUBLISH_TOKEN)
-            .json(&fx.publish_body(&doc))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            r.status(),
-            StatusCode::CREATED,
-            "{}",
-            r.text().await.unwrap()
-        );
+        publish_created(server, channel, &fx.publish_body(&doc)).await;
     }
     sha
 }

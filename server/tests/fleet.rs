@@ -34,31 +34,11 @@ on_both_backends!(
 
 /// Uploads a pack and publishes it to every client of `stable`; returns its SHA-256.
 async fn publish_pack(server: &Packd, fx: &Fixture) -> String {
-    let c = client();
     let pack = fx.pack("core", "1.0.0", "fleet");
     let sha = pack_format::sha256_hex(&pack);
-    let r = c
-        .put(server.url(&paths::blob(&sha)))
-        .bearer_auth(PUBLISH_TOKEN)
-        .body(pack.clone())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(upload(server, &pack).await.status(), StatusCode::CREATED);
     let doc = fx.document("stable", 1, &pack, "fleet");
-    let r = c
-        .put(server.url(&paths::channel("stable")))
-        .bearer_auth(PUBLISH_TOKEN)
-        .json(&fx.publish_body(&doc))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        StatusCode::CREATED,
-        "{}",
-        r.text().await.unwrap()
-    );
+    publish_created(server, "stable", &fx.publish_body(&doc)).await;
     sha
 }
 

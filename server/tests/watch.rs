@@ -34,16 +34,7 @@ impl Channel {
     }
 
     async fn upload(&self, server: &Packd) {
-        let r = client()
-            .put(server.url(&format!(
-                "/v1/blobs/{}",
-                pack_format::sha256_hex(&self.pack)
-            )))
-            .bearer_auth(PUBLISH_TOKEN)
-            .body(self.pack.clone())
-            .send()
-            .await
-            .unwrap();
+        let r = upload(server, &self.pack).await;
         assert!(r.status().is_success(), "upload: {}", r.status());
     }
 
@@ -54,19 +45,7 @@ impl Channel {
             &self.pack,
             &format!("s{sequence}"),
         ));
-        let r = client()
-            .put(server.url("/v1/channels/stable"))
-            .bearer_auth(PUBLISH_TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            r.status(),
-            StatusCode::CREATED,
-            "{}",
-            r.text().await.unwrap()
-        );
+        publish_created(server, "stable", &body).await;
     }
 }
 

@@ -586,6 +586,40 @@ pub fn client() -> reqwest::Client {
 
 /// Sends raw bytes and returns what the server answered, up to its closing the connection
 /// or `wait` passing.
+/// `PUT /v1/blobs/<sha256 of pack>` with the publish token.
+pub async fn upload(server: &Packd, pack: &[u8]) -> reqwest::Response {
+    client()
+        .put(server.url(&format!("/v1/blobs/{}", pack_format::sha256_hex(pack))))
+        .bearer_auth(PUBLISH_TOKEN)
+        .body(pack.to_vec())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `PUT /v1/channels/<channel>` of `body` ([`Fixture::publish_body`]) with the publish token.
+pub async fn publish(server: &Packd, channel: &str, body: &serde_json::Value) -> reqwest::Response {
+    client()
+        .put(server.url(&format!("/v1/channels/{channel}")))
+        .bearer_auth(PUBLISH_TOKEN)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// [`publish`] that must create the document (the failure shows packd's answer).
+pub async fn publish_created(server: &Packd, channel: &str, body: &serde_json::Value) {
+    let r = publish(server, channel, body).await;
+    let status = r.status();
+    assert_eq!(
+        status,
+        reqwest::StatusCode::CREATED,
+        "{}",
+        r.text().await.unwrap()
+    );
+}
+
 pub fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(wait)).unwrap();
