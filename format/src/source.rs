@@ -13,6 +13,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use crate::frames::{Layout, frame_payload};
 use crate::pack::{PackMeta, SealSecrets, check_seal, room_for, seal_frames};
@@ -131,7 +132,9 @@ impl PackDir {
             files: Vec::new(),
             problems: Vec::new(),
         };
-        dir.walk(root, "", limits);
+        let (files, problems) = walk(root, limits);
+        dir.files = files;
+        dir.problems = problems;
         // Path order is byte order of the pack paths (`a-b/x` before `a/x`), which is not
         // the order a directory-by-directory walk gives.
         dir.files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
@@ -162,99 +165,6 @@ impl PackDir {
             ));
         }
         dir
-    }
-
-    fn walk(&mut self, dir: &Path, prefix: &str, limits: &Limits) {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) => {
-                self.problems.push(DirProblem::new(
-                    dir,
-                    format!("cannot read the directory: {e}"),
-                ));
-                return;
-            }
-        };
-        for entry in entries {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(e) => {
-                    self.problems.push(DirProblem::new(
-                        dir,
-                        format!("cannot read the directory: {e}"),
-                    ));
-                    return;
-                }
-            };
-            let disk = entry.path();
-            // The entry's own type, not its target's: a link is not followed.
-            let kind = match entry.file_type() {
-                Ok(kind) => kind,
-                Err(e) => {
-                    self.problems
-                        .push(DirProblem::new(disk, format!("cannot read: {e}")));
-                    continue;
-                }
-            };
-            if kind.is_symlink() {
-                self.problems.push(DirProblem::new(
-                    disk,
-                    "is a symbolic link; packs hold regular files only (replace the link with a \
-                     copy of the file)",
-                ));
-                continue;
-            }
-            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
-                self.problems
-                    .push(DirProblem::new(disk, "the name is not UTF-8; rename it"));
-                continue;
-            };
-            let path = if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}/{name}")
-            };
-            if kind.is_dir() {
-                self.walk(&disk, &path, limits);
-                continue;
-            }
-            if !kind.is_file() {
-                self.problems.push(DirProblem::new(
-                    disk,
-                    "not a regular file (a device, socket or FIFO); remove it",
-                ));
-                continue;
-            }
-            if let Err(e) = validate_path(&path, limits) {
-                let message = match e {
-                    FormatError::UnsafeEntry { reason, .. } => {
-                        format!("unsafe name in a pack: {reason}")
-                    }
-                    other => format!("unsafe name in a pack: {other}"),
-                };
-                self.problems.push(DirProblem::new(disk, message));
-                continue;
-            }
-            let len = match entry.metadata() {
-                Ok(meta) => meta.len(),
-                Err(e) => {
-                    self.problems
-                        .push(DirProblem::new(disk, format!("cannot read: {e}")));
-                    continue;
-                }
-            };
-            if len > limits.max_file_len {
-                self.problems.push(DirProblem::new(
-                    disk,
-                    format!(
-                        "{len} bytes, over the per-file limit of {} bytes",
-                        limits.max_file_len
-                    ),
-                ));
-                continue;
-            }
-            self.files.push(DirFile { path, disk, len });
-        }
     }
 
     pub fn root(&self) -> &Path {
@@ -383,6 +293,179 @@ impl PackDir {
             sealed,
             index: framed.index,
         })
+    }
+}
+
+/// What listing directories found: files, problems, and subdirectories not listed yet.
+#[derive(Default)]
+struct Listed {
+    files: Vec<DirFile>,
+    problems: Vec<DirProblem>,
+    dirs: Vec<(PathBuf, String)>,
+}
+
+/// Directories waiting to be listed, and how many are being listed right now.
+struct Pending {
+    dirs: Vec<(PathBuf, String)>,
+    listing: usize,
+}
+
+/// Lists every directory under `root` on up to [`SCAN_THREADS`] threads: listing a tree of
+/// thousands of directories is system calls more than anything, and the seal that follows
+/// cannot start before it ends. The files come back in no particular order.
+fn walk(root: &Path, limits: &Limits) -> (Vec<DirFile>, Vec<DirProblem>) {
+    let pending = Mutex::new(Pending {
+        dirs: vec![(root.to_path_buf(), String::new())],
+        listing: 0,
+    });
+    let changed = Condvar::new();
+    let lister = || {
+        let mut found = Listed::default();
+        loop {
+            let (dir, prefix) = {
+                let mut pending = pending.lock().unwrap_or_else(PoisonError::into_inner);
+                loop {
+                    if let Some(next) = pending.dirs.pop() {
+                        pending.listing += 1;
+                        break next;
+                    }
+                    if pending.listing == 0 {
+                        // Nothing left and nothing being listed that could add more.
+                        changed.notify_all();
+                        return found;
+                    }
+                    pending = changed
+                        .wait(pending)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            list_dir(&dir, &prefix, limits, &mut found);
+            let mut pending = pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.listing -= 1;
+            let more = !found.dirs.is_empty();
+            pending.dirs.append(&mut found.dirs);
+            if more || pending.listing == 0 {
+                changed.notify_all();
+            }
+        }
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(SCAN_THREADS));
+    let mut all = if threads < 2 {
+        lister()
+    } else {
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(lister)).collect();
+            let mut all = lister();
+            for helper in helpers {
+                let mut found = helper
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                all.files.append(&mut found.files);
+                all.problems.append(&mut found.problems);
+            }
+            all
+        })
+    };
+    all.problems.sort_by(|a, b| a.path.cmp(&b.path));
+    (all.files, all.problems)
+}
+
+/// Threads listing directories at most: beyond a few, they wait on each other in the
+/// kernel's directory locks.
+const SCAN_THREADS: usize = 4;
+
+/// Lists one directory: its files and its problems go into `out`, and its subdirectories
+/// onto `out.dirs`, to be listed in turn.
+fn list_dir(dir: &Path, prefix: &str, limits: &Limits, out: &mut Listed) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            out.problems.push(DirProblem::new(
+                dir,
+                format!("cannot read the directory: {e}"),
+            ));
+            return;
+        }
+    };
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                out.problems.push(DirProblem::new(
+                    dir,
+                    format!("cannot read the directory: {e}"),
+                ));
+                return;
+            }
+        };
+        let disk = entry.path();
+        // The entry's own type, not its target's: a link is not followed.
+        let kind = match entry.file_type() {
+            Ok(kind) => kind,
+            Err(e) => {
+                out.problems
+                    .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                continue;
+            }
+        };
+        if kind.is_symlink() {
+            out.problems.push(DirProblem::new(
+                disk,
+                "is a symbolic link; packs hold regular files only (replace the link with a \
+                 copy of the file)",
+            ));
+            continue;
+        }
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            out.problems
+                .push(DirProblem::new(disk, "the name is not UTF-8; rename it"));
+            continue;
+        };
+        let path = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
+        if kind.is_dir() {
+            out.dirs.push((disk, path));
+            continue;
+        }
+        if !kind.is_file() {
+            out.problems.push(DirProblem::new(
+                disk,
+                "not a regular file (a device, socket or FIFO); remove it",
+            ));
+            continue;
+        }
+        if let Err(e) = validate_path(&path, limits) {
+            let message = match e {
+                FormatError::UnsafeEntry { reason, .. } => {
+                    format!("unsafe name in a pack: {reason}")
+                }
+                other => format!("unsafe name in a pack: {other}"),
+            };
+            out.problems.push(DirProblem::new(disk, message));
+            continue;
+        }
+        let len = match entry.metadata() {
+            Ok(meta) => meta.len(),
+            Err(e) => {
+                out.problems
+                    .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                continue;
+            }
+        };
+        if len > limits.max_file_len {
+            out.problems.push(DirProblem::new(
+                disk,
+                format!(
+                    "{len} bytes, over the per-file limit of {} bytes",
+                    limits.max_file_len
+                ),
+            ));
+            continue;
+        }
+        out.files.push(DirFile { path, disk, len });
     }
 }
 

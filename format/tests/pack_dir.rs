@@ -59,6 +59,41 @@ fn files_come_in_byte_order_of_their_pack_paths() {
 }
 
 #[test]
+fn a_wide_deep_tree_listed_on_several_threads_gives_every_file_once_in_order() {
+    // Thousands of directories are listed on several threads at once; what comes back must
+    // not depend on which thread listed what: each file once, in byte order of its path,
+    // and every problem, in path order.
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = Vec::new();
+    for top in 0..12 {
+        for sub in 0..15 {
+            let mut path = format!("d{top}");
+            for depth in 0..(sub % 5) {
+                path.push_str(&format!("/n{depth}-{sub}"));
+            }
+            let file = format!("{path}/f{sub}.md");
+            write(dir.path(), &file, file.as_bytes());
+            expected.push(file);
+        }
+    }
+    for top in [3, 7, 11] {
+        let link = dir.path().join(format!("d{top}/link"));
+        std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    }
+    expected.sort();
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    let paths: Vec<&str> = scanned.files().iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, expected);
+    let links: Vec<_> = scanned.problems().iter().map(|p| p.path.clone()).collect();
+    // Path order: `d11` before `d3`.
+    let want: Vec<_> = [11, 3, 7]
+        .iter()
+        .map(|top| dir.path().join(format!("d{top}/link")))
+        .collect();
+    assert_eq!(links, want);
+}
+
+#[test]
 fn every_problem_is_reported_at_once_with_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

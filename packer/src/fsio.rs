@@ -64,11 +64,6 @@ impl Staged {
     }
 }
 
-/// Writes `dest` atomically (see the module docs).
-pub fn write_atomic(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    stage(dest, bytes, mode)?.commit()
-}
-
 #[cfg(unix)]
 pub fn set_mode(path: &Path, mode: u32) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
