@@ -11,11 +11,133 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use pack_format::retry::Backoff;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::config::{Settings, StorageConfig};
 use crate::live::LiveChannels;
 use crate::storage::{Storage, StorageError};
+
+/// Accepts connections on `listener` and serves each on this thread's runtime until
+/// `shutdown` resolves. `core` numbers the loop in its log lines.
+async fn accept_loop(
+    core: usize,
+    listener: TcpListener,
+    app: &axum::Router,
+    http: &hyper::server::conn::http1::Builder,
+    connections: &Arc<Semaphore>,
+    graceful: &GracefulShutdown,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    // Failed accepts (out of file descriptors and the like) pause on the shared schedule:
+    // growing, jittered, each under a second; a successful accept starts it over.
+    let backoff = Backoff {
+        first: Duration::from_millis(10),
+        cap: Duration::from_secs(1),
+        retries: None,
+    };
+    let mut pauses = backoff.delays();
+    let mut failing = false;
+    loop {
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => {
+                    if failing {
+                        pauses = backoff.delays();
+                        failing = false;
+                    }
+                    a
+                }
+                Err(err) => {
+                    // Back off instead of spinning; the schedule has no retry limit.
+                    failing = true;
+                    let pause = pauses.next().unwrap_or(backoff.cap / 2);
+                    tracing::warn!(%err, core, pause_ms = pause.as_millis() as u64, "accept failed");
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(%peer, %err, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Where the accept loops are: serving, draining (no new connections; open ones finish),
+/// or past the grace period (whatever is still open is dropped).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    Serve,
+    Drain,
+    Abort,
+}
+
+/// Starts the accept loop for one more core: a thread with a single-threaded runtime and a
+/// socket of its own on `addr`. The receiver fires once the thread's runtime is gone.
+fn spawn_accept_thread(
+    core: usize,
+    addr: SocketAddr,
+    app: &axum::Router,
+    http: &hyper::server::conn::http1::Builder,
+    connections: &Arc<Semaphore>,
+    phases: &watch::Receiver<Phase>,
+) -> std::io::Result<oneshot::Receiver<()>> {
+    let listener = reuse_port_listener(addr)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (app, http, connections) = (app.clone(), http.clone(), connections.clone());
+    let (mut draining, mut aborting) = (phases.clone(), phases.clone());
+    let (done, finished) = oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("packd-accept-{core}"))
+        .spawn(move || {
+            runtime.block_on(async move {
+                let graceful = GracefulShutdown::new();
+                let drain = async move {
+                    let _ = draining.wait_for(|p| *p != Phase::Serve).await;
+                };
+                accept_loop(core, listener, &app, &http, &connections, &graceful, drain).await;
+                tokio::select! {
+                    () = graceful.shutdown() => {}
+                    _ = aborting.wait_for(|p| *p == Phase::Abort) => {}
+                }
+            });
+            // Dropping the runtime closes every connection still open on it.
+            drop(runtime);
+            let _ = done.send(());
+        })?;
+    Ok(finished)
+}
+
+/// A listening socket that other sockets of this process may bind beside it
+/// (`SO_REUSEPORT`): the kernel spreads new connections over them.
+fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
 
 /// How old a staging file under a data directory must be before the start-up sweep removes
 /// it. Several nodes may share one data directory, so a staging file can be another live
@@ -97,13 +219,10 @@ impl Server {
             StorageConfig::Local(dir) => Storage::local(dir)?,
             StorageConfig::S3(url) => Storage::s3(url)?,
         };
-        let listener =
-            TcpListener::bind(settings.listen)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    addr: settings.listen,
-                    source,
-                })?;
+        let listener = reuse_port_listener(settings.listen).map_err(|source| ServeError::Bind {
+            addr: settings.listen,
+            source,
+        })?;
         let min_age = STALE_STAGING_AGE.max(settings.request_timeout.saturating_mul(2));
         let (header_timeout, shutdown_grace, max_connections) = (
             settings.header_timeout,
@@ -163,59 +282,32 @@ impl Server {
             store,
             ..
         } = self;
-        let graceful = GracefulShutdown::new();
         let connections = Arc::new(Semaphore::new(max_connections));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(header_timeout);
-        tokio::pin!(shutdown);
-        // Failed accepts (out of file descriptors and the like) pause on the shared schedule:
-        // growing, jittered, each under a second; a successful accept starts it over.
-        let backoff = Backoff {
-            first: Duration::from_millis(10),
-            cap: Duration::from_secs(1),
-            retries: None,
-        };
-        let mut pauses = backoff.delays();
-        let mut failing = false;
-        loop {
-            let permit = tokio::select! {
-                permit = connections.clone().acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-                () = &mut shutdown => break,
-            };
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => {
-                        if failing {
-                            pauses = backoff.delays();
-                            failing = false;
-                        }
-                        a
-                    }
+        let (phase, phases) = watch::channel(Phase::Serve);
+        // One accept loop per core beyond this one, each on its own thread with its own
+        // single-threaded runtime and its own socket on the same port: the kernel spreads
+        // new connections over the sockets, and a connection's requests never move between
+        // threads (nginx's worker model). Without it a revalidation paid for tokio handing
+        // connections between the cores: 0.9x nginx's rate, 1.1x with it (BENCHMARKS.md).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut loops = Vec::new();
+        if let Ok(addr) = listener.local_addr() {
+            for core in 1..cores {
+                match spawn_accept_thread(core, addr, &app, &http, &connections, &phases) {
+                    Ok(finished) => loops.push(finished),
                     Err(err) => {
-                        // Back off instead of spinning; the schedule has no retry limit.
-                        failing = true;
-                        let pause = pauses.next().unwrap_or(backoff.cap / 2);
-                        tracing::warn!(%err, pause_ms = pause.as_millis() as u64, "accept failed");
-                        tokio::time::sleep(pause).await;
-                        continue;
+                        tracing::warn!(%err, core, "serving on fewer threads: no accept loop for this core");
+                        break;
                     }
-                },
-                () = &mut shutdown => break,
-            };
-            let service = TowerToHyperService::new(app.clone());
-            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-            tokio::spawn(async move {
-                if let Err(err) = connection.await {
-                    tracing::debug!(%peer, %err, "connection ended with an error");
                 }
-                drop(permit);
-            });
+            }
         }
-        drop(listener);
+        let graceful = GracefulShutdown::new();
+        accept_loop(0, listener, &app, &http, &connections, &graceful, shutdown).await;
+        let _ = phase.send(Phase::Drain);
         // Watches are answered now (304, or the newer document) instead of holding the
         // shutdown for their whole wait; their clients reconnect, to another node.
         live.close();
@@ -223,9 +315,22 @@ impl Server {
             grace_secs = shutdown_grace.as_secs(),
             "shutting down: finishing in-flight requests"
         );
+        let finishing = async {
+            graceful.shutdown().await;
+            // A loop leaves the list once it has ended, so none is awaited twice.
+            while let Some(finished) = loops.last_mut() {
+                let _ = finished.await;
+                loops.pop();
+            }
+        };
         tokio::select! {
-            () = graceful.shutdown() => tracing::info!("all connections closed"),
+            () = finishing => tracing::info!("all connections closed"),
             () = tokio::time::sleep(shutdown_grace) => tracing::warn!("grace period over; closing remaining connections"),
+        }
+        // The other loops drop what is still open and end.
+        let _ = phase.send(Phase::Abort);
+        for finished in loops {
+            let _ = finished.await;
         }
         // What this node counted since its last write would otherwise be lost.
         fleet.flush(&store).await;
