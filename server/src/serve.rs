@@ -124,6 +124,24 @@ fn spawn_accept_thread(
     Ok(finished)
 }
 
+/// The first listening socket, on an address nobody listens on yet. The accept loops' sockets
+/// share their port (`SO_REUSEPORT`), which would let a second packd started on the same
+/// address silently take half the connections: a plain bind first refuses an address in use,
+/// another packd's included, the way a single socket always did.
+fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let probe = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    probe.set_reuseaddr(true)?;
+    probe.bind(addr)?;
+    // With port 0 the probe picked the port; the real sockets take that one.
+    let addr = probe.local_addr()?;
+    drop(probe);
+    reuse_port_listener(addr)
+}
+
 /// A listening socket that other sockets of this process may bind beside it
 /// (`SO_REUSEPORT`): the kernel spreads new connections over them.
 fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -219,7 +237,7 @@ impl Server {
             StorageConfig::Local(dir) => Storage::local(dir)?,
             StorageConfig::S3(url) => Storage::s3(url)?,
         };
-        let listener = reuse_port_listener(settings.listen).map_err(|source| ServeError::Bind {
+        let listener = bind_listener(settings.listen).map_err(|source| ServeError::Bind {
             addr: settings.listen,
             source,
         })?;

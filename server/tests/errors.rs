@@ -65,6 +65,44 @@ fn an_address_in_use_is_one_error_line() {
 }
 
 #[test]
+fn a_second_packd_on_the_address_of_a_running_one_is_refused() {
+    // packd's own sockets share their port with each other (one per core); another packd
+    // must still not be able to join them and take half the connections.
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Command::new(env!("CARGO_BIN_EXE_packd"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", "one"])
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("packd exited before listening")
+            .unwrap();
+        if let Some(addr) = line.strip_prefix("listening on http://") {
+            break addr.to_string();
+        }
+    };
+    let out = packd(
+        dir.path(),
+        &["serve", "--listen", &addr, "--data-dir", "two"],
+    );
+    let _ = first.kill();
+    let _ = first.wait();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "error: starting packd: binding {addr}: Address already in use"
+        )),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn a_missing_publisher_key_file_names_the_path_tried() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("etc")).unwrap();
