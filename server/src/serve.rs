@@ -77,6 +77,9 @@ async fn accept_loop(
     }
 }
 
+/// Threads for blocking work at most, per accept loop beyond the first.
+const BLOCKING_THREADS_PER_LOOP: usize = 64;
+
 /// Where the accept loops are: serving, draining (no new connections; open ones finish),
 /// or past the grace period (whatever is still open is dropped).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -97,8 +100,12 @@ fn spawn_accept_thread(
     phases: &watch::Receiver<Phase>,
 ) -> std::io::Result<oneshot::Receiver<()>> {
     let listener = reuse_port_listener(addr)?;
+    // Each loop's runtime has its own pool for blocking work (file reads of the data
+    // directory); capped so that a machine with many cores does not multiply tokio's
+    // default of 512 threads by its core count.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS_PER_LOOP)
         .build()?;
     let (app, http, connections) = (app.clone(), http.clone(), connections.clone());
     let (mut draining, mut aborting) = (phases.clone(), phases.clone());
