@@ -1,5 +1,7 @@
-//! The accept loop: HTTP/1.1 with a header-read timeout, a cap on open connections, and a
-//! graceful shutdown that lets in-flight requests finish.
+//! The accept loops, one per core (each its own thread, single-threaded runtime and
+//! `SO_REUSEPORT` socket on the one address): HTTP/1.1 with a header-read timeout, one cap
+//! on open connections for all of them, and a graceful shutdown that lets in-flight
+//! requests finish.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,153 +18,6 @@ use tokio::sync::{Semaphore, oneshot, watch};
 use crate::config::{Settings, StorageConfig};
 use crate::live::LiveChannels;
 use crate::storage::{Storage, StorageError};
-
-/// Accepts connections on `listener` and serves each on this thread's runtime until
-/// `shutdown` resolves. `core` numbers the loop in its log lines.
-async fn accept_loop(
-    core: usize,
-    listener: TcpListener,
-    app: &axum::Router,
-    http: &hyper::server::conn::http1::Builder,
-    connections: &Arc<Semaphore>,
-    graceful: &GracefulShutdown,
-    shutdown: impl Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    // Failed accepts (out of file descriptors and the like) pause on the shared schedule:
-    // growing, jittered, each under a second; a successful accept starts it over.
-    let backoff = Backoff {
-        first: Duration::from_millis(10),
-        cap: Duration::from_secs(1),
-        retries: None,
-    };
-    let mut pauses = backoff.delays();
-    let mut failing = false;
-    loop {
-        let permit = tokio::select! {
-            permit = connections.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => {
-                    if failing {
-                        pauses = backoff.delays();
-                        failing = false;
-                    }
-                    a
-                }
-                Err(err) => {
-                    // Back off instead of spinning; the schedule has no retry limit.
-                    failing = true;
-                    let pause = pauses.next().unwrap_or(backoff.cap / 2);
-                    tracing::warn!(%err, core, pause_ms = pause.as_millis() as u64, "accept failed");
-                    tokio::time::sleep(pause).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let service = TowerToHyperService::new(app.clone());
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(%peer, %err, "connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
-}
-
-/// Threads for blocking work at most, per accept loop beyond the first.
-const BLOCKING_THREADS_PER_LOOP: usize = 64;
-
-/// Where the accept loops are: serving, draining (no new connections; open ones finish),
-/// or past the grace period (whatever is still open is dropped).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Phase {
-    Serve,
-    Drain,
-    Abort,
-}
-
-/// Starts the accept loop for one more core: a thread with a single-threaded runtime and a
-/// socket of its own on `addr`. The receiver fires once the thread's runtime is gone.
-fn spawn_accept_thread(
-    core: usize,
-    addr: SocketAddr,
-    app: &axum::Router,
-    http: &hyper::server::conn::http1::Builder,
-    connections: &Arc<Semaphore>,
-    phases: &watch::Receiver<Phase>,
-) -> std::io::Result<oneshot::Receiver<()>> {
-    let listener = reuse_port_listener(addr)?;
-    // Each loop's runtime has its own pool for blocking work (file reads of the data
-    // directory); capped so that a machine with many cores does not multiply tokio's
-    // default of 512 threads by its core count.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .max_blocking_threads(BLOCKING_THREADS_PER_LOOP)
-        .build()?;
-    let (app, http, connections) = (app.clone(), http.clone(), connections.clone());
-    let (mut draining, mut aborting) = (phases.clone(), phases.clone());
-    let (done, finished) = oneshot::channel();
-    std::thread::Builder::new()
-        .name(format!("packd-accept-{core}"))
-        .spawn(move || {
-            runtime.block_on(async move {
-                let graceful = GracefulShutdown::new();
-                let drain = async move {
-                    let _ = draining.wait_for(|p| *p != Phase::Serve).await;
-                };
-                accept_loop(core, listener, &app, &http, &connections, &graceful, drain).await;
-                tokio::select! {
-                    () = graceful.shutdown() => {}
-                    _ = aborting.wait_for(|p| *p == Phase::Abort) => {}
-                }
-            });
-            // Dropping the runtime closes every connection still open on it.
-            drop(runtime);
-            let _ = done.send(());
-        })?;
-    Ok(finished)
-}
-
-/// The first listening socket, on an address nobody listens on yet. The accept loops' sockets
-/// share their port (`SO_REUSEPORT`), which would let a second packd started on the same
-/// address silently take half the connections: a plain bind first refuses an address in use,
-/// another packd's included, the way a single socket always did.
-fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let probe = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    probe.set_reuseaddr(true)?;
-    probe.bind(addr)?;
-    // With port 0 the probe picked the port; the real sockets take that one.
-    let addr = probe.local_addr()?;
-    drop(probe);
-    reuse_port_listener(addr)
-}
-
-/// A listening socket that other sockets of this process may bind beside it
-/// (`SO_REUSEPORT`): the kernel spreads new connections over them.
-fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    #[cfg(unix)]
-    socket.set_reuseport(true)?;
-    socket.bind(addr)?;
-    socket.listen(1024)
-}
 
 /// How old a staging file under a data directory must be before the start-up sweep removes
 /// it. Several nodes may share one data directory, so a staging file can be another live
@@ -360,4 +215,151 @@ impl Server {
         // What this node counted since its last write would otherwise be lost.
         fleet.flush(&store).await;
     }
+}
+
+/// Accepts connections on `listener` and serves each on this thread's runtime until
+/// `shutdown` resolves. `core` numbers the loop in its log lines.
+async fn accept_loop(
+    core: usize,
+    listener: TcpListener,
+    app: &axum::Router,
+    http: &hyper::server::conn::http1::Builder,
+    connections: &Arc<Semaphore>,
+    graceful: &GracefulShutdown,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    // Failed accepts (out of file descriptors and the like) pause on the shared schedule:
+    // growing, jittered, each under a second; a successful accept starts it over.
+    let backoff = Backoff {
+        first: Duration::from_millis(10),
+        cap: Duration::from_secs(1),
+        retries: None,
+    };
+    let mut pauses = backoff.delays();
+    let mut failing = false;
+    loop {
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => {
+                    if failing {
+                        pauses = backoff.delays();
+                        failing = false;
+                    }
+                    a
+                }
+                Err(err) => {
+                    // Back off instead of spinning; the schedule has no retry limit.
+                    failing = true;
+                    let pause = pauses.next().unwrap_or(backoff.cap / 2);
+                    tracing::warn!(%err, core, pause_ms = pause.as_millis() as u64, "accept failed");
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(%peer, %err, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Threads for blocking work at most, per accept loop beyond the first.
+const BLOCKING_THREADS_PER_LOOP: usize = 64;
+
+/// Where the accept loops are: serving, draining (no new connections; open ones finish),
+/// or past the grace period (whatever is still open is dropped).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    Serve,
+    Drain,
+    Abort,
+}
+
+/// Starts the accept loop for one more core: a thread with a single-threaded runtime and a
+/// socket of its own on `addr`. The receiver fires once the thread's runtime is gone.
+fn spawn_accept_thread(
+    core: usize,
+    addr: SocketAddr,
+    app: &axum::Router,
+    http: &hyper::server::conn::http1::Builder,
+    connections: &Arc<Semaphore>,
+    phases: &watch::Receiver<Phase>,
+) -> std::io::Result<oneshot::Receiver<()>> {
+    let listener = reuse_port_listener(addr)?;
+    // Each loop's runtime has its own pool for blocking work (file reads of the data
+    // directory); capped so that a machine with many cores does not multiply tokio's
+    // default of 512 threads by its core count.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS_PER_LOOP)
+        .build()?;
+    let (app, http, connections) = (app.clone(), http.clone(), connections.clone());
+    let (mut draining, mut aborting) = (phases.clone(), phases.clone());
+    let (done, finished) = oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("packd-accept-{core}"))
+        .spawn(move || {
+            runtime.block_on(async move {
+                let graceful = GracefulShutdown::new();
+                let drain = async move {
+                    let _ = draining.wait_for(|p| *p != Phase::Serve).await;
+                };
+                accept_loop(core, listener, &app, &http, &connections, &graceful, drain).await;
+                tokio::select! {
+                    () = graceful.shutdown() => {}
+                    _ = aborting.wait_for(|p| *p == Phase::Abort) => {}
+                }
+            });
+            // Dropping the runtime closes every connection still open on it.
+            drop(runtime);
+            let _ = done.send(());
+        })?;
+    Ok(finished)
+}
+
+/// The first listening socket, on an address nobody listens on yet. The accept loops' sockets
+/// share their port (`SO_REUSEPORT`), which would let a second packd started on the same
+/// address silently take half the connections: a plain bind first refuses an address in use,
+/// another packd's included, the way a single socket always did.
+fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let probe = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    probe.set_reuseaddr(true)?;
+    probe.bind(addr)?;
+    // With port 0 the probe picked the port; the real sockets take that one.
+    let addr = probe.local_addr()?;
+    drop(probe);
+    reuse_port_listener(addr)
+}
+
+/// A listening socket that other sockets of this process may bind beside it
+/// (`SO_REUSEPORT`): the kernel spreads new connections over them.
+fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
