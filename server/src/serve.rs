@@ -336,12 +336,7 @@ fn spawn_accept_thread(
 /// address silently take half the connections: a plain bind first refuses an address in use,
 /// another packd's included, the way a single socket always did.
 fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let probe = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    probe.set_reuseaddr(true)?;
+    let probe = tcp_socket(addr)?;
     probe.bind(addr)?;
     // With port 0 the probe picked the port; the real sockets take that one.
     let addr = probe.local_addr()?;
@@ -352,14 +347,21 @@ fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// A listening socket that other sockets of this process may bind beside it
 /// (`SO_REUSEPORT`): the kernel spreads new connections over them.
 fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = tcp_socket(addr)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// A TCP socket for `addr`'s family that may bind an address still in `TIME_WAIT` (as
+/// `TcpListener::bind` does).
+fn tcp_socket(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
-    #[cfg(unix)]
-    socket.set_reuseport(true)?;
-    socket.bind(addr)?;
-    socket.listen(1024)
+    Ok(socket)
 }
