@@ -59,14 +59,7 @@ pub(crate) fn frame_payload(
     let (spare_sender, spare) = mpsc::channel::<Vec<u8>>();
     let mut collected = Collected::new(layout, &pool.free);
     let fed = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let (jobs, done, spare, pool) =
-                    (&jobs, done_sender.clone(), spare_sender.clone(), &pool);
-                scope.spawn(move || pool.work(jobs, &done, &spare))
-            })
-            .collect();
-        drop((done_sender, spare_sender));
+        let workers = pool.start(scope, threads, &jobs, done_sender, spare_sender);
         let mut feed = TarFeed {
             mtime,
             headers: tar::Builder::new(Vec::new()),
@@ -91,11 +84,7 @@ pub(crate) fn frame_payload(
         for finished in done.iter() {
             collected.take(finished);
         }
-        for handle in handles {
-            handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        }
+        workers.join();
         fed.map(|()| (chunk, files, sent))
     });
     let (chunk, files, sent) = fed?;
@@ -270,6 +259,20 @@ struct Pool<'c> {
 
 type FreeFrames = Mutex<Vec<Vec<u8>>>;
 
+/// The compression threads of one payload.
+struct Workers<'scope>(Vec<std::thread::ScopedJoinHandle<'scope, ()>>);
+
+impl Workers<'_> {
+    /// Waits for every thread; a thread's panic goes on in the caller, with its own message.
+    fn join(self) {
+        for handle in self.0 {
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+    }
+}
+
 impl<'c> Pool<'c> {
     fn new(level: i32, check: Option<&'c FileCheck<'c>>) -> Self {
         Pool {
@@ -277,6 +280,26 @@ impl<'c> Pool<'c> {
             check,
             free: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Starts `threads` workers on the `jobs` queue in `scope`. They hold the only senders of
+    /// `done` and `spare`, so those queues end once every worker has.
+    fn start<'scope, 'env, 'a: 'env>(
+        &'env self,
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        threads: usize,
+        jobs: &'env Mutex<mpsc::Receiver<Job<'a>>>,
+        done: mpsc::Sender<Done>,
+        spare: mpsc::Sender<Vec<u8>>,
+    ) -> Workers<'scope> {
+        Workers(
+            (0..threads)
+                .map(|_| {
+                    let (done, spare) = (done.clone(), spare.clone());
+                    scope.spawn(move || self.work(jobs, &done, &spare))
+                })
+                .collect(),
+        )
     }
 
     fn work(
@@ -545,14 +568,7 @@ pub(crate) fn compress_chunks(bytes: &[u8], level: i32) -> Result<Vec<u8>, Forma
         &pool.free,
     );
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let (jobs, done, spare, pool) =
-                    (&jobs, done_sender.clone(), spare_sender.clone(), &pool);
-                scope.spawn(move || pool.work(jobs, &done, &spare))
-            })
-            .collect();
-        drop((done_sender, spare_sender));
+        let workers = pool.start(scope, threads, &jobs, done_sender, spare_sender);
         for (i, chunk) in bytes.chunks(FRAME_LEN).enumerate() {
             let job = Job {
                 number: i + 1,
@@ -570,11 +586,7 @@ pub(crate) fn compress_chunks(bytes: &[u8], level: i32) -> Result<Vec<u8>, Forma
         for finished in done.iter() {
             collected.take(finished);
         }
-        for handle in handles {
-            handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        }
+        workers.join();
     });
     match collected.failed {
         Some(e) => Err(e),
