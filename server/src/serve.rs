@@ -171,7 +171,7 @@ impl Server {
         // single-threaded runtime and its own socket on the same port: the kernel spreads
         // new connections over the sockets, and a connection's requests never move between
         // threads (nginx's worker model). Without it a revalidation paid for tokio handing
-        // connections between the cores: 0.9x nginx's rate, 1.1x with it (BENCHMARKS.md).
+        // connections between the cores: 0.9x nginx's rate, 1.04-1.13x with it (BENCHMARKS.md).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut loops = Vec::new();
         if let Ok(addr) = listener.local_addr() {
