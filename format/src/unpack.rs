@@ -43,8 +43,6 @@ pub struct Unpacked {
     pub header: PackHeader,
     /// Every file's path, size and SHA-256, as checked.
     pub index: Vec<IndexEntry>,
-    /// SHA-256 of the sealed bytes.
-    pub sha256: String,
 }
 
 /// Batches of files waiting between the `tar` reader and the threads that hash and hand
@@ -58,7 +56,9 @@ const BATCH_FILES: usize = 256;
 type Batch = Vec<(usize, Body)>;
 
 /// Opens a sealed pack into `out`; see the module documentation for when files are handed
-/// out. On `Err`, whatever `out` received must be thrown away.
+/// out. On `Err`, whatever `out` received must be thrown away. The sealed bytes are not
+/// hashed here: a caller that needs the pack's SHA-256 runs [`sha256_hex`] on another
+/// thread meanwhile (most do not, and it is a core's work for a large pack).
 pub fn open_into(
     bytes: &[u8],
     keys: &ContentKeyRing,
@@ -66,33 +66,26 @@ pub fn open_into(
     out: &impl Unpack,
 ) -> Result<Unpacked, FormatError> {
     read_header(bytes, limits)?;
-    std::thread::scope(|scope| {
-        let hashing = scope.spawn(|| sha256_hex(bytes));
-        let unsealed = unseal(bytes, keys, limits)?;
-        let index = if unsealed.header.format == FORMAT_V1 {
-            let compressed = unsealed.decrypt_v1()?;
-            unpack_with(limits, out, |sink, threads| {
-                decode_v1(&compressed, limits, threads, sink)
-            })?
-        } else {
-            let segments = SealedSegments::new(&unsealed)?;
-            let total = unsealed.header.tar_len().unwrap_or(0);
-            unpack_with(limits, out, |sink, threads| {
-                if threads > 1 && segments.count() > 1 && bytes.len() >= PIPELINE_MIN_LEN {
-                    return read_frames(&segments, total, limits, threads, sink);
-                }
-                let tar = segments.decode_all()?;
-                read_tar(tar.as_slice(), limits, tar.len() as u64, sink)
-            })?
-        };
-        let sha256 = hashing
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        Ok(Unpacked {
-            header: unsealed.header,
-            index,
-            sha256,
-        })
+    let unsealed = unseal(bytes, keys, limits)?;
+    let index = if unsealed.header.format == FORMAT_V1 {
+        let compressed = unsealed.decrypt_v1()?;
+        unpack_with(limits, out, |sink, threads| {
+            decode_v1(&compressed, limits, threads, sink)
+        })?
+    } else {
+        let segments = SealedSegments::new(&unsealed)?;
+        let total = unsealed.header.tar_len().unwrap_or(0);
+        unpack_with(limits, out, |sink, threads| {
+            if threads > 1 && segments.count() > 1 && bytes.len() >= PIPELINE_MIN_LEN {
+                return read_frames(&segments, total, limits, threads, sink);
+            }
+            let tar = segments.decode_all()?;
+            read_tar(tar.as_slice(), limits, tar.len() as u64, sink)
+        })?
+    };
+    Ok(Unpacked {
+        header: unsealed.header,
+        index,
     })
 }
 

@@ -160,31 +160,27 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     let ring = ContentKeyRing::new(keys.iter().cloned());
     // The pack goes to a synced temporary file beside the output while it is checked (or
     // hashed) on this thread; it is renamed into place only once the check has passed.
-    // Opening also hashes the sealed bytes: that is the pack's SHA-256.
-    let (staged, opened) = std::thread::scope(|scope| {
+    // The pack's SHA-256 is taken on a third thread meanwhile.
+    let (staged, opened, sha256) = std::thread::scope(|scope| {
         let staging = scope.spawn(|| fsio::stage(&args.output, &sealed, 0o644));
-        let opened = if args.no_check_open {
-            Ok(sha256_hex(&sealed))
+        let (opened, sha256) = if args.no_check_open {
+            (Ok(()), sha256_hex(&sealed))
         } else {
-            pack_format::open_into(&sealed, &ring, &limits, &Discard).map(|opened| opened.sha256)
+            let hashing = scope.spawn(|| sha256_hex(&sealed));
+            let opened = pack_format::open_into(&sealed, &ring, &limits, &Discard).map(drop);
+            (opened, fsio::joined(hashing))
         };
-        let staged = staging
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (staged, opened)
+        (fsio::joined(staging), opened, sha256)
     });
-    let sha256 = match opened {
-        Ok(sha256) => sha256,
-        Err(error) => {
-            progress.finish_and_clear();
-            // Dropping the staged file removes it.
-            drop(staged);
-            bail!(
-                "the sealed pack does not open under the limits clients apply ({error}); \
-                 nothing was written"
-            );
-        }
-    };
+    if let Err(error) = opened {
+        progress.finish_and_clear();
+        // Dropping the staged file removes it.
+        drop(staged);
+        bail!(
+            "the sealed pack does not open under the limits clients apply ({error}); nothing \
+             was written"
+        );
+    }
     staged?.commit()?;
     progress.finish_and_clear();
 

@@ -137,12 +137,10 @@ fn read_in_parts(file: &File, len: u64, threads: usize) -> std::io::Result<Vec<u
             .map(|(i, chunk)| scope.spawn(move || file.read_exact_at(chunk, (i * part) as u64)))
             .collect();
         reads.into_iter().try_for_each(|read| {
-            read.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                .map_err(|e| match e.kind() {
-                    std::io::ErrorKind::UnexpectedEof => changed(),
-                    _ => e,
-                })
+            joined(read).map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => changed(),
+                _ => e,
+            })
         })
     })?;
     if file.read_at(&mut [0], len)? != 0 {
@@ -190,4 +188,11 @@ mod tests {
             "{refused:#}"
         );
     }
+}
+
+/// What a scoped thread returned; its panic, if it panicked, goes on in this thread.
+pub fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }

@@ -282,6 +282,8 @@ fn extract_of_a_pack_of_many_frames_gives_back_every_byte() {
     let summary: serde_json::Value = serde_json::from_slice(&extracted.stdout).unwrap();
     let source = files_under(&fixture.pack_dir());
     assert_eq!(summary["files"], source.len());
+    let sealed = std::fs::read(fixture.path("big.pack")).unwrap();
+    assert_eq!(summary["sha256"], pack_format::sha256_hex(&sealed));
     assert!(source.len() > 400, "{}", source.len());
     assert_eq!(files_under(&out), source);
     // Without the syncs, the same files.
