@@ -6,9 +6,11 @@
 //! [`FRAME_LEN`] bytes is one frame. A longer one is cut at entry boundaries: the index
 //! entry alone first — it lists every file's SHA-256, so it is only known once every file
 //! went by — then the file entries in order, each frame taking entries while they fit in
-//! [`FRAME_LEN`] bytes (at least one, so a file over it makes a frame of its own), the two
-//! zero blocks that end the archive in the last frame. Every frame depends only on its own
-//! entries, so the bytes are the same whatever the number of threads.
+//! its limit ([`frame_limit`]: at most [`FRAME_LEN`] bytes, less for the first frames and
+//! the last; a frame takes at least one entry, so a file over it makes a frame of its own),
+//! the two zero blocks that end the archive in the last frame. Every frame depends only on
+//! its own entries and the limit on the files' total, so the bytes are the same whatever
+//! the number of threads.
 //!
 //! The file threads also hash every file for the index and run the caller's check on it
 //! (`packer build` validates templates there), so all of that is spread over the cores too.
@@ -43,10 +45,12 @@ pub(crate) struct Layout {
 }
 
 /// Builds and compresses a payload: `add` hands over the files in path order through the
-/// [`TarFeed`]; `check` runs on every file's bytes on the compression threads.
+/// [`TarFeed`], `planned` bytes of them in all; `check` runs on every file's bytes on the
+/// compression threads.
 pub(crate) fn frame_payload(
     mtime: u64,
     level: i32,
+    planned: u64,
     layout: Layout,
     check: Option<&FileCheck<'_>>,
     add: impl FnOnce(&mut TarFeed<'_, '_>) -> Result<(), FormatError>,
@@ -62,6 +66,13 @@ pub(crate) fn frame_payload(
         let workers = pool.start(scope, threads, &jobs, done_sender, spare_sender);
         let mut feed = TarFeed {
             mtime,
+            planned,
+            added: 0,
+            limit: if planned <= FRAME_LEN as u64 {
+                FRAME_LEN
+            } else {
+                frame_limit(0, planned)
+            },
             headers: tar::Builder::new(Vec::new()),
             chunk: Vec::new(),
             files: Vec::new(),
@@ -101,6 +112,11 @@ pub(crate) fn frame_payload(
 /// Hands files to [`frame_payload`], in path order.
 pub(crate) struct TarFeed<'s, 'c> {
     mtime: u64,
+    /// Bytes of files the caller said it would add, and bytes added so far.
+    planned: u64,
+    added: u64,
+    /// Bytes of `tar` the chunk being filled may hold.
+    limit: usize,
     /// Formats tar headers (with GNU long-name entries) exactly as the `tar` crate writes
     /// them; the bytes are taken out after each header.
     headers: tar::Builder<Vec<u8>>,
@@ -127,8 +143,9 @@ impl TarFeed<'_, '_> {
     ) -> Result<(), FormatError> {
         let header = entry_header(&mut self.headers, path, len, self.mtime)?;
         let entry_len = header.len() as u64 + len.next_multiple_of(512);
-        if !self.chunk.is_empty() && self.chunk.len() as u64 + entry_len > FRAME_LEN as u64 {
+        if !self.chunk.is_empty() && self.chunk.len() as u64 + entry_len > self.limit as u64 {
             self.send()?;
+            self.limit = frame_limit(self.sent, self.planned.saturating_sub(self.added));
         }
         let start = self.chunk.len();
         self.chunk.reserve(entry_len as usize);
@@ -152,6 +169,7 @@ impl TarFeed<'_, '_> {
         self.chunk
             .resize(data + len.next_multiple_of(512) as usize, 0);
         self.files.push((path.to_string(), data..end));
+        self.added += len;
         Ok(())
     }
 
@@ -198,6 +216,22 @@ impl TarFeed<'_, '_> {
         self.send()
     }
 }
+
+/// The most bytes of `tar` the file frame after `sent` others takes, when `remaining` bytes
+/// of files are still to come, in a `tar` of more than [`FRAME_LEN`] bytes: [`FRAME_LEN`],
+/// except that the first two frames take a quarter and a half of it, so that compression
+/// starts on every core soon after the first files are read, and the frames holding the last
+/// files take half of what remains (at least [`MIN_FRAME_LEN`]), so that the cores finish at
+/// about the same time instead of one compressing a whole frame alone at the end.
+pub(crate) fn frame_limit(sent: usize, remaining: u64) -> usize {
+    let ramp = FRAME_LEN >> 2usize.saturating_sub(sent);
+    let tail = usize::try_from(remaining / 2).map_or(FRAME_LEN, |tail| tail.max(MIN_FRAME_LEN));
+    ramp.min(tail)
+}
+
+/// The shortest limit [`frame_limit`] gives: below a few MiB a frame compresses noticeably
+/// worse.
+pub(crate) const MIN_FRAME_LEN: usize = FRAME_LEN / 4;
 
 /// The header blocks of one regular-file entry (a GNU long-name entry first when the path
 /// needs one), as `tar::Builder::append_data` writes them.
@@ -591,5 +625,27 @@ pub(crate) fn compress_chunks(bytes: &[u8], level: i32) -> Result<Vec<u8>, Forma
     match collected.failed {
         Some(e) => Err(e),
         None => Ok(collected.out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_shorter_at_the_start_and_at_the_end() {
+        const MIB: u64 = 1024 * 1024;
+        // The first two frames: 2 and 4 MiB; then 8 MiB while plenty remains.
+        assert_eq!(frame_limit(0, 100 * MIB), FRAME_LEN / 4);
+        assert_eq!(frame_limit(1, 98 * MIB), FRAME_LEN / 2);
+        assert_eq!(frame_limit(2, 94 * MIB), FRAME_LEN);
+        assert_eq!(frame_limit(9, 17 * MIB), FRAME_LEN);
+        // Then half of what remains, down to 2 MiB.
+        assert_eq!(frame_limit(10, 12 * MIB), 6 * MIB as usize);
+        assert_eq!(frame_limit(11, 5 * MIB), 5 * MIB as usize / 2);
+        assert_eq!(frame_limit(12, 3 * MIB), MIN_FRAME_LEN);
+        assert_eq!(frame_limit(13, 0), MIN_FRAME_LEN);
+        // A small pack's first frame: no more than it needs, no less than 2 MiB.
+        assert_eq!(frame_limit(0, 9 * MIB), FRAME_LEN / 4);
     }
 }

@@ -28,7 +28,9 @@ pub use channel::{
 pub use error::FormatError;
 pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
 pub use limits::Limits;
-pub use pack::{KeySlot, OpenedPack, PackHeader, SealInput, Segment, open, read_header, seal};
+pub use pack::{
+    KeySlot, OpenedPack, PackHeader, SealInput, SealedPack, Segment, open, read_header, seal,
+};
 pub use payload::{IndexEntry, Payload, PayloadFile};
 pub use source::{
     DirFile, DirProblem, FileCheck, FileProblem, PackDir, SealOptions, SealedDir, read_pack_dir,

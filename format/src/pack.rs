@@ -183,16 +183,24 @@ pub fn seal_with_secrets(
         room: room_for(keys.len()) + 64 * 1024 + 200 * input.payload.len(),
         tags: true,
     };
-    let framed = frame_payload(input.mtime, input.zstd_level, layout, None, |feed| {
-        for (path, bytes) in input.payload.files() {
-            feed.add(path, bytes.len() as u64, |out| {
-                out.extend_from_slice(bytes);
-                Ok(())
-            })?;
-        }
-        Ok(())
-    })?;
-    seal_frames(&meta, keys, secrets, framed.placed, &framed.segments)
+    let planned = input.payload.total_size();
+    let framed = frame_payload(
+        input.mtime,
+        input.zstd_level,
+        planned,
+        layout,
+        None,
+        |feed| {
+            for (path, bytes) in input.payload.files() {
+                feed.add(path, bytes.len() as u64, |out| {
+                    out.extend_from_slice(bytes);
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        },
+    )?;
+    seal_frames(&meta, keys, secrets, framed.placed, &framed.segments).map(SealedPack::into_vec)
 }
 
 /// Room to leave in front of the payload for the header, before its size is known: the
@@ -290,7 +298,7 @@ pub fn seal_segments(
         rest = next;
     }
     let placed = PlacedFrames { out, room };
-    seal_frames(&meta, keys, secrets, placed, segments)
+    seal_frames(&meta, keys, secrets, placed, segments).map(SealedPack::into_vec)
 }
 
 /// The compressed payload laid out for sealing: `room` bytes to fill with the header, then
@@ -343,6 +351,38 @@ pub(crate) fn check_seal(
     Ok(())
 }
 
+/// A sealed pack in the buffer it was built in, which has some unused bytes in front of it
+/// (the room left for a header of unknown length): dereferences to the pack's bytes, so that
+/// a large pack is not moved once more to drop them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedPack {
+    buffer: Vec<u8>,
+    start: usize,
+}
+
+impl SealedPack {
+    /// The pack's bytes as a vector of their own (one move of them).
+    pub fn into_vec(self) -> Vec<u8> {
+        let SealedPack { mut buffer, start } = self;
+        buffer.drain(..start);
+        buffer
+    }
+}
+
+impl std::ops::Deref for SealedPack {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.buffer[self.start..]
+    }
+}
+
+impl AsRef<[u8]> for SealedPack {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 /// Writes the header in front of the placed frames and encrypts every segment in place,
 /// on every core: the sealed pack.
 pub(crate) fn seal_frames(
@@ -351,7 +391,7 @@ pub(crate) fn seal_frames(
     secrets: SealSecrets,
     placed: PlacedFrames,
     segments: &[Segment],
-) -> Result<Vec<u8>, FormatError> {
+) -> Result<SealedPack, FormatError> {
     check_seal(meta, keys, &secrets)?;
     if segments.is_empty() || segments.len() > MAX_SEGMENTS {
         return Err(FormatError::malformed(
@@ -407,10 +447,7 @@ pub(crate) fn seal_frames(
     let (front, body) = out.split_at_mut(body_start);
     let aad = &front[start..];
     encrypt_segments(&data_key, &nonce_prefix, aad, body, segments)?;
-    if start > 0 {
-        out.drain(..start);
-    }
-    Ok(out)
+    Ok(SealedPack { buffer: out, start })
 }
 
 /// Encrypts every segment of `body` (each followed by room for its tag) in place, the

@@ -177,7 +177,7 @@ impl Payload {
             room: 0,
             tags: false,
         };
-        let framed = frame_payload(mtime, level, layout, None, |feed| {
+        let framed = frame_payload(mtime, level, self.total_size(), layout, None, |feed| {
             for (path, bytes) in &self.files {
                 feed.add(path, bytes.len() as u64, |out| {
                     out.extend_from_slice(bytes);

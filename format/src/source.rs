@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, PoisonError};
 
 use crate::frames::{Layout, frame_payload};
-use crate::pack::{PackMeta, SealSecrets, check_seal, room_for, seal_frames};
+use crate::pack::{PackMeta, SealSecrets, SealedPack, check_seal, room_for, seal_frames};
 use crate::payload::{INDEX_PATH, IndexEntry, validate_path};
 use crate::{ContentKey, FormatError, Limits, Payload, PayloadFile};
 
@@ -117,7 +117,7 @@ pub struct SealOptions<'a> {
 /// A sealed pack made from a directory, and what went into it.
 #[derive(Debug, Clone)]
 pub struct SealedDir {
-    pub sealed: Vec<u8>,
+    pub sealed: SealedPack,
     /// Every file's path, size and SHA-256, as in the pack's index.
     pub index: Vec<IndexEntry>,
 }
@@ -266,7 +266,9 @@ impl PackDir {
             room: room_for(keys.len()) + index_room(&self.files),
             tags: true,
         };
-        let framed = frame_payload(options.mtime, options.zstd_level, layout, check, |feed| {
+        let planned = self.files.iter().map(|f| f.len).sum();
+        let level = options.zstd_level;
+        let framed = frame_payload(options.mtime, level, planned, layout, check, |feed| {
             for file in &self.files {
                 let added = feed.add(&file.path, file.len, |out| {
                     read_into(&file.disk, file.len, out)
