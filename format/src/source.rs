@@ -10,10 +10,16 @@
 //! every one at once: [`FormatError::PackDirectory`] lists them all, in path order, and
 //! the caller's check of each file's bytes (strict template validation) adds its own.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
+
+use rustix::fd::OwnedFd;
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
 use crate::frames::{Layout, frame_payload};
 use crate::pack::{PackMeta, SealSecrets, SealedPack, check_seal, room_for, seal_frames};
@@ -303,7 +309,6 @@ impl PackDir {
 struct Listed {
     files: Vec<DirFile>,
     problems: Vec<DirProblem>,
-    dirs: Vec<(PathBuf, String)>,
 }
 
 /// Directories waiting to be listed, and how many are being listed right now.
@@ -315,49 +320,30 @@ struct Pending {
 /// Lists every directory under `root` on up to [`SCAN_THREADS`] threads: listing a tree of
 /// thousands of directories is system calls more than anything, and the seal that follows
 /// cannot start before it ends. The files come back in no particular order.
+///
+/// Each thread lists a directory and then the directories under it, opening each relative
+/// to its parent (`openat`: one name looked up, not the whole path again), except that it
+/// hands a subdirectory to the shared queue when another thread has nothing to do, or when
+/// it is [`LOCAL_DEPTH`] directories down already.
 fn walk(root: &Path, limits: &Limits) -> (Vec<DirFile>, Vec<DirProblem>) {
-    let pending = Mutex::new(Pending {
-        dirs: vec![(root.to_path_buf(), String::new())],
-        listing: 0,
-    });
-    let changed = Condvar::new();
-    let lister = || {
-        let mut found = Listed::default();
-        loop {
-            let (dir, prefix) = {
-                let mut pending = pending.lock().unwrap_or_else(PoisonError::into_inner);
-                loop {
-                    if let Some(next) = pending.dirs.pop() {
-                        pending.listing += 1;
-                        break next;
-                    }
-                    if pending.listing == 0 {
-                        // Nothing left and nothing being listed that could add more.
-                        changed.notify_all();
-                        return found;
-                    }
-                    pending = changed
-                        .wait(pending)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-            };
-            list_dir(&dir, &prefix, limits, &mut found);
-            let mut pending = pending.lock().unwrap_or_else(PoisonError::into_inner);
-            pending.listing -= 1;
-            let more = !found.dirs.is_empty();
-            pending.dirs.append(&mut found.dirs);
-            if more || pending.listing == 0 {
-                changed.notify_all();
-            }
-        }
-    };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(SCAN_THREADS));
+    let walker = Walker {
+        limits,
+        pending: Mutex::new(Pending {
+            dirs: vec![(root.to_path_buf(), String::new())],
+            listing: 0,
+        }),
+        changed: Condvar::new(),
+        idle: AtomicUsize::new(0),
+    };
     let mut all = if threads < 2 {
-        lister()
+        walker.lister()
     } else {
         std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(lister)).collect();
-            let mut all = lister();
+            let helpers: Vec<_> = (1..threads)
+                .map(|_| scope.spawn(|| walker.lister()))
+                .collect();
+            let mut all = walker.lister();
             for helper in helpers {
                 let mut found = helper
                     .join()
@@ -376,98 +362,179 @@ fn walk(root: &Path, limits: &Limits) -> (Vec<DirFile>, Vec<DirProblem>) {
 /// kernel's directory locks.
 const SCAN_THREADS: usize = 4;
 
-/// Lists one directory: its files and its problems go into `out`, and its subdirectories
-/// onto `out.dirs`, to be listed in turn.
-fn list_dir(dir: &Path, prefix: &str, limits: &Limits, out: &mut Listed) {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => {
+/// Directories a thread goes down below one it took from the queue before it queues the
+/// next instead: that many directories (and their descriptors) open at once at most.
+const LOCAL_DEPTH: usize = 32;
+
+struct Walker<'l> {
+    limits: &'l Limits,
+    pending: Mutex<Pending>,
+    changed: Condvar,
+    /// Threads waiting for a directory to list.
+    idle: AtomicUsize,
+}
+
+impl Walker<'_> {
+    /// Lists directories from the queue until none is left and none is being listed.
+    fn lister(&self) -> Listed {
+        let mut found = Listed::default();
+        loop {
+            let (dir, prefix) = {
+                let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+                loop {
+                    if let Some(next) = pending.dirs.pop() {
+                        pending.listing += 1;
+                        break next;
+                    }
+                    if pending.listing == 0 {
+                        // Nothing left and nothing being listed that could add more.
+                        self.changed.notify_all();
+                        return found;
+                    }
+                    self.idle.fetch_add(1, Ordering::Relaxed);
+                    pending = self
+                        .changed
+                        .wait(pending)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    self.idle.fetch_sub(1, Ordering::Relaxed);
+                }
+            };
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            match rustix::fs::open(&dir, flags, Mode::empty()) {
+                Ok(fd) => self.list_tree(fd, &dir, &prefix, 0, &mut found),
+                Err(e) => found.problems.push(DirProblem::new(
+                    &dir,
+                    format!("cannot read the directory: {}", std::io::Error::from(e)),
+                )),
+            }
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.listing -= 1;
+            if pending.listing == 0 {
+                self.changed.notify_all();
+            }
+        }
+    }
+
+    /// Queues a directory for whichever thread takes it.
+    fn share(&self, dir: PathBuf, prefix: String) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending.dirs.push((dir, prefix));
+        self.changed.notify_one();
+    }
+
+    /// Lists the open directory `fd` (`dir` on disk, `prefix` in the pack) and, `depth`
+    /// below the one taken from the queue, the directories under it: files and problems go
+    /// into `out`.
+    fn list_tree(&self, fd: OwnedFd, dir: &Path, prefix: &str, depth: usize, out: &mut Listed) {
+        let cannot_read = |out: &mut Listed, e: rustix::io::Errno| {
             out.problems.push(DirProblem::new(
                 dir,
-                format!("cannot read the directory: {e}"),
+                format!("cannot read the directory: {}", std::io::Error::from(e)),
             ));
-            return;
-        }
-    };
-    for entry in entries {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(e) => {
-                out.problems.push(DirProblem::new(
-                    dir,
-                    format!("cannot read the directory: {e}"),
-                ));
-                return;
-            }
         };
-        let disk = entry.path();
-        // The entry's own type, not its target's: a link is not followed.
-        let kind = match entry.file_type() {
-            Ok(kind) => kind,
-            Err(e) => {
-                out.problems
-                    .push(DirProblem::new(disk, format!("cannot read: {e}")));
-                continue;
-            }
+        let mut listing = match Dir::new(fd) {
+            Ok(listing) => listing,
+            Err(e) => return cannot_read(out, e),
         };
-        if kind.is_symlink() {
-            out.problems.push(DirProblem::new(
-                disk,
-                "is a symbolic link; packs hold regular files only (replace the link with a \
-                 copy of the file)",
-            ));
-            continue;
-        }
-        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
-            out.problems
-                .push(DirProblem::new(disk, "the name is not UTF-8; rename it"));
-            continue;
-        };
-        let path = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
-        if kind.is_dir() {
-            out.dirs.push((disk, path));
-            continue;
-        }
-        if !kind.is_file() {
-            out.problems.push(DirProblem::new(
-                disk,
-                "not a regular file (a device, socket or FIFO); remove it",
-            ));
-            continue;
-        }
-        if let Err(e) = validate_path(&path, limits) {
-            let message = match e {
-                FormatError::UnsafeEntry { reason, .. } => {
-                    format!("unsafe name in a pack: {reason}")
-                }
-                other => format!("unsafe name in a pack: {other}"),
+        let mut entries = Vec::new();
+        for entry in &mut listing {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => return cannot_read(out, e),
             };
-            out.problems.push(DirProblem::new(disk, message));
-            continue;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                entries.push((OsStr::from_bytes(name).to_owned(), entry.file_type()));
+            }
         }
-        let len = match entry.metadata() {
-            Ok(meta) => meta.len(),
-            Err(e) => {
-                out.problems
-                    .push(DirProblem::new(disk, format!("cannot read: {e}")));
+        let Ok(fd) = listing.fd() else { return };
+        for (name, kind) in entries {
+            let disk = dir.join(&name);
+            // The entry's own type, not its target's: a link is not followed.
+            let stat = |fd| rustix::fs::statat(fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW);
+            let kind = match kind {
+                FileType::Unknown => match stat(fd) {
+                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                    Err(e) => {
+                        let e = std::io::Error::from(e);
+                        out.problems
+                            .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                        continue;
+                    }
+                },
+                kind => kind,
+            };
+            if kind == FileType::Symlink {
+                out.problems.push(DirProblem::new(
+                    disk,
+                    "is a symbolic link; packs hold regular files only (replace the link with a \
+                     copy of the file)",
+                ));
                 continue;
             }
-        };
-        if len > limits.max_file_len {
-            out.problems.push(DirProblem::new(
-                disk,
-                format!(
-                    "{len} bytes, over the per-file limit of {} bytes",
-                    limits.max_file_len
-                ),
-            ));
-            continue;
+            let Some(name) = name.to_str() else {
+                out.problems
+                    .push(DirProblem::new(disk, "the name is not UTF-8; rename it"));
+                continue;
+            };
+            let path = if prefix.is_empty() {
+                name.to_string()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            if kind == FileType::Directory {
+                if depth + 1 >= LOCAL_DEPTH || self.idle.load(Ordering::Relaxed) > 0 {
+                    self.share(disk, path);
+                    continue;
+                }
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+                match rustix::fs::openat(fd, name, flags, Mode::empty()) {
+                    Ok(child) => self.list_tree(child, &disk, &path, depth + 1, out),
+                    Err(e) => out.problems.push(DirProblem::new(
+                        disk,
+                        format!("cannot read the directory: {}", std::io::Error::from(e)),
+                    )),
+                }
+                continue;
+            }
+            if kind != FileType::RegularFile {
+                out.problems.push(DirProblem::new(
+                    disk,
+                    "not a regular file (a device, socket or FIFO); remove it",
+                ));
+                continue;
+            }
+            if let Err(e) = validate_path(&path, self.limits) {
+                let message = match e {
+                    FormatError::UnsafeEntry { reason, .. } => {
+                        format!("unsafe name in a pack: {reason}")
+                    }
+                    other => format!("unsafe name in a pack: {other}"),
+                };
+                out.problems.push(DirProblem::new(disk, message));
+                continue;
+            }
+            let len = match stat(fd) {
+                Ok(stat) => stat.st_size as u64,
+                Err(e) => {
+                    let e = std::io::Error::from(e);
+                    out.problems
+                        .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                    continue;
+                }
+            };
+            if len > self.limits.max_file_len {
+                out.problems.push(DirProblem::new(
+                    disk,
+                    format!(
+                        "{len} bytes, over the per-file limit of {} bytes",
+                        self.limits.max_file_len
+                    ),
+                ));
+                continue;
+            }
+            out.files.push(DirFile { path, disk, len });
         }
-        out.files.push(DirFile { path, disk, len });
     }
 }
 

@@ -94,6 +94,31 @@ fn a_wide_deep_tree_listed_on_several_threads_gives_every_file_once_in_order() {
 }
 
 #[test]
+fn a_tree_deeper_than_one_thread_goes_down_alone_is_listed_whole() {
+    // A thread lists a directory and the ones under it down to a depth, then queues the
+    // rest: every file of a 70-deep chain comes back, as does a link at the bottom.
+    let dir = tempfile::tempdir().unwrap();
+    let mut path = String::from("top");
+    let mut expected = Vec::new();
+    for depth in 0..70 {
+        path.push_str(&format!("/{depth}"));
+        if depth % 10 == 9 {
+            let file = format!("{path}/f.md");
+            write(dir.path(), &file, b"x");
+            expected.push(file);
+        }
+    }
+    let link = dir.path().join(&path).join("link");
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    expected.sort();
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    let paths: Vec<&str> = scanned.files().iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, expected);
+    let problems: Vec<_> = scanned.problems().iter().map(|p| p.path.clone()).collect();
+    assert_eq!(problems, [link]);
+}
+
+#[test]
 fn every_problem_is_reported_at_once_with_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
