@@ -7,7 +7,7 @@ use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::frames::{Layout, compress_chunks, compressor, frame_payload};
+use crate::frames::{Layout, MIN_FRAME_LEN, compress_chunks, compressor, frame_payload};
 use crate::pack::{SegmentOpener, TAG_LEN, Unsealed};
 use crate::{FormatError, Limits, sha256_hex};
 
@@ -343,7 +343,19 @@ fn decode_exact(
     out: &mut Vec<u8>,
 ) -> Result<(), FormatError> {
     out.clear();
-    out.reserve_exact(len as usize);
+    let len_bytes = len as usize;
+    if out.capacity() < len_bytes {
+        // A fresh buffer rather than a larger copy of this one. A frame of a large pack gets
+        // room for the frames of up to FRAME_LEN that follow it, so that the buffer is reused
+        // for them as it is: pages past what a frame decodes to are never touched and cost no
+        // memory, while growing it would hold the old buffer and the new one at once.
+        let room = if len_bytes >= MIN_FRAME_LEN {
+            len_bytes.max(FRAME_LEN)
+        } else {
+            len_bytes
+        };
+        *out = Vec::with_capacity(room);
+    }
     match context.decompress(out, compressed) {
         Ok(n) if n as u64 == len => Ok(()),
         Ok(n) => Err(FormatError::malformed(
