@@ -447,7 +447,10 @@ impl Walker<'_> {
                 entries.push((OsStr::from_bytes(name).to_owned(), entry.file_type()));
             }
         }
-        let Ok(fd) = listing.fd() else { return };
+        let fd = match listing.fd() {
+            Ok(fd) => fd,
+            Err(e) => return cannot_read(out, e),
+        };
         for (name, kind) in entries {
             let disk = dir.join(&name);
             // The entry's own type, not its target's: a link is not followed.

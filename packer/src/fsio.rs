@@ -167,6 +167,13 @@ pub fn spinner(message: &'static str) -> ProgressBar {
     spinner
 }
 
+/// What a scoped thread returned; its panic, if it panicked, goes on in this thread.
+pub fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,11 +195,4 @@ mod tests {
             "{refused:#}"
         );
     }
-}
-
-/// What a scoped thread returned; its panic, if it panicked, goes on in this thread.
-pub fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    thread
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
