@@ -645,7 +645,8 @@ mod tests {
         assert_eq!(frame_limit(11, 5 * MIB), 5 * MIB as usize / 2);
         assert_eq!(frame_limit(12, 3 * MIB), MIN_FRAME_LEN);
         assert_eq!(frame_limit(13, 0), MIN_FRAME_LEN);
-        // A small pack's first frame: no more than it needs, no less than 2 MiB.
+        // A pack of just over 8 MiB: the first frame is still 2 MiB, the next half the rest.
         assert_eq!(frame_limit(0, 9 * MIB), FRAME_LEN / 4);
+        assert_eq!(frame_limit(1, 7 * MIB), 7 * MIB as usize / 2);
     }
 }

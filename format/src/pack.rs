@@ -354,7 +354,7 @@ pub(crate) fn check_seal(
 /// A sealed pack in the buffer it was built in, which has some unused bytes in front of it
 /// (the room left for a header of unknown length): dereferences to the pack's bytes, so that
 /// a large pack is not moved once more to drop them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SealedPack {
     buffer: Vec<u8>,
     start: usize,

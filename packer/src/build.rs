@@ -160,7 +160,7 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     let ring = ContentKeyRing::new(keys.iter().cloned());
     // The pack goes to a synced temporary file beside the output while it is checked (or
     // hashed) on this thread; it is renamed into place only once the check has passed.
-    // The pack's SHA-256 is taken on a third thread meanwhile.
+    // With the check, the pack's SHA-256 is taken on a third thread meanwhile.
     let (staged, opened, sha256) = std::thread::scope(|scope| {
         let staging = scope.spawn(|| fsio::stage(&args.output, &sealed, 0o644));
         let (opened, sha256) = if args.no_check_open {
