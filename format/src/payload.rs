@@ -1126,6 +1126,37 @@ mod tests {
     }
 
     #[test]
+    fn file_frames_follow_the_frame_limits() {
+        // Replays docs/FORMAT.md's rule on the entries: a frame takes entries while they fit
+        // in its limit, the first two limits are 2 and 4 MiB, the last half of what remains.
+        let payload = big_payload();
+        let planned = payload.total_size();
+        assert!(planned > FRAME_LEN as u64, "{planned}");
+        let (mut expected, mut chunk, mut added) = (Vec::new(), 0usize, 0u64);
+        let mut limit = crate::frames::frame_limit(0, planned);
+        for bytes in payload.files().values() {
+            let entry = 512 + bytes.len().next_multiple_of(512);
+            if chunk > 0 && chunk + entry > limit {
+                expected.push(chunk);
+                limit = crate::frames::frame_limit(expected.len(), planned - added);
+                chunk = 0;
+            }
+            chunk += entry;
+            added += bytes.len() as u64;
+        }
+        expected.push(chunk + 1024);
+        let frames = frames_of(&payload.to_tar_zst(7, 3).unwrap());
+        let lens: Vec<usize> = frames[1..].iter().map(Vec::len).collect();
+        assert_eq!(lens, expected);
+        // Short at both ends.
+        assert!(
+            lens[0] <= FRAME_LEN / 4 && lens[1] <= FRAME_LEN / 2,
+            "{lens:?}"
+        );
+        assert!(*lens.last().unwrap() <= FRAME_LEN / 4 + 1024, "{lens:?}");
+    }
+
+    #[test]
     fn the_tar_is_cut_into_frames_at_entry_boundaries() {
         let payload = big_payload();
         let tar = payload.to_tar(7).unwrap();
