@@ -300,9 +300,7 @@ impl Workers<'_> {
     /// Waits for every thread; a thread's panic goes on in the caller, with its own message.
     fn join(self) {
         for handle in self.0 {
-            handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            crate::joined(handle);
         }
     }
 }

@@ -83,3 +83,11 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), FormatError> 
         })
     }
 }
+
+/// What a scoped thread returned; its panic, if it panicked, goes on in this thread with its
+/// own message.
+pub(crate) fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}

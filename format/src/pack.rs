@@ -501,10 +501,7 @@ fn encrypt_segments(
                 })
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        })
+        handles.into_iter().try_for_each(|h| crate::joined(h))
     })
 }
 
@@ -911,9 +908,7 @@ pub fn open(
         let hashing = scope.spawn(|| sha256_hex(bytes));
         let unsealed = unseal(bytes, keys, limits)?;
         let payload = open_payload(&unsealed, limits)?;
-        let sha256 = hashing
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let sha256 = crate::joined(hashing);
         Ok(OpenedPack {
             header: unsealed.header,
             payload,

@@ -483,9 +483,7 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
         let result = read(FrameReader::new(receivers, spent));
         let mut failed: Option<(usize, FormatError)> = None;
         for handle in handles {
-            let outcome = handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let outcome = crate::joined(handle);
             if let Err((number, e)) = outcome
                 && failed.as_ref().is_none_or(|(first, _)| number < *first)
             {
@@ -511,9 +509,7 @@ pub(crate) fn with_chunk_reader<T>(
         });
         // `read` drops the receiver when it returns, which unblocks the producer.
         let parsed = read(ChunkReader::new(receiver));
-        let produced = producer
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let produced = crate::joined(producer);
         produced?;
         parsed
     })
@@ -1052,13 +1048,7 @@ fn sha256_all<'a>(blobs: impl Iterator<Item = &'a Vec<u8>>) -> Vec<String> {
             .iter()
             .map(|run| scope.spawn(move || run.iter().map(|b| sha256_hex(b)).collect::<Vec<_>>()))
             .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+        handles.into_iter().flat_map(crate::joined).collect()
     })
 }
 

@@ -345,9 +345,7 @@ fn walk(root: &Path, limits: &Limits) -> (Vec<DirFile>, Vec<DirProblem>) {
                 .collect();
             let mut all = walker.lister();
             for helper in helpers {
-                let mut found = helper
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                let mut found = crate::joined(helper);
                 all.files.append(&mut found.files);
                 all.problems.append(&mut found.problems);
             }
@@ -607,12 +605,6 @@ fn check_all(files: &[PayloadFile], check: &FileCheck<'_>) -> Vec<(String, FileP
     runs.push(&files[start..]);
     std::thread::scope(|scope| {
         let handles: Vec<_> = runs.iter().map(|part| scope.spawn(|| run(part))).collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
+        handles.into_iter().flat_map(crate::joined).collect()
     })
 }

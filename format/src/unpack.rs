@@ -282,9 +282,7 @@ fn unpack_with<U: Unpack + ?Sized>(
         let files = sink.files;
         drop(sink); // closes the queue: the workers finish what is in it and stop
         for worker in workers {
-            worker
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            crate::joined(worker);
         }
         read.map(|()| files)
     });
