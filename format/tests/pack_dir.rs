@@ -3,7 +3,7 @@
 mod common;
 
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use pack_format::{
@@ -14,6 +14,14 @@ fn write(root: &Path, path: &str, bytes: &[u8]) {
     let path = root.join(path);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
+}
+
+/// What a scan of `root` found: the files' pack paths in order, the problems' paths.
+fn scanned(root: &Path) -> (Vec<String>, Vec<PathBuf>) {
+    let scanned = PackDir::scan(root, &Limits::DEFAULT);
+    let files = scanned.files().iter().map(|f| f.path.clone()).collect();
+    let problems = scanned.problems().iter().map(|p| p.path.clone()).collect();
+    (files, problems)
 }
 
 fn problems(result: Result<impl std::fmt::Debug, FormatError>) -> Vec<DirProblem> {
@@ -49,10 +57,9 @@ fn files_come_in_byte_order_of_their_pack_paths() {
     write(dir.path(), "a-b/x.md", b"2");
     write(dir.path(), "README.md", b"3");
     std::fs::create_dir_all(dir.path().join("empty/too")).unwrap();
-    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
-    let paths: Vec<&str> = scanned.files().iter().map(|f| f.path.as_str()).collect();
+    let (paths, problems) = scanned(dir.path());
     assert_eq!(paths, ["README.md", "a-b/x.md", "a/x.md"]);
-    assert!(scanned.problems().is_empty(), "{:?}", scanned.problems());
+    assert!(problems.is_empty(), "{problems:?}");
     let payload = read_pack_dir(dir.path(), &Limits::DEFAULT, None).unwrap();
     assert_eq!(payload.len(), 3);
     assert_eq!(payload.get("a-b/x.md"), Some(&b"2"[..]));
@@ -81,10 +88,8 @@ fn a_wide_deep_tree_listed_on_several_threads_gives_every_file_once_in_order() {
         std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
     }
     expected.sort();
-    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
-    let paths: Vec<&str> = scanned.files().iter().map(|f| f.path.as_str()).collect();
+    let (paths, links) = scanned(dir.path());
     assert_eq!(paths, expected);
-    let links: Vec<_> = scanned.problems().iter().map(|p| p.path.clone()).collect();
     // Path order: `d11` before `d3`.
     let want: Vec<_> = [11, 3, 7]
         .iter()
@@ -111,10 +116,8 @@ fn a_tree_deeper_than_one_thread_goes_down_alone_is_listed_whole() {
     let link = dir.path().join(&path).join("link");
     std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
     expected.sort();
-    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
-    let paths: Vec<&str> = scanned.files().iter().map(|f| f.path.as_str()).collect();
+    let (paths, problems) = scanned(dir.path());
     assert_eq!(paths, expected);
-    let problems: Vec<_> = scanned.problems().iter().map(|p| p.path.clone()).collect();
     assert_eq!(problems, [link]);
 }
 
