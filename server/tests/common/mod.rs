@@ -318,13 +318,34 @@ pub const S3_BUCKET: &str = "packs";
 const S3_ACCESS_KEY: &str = "packd-test";
 const S3_SECRET_KEY: &str = "packd-test-secret";
 
-static SEAWEED: std::sync::OnceLock<Option<Seaweed>> = std::sync::OnceLock::new();
+/// The one start-up's outcome: a failed start is tried once per binary, and every S3 test
+/// after the first fails at once with the same message instead of waiting out its own start.
+static SEAWEED: std::sync::OnceLock<Result<Option<Seaweed>, String>> = std::sync::OnceLock::new();
+
+/// SeaweedFS's volume server turns every volume read-only when its disk has less than this
+/// free (its default is 1% of the disk: 2.5 GB of a 250 GB disk the tests' few MB never
+/// need). An absolute floor keeps the tests independent of the size of the host's disk.
+const SEAWEED_MIN_FREE: &str = "64MiB";
+
+/// What a caught panic said.
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => match payload.downcast::<&str>() {
+            Ok(text) => text.to_string(),
+            Err(_) => "SeaweedFS failed to start (a panic without a message)".to_string(),
+        },
+    }
+}
 
 impl Seaweed {
     /// The binary's SeaweedFS, started on first use; `None` (with a loud message) when
     /// `weed` is not installed and `CI` is unset. Under CI a missing `weed` fails the test.
     pub fn shared() -> Option<&'static Seaweed> {
-        SEAWEED.get_or_init(Seaweed::start).as_ref()
+        match SEAWEED.get_or_init(|| std::panic::catch_unwind(Seaweed::start).map_err(panic_text)) {
+            Ok(weed) => weed.as_ref(),
+            Err(message) => panic!("{message}"),
+        }
     }
 
     fn start() -> Option<Seaweed> {
@@ -376,6 +397,7 @@ impl Seaweed {
             // Never phone home from a test.
             "-master.telemetry=false".to_string(),
             "-master.volumeSizeLimitMB=64".to_string(),
+            format!("-volume.minFreeSpace={SEAWEED_MIN_FREE}"),
             port("master.port"),
             port("master.port.grpc"),
             port("volume.port"),
@@ -436,10 +458,20 @@ kill -9 "$weed"; wait "$weed"; rm -rf "$dir""#,
             })
         };
         if let Err(err) = ready {
-            panic!(
-                "SeaweedFS did not accept a PUT within 60 s: {err}\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            // Name the usual cause first: a nearly full disk, which the log only mentions
+            // among hundreds of lines.
+            let disk = log
+                .lines()
+                .find(|line| line.contains("disk free") && line.contains("required"))
+                .map(|line| {
+                    format!(
+                        "\nthe disk under {} is nearly full ({line}): free some space and run again",
+                        data.display()
+                    )
+                })
+                .unwrap_or_default();
+            panic!("SeaweedFS did not accept a PUT within 60 s: {err}{disk}\n{log}");
         }
         eprintln!(
             "SeaweedFS ready at {endpoint} after {} ms",
