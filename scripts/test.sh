@@ -62,8 +62,8 @@ if ! command -v mcp-server-everything >/dev/null 2>&1; then
   command -v mcp-server-everything >/dev/null 2>&1 || { echo "mcp-server-everything is still not on PATH after installing it" >&2; exit 1; }
 fi
 
-# A clean build of the suite writes about 14 GB under target/ and fuzz/target/, and the tests' servers refuse
-# work on a full disk: say so up front rather than as a failed test half an hour in.
+# A clean build of the suite writes about 14 GB under target/ and fuzz/target/, and the
+# tests' servers refuse work on a full disk: say so up front, not as a failed test later.
 free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
 if [ "${free_kb:-0}" -lt $((16 * 1024 * 1024)) ]; then
   echo "warning: $((free_kb / 1024)) MiB free on the disk under $(pwd); a clean build and test run writes about 14 GiB" >&2
