@@ -211,7 +211,8 @@ EOF
   s3_port=$(free_port)
   say "wake: $WAKERS watches on node B, $((2 * ROUNDS)) releases through node A; starting SeaweedFS"
   weed server -dir="$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.telemetry=false \
-    -master.volumeSizeLimitMB=64 -master.port="$(free_port)" -master.port.grpc="$(free_port)" \
+    -master.volumeSizeLimitMB=64 -volume.minFreeSpace=64MiB -master.port="$(free_port)" \
+    -master.port.grpc="$(free_port)" \
     -volume.port="$(free_port)" -volume.port.grpc="$(free_port)" -filer -filer.port="$(free_port)" \
     -filer.port.grpc="$(free_port)" -s3 -s3.port="$s3_port" -s3.port.grpc="$(free_port)" \
     -s3.port.iceberg=0 -s3.port.lance=0 -s3.config="$work/s3.json" </dev/null >"$work/weed.log" 2>&1 &
