@@ -70,6 +70,16 @@ impl DirProblem {
         }
     }
 
+    /// A directory (`dir` true) or file under the pack directory that a system call failed on.
+    fn unreadable(path: impl Into<PathBuf>, dir: bool, errno: rustix::io::Errno) -> Self {
+        let what = if dir {
+            "cannot read the directory"
+        } else {
+            "cannot read"
+        };
+        DirProblem::new(path, format!("{what}: {}", std::io::Error::from(errno)))
+    }
+
     fn of_file(path: PathBuf, problem: FileProblem) -> Self {
         DirProblem {
             path,
@@ -400,10 +410,7 @@ impl Walker<'_> {
             let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
             match rustix::fs::open(&dir, flags, Mode::empty()) {
                 Ok(fd) => self.list_tree(fd, &dir, &prefix, 0, &mut found),
-                Err(e) => found.problems.push(DirProblem::new(
-                    &dir,
-                    format!("cannot read the directory: {}", std::io::Error::from(e)),
-                )),
+                Err(e) => found.problems.push(DirProblem::unreadable(&dir, true, e)),
             }
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
             pending.listing -= 1;
@@ -424,12 +431,8 @@ impl Walker<'_> {
     /// below the one taken from the queue, the directories under it: files and problems go
     /// into `out`.
     fn list_tree(&self, fd: OwnedFd, dir: &Path, prefix: &str, depth: usize, out: &mut Listed) {
-        let cannot_read = |out: &mut Listed, e: rustix::io::Errno| {
-            out.problems.push(DirProblem::new(
-                dir,
-                format!("cannot read the directory: {}", std::io::Error::from(e)),
-            ));
-        };
+        let cannot_read =
+            |out: &mut Listed, e| out.problems.push(DirProblem::unreadable(dir, true, e));
         let mut listing = match Dir::new(fd) {
             Ok(listing) => listing,
             Err(e) => return cannot_read(out, e),
@@ -457,9 +460,7 @@ impl Walker<'_> {
                 FileType::Unknown => match stat(fd) {
                     Ok(stat) => FileType::from_raw_mode(stat.st_mode),
                     Err(e) => {
-                        let e = std::io::Error::from(e);
-                        out.problems
-                            .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                        out.problems.push(DirProblem::unreadable(disk, false, e));
                         continue;
                     }
                 },
@@ -491,10 +492,7 @@ impl Walker<'_> {
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
                 match rustix::fs::openat(fd, name, flags, Mode::empty()) {
                     Ok(child) => self.list_tree(child, &disk, &path, depth + 1, out),
-                    Err(e) => out.problems.push(DirProblem::new(
-                        disk,
-                        format!("cannot read the directory: {}", std::io::Error::from(e)),
-                    )),
+                    Err(e) => out.problems.push(DirProblem::unreadable(disk, true, e)),
                 }
                 continue;
             }
@@ -518,9 +516,7 @@ impl Walker<'_> {
             let len = match stat(fd) {
                 Ok(stat) => stat.st_size as u64,
                 Err(e) => {
-                    let e = std::io::Error::from(e);
-                    out.problems
-                        .push(DirProblem::new(disk, format!("cannot read: {e}")));
+                    out.problems.push(DirProblem::unreadable(disk, false, e));
                     continue;
                 }
             };
