@@ -57,7 +57,10 @@ pub(crate) fn frame_payload(
 ) -> Result<Framed, FormatError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let pool = Pool::new(level, check);
-    let (jobs_sender, jobs) = mpsc::sync_channel::<Job<'static>>(threads);
+    // A rendezvous queue: a chunk waits in `send` until a thread takes it, so at most one
+    // chunk more than there are threads is in memory (8 MiB each). A queue as deep as the
+    // threads held two more, 16 MiB of first-touched pages, for no gain in time.
+    let (jobs_sender, jobs) = mpsc::sync_channel::<Job<'static>>(0);
     let jobs = Mutex::new(jobs);
     let (done_sender, done) = mpsc::channel::<Done>();
     let (spare_sender, spare) = mpsc::channel::<Vec<u8>>();
