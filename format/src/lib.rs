@@ -35,7 +35,7 @@ pub use payload::{IndexEntry, Payload, PayloadFile};
 pub use source::{
     DirFile, DirProblem, FileCheck, FileProblem, PackDir, SealOptions, SealedDir, read_pack_dir,
 };
-pub use unpack::{Unpack, Unpacked, open_into};
+pub use unpack::{Unpack, Unpacked, open_file_into, open_into};
 
 /// Version of the sealed-pack container this crate writes. It reads this one and
 /// [`pack::FORMAT_V1`].

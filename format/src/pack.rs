@@ -555,10 +555,20 @@ fn open_detached(
 /// Parses and checks the header of a sealed pack without decrypting anything. Returns the
 /// header and the header's length in bytes (where the ciphertext starts).
 pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize), FormatError> {
-    if bytes.len() as u64 > limits.max_sealed_len {
+    read_header_of(bytes, bytes.len() as u64, limits)
+}
+
+/// [`read_header`] of a pack of `total` bytes of which `bytes` are the first: at least
+/// [`head_len`] of them, or the whole pack when it is shorter.
+pub(crate) fn read_header_of(
+    bytes: &[u8],
+    total: u64,
+    limits: &Limits,
+) -> Result<(PackHeader, usize), FormatError> {
+    if total > limits.max_sealed_len {
         return Err(FormatError::TooLarge {
             what: "sealed pack",
-            found: bytes.len() as u64,
+            found: total,
             limit: limits.max_sealed_len,
         });
     }
@@ -647,22 +657,28 @@ pub fn read_header(bytes: &[u8], limits: &Limits) -> Result<(PackHeader, usize),
     }
     let tags = check_segments(&header, limits)?;
     let expected = header_len as u64 + header.plaintext_len + tags * TAG_LEN as u64;
-    if bytes.len() as u64 != expected {
-        return Err(if (bytes.len() as u64) < expected {
+    if total != expected {
+        return Err(if total < expected {
             FormatError::Truncated {
                 what: "sealed pack",
                 expected,
-                found: bytes.len() as u64,
+                found: total,
             }
         } else {
             FormatError::SizeMismatch {
                 what: "sealed pack".to_string(),
                 expected,
-                found: bytes.len() as u64,
+                found: total,
             }
         });
     }
     Ok((header, header_len))
+}
+
+/// How many of a pack's first bytes [`read_header_of`] needs to see all of any header the
+/// limits allow.
+pub(crate) fn head_len(limits: &Limits) -> usize {
+    PREFIX_LEN + limits.max_header_len
 }
 
 /// Checks the segment list against the header and the limits; returns how many tags the
@@ -732,7 +748,11 @@ fn decode_fixed<const N: usize>(what: &'static str, text: &str) -> Result<[u8; N
 pub(crate) struct Unsealed<'a> {
     pub header: PackHeader,
     pub header_len: usize,
+    /// The sealed bytes: the whole pack, or for a pack read from a file as it is decoded
+    /// ([`crate::open_file_into`]) its first bytes, the header among them.
     pub bytes: &'a [u8],
+    /// The whole pack's length.
+    pub total: u64,
     data_key: Zeroizing<[u8; 32]>,
 }
 
@@ -764,8 +784,19 @@ impl Unsealed<'_> {
         })
     }
 
+    /// Whether [`Unsealed::bytes`] is the whole pack.
+    pub(crate) fn whole(&self) -> bool {
+        self.bytes.len() as u64 == self.total
+    }
+
     /// Format 1: the whole payload, decrypted.
     pub(crate) fn decrypt_v1(&self) -> Result<Vec<u8>, FormatError> {
+        if !self.whole() {
+            return Err(FormatError::malformed(
+                "sealed pack",
+                "a format 1 payload is decrypted from the whole pack in memory",
+            ));
+        }
         let nonce = decode_fixed::<12>("payload nonce", &self.header.nonce)?;
         let body = &self.bytes[self.header_len..];
         let (ciphertext, tag) = body.split_at(body.len() - TAG_LEN);
@@ -818,7 +849,18 @@ pub(crate) fn unseal<'a>(
     keys: &ContentKeyRing,
     limits: &Limits,
 ) -> Result<Unsealed<'a>, FormatError> {
-    let (header, header_len) = read_header(bytes, limits)?;
+    unseal_of(bytes, bytes.len() as u64, keys, limits)
+}
+
+/// [`unseal`] of a pack of `total` bytes of which `bytes` are the first (as for
+/// [`read_header_of`]).
+pub(crate) fn unseal_of<'a>(
+    bytes: &'a [u8],
+    total: u64,
+    keys: &ContentKeyRing,
+    limits: &Limits,
+) -> Result<Unsealed<'a>, FormatError> {
+    let (header, header_len) = read_header_of(bytes, total, limits)?;
     let Some((slot, key)) = header
         .key_slots
         .iter()
@@ -852,6 +894,7 @@ pub(crate) fn unseal<'a>(
         header,
         header_len,
         bytes,
+        total,
         data_key,
     })
 }

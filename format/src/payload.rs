@@ -2,7 +2,9 @@
 //! every file's path, size and SHA-256, followed by the files in path order.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
 use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
@@ -334,6 +336,35 @@ impl FrameSource for PlainFrames<'_> {
     }
 }
 
+/// Reads the `len` bytes at `start` of a pack's file into `buffer` (grown as needed, never
+/// shrunk, so that its pages are touched once per thread, not once per segment).
+fn read_segment<'b>(
+    file: &File,
+    start: u64,
+    len: usize,
+    buffer: &'b mut Vec<u8>,
+) -> Result<&'b [u8], FormatError> {
+    if buffer.len() < len {
+        buffer.resize(len, 0);
+    }
+    let part = &mut buffer[..len];
+    read_pack_at(file, part, start)?;
+    Ok(part)
+}
+
+/// Fills `buffer` from a pack's file at `start`; a file that got shorter since its length
+/// was taken says so.
+pub(crate) fn read_pack_at(file: &File, buffer: &mut [u8], start: u64) -> Result<(), FormatError> {
+    file.read_exact_at(buffer, start).map_err(|e| {
+        let e = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            std::io::Error::other("the file got shorter while being read; try again")
+        } else {
+            e
+        };
+        FormatError::io("reading the sealed pack", e)
+    })
+}
+
 /// Decodes one or more whole zstd frames into `out` (empty, with room for `len` bytes),
 /// which must come to exactly `len` bytes; zstd cannot write past the room.
 fn decode_exact(
@@ -369,20 +400,41 @@ fn decode_exact(
     }
 }
 
-/// A format-2 pack's segments: each is authenticated and decrypted, its frames checked
-/// against what the header says, and decoded, all on the thread that decodes it.
+/// A format-2 pack's segments: each is read (from memory, or from the pack's file),
+/// authenticated and decrypted, its frames checked against what the header says, and
+/// decoded, all on the thread that decodes it.
 pub(crate) struct SealedSegments<'a> {
     unsealed: &'a Unsealed<'a>,
     opener: SegmentOpener<'a>,
     starts: Vec<usize>,
+    /// Where the segments are read from when `unsealed` holds only the pack's first bytes.
+    file: Option<&'a File>,
 }
 
 impl<'a> SealedSegments<'a> {
+    /// The segments of a pack wholly in memory.
     pub(crate) fn new(unsealed: &'a Unsealed<'a>) -> Result<Self, FormatError> {
+        if !unsealed.whole() {
+            return Err(FormatError::malformed(
+                "sealed pack",
+                "only the pack's first bytes are in memory",
+            ));
+        }
+        Self::with_file(unsealed, None)
+    }
+
+    /// The segments of the pack in `file`, of which `unsealed` holds the first bytes: each
+    /// is read when it is decoded, into a buffer its thread keeps.
+    pub(crate) fn in_file(unsealed: &'a Unsealed<'a>, file: &'a File) -> Result<Self, FormatError> {
+        Self::with_file(unsealed, Some(file))
+    }
+
+    fn with_file(unsealed: &'a Unsealed<'a>, file: Option<&'a File>) -> Result<Self, FormatError> {
         Ok(SealedSegments {
             opener: unsealed.segment_opener()?,
             starts: unsealed.segment_starts(),
             unsealed,
+            file,
         })
     }
 
@@ -390,7 +442,7 @@ impl<'a> SealedSegments<'a> {
     pub(crate) fn decode_all(&self) -> Result<Vec<u8>, FormatError> {
         let total = self.unsealed.header.tar_len().unwrap_or(0);
         let mut tar = Vec::with_capacity(total as usize);
-        let mut scratch = Vec::new();
+        let mut scratch = SegmentScratch::default();
         let mut out = Vec::new();
         let mut context = zstd::zstd_safe::DCtx::create();
         for number in 0..self.count() {
@@ -401,9 +453,17 @@ impl<'a> SealedSegments<'a> {
     }
 }
 
-impl FrameSource for SealedSegments<'_> {
+/// What a thread decoding segments keeps between them.
+#[derive(Default)]
+pub(crate) struct SegmentScratch {
+    /// The segment as read from the pack's file (unused for a pack in memory).
+    sealed: Vec<u8>,
     /// The decrypted segment.
-    type Scratch = Vec<u8>;
+    plain: Vec<u8>,
+}
+
+impl FrameSource for SealedSegments<'_> {
+    type Scratch = SegmentScratch;
 
     fn count(&self) -> usize {
         self.unsealed.header.segments.len()
@@ -412,13 +472,18 @@ impl FrameSource for SealedSegments<'_> {
     fn decode(
         &self,
         number: usize,
-        plain: &mut Vec<u8>,
+        scratch: &mut SegmentScratch,
         context: &mut zstd::zstd_safe::DCtx<'static>,
         out: &mut Vec<u8>,
     ) -> Result<(), FormatError> {
         let segment = self.unsealed.header.segments[number];
         let start = self.starts[number];
-        let sealed = &self.unsealed.bytes[start..start + segment.len as usize + TAG_LEN];
+        let len = segment.len as usize + TAG_LEN;
+        let sealed = match self.file {
+            None => &self.unsealed.bytes[start..start + len],
+            Some(file) => read_segment(file, start as u64, len, &mut scratch.sealed)?,
+        };
+        let plain = &mut scratch.plain;
         self.opener.open(number, sealed, plain)?;
         // The frames must declare sizes that add up to what the header says, within the
         // windows the streaming decoder accepts — the rules of the parallel path of

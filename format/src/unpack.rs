@@ -12,15 +12,17 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
-use crate::pack::{FORMAT_V1, PackHeader, read_header, unseal};
+use crate::pack::{FORMAT_V1, PackHeader, head_len, read_header, unseal, unseal_of};
 use crate::payload::{
     FrameReader, FrameSource, IndexEntry, PIPELINE_MIN_LEN, PlainFrames, SealedSegments, TarSink,
-    decompress, frame_plan, read_entries, read_tar, validate_path, with_chunk_reader,
+    decompress, frame_plan, read_entries, read_pack_at, read_tar, validate_path, with_chunk_reader,
     with_frame_reader,
 };
 use crate::{ContentKeyRing, FormatError, Limits, sha256_hex};
@@ -87,6 +89,72 @@ pub fn open_into(
         header: unsealed.header,
         index,
     })
+}
+
+/// [`open_into`] of the pack in `file`, read as it is decoded: a large format-2 pack's
+/// segments are read one at a time by the threads that decrypt them, into buffers each
+/// thread keeps, so the sealed pack is never in memory as a whole (for 28 MB, 7,000 fresh
+/// pages fewer to fault in, most of what reading it cost). Every segment is authenticated
+/// as in memory; a file that changes while it is read fails as tampered, truncated or
+/// changed, never as anything else. Smaller packs, format-1 packs and one-core machines are
+/// read into memory and opened by [`open_into`].
+pub fn open_file_into(
+    file: &File,
+    keys: &ContentKeyRing,
+    limits: &Limits,
+    out: &impl Unpack,
+) -> Result<Unpacked, FormatError> {
+    let total = file
+        .metadata()
+        .map_err(|e| FormatError::io("reading the sealed pack", e))?
+        .len();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let head = read_start(file, total.min(head_len(limits) as u64) as usize)?;
+    let unsealed = unseal_of(&head, total, keys, limits)?;
+    if threads < 2
+        || unsealed.header.format == FORMAT_V1
+        || unsealed.header.segments.len() < 2
+        || total < PIPELINE_MIN_LEN as u64
+    {
+        let whole = unsealed.whole();
+        drop(unsealed);
+        let bytes = if whole {
+            head
+        } else {
+            read_start(file, total as usize)?
+        };
+        ends_at(file, total)?;
+        return open_into(&bytes, keys, limits, out);
+    }
+    let segments = SealedSegments::in_file(&unsealed, file)?;
+    let tar_len = unsealed.header.tar_len().unwrap_or(0);
+    let index = unpack_with(limits, out, |sink, threads| {
+        read_frames(&segments, tar_len, limits, threads, sink)
+    })?;
+    ends_at(file, total)?;
+    Ok(Unpacked {
+        header: unsealed.header,
+        index,
+    })
+}
+
+/// The first `len` bytes of `file`.
+fn read_start(file: &File, len: usize) -> Result<Vec<u8>, FormatError> {
+    let mut bytes = vec![0; len];
+    read_pack_at(file, &mut bytes, 0)?;
+    Ok(bytes)
+}
+
+/// Checks that nothing was appended to `file` after its first `len` bytes were read.
+fn ends_at(file: &File, len: u64) -> Result<(), FormatError> {
+    match file.read_at(&mut [0], len) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err(FormatError::io(
+            "reading the sealed pack",
+            std::io::Error::other("the file grew while being read; try again"),
+        )),
+        Err(e) => Err(FormatError::io("reading the sealed pack", e)),
+    }
 }
 
 /// What the threads share: the index, the queue of files, and the first failure.

@@ -302,3 +302,131 @@ fn a_destination_that_fails_fails_the_pack_with_the_file_named() {
     }));
     assert!(panicked.is_err());
 }
+
+// --- open_file_into: the same pack read from its file as it is decoded ---------------------
+
+/// `sealed` written to a file of its own.
+fn pack_file(sealed: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.pack");
+    std::fs::write(&path, sealed).unwrap();
+    (dir, path)
+}
+
+fn open_file_into(
+    path: &std::path::Path,
+    out: &impl Unpack,
+) -> Result<pack_format::Unpacked, FormatError> {
+    let file = std::fs::File::open(path).unwrap();
+    pack_format::open_file_into(&file, &ring(&key()), &Limits::DEFAULT, out)
+}
+
+/// A pack of many segments (about 50 MB of text), sealed once for the tests below.
+fn many_segments() -> &'static [u8] {
+    static SEALED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SEALED.get_or_init(|| {
+        let payload = Payload::new(files(6 * FRAME_LEN), &Limits::DEFAULT).unwrap();
+        let sealed = seal_with(&payload, &[&key()]);
+        let header = pack_format::read_header(&sealed, &Limits::DEFAULT)
+            .unwrap()
+            .0;
+        assert!(header.segments.len() >= 8, "{}", header.segments.len());
+        sealed
+    })
+}
+
+#[test]
+fn open_file_into_hands_out_exactly_what_open_into_does() {
+    // A small pack (read whole, then opened in memory) and one of many segments (each read
+    // by the thread that decrypts it).
+    let small = seal_with(
+        &Payload::new(files(200_000), &Limits::DEFAULT).unwrap(),
+        &[&key()],
+    );
+    for sealed in [small.as_slice(), many_segments()] {
+        let (_dir, path) = pack_file(sealed);
+        let (in_memory, expected) = open_into(sealed);
+        let in_memory = in_memory.unwrap();
+        let record = Record::default();
+        let from_file = open_file_into(&path, &record).unwrap();
+        assert_eq!(from_file.header, in_memory.header);
+        assert_eq!(from_file.index, in_memory.index);
+        assert!(!record.file_before_index.load(Ordering::SeqCst));
+        assert_eq!(
+            *record.files.lock().unwrap(),
+            *expected.files.lock().unwrap()
+        );
+    }
+}
+
+#[test]
+fn a_byte_changed_in_a_late_segment_of_the_file_is_refused_as_tampered() {
+    let mut sealed = many_segments().to_vec();
+    let at = sealed.len() - 100;
+    sealed[at] ^= 1;
+    let (_dir, path) = pack_file(&sealed);
+    let result = open_file_into(&path, &Record::default());
+    assert!(
+        matches!(result, Err(FormatError::Tampered)),
+        "{:?}",
+        result.map(|u| u.index.len())
+    );
+}
+
+#[test]
+fn a_pack_file_cut_short_is_refused_before_anything_is_handed_out() {
+    let sealed = many_segments();
+    let (_dir, path) = pack_file(&sealed[..sealed.len() - 1]);
+    let record = Record::default();
+    let result = open_file_into(&path, &record);
+    assert!(
+        matches!(result, Err(FormatError::Truncated { .. })),
+        "{:?}",
+        result.map(|u| u.index.len())
+    );
+    assert!(record.index.lock().unwrap().is_none());
+}
+
+#[test]
+fn a_pack_file_with_bytes_after_its_end_is_refused() {
+    let mut sealed = many_segments().to_vec();
+    sealed.push(0);
+    let (_dir, path) = pack_file(&sealed);
+    let result = open_file_into(&path, &Record::default());
+    assert!(
+        matches!(result, Err(FormatError::SizeMismatch { .. })),
+        "{:?}",
+        result.map(|u| u.index.len())
+    );
+}
+
+/// Cuts the pack's file down to its first 64 KiB when it is handed the index, as a
+/// process rewriting the file under a reader would.
+struct CutsThePack {
+    path: std::path::PathBuf,
+}
+
+impl Unpack for CutsThePack {
+    fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
+        let file = std::fs::OpenOptions::new().write(true).open(&self.path)?;
+        file.set_len(64 * 1024)
+    }
+
+    fn file(&self, _path: &str, _bytes: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_pack_file_that_gets_shorter_while_it_is_read_fails_saying_so() {
+    // The decoding threads are at most a few segments ahead of the `tar` reader, so the
+    // later segments are read after the cut.
+    let (_dir, path) = pack_file(many_segments());
+    let result = open_file_into(&path, &CutsThePack { path: path.clone() });
+    match result {
+        Err(FormatError::Io { source, .. }) => {
+            assert!(source.to_string().contains("got shorter"), "{source}")
+        }
+        other => panic!("{:?}", other.map(|u| u.index.len())),
+    }
+}

@@ -1,6 +1,7 @@
 //! Commands that read a sealed pack: `inspect`, `verify`, `extract`.
 
 use std::collections::HashSet;
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -250,7 +251,20 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
             );
         }
     }
-    let bytes = read_pack(&args.pack)?;
+    // A pack in a regular file is read as it is decoded, a segment at a time on each thread,
+    // never whole in memory. --json shows the pack's SHA-256: then the pack is read into
+    // memory once, so that the bytes hashed are the bytes opened.
+    let file = if json {
+        None
+    } else {
+        let file = File::open(&args.pack)
+            .with_context(|| format!("opening pack {}", shown(&args.pack)))?;
+        file.metadata().is_ok_and(|m| m.is_file()).then_some(file)
+    };
+    let bytes = match file {
+        Some(_) => Vec::new(),
+        None => read_pack(&args.pack)?,
+    };
     let ring = content_key_ring(Some(&args.keys), &args.extra_keys.content_keys)?;
 
     let parent = fsio::parent_dir(out);
@@ -266,11 +280,17 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
     let into = IntoDir::new(staging.path(), !args.no_fsync)
         .with_context(|| format!("opening {}", shown(staging.path())))?;
     // Only --json shows the pack's SHA-256: it is taken on another thread meanwhile.
-    let (unpacked, sha256) = std::thread::scope(|scope| {
-        let hashing = json.then(|| scope.spawn(|| sha256_hex(&bytes)));
-        let unpacked = pack_format::open_into(&bytes, &ring, &Limits::DEFAULT, &into);
-        (unpacked, hashing.map(fsio::joined))
-    });
+    let (unpacked, sha256) = match &file {
+        Some(file) => (
+            pack_format::open_file_into(file, &ring, &Limits::DEFAULT, &into),
+            None,
+        ),
+        None => std::thread::scope(|scope| {
+            let hashing = json.then(|| scope.spawn(|| sha256_hex(&bytes)));
+            let unpacked = pack_format::open_into(&bytes, &ring, &Limits::DEFAULT, &into);
+            (unpacked, hashing.map(fsio::joined))
+        }),
+    };
     let synced = into.finish();
     progress.finish_and_clear();
     let unpacked = unpacked.with_context(|| format!("{} does not open", shown(&args.pack)))?;
