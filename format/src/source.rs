@@ -277,6 +277,12 @@ impl PackDir {
         };
         let secrets = SealSecrets::random(keys.len());
         check_seal(&meta, keys, &secrets)?;
+        if !self.problems.is_empty() {
+            // Nothing will be sealed: report every file's own problems too, without
+            // compressing anything (at level 19, most of a seal's time).
+            let problems = self.problems_of_files(check);
+            return Err(self.error(problems));
+        }
         let mut read_problems = Vec::new();
         let layout = Layout {
             room: room_for(keys.len()) + index_room(&self.files),
@@ -310,6 +316,39 @@ impl PackDir {
         Ok(SealedDir {
             sealed,
             index: framed.index,
+        })
+    }
+
+    /// Reads every file and runs `check` on it, on every core, one file at a time per
+    /// thread (nothing kept): every problem found, in no particular order.
+    fn problems_of_files(&self, check: Option<&FileCheck<'_>>) -> Vec<DirProblem> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per_thread = self.files.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = self
+                .files
+                .chunks(per_thread)
+                .map(|files| {
+                    scope.spawn(move || {
+                        let mut problems = Vec::new();
+                        let mut bytes = Vec::new();
+                        for file in files {
+                            bytes.clear();
+                            if let Err(e) = read_into(&file.disk, file.len, &mut bytes) {
+                                problems.push(DirProblem::new(file.disk.clone(), e.to_string()));
+                            } else if let Some(check) = check {
+                                problems.extend(check(&file.path, &bytes).into_iter().map(
+                                    |problem| {
+                                        DirProblem::of_file(self.root.join(&file.path), problem)
+                                    },
+                                ));
+                            }
+                        }
+                        problems
+                    })
+                })
+                .collect();
+            threads.into_iter().flat_map(crate::joined).collect()
         })
     }
 }

@@ -400,6 +400,30 @@ fn build_reports_every_undeclared_variable_with_file_and_line() {
 }
 
 #[test]
+fn a_missing_template_and_a_broken_one_are_reported_together() {
+    // A required template missing means nothing will be sealed; the other templates are
+    // still validated, so one build names every problem.
+    let fixture = Fixture::new();
+    std::fs::remove_file(fixture.pack_dir().join("shared/memory.hbs")).unwrap();
+    fixture.write("prompts/shared/rules.hbs", b"line one\n{{nope}}\n");
+    let result = fixture.build("p.pack", &[]);
+    assert_fails(&result);
+    let message = stderr(&result);
+    let memory = fixture.pack_dir().join("shared/memory.hbs");
+    let rules = fixture.pack_dir().join("shared/rules.hbs");
+    assert!(
+        message.contains(&format!("{}: missing", s(&memory))),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("{}:2: unknown variable 'nope'", s(&rules))),
+        "{message}"
+    );
+    assert!(message.contains("2 problem(s)"), "{message}");
+    assert!(!fixture.path("p.pack").exists());
+}
+
+#[test]
 fn build_refuses_a_pack_without_the_templates_clients_require() {
     let fixture = Fixture::new();
     let gone = ["agents/mavis/tui.hbs", "shared/memory.hbs"];
