@@ -261,9 +261,9 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
             .with_context(|| format!("opening pack {}", shown(&args.pack)))?;
         file.metadata().is_ok_and(|m| m.is_file()).then_some(file)
     };
-    let bytes = match file {
-        Some(_) => Vec::new(),
-        None => read_pack(&args.pack)?,
+    let sealed = match file {
+        Some(file) => Sealed::InFile(file),
+        None => Sealed::InMemory(read_pack(&args.pack)?),
     };
     let ring = content_key_ring(Some(&args.keys), &args.extra_keys.content_keys)?;
 
@@ -280,14 +280,14 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
     let into = IntoDir::new(staging.path(), !args.no_fsync)
         .with_context(|| format!("opening {}", shown(staging.path())))?;
     // Only --json shows the pack's SHA-256: it is taken on another thread meanwhile.
-    let (unpacked, sha256) = match &file {
-        Some(file) => (
+    let (unpacked, sha256) = match &sealed {
+        Sealed::InFile(file) => (
             pack_format::open_file_into(file, &ring, &Limits::DEFAULT, &into),
             None,
         ),
-        None => std::thread::scope(|scope| {
-            let hashing = json.then(|| scope.spawn(|| sha256_hex(&bytes)));
-            let unpacked = pack_format::open_into(&bytes, &ring, &Limits::DEFAULT, &into);
+        Sealed::InMemory(bytes) => std::thread::scope(|scope| {
+            let hashing = json.then(|| scope.spawn(|| sha256_hex(bytes)));
+            let unpacked = pack_format::open_into(bytes, &ring, &Limits::DEFAULT, &into);
             (unpacked, hashing.map(fsio::joined))
         }),
     };
@@ -326,6 +326,14 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Where `extract` opens a pack from.
+enum Sealed {
+    /// A regular file, read as it is decoded.
+    InFile(File),
+    /// The whole pack, read first.
+    InMemory(Vec<u8>),
 }
 
 /// A pack's files written under a (staging) directory as `open_into` hands them over, from
