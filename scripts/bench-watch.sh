@@ -202,7 +202,21 @@ wake_on() {
   stop_all
 }
 if [[ " $PARTS " == *" wake "* ]]; then
-  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+  # A free port from below the kernel's ephemeral range: one handed out by bind(0) can be
+  # handed again to an outgoing connection before SeaweedFS's volume server binds it.
+  free_port() {
+    python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+while True:
+    port = random.randrange(10000, max(low, 11000))
+    try:
+        socket.socket().bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    print(port)
+    break'
+  }
   cat >"$work/s3.json" <<'EOF'
 {"identities": [{"name": "packd", "credentials": [{"accessKey": "bench", "secretKey": "bench-secret"}],
   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}

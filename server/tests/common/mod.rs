@@ -369,6 +369,28 @@ impl Seaweed {
             );
             return None;
         }
+        // A port can still be taken between the check and `weed`'s bind (by another program
+        // choosing from the same range): the volume server then exits, and a fresh start on
+        // other ports is the fix.
+        for attempt in 1.. {
+            match Seaweed::launch() {
+                Ok(weed) => return Some(weed),
+                Err(Launch::PortTaken(line)) if attempt < 3 => {
+                    eprintln!(
+                        "SeaweedFS start {attempt} found a port taken ({line}): starting again on others"
+                    );
+                }
+                Err(Launch::PortTaken(line)) => {
+                    panic!("SeaweedFS found a port taken on three starts; the last: {line}")
+                }
+                Err(Launch::Failed(message)) => panic!("{message}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// One start of `weed` on ports of its own, waited for until it takes a PUT.
+    fn launch() -> Result<Seaweed, Launch> {
         let dir = tempfile::Builder::new()
             .prefix("packd-seaweedfs-")
             .tempdir()
@@ -387,8 +409,9 @@ impl Seaweed {
         .unwrap();
         let data = dir.join("data");
         std::fs::create_dir(&data).unwrap();
-        let s3_port = free_port();
-        let port = |flag: &str| format!("-{flag}={}", free_port());
+        let mut ports = unassigned_ports(9).into_iter();
+        let s3_port = ports.next().unwrap();
+        let mut port = |flag: &str| format!("-{flag}={}", ports.next().unwrap());
         let args = [
             "server".to_string(),
             format!("-dir={}", data.display()),
@@ -438,6 +461,7 @@ kill -9 "$weed"; wait "$weed"; rm -rf "$dir""#,
         // registered, and the first PUT also creates the bucket.
         let ready = {
             let endpoint = endpoint.clone();
+            let log_path = log.clone();
             on_own_runtime(async move {
                 let store = s3_store(&endpoint);
                 let key = object_store::path::Path::from("ready");
@@ -451,14 +475,24 @@ kill -9 "$weed"; wait "$weed"; rm -rf "$dir""#,
                     .await;
                     match put {
                         Ok(_) => return Ok(()),
-                        Err(e) if Instant::now() > deadline => return Err(e.to_string()),
+                        // A `weed` that found a port taken has exited: no use waiting.
+                        Err(e) if Instant::now() > deadline || port_taken(&log_path).is_some() => {
+                            return Err(e.to_string());
+                        }
                         Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                     }
                 }
             })
         };
         if let Err(err) = ready {
+            let taken = port_taken(&log);
             let log = std::fs::read_to_string(&log).unwrap_or_default();
+            // Closing the lifeline stops this `weed` and removes its directory.
+            drop(lifeline);
+            let _ = child.wait();
+            if let Some(line) = taken {
+                return Err(Launch::PortTaken(line));
+            }
             // Name the usual cause first: a nearly full disk, which the log only mentions
             // among hundreds of lines.
             let disk = log
@@ -471,13 +505,15 @@ kill -9 "$weed"; wait "$weed"; rm -rf "$dir""#,
                     )
                 })
                 .unwrap_or_default();
-            panic!("SeaweedFS did not accept a PUT within 60 s: {err}{disk}\n{log}");
+            return Err(Launch::Failed(format!(
+                "SeaweedFS did not accept a PUT within 60 s: {err}{disk}\n{log}"
+            )));
         }
         eprintln!(
             "SeaweedFS ready at {endpoint} after {} ms",
             started.elapsed().as_millis()
         );
-        Some(Seaweed {
+        Ok(Seaweed {
             endpoint,
             _lifeline: std::sync::Mutex::new(lifeline),
             _watchdog: std::sync::Mutex::new(child),
@@ -575,12 +611,41 @@ fn s3_store(endpoint: &str) -> object_store::aws::AmazonS3 {
         .unwrap()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// How one start of SeaweedFS went wrong.
+enum Launch {
+    /// One of its ports was taken when it bound it; the log's line saying so.
+    PortTaken(String),
+    /// Anything else, said in full.
+    Failed(String),
+}
+
+/// The line of `weed`'s log (at `log`) saying one of its listeners found its port taken.
+fn port_taken(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .find(|line| line.contains("address already in use"))?;
+    Some(line.to_string())
+}
+
+/// `count` distinct loopback ports, free when checked, from below the kernel's ephemeral range.
+/// A port the kernel handed out for `bind(0)` lies in that range, where it can be handed out
+/// again, to any outgoing connection, in the seconds before `weed` binds it (SeaweedFS's volume
+/// server binds a few seconds after start, and its own parts connect to each other meanwhile).
+fn unassigned_ports(count: usize) -> Vec<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let range = 10_000..ephemeral_low.max(10_000 + 1_000);
+    let mut ports = Vec::with_capacity(count);
+    while ports.len() < count {
+        let port = rand::random_range(range.clone());
+        if !ports.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    ports
 }
 
 /// Every regular file under `dir`, as paths relative to it.
