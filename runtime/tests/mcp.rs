@@ -7,6 +7,8 @@ mod model_server;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
 
 use model_server::{ModelServer, exec, openai_calls, openai_text, system_of, tools_of};
 use serde_json::{Value, json};
@@ -38,39 +40,78 @@ struct HttpEverything {
 }
 
 impl HttpEverything {
+    /// Started on a port from below the kernel's ephemeral range (a port `bind(0)` hands out
+    /// can go to an outgoing connection of a parallel test before node binds it); when the
+    /// port is taken anyway the server exits, and it is started again on another.
     fn start() -> HttpEverything {
         require(
             "mcp-server-everything",
             "@modelcontextprotocol/server-everything from npm",
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new("mcp-server-everything")
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        loop {
-            let line = lines
-                .next()
-                .expect("server-everything exited before listening")
+        let mut said = Vec::new();
+        for _ in 0..3 {
+            let port = unassigned_port();
+            let mut child = Command::new("mcp-server-everything")
+                .arg("streamableHttp")
+                .env("PORT", port.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
                 .unwrap();
-            if line.contains("listening on port") {
-                break;
+            let stderr = child.stderr.take().unwrap();
+            // Every line of stderr, read on a thread of its own that keeps draining the pipe
+            // so the server never blocks on it.
+            let (said_tx, lines) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let _ = said_tx.send(line);
+                }
+            });
+            let listening = lines.iter().find(|line| line.contains("listening on port"));
+            // It says it listens before its bind fails ("Failed to start: Port … is already
+            // in use"), and exits: a quiet half second after the line is the sign it holds
+            // the port.
+            let failed = match listening {
+                None => Some("exited before listening".to_string()),
+                Some(_) => loop {
+                    match lines.recv_timeout(Duration::from_millis(500)) {
+                        Ok(line) if line.contains("Failed") => break Some(line),
+                        Ok(_) => {}
+                        Err(RecvTimeoutError::Timeout) => break None,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            break Some("exited after saying it listened".to_string());
+                        }
+                    }
+                },
+            };
+            if let Some(failure) = failed {
+                let _ = child.kill();
+                let _ = child.wait();
+                said.push(format!("port {port}: {failure}"));
+                continue;
             }
+            return HttpEverything {
+                child,
+                url: format!("http://127.0.0.1:{port}/mcp"),
+            };
         }
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        HttpEverything {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
+        panic!("server-everything never listened: {}", said.join("; "));
+    }
+}
+
+/// A loopback port free when checked, from below the kernel's ephemeral range.
+fn unassigned_port() -> u16 {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let span = u64::from(ephemeral_low.max(11_000) - 10_000);
+    loop {
+        // A random number without a crate: std's hasher keys are random per instance.
+        let random = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u8);
+        let port = 10_000 + (random % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
         }
     }
 }
