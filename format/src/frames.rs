@@ -1,6 +1,5 @@
-//! Writing a payload: its `tar` built entry by entry and compressed into zstd frames on
-//! every core while the rest is still being added, without the whole `tar` (or all the
-//! files) ever in memory at once.
+//! Writing a payload: its `tar` built frame by frame and compressed into zstd frames on
+//! every core, without the whole `tar` (or all the files) ever in memory at once.
 //!
 //! The frames (docs/FORMAT.md, "Compression: zstd frames"): a `tar` of at most
 //! [`FRAME_LEN`] bytes is one frame. A longer one is cut at entry boundaries: the index
@@ -12,12 +11,16 @@
 //! its own entries and the limit on the files' total, so the bytes are the same whatever
 //! the number of threads.
 //!
-//! The file threads also hash every file for the index and run the caller's check on it
-//! (`packer build` validates templates there), so all of that is spread over the cores too.
+//! The files' lengths are known before any is read, so where the `tar` is cut is worked out
+//! first ([`plan`]), and each thread then takes the next frame and does all of it: reads its
+//! files into a buffer of its own, hashes them for the index, runs the caller's check on them
+//! (`packer build` validates templates there) and compresses the frame. No thread waits for
+//! another to read: with one reading thread feeding the others, the compressing threads sat
+//! idle whenever both finished while a frame was still being read.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
 use crate::pack::{PlacedFrames, Segment, TAG_LEN};
@@ -33,6 +36,10 @@ pub(crate) struct Framed {
     /// Every problem the check reported, with the file's path in the pack, in file order.
     pub problems: Vec<(String, FileProblem)>,
     pub index: Vec<IndexEntry>,
+    /// The files that could not be read (or gave another number of bytes than listed): their
+    /// place in the list and why, in file order. They are left out of the payload, which is
+    /// then no use but to report.
+    pub unread: Vec<(usize, std::io::Error)>,
 }
 
 /// Layout of the output.
@@ -44,180 +51,103 @@ pub(crate) struct Layout {
     pub tags: bool,
 }
 
-/// Builds and compresses a payload: `add` hands over the files in path order through the
-/// [`TarFeed`], `planned` bytes of them in all; `check` runs on every file's bytes on the
-/// compression threads.
+/// One file of a payload, in path order: its path in the pack and its length.
+pub(crate) struct PayloadEntry<'a> {
+    pub path: &'a str,
+    pub len: u64,
+}
+
+/// Appends the bytes of file `i` of the list to the vector: exactly its listed length.
+pub(crate) type ReadFile<'r> = dyn Fn(usize, &mut Vec<u8>) -> std::io::Result<()> + Sync + 'r;
+
+/// Builds and compresses the payload of `files` (in path order), each file's bytes read by
+/// `read` on the thread that compresses its frame; `check` runs on every file's bytes there.
 pub(crate) fn frame_payload(
     mtime: u64,
     level: i32,
-    planned: u64,
+    files: &[PayloadEntry<'_>],
     layout: Layout,
     check: Option<&FileCheck<'_>>,
-    add: impl FnOnce(&mut TarFeed<'_, '_>) -> Result<(), FormatError>,
+    read: &ReadFile<'_>,
 ) -> Result<Framed, FormatError> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pool = Pool::new(level, check);
-    // A rendezvous queue: a chunk waits in `send` until a thread takes it, so at most one
-    // chunk more than there are threads is in memory (8 MiB each). A queue as deep as the
-    // threads held two more, 16 MiB of first-touched pages, for no gain in time.
-    let (jobs_sender, jobs) = mpsc::sync_channel::<Job<'static>>(0);
-    let jobs = Mutex::new(jobs);
-    let (done_sender, done) = mpsc::channel::<Done>();
-    let (spare_sender, spare) = mpsc::channel::<Vec<u8>>();
+    let frames = plan(files, mtime)?;
+    let pool = Pool {
+        level,
+        check,
+        mtime,
+        files,
+        read,
+        free: Mutex::new(Vec::new()),
+    };
     let mut collected = Collected::new(layout, &pool.free);
-    let fed = std::thread::scope(|scope| {
-        let workers = pool.start(scope, threads, &jobs, done_sender, spare_sender);
-        let mut feed = TarFeed {
-            mtime,
-            planned,
-            added: 0,
-            limit: if planned <= FRAME_LEN as u64 {
-                FRAME_LEN
-            } else {
-                frame_limit(0, planned)
-            },
-            headers: tar::Builder::new(Vec::new()),
-            chunk: Vec::new(),
-            files: Vec::new(),
-            sent: 0,
-            jobs: Some(jobs_sender),
-            spare: &spare,
-            done: &done,
-            collected: &mut collected,
+    if let [only] = frames.as_slice() {
+        // One chunk: this thread builds it and finishes it, no other thread started.
+        let mut scratch = Scratch::new(level)?;
+        let built = pool.build(&mut scratch, only, false)?;
+        let (index, problems) = pool.hash_and_check(&scratch.chunk, built.files);
+        collected.unread = built.unread;
+        return collected.finish_small(&pool, scratch, index, problems);
+    }
+    let last = frames.len() - 1;
+    pool.run(frames.len(), &mut collected, |number, scratch| {
+        let frame = &frames[number];
+        let built = match pool.build(scratch, frame, number == last) {
+            Ok(built) => built,
+            Err(e) => return Done::failed(number, e),
         };
-        let fed = add(&mut feed).and_then(|()| feed.end());
-        // Closing the queue lets the threads finish what is in it and stop.
-        let TarFeed {
-            jobs: sender,
-            chunk,
-            files,
-            sent,
-            ..
-        } = feed;
-        drop(sender);
-        for finished in done.iter() {
-            collected.take(finished);
+        let (index, problems) = pool.hash_and_check(&scratch.chunk, built.files);
+        Done {
+            number: number + 1,
+            frame: pool.compress(scratch, number),
+            tar_len: scratch.chunk.len(),
+            index,
+            problems,
+            unread: built.unread,
         }
-        workers.join();
-        fed.map(|()| (chunk, files, sent))
     });
-    let (chunk, files, sent) = fed?;
     if let Some(error) = collected.failed.take() {
         return Err(error);
-    }
-    if sent == 0 {
-        // Every file fitted in the first chunk: this thread finishes the only chunk.
-        return collected.finish_small(&pool, chunk, files, mtime);
     }
     collected.finish(&pool, mtime)
 }
 
-/// Hands files to [`frame_payload`], in path order.
-pub(crate) struct TarFeed<'s, 'c> {
-    mtime: u64,
-    /// Bytes of files the caller said it would add, and bytes added so far.
-    planned: u64,
-    added: u64,
-    /// Bytes of `tar` the chunk being filled may hold.
-    limit: usize,
-    /// Formats tar headers (with GNU long-name entries) exactly as the `tar` crate writes
-    /// them; the bytes are taken out after each header.
-    headers: tar::Builder<Vec<u8>>,
-    chunk: Vec<u8>,
-    files: Vec<(String, Range<usize>)>,
-    /// Chunks sent to the threads.
-    sent: usize,
-    jobs: Option<mpsc::SyncSender<Job<'static>>>,
-    spare: &'s mpsc::Receiver<Vec<u8>>,
-    done: &'s mpsc::Receiver<Done>,
-    collected: &'c mut Collected<'s>,
+/// One frame's files, as planned: which of the list, and the length of their `tar`.
+struct PlannedFrame {
+    files: Range<usize>,
+    tar_len: usize,
 }
 
-impl TarFeed<'_, '_> {
-    /// Adds a file of `len` bytes: `write` appends exactly its bytes to the vector it is
-    /// given. When `write` fails, or gives another number of bytes, nothing of the file
-    /// stays in the payload and the error comes back (the caller decides whether that ends
-    /// the payload).
-    pub(crate) fn add(
-        &mut self,
-        path: &str,
-        len: u64,
-        write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>,
-    ) -> Result<(), FormatError> {
-        let header = entry_header(&mut self.headers, path, len, self.mtime)?;
-        let entry_len = header.len() as u64 + len.next_multiple_of(512);
-        if !self.chunk.is_empty() && self.chunk.len() as u64 + entry_len > self.limit as u64 {
-            self.send()?;
-            self.limit = frame_limit(self.sent, self.planned.saturating_sub(self.added));
+/// Where the `tar` of `files` is cut: the file entries of each frame after the index, in
+/// order (one frame, the whole `tar`, when no cut is needed). The rule is docs/FORMAT.md's.
+fn plan(files: &[PayloadEntry<'_>], mtime: u64) -> Result<Vec<PlannedFrame>, FormatError> {
+    let planned: u64 = files.iter().map(|f| f.len).sum();
+    let mut limit = if planned <= FRAME_LEN as u64 {
+        FRAME_LEN
+    } else {
+        frame_limit(0, planned)
+    };
+    let mut headers = tar::Builder::new(Vec::new());
+    let mut frames = Vec::new();
+    let (mut start, mut tar_len, mut added) = (0, 0u64, 0u64);
+    for (i, file) in files.iter().enumerate() {
+        let header = entry_header(&mut headers, file.path, file.len, mtime)?;
+        let entry_len = header.len() as u64 + file.len.next_multiple_of(512);
+        if tar_len > 0 && tar_len + entry_len > limit as u64 {
+            frames.push(PlannedFrame {
+                files: start..i,
+                tar_len: tar_len as usize,
+            });
+            (start, tar_len) = (i, 0);
+            limit = frame_limit(frames.len(), planned - added);
         }
-        let start = self.chunk.len();
-        self.chunk.reserve(entry_len as usize);
-        self.chunk.extend_from_slice(&header);
-        let data = self.chunk.len();
-        let written = write(&mut self.chunk).and_then(|()| {
-            let found = (self.chunk.len() - data) as u64;
-            if found == len {
-                Ok(())
-            } else {
-                Err(std::io::Error::other(format!(
-                    "expected {len} bytes, found {found} (did the file change while being read?)"
-                )))
-            }
-        });
-        if let Err(e) = written {
-            self.chunk.truncate(start);
-            return Err(FormatError::io(format!("reading {path}"), e));
-        }
-        let end = self.chunk.len();
-        self.chunk
-            .resize(data + len.next_multiple_of(512) as usize, 0);
-        self.files.push((path.to_string(), data..end));
-        self.added += len;
-        Ok(())
+        tar_len += entry_len;
+        added += file.len;
     }
-
-    /// Sends the chunk so far to the threads and starts a new one.
-    fn send(&mut self) -> Result<(), FormatError> {
-        let fresh = self
-            .spare
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(FRAME_LEN));
-        let chunk = std::mem::replace(&mut self.chunk, fresh);
-        let files = std::mem::take(&mut self.files);
-        self.sent += 1;
-        let job = Job {
-            number: self.sent,
-            chunk: Cow::Owned(chunk),
-            files,
-        };
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|jobs| jobs.send(job).is_ok());
-        // Place whatever is ready while the rest is still being added.
-        while let Ok(finished) = self.done.try_recv() {
-            self.collected.take(finished);
-        }
-        if sent {
-            Ok(())
-        } else {
-            Err(FormatError::malformed(
-                "payload",
-                "the compression threads stopped",
-            ))
-        }
-    }
-
-    /// After the last file: when chunks went out already, the end of the archive goes on
-    /// the last one, which goes out too. Otherwise the only chunk stays for
-    /// [`Collected::finish_small`].
-    fn end(&mut self) -> Result<(), FormatError> {
-        if self.sent == 0 {
-            return Ok(());
-        }
-        self.chunk.extend_from_slice(&[0; 1024]);
-        self.send()
-    }
+    frames.push(PlannedFrame {
+        files: start..files.len(),
+        tar_len: tar_len as usize,
+    });
+    Ok(frames)
 }
 
 /// The most bytes of `tar` the file frame after `sent` others takes, when `remaining` bytes
@@ -258,37 +188,62 @@ fn entry_header(
     Ok(std::mem::take(headers.get_mut()))
 }
 
-/// One chunk of `tar` for a thread: hash and check its files, then compress it.
-struct Job<'a> {
-    /// Frame number (the index is frame 0).
-    number: usize,
-    chunk: Cow<'a, [u8]>,
-    /// The files in the chunk: path and where its bytes are.
+/// A frame's `tar` as built: where each file's bytes are, and the files left out.
+struct Built {
     files: Vec<(String, Range<usize>)>,
+    unread: Vec<(usize, std::io::Error)>,
 }
 
+/// What a thread keeps from one frame to the next.
+struct Scratch {
+    compressor: zstd::bulk::Compressor<'static>,
+    /// Formats tar headers (with GNU long-name entries) exactly as the `tar` crate writes
+    /// them; the bytes are taken out after each header.
+    headers: tar::Builder<Vec<u8>>,
+    /// The frame's `tar`: one buffer per thread, filled again for each frame (a fresh buffer
+    /// per frame costs a page fault per 4 KiB).
+    chunk: Vec<u8>,
+}
+
+impl Scratch {
+    fn new(level: i32) -> Result<Scratch, FormatError> {
+        Ok(Scratch {
+            compressor: compressor(level)?,
+            headers: tar::Builder::new(Vec::new()),
+            chunk: Vec::new(),
+        })
+    }
+}
+
+/// A frame done by a thread, to be placed in order.
 struct Done {
     number: usize,
     frame: Result<Vec<u8>, FormatError>,
     tar_len: usize,
     index: Vec<IndexEntry>,
     problems: Vec<(String, FileProblem)>,
+    unread: Vec<(usize, std::io::Error)>,
 }
 
-struct DrainOnPanic<'j, 'a>(&'j Mutex<mpsc::Receiver<Job<'a>>>);
-
-impl Drop for DrainOnPanic<'_, '_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let jobs = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            while jobs.recv().is_ok() {}
+impl Done {
+    fn failed(number: usize, error: FormatError) -> Done {
+        Done {
+            number: number + 1,
+            frame: Err(error),
+            tar_len: 0,
+            index: Vec::new(),
+            problems: Vec::new(),
+            unread: Vec::new(),
         }
     }
 }
 
-struct Pool<'c> {
+struct Pool<'c, 'f> {
     level: i32,
     check: Option<&'c FileCheck<'c>>,
+    mtime: u64,
+    files: &'f [PayloadEntry<'f>],
+    read: &'f ReadFile<'f>,
     /// Frame buffers placed already, to compress into again: a fresh buffer per frame costs
     /// a page fault per 4 KiB.
     free: FreeFrames,
@@ -296,83 +251,112 @@ struct Pool<'c> {
 
 type FreeFrames = Mutex<Vec<Vec<u8>>>;
 
-/// The compression threads of one payload.
-struct Workers<'scope>(Vec<std::thread::ScopedJoinHandle<'scope, ()>>);
-
-impl Workers<'_> {
-    /// Waits for every thread; a thread's panic goes on in the caller, with its own message.
-    fn join(self) {
-        for handle in self.0 {
-            crate::joined(handle);
-        }
-    }
-}
-
-impl<'c> Pool<'c> {
-    fn new(level: i32, check: Option<&'c FileCheck<'c>>) -> Self {
-        Pool {
-            level,
-            check,
-            free: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Starts `threads` workers on the `jobs` queue in `scope`. They hold the only senders of
-    /// `done` and `spare`, so those queues end once every worker has.
-    fn start<'scope, 'env, 'a: 'env>(
-        &'env self,
-        scope: &'scope std::thread::Scope<'scope, 'env>,
-        threads: usize,
-        jobs: &'env Mutex<mpsc::Receiver<Job<'a>>>,
-        done: mpsc::Sender<Done>,
-        spare: mpsc::Sender<Vec<u8>>,
-    ) -> Workers<'scope> {
-        Workers(
-            (0..threads)
-                .map(|_| {
-                    let (done, spare) = (done.clone(), spare.clone());
-                    scope.spawn(move || self.work(jobs, &done, &spare))
-                })
-                .collect(),
-        )
-    }
-
-    fn work(
-        &self,
-        jobs: &Mutex<mpsc::Receiver<Job<'_>>>,
-        done: &mpsc::Sender<Done>,
-        spare: &mpsc::Sender<Vec<u8>>,
-    ) {
-        // If the check panics, the feeding thread must not wait on a full queue forever:
-        // drain it, and the panic reaches the caller through the join.
-        let _drain = DrainOnPanic(jobs);
-        let mut compressor = compressor(self.level);
-        loop {
-            let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).recv();
-            let Ok(job) = job else { return };
-            let finished = match &mut compressor {
-                Ok(compressor) => self.run(compressor, job, spare),
-                Err(_) => Done {
-                    number: job.number,
-                    frame: Err(FormatError::malformed("payload", "zstd did not start")),
-                    tar_len: 0,
-                    index: Vec::new(),
-                    problems: Vec::new(),
-                },
-            };
-            if done.send(finished).is_err() {
-                return;
-            }
-        }
-    }
-
+impl Pool<'_, '_> {
+    /// Makes frames `0..count` with `make` on every core, each thread taking the next frame
+    /// number when it is done with one, and places them in order in `collected` on this
+    /// thread meanwhile. After a failure no thread starts another frame.
     fn run(
         &self,
-        compressor: &mut zstd::bulk::Compressor<'static>,
-        job: Job<'_>,
-        spare: &mpsc::Sender<Vec<u8>>,
-    ) -> Done {
-        let (index, problems) = self.hash_and_check(&job.chunk, job.files);
+        count: usize,
+        collected: &mut Collected<'_>,
+        make: impl Fn(usize, &mut Scratch) -> Done + Sync,
+    ) {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(count)
+            .max(1);
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let (done_sender, done) = mpsc::channel::<Done>();
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    let done = done_sender.clone();
+                    let (next, stop, make) = (&next, &stop, &make);
+                    scope.spawn(move || {
+                        let mut scratch = match Scratch::new(self.level) {
+                            Ok(scratch) => scratch,
+                            Err(e) => {
+                                let _ = done
+                                    .send(Done::failed(next.fetch_add(1, Ordering::Relaxed), e));
+                                return;
+                            }
+                        };
+                        while !stop.load(Ordering::Relaxed) {
+                            let number = next.fetch_add(1, Ordering::Relaxed);
+                            if number >= count || done.send(make(number, &mut scratch)).is_err() {
+                                return;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            // The threads hold the only senders left: the queue ends when the last one does
+            // (a thread that panics drops its sender too, and the panic goes on at the join).
+            drop(done_sender);
+            for finished in done.iter() {
+                collected.take(finished);
+                if collected.failed.is_some() {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+            for worker in workers {
+                crate::joined(worker);
+            }
+        });
+    }
+
+    /// Fills `scratch.chunk` with the `tar` of `frame`'s files, read with the pool's reader
+    /// (and the two zero blocks that end the archive when it is the `last`). A file that
+    /// cannot be read, or gives another number of bytes than listed, is left out and
+    /// reported.
+    fn build(
+        &self,
+        scratch: &mut Scratch,
+        frame: &PlannedFrame,
+        last: bool,
+    ) -> Result<Built, FormatError> {
+        let chunk = &mut scratch.chunk;
+        chunk.clear();
+        chunk.reserve(frame.tar_len + if last { 1024 } else { 0 });
+        let mut built = Built {
+            files: Vec::with_capacity(frame.files.len()),
+            unread: Vec::new(),
+        };
+        for i in frame.files.clone() {
+            let PayloadEntry { path, len } = self.files[i];
+            let header = entry_header(&mut scratch.headers, path, len, self.mtime)?;
+            let start = chunk.len();
+            chunk.extend_from_slice(&header);
+            let data = chunk.len();
+            let read = (self.read)(i, chunk).and_then(|()| {
+                let found = (chunk.len() - data) as u64;
+                if found == len {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::other(format!(
+                        "expected {len} bytes, found {found} (did the file change while being read?)"
+                    )))
+                }
+            });
+            if let Err(e) = read {
+                chunk.truncate(start);
+                built.unread.push((i, e));
+                continue;
+            }
+            let end = chunk.len();
+            chunk.resize(data + len.next_multiple_of(512) as usize, 0);
+            built.files.push((path.to_string(), data..end));
+        }
+        if last {
+            chunk.extend_from_slice(&[0; 1024]);
+        }
+        Ok(built)
+    }
+
+    /// `scratch.chunk` compressed into a frame buffer placed already, or a fresh one.
+    fn compress(&self, scratch: &mut Scratch, number: usize) -> Result<Vec<u8>, FormatError> {
+        let chunk = &scratch.chunk;
         let mut frame = self
             .free
             .lock()
@@ -380,23 +364,17 @@ impl<'c> Pool<'c> {
             .and_then(|mut free| free.pop())
             .unwrap_or_default();
         frame.clear();
-        frame.reserve(zstd::zstd_safe::compress_bound(job.chunk.len()));
-        let frame = compressor
-            .compress_to_buffer(&job.chunk, &mut frame)
+        frame.reserve(zstd::zstd_safe::compress_bound(chunk.len()));
+        scratch
+            .compressor
+            .compress_to_buffer(chunk.as_slice(), &mut frame)
             .map(|_| frame)
-            .map_err(|e| FormatError::io("compressing the payload", e));
-        let tar_len = job.chunk.len();
-        if let Cow::Owned(mut buffer) = job.chunk {
-            buffer.clear();
-            let _ = spare.send(buffer);
-        }
-        Done {
-            number: job.number,
-            frame,
-            tar_len,
-            index,
-            problems,
-        }
+            .map_err(|e| {
+                FormatError::io(
+                    format!("compressing frame {} of the payload", number + 1),
+                    e,
+                )
+            })
     }
 
     fn hash_and_check(
@@ -445,6 +423,7 @@ struct Collected<'p> {
     next: usize,
     index: Vec<IndexEntry>,
     problems: Vec<(String, FileProblem)>,
+    unread: Vec<(usize, std::io::Error)>,
     failed: Option<FormatError>,
 }
 
@@ -459,6 +438,7 @@ impl<'p> Collected<'p> {
             next: 1,
             index: Vec::new(),
             problems: Vec::new(),
+            unread: Vec::new(),
             failed: None,
         }
     }
@@ -469,6 +449,7 @@ impl<'p> Collected<'p> {
             self.next += 1;
             self.index.extend(done.index);
             self.problems.extend(done.problems);
+            self.unread.extend(done.unread);
             match done.frame {
                 Ok(frame) if self.failed.is_none() => {
                     self.place(&frame, done.tar_len);
@@ -496,7 +477,7 @@ impl<'p> Collected<'p> {
     }
 
     /// Every file chunk is placed: the index frame goes in front of them.
-    fn finish(mut self, pool: &Pool<'_>, mtime: u64) -> Result<Framed, FormatError> {
+    fn finish(mut self, pool: &Pool<'_, '_>, mtime: u64) -> Result<Framed, FormatError> {
         let index_entry = index_entry(&self.index, mtime)?;
         let frame = compressor(pool.level)?
             .compress(&index_entry)
@@ -528,23 +509,28 @@ impl<'p> Collected<'p> {
             segments,
             problems: self.problems,
             index: self.index,
+            unread: self.unread,
         })
     }
 
-    /// Only one chunk, never sent: hash and check its files here, then one frame of the
-    /// whole `tar` if it fits in [`FRAME_LEN`], else the index frame and the chunk's.
+    /// Only one chunk, built on this thread with its files hashed and checked (`index`,
+    /// `problems`): one frame of the whole `tar` if it fits in [`FRAME_LEN`], else the index
+    /// frame and the chunk's.
     fn finish_small(
         mut self,
-        pool: &Pool<'_>,
-        mut chunk: Vec<u8>,
-        files: Vec<(String, Range<usize>)>,
-        mtime: u64,
+        pool: &Pool<'_, '_>,
+        scratch: Scratch,
+        index: Vec<IndexEntry>,
+        problems: Vec<(String, FileProblem)>,
     ) -> Result<Framed, FormatError> {
-        let (index, problems) = pool.hash_and_check(&chunk, files);
+        let Scratch {
+            mut compressor,
+            mut chunk,
+            ..
+        } = scratch;
         self.problems = problems;
-        let index_entry = index_entry(&index, mtime)?;
+        let index_entry = index_entry(&index, pool.mtime)?;
         chunk.extend_from_slice(&[0; 1024]);
-        let mut compressor = compressor(pool.level)?;
         let mut compress = |bytes: &[u8]| {
             compressor
                 .compress(bytes)
@@ -569,6 +555,7 @@ impl<'p> Collected<'p> {
             segments: self.segments,
             problems: self.problems,
             index,
+            unread: self.unread,
         })
     }
 }
@@ -586,42 +573,30 @@ fn index_entry(index: &[IndexEntry], mtime: u64) -> Result<Vec<u8>, FormatError>
 /// Compresses arbitrary bytes as [`FRAME_LEN`]-byte chunks, each its own frame, on every
 /// core (no index, no files): the frames concatenated.
 pub(crate) fn compress_chunks(bytes: &[u8], level: i32) -> Result<Vec<u8>, FormatError> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(bytes.len().div_ceil(FRAME_LEN))
-        .max(1);
-    let pool = Pool::new(level, None);
-    let (jobs_sender, jobs) = mpsc::sync_channel::<Job<'_>>(threads);
-    let jobs = Mutex::new(jobs);
-    let (done_sender, done) = mpsc::channel::<Done>();
-    let (spare_sender, _spare) = mpsc::channel::<Vec<u8>>();
-    let mut collected = Collected::new(
-        Layout {
-            room: 0,
-            tags: false,
-        },
-        &pool.free,
-    );
-    std::thread::scope(|scope| {
-        let workers = pool.start(scope, threads, &jobs, done_sender, spare_sender);
-        for (i, chunk) in bytes.chunks(FRAME_LEN).enumerate() {
-            let job = Job {
-                number: i + 1,
-                chunk: Cow::Borrowed(chunk),
-                files: Vec::new(),
-            };
-            if jobs_sender.send(job).is_err() {
-                break;
-            }
-            while let Ok(finished) = done.try_recv() {
-                collected.take(finished);
-            }
-        }
-        drop(jobs_sender);
-        for finished in done.iter() {
-            collected.take(finished);
-        }
-        workers.join();
+    let chunks: Vec<&[u8]> = bytes.chunks(FRAME_LEN).collect();
+    let pool = Pool {
+        level,
+        check: None,
+        mtime: 0,
+        files: &[],
+        read: &|_, _| Ok(()),
+        free: Mutex::new(Vec::new()),
+    };
+    let layout = Layout {
+        room: 0,
+        tags: false,
+    };
+    let mut collected = Collected::new(layout, &pool.free);
+    pool.run(chunks.len(), &mut collected, |number, scratch| Done {
+        number: number + 1,
+        frame: scratch
+            .compressor
+            .compress(chunks[number])
+            .map_err(|e| FormatError::io("compressing the payload", e)),
+        tar_len: chunks[number].len(),
+        index: Vec::new(),
+        problems: Vec::new(),
+        unread: Vec::new(),
     });
     match collected.failed {
         Some(e) => Err(e),

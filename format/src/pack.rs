@@ -22,7 +22,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::frames::{Layout, frame_payload};
+use crate::frames::Layout;
 use crate::keys::validate_key_id;
 use crate::payload::Payload;
 use crate::{
@@ -183,23 +183,9 @@ pub fn seal_with_secrets(
         room: room_for(keys.len()) + 64 * 1024 + 200 * input.payload.len(),
         tags: true,
     };
-    let planned = input.payload.total_size();
-    let framed = frame_payload(
-        input.mtime,
-        input.zstd_level,
-        planned,
-        layout,
-        None,
-        |feed| {
-            for (path, bytes) in input.payload.files() {
-                feed.add(path, bytes.len() as u64, |out| {
-                    out.extend_from_slice(bytes);
-                    Ok(())
-                })?;
-            }
-            Ok(())
-        },
-    )?;
+    let framed = input
+        .payload
+        .framed(input.mtime, input.zstd_level, layout)?;
     seal_frames(&meta, keys, secrets, framed.placed, &framed.segments).map(SealedPack::into_vec)
 }
 

@@ -9,7 +9,9 @@ use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::frames::{Layout, MIN_FRAME_LEN, compress_chunks, compressor, frame_payload};
+use crate::frames::{
+    Framed, Layout, MIN_FRAME_LEN, PayloadEntry, compress_chunks, compressor, frame_payload,
+};
 use crate::pack::{SegmentOpener, TAG_LEN, Unsealed};
 use crate::{FormatError, Limits, sha256_hex};
 
@@ -179,16 +181,29 @@ impl Payload {
             room: 0,
             tags: false,
         };
-        let framed = frame_payload(mtime, level, self.total_size(), layout, None, |feed| {
-            for (path, bytes) in &self.files {
-                feed.add(path, bytes.len() as u64, |out| {
-                    out.extend_from_slice(bytes);
-                    Ok(())
-                })?;
-            }
+        Ok(self.framed(mtime, level, layout)?.placed.out)
+    }
+
+    /// The payload's frames, laid out as `layout` says.
+    pub(crate) fn framed(
+        &self,
+        mtime: u64,
+        level: i32,
+        layout: Layout,
+    ) -> Result<Framed, FormatError> {
+        let files: Vec<(&String, &Vec<u8>)> = self.files.iter().collect();
+        let entries: Vec<PayloadEntry<'_>> = files
+            .iter()
+            .map(|(path, bytes)| PayloadEntry {
+                path,
+                len: bytes.len() as u64,
+            })
+            .collect();
+        let read = |i: usize, out: &mut Vec<u8>| {
+            out.extend_from_slice(files[i].1);
             Ok(())
-        })?;
-        Ok(framed.placed.out)
+        };
+        frame_payload(mtime, level, &entries, layout, None, &read)
     }
 
     /// Reads a decompressed `tar` payload: regular files only, safe paths, within the

@@ -21,7 +21,7 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use rustix::fd::OwnedFd;
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
-use crate::frames::{Layout, frame_payload};
+use crate::frames::{Layout, PayloadEntry, frame_payload};
 use crate::pack::{PackMeta, SealSecrets, SealedPack, check_seal, room_for, seal_frames};
 use crate::payload::{INDEX_PATH, IndexEntry, validate_path};
 use crate::{ContentKey, FormatError, Limits, Payload, PayloadFile};
@@ -283,29 +283,35 @@ impl PackDir {
             let problems = self.problems_of_files(check);
             return Err(self.error(problems));
         }
-        let mut read_problems = Vec::new();
         let layout = Layout {
             room: room_for(keys.len()) + index_room(&self.files),
             tags: true,
         };
-        let planned = self.files.iter().map(|f| f.len).sum();
-        let level = options.zstd_level;
-        let framed = frame_payload(options.mtime, level, planned, layout, check, |feed| {
-            for file in &self.files {
-                let added = feed.add(&file.path, file.len, |out| {
-                    read_into(&file.disk, file.len, out)
-                });
-                match added {
-                    Ok(()) => {}
-                    Err(FormatError::Io { source, .. }) => {
-                        read_problems.push(DirProblem::new(file.disk.clone(), source.to_string()));
-                    }
-                    Err(other) => return Err(other),
-                }
-            }
-            Ok(())
-        })?;
-        let mut problems = read_problems;
+        let entries: Vec<PayloadEntry<'_>> = self
+            .files
+            .iter()
+            .map(|file| PayloadEntry {
+                path: &file.path,
+                len: file.len,
+            })
+            .collect();
+        let read = |i: usize, out: &mut Vec<u8>| {
+            let file = &self.files[i];
+            read_into(&file.disk, file.len, out)
+        };
+        let framed = frame_payload(
+            options.mtime,
+            options.zstd_level,
+            &entries,
+            layout,
+            check,
+            &read,
+        )?;
+        let mut problems: Vec<DirProblem> = framed
+            .unread
+            .iter()
+            .map(|(i, e)| DirProblem::new(self.files[*i].disk.clone(), e.to_string()))
+            .collect();
         for (path, problem) in framed.problems {
             problems.push(DirProblem::of_file(self.root.join(path), problem));
         }

@@ -273,3 +273,76 @@ fn sealing_a_directory_gives_what_reading_it_gives() {
         problems(PackDir::scan(dir.path(), &Limits::DEFAULT).seal(&options, &[&key], Some(&check)));
     assert_eq!(found.len(), 2, "{found:?}");
 }
+
+#[test]
+fn files_that_change_or_vanish_after_the_scan_stop_a_seal_of_many_frames() {
+    // 40 files of 300 kB: several frames, each read by the thread that compresses it. One
+    // file in an early frame and one in the last change or go away between the scan and
+    // the seal; both are named, and nothing is sealed.
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..40 {
+        let text: Vec<u8> = (0..300_000u32)
+            .map(|n| b"klmnopqrst \n"[((n * 5 + i) % 12) as usize])
+            .collect();
+        write(dir.path(), &format!("f{i:02}.md"), &text);
+    }
+    let key = ContentKey::from_parts("dir", [6; 32]).unwrap();
+    let version = semver::Version::new(1, 0, 0);
+    let options = SealOptions {
+        name: "dir",
+        version: &version,
+        schema: 1,
+        mtime: 0,
+        zstd_level: 1,
+    };
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    write(dir.path(), "f03.md", b"shorter now");
+    std::fs::remove_file(dir.path().join("f38.md")).unwrap();
+    let mut found = problems(scanned.seal(&options, &[&key], None));
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].path, dir.path().join("f03.md"));
+    assert!(
+        found[0].message.contains("changed while being read"),
+        "{}",
+        found[0]
+    );
+    assert_eq!(found[1].path, dir.path().join("f38.md"));
+    assert!(found[1].message.contains("cannot read"), "{}", found[1]);
+}
+
+#[test]
+fn a_check_that_panics_on_one_file_of_many_frames_passes_the_panic_on() {
+    // The panic happens on a compressing thread; the caller sees it instead of waiting for
+    // a frame that never comes.
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..40 {
+        let text: Vec<u8> = (0..300_000u32)
+            .map(|n| b"uvwxyzabcd \n"[((n * 3 + i) % 12) as usize])
+            .collect();
+        write(dir.path(), &format!("f{i:02}.md"), &text);
+    }
+    let key = ContentKey::from_parts("dir", [7; 32]).unwrap();
+    let version = semver::Version::new(1, 0, 0);
+    let options = SealOptions {
+        name: "dir",
+        version: &version,
+        schema: 1,
+        mtime: 0,
+        zstd_level: 1,
+    };
+    let breaks = |path: &str, _: &[u8]| -> Vec<FileProblem> {
+        assert!(path != "f21.md", "the check broke on {path}");
+        Vec::new()
+    };
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        scanned.seal(&options, &[&key], Some(&breaks))
+    }));
+    let message = panicked.expect_err("the check's panic was lost");
+    let message = message
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(message.contains("the check broke on f21.md"), "{message}");
+}
