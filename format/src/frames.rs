@@ -89,26 +89,38 @@ pub(crate) fn frame_payload(
         return collected.finish_small(&pool, scratch, index, problems);
     }
     let last = frames.len() - 1;
-    pool.run(frames.len(), &mut collected, |number, scratch| {
+    collected.index_after = Some(frames.len());
+    pool.run(frames.len(), &mut collected, |number, scratch, report| {
         let frame = &frames[number];
         let built = match pool.build(scratch, frame, number == last) {
             Ok(built) => built,
-            Err(e) => return Done::failed(number, e),
+            Err(e) => {
+                let _ = report.send(Report::failed(number, e));
+                return;
+            }
         };
         let (index, problems) = pool.hash_and_check(&scratch.chunk, built.files);
-        Done {
-            number: number + 1,
-            frame: pool.compress(scratch, number),
-            tar_len: scratch.chunk.len(),
+        let files = FrameFiles {
             index,
             problems,
             unread: built.unread,
-        }
+        };
+        // The index frame is made as soon as every frame's files are hashed, while the
+        // last frames are still being compressed.
+        let _ = report.send(Report::Hashed {
+            number: number + 1,
+            files,
+        });
+        let _ = report.send(Report::Frame {
+            number: number + 1,
+            frame: pool.compress(scratch, number),
+            tar_len: scratch.chunk.len(),
+        });
     });
     if let Some(error) = collected.failed.take() {
         return Err(error);
     }
-    collected.finish(&pool, mtime)
+    collected.finish(&pool)
 }
 
 /// One frame's files, as planned: which of the list, and the length of their `tar`.
@@ -215,27 +227,36 @@ impl Scratch {
     }
 }
 
-/// A frame done by a thread, to be placed in order.
-struct Done {
-    number: usize,
-    frame: Result<Vec<u8>, FormatError>,
-    tar_len: usize,
-    index: Vec<IndexEntry>,
-    problems: Vec<(String, FileProblem)>,
-    unread: Vec<(usize, std::io::Error)>,
+/// What a thread reports of a frame, numbered as in the payload (the index is 0): first
+/// its files, hashed and checked, then the frame itself, to be placed in order.
+enum Report {
+    Hashed {
+        number: usize,
+        files: FrameFiles,
+    },
+    Frame {
+        number: usize,
+        frame: Result<Vec<u8>, FormatError>,
+        tar_len: usize,
+    },
 }
 
-impl Done {
-    fn failed(number: usize, error: FormatError) -> Done {
-        Done {
+impl Report {
+    fn failed(number: usize, error: FormatError) -> Report {
+        Report::Frame {
             number: number + 1,
             frame: Err(error),
             tar_len: 0,
-            index: Vec::new(),
-            problems: Vec::new(),
-            unread: Vec::new(),
         }
     }
+}
+
+/// A frame's files: their index entries, what the check found, and the files left out.
+#[derive(Default)]
+struct FrameFiles {
+    index: Vec<IndexEntry>,
+    problems: Vec<(String, FileProblem)>,
+    unread: Vec<(usize, std::io::Error)>,
 }
 
 struct Pool<'c, 'f> {
@@ -253,13 +274,13 @@ type FreeFrames = Mutex<Vec<Vec<u8>>>;
 
 impl Pool<'_, '_> {
     /// Makes frames `0..count` with `make` on every core, each thread taking the next frame
-    /// number when it is done with one, and places them in order in `collected` on this
-    /// thread meanwhile. After a failure no thread starts another frame.
+    /// number when it is done with one and reporting on it, and hands the reports to
+    /// `collected` on this thread meanwhile. After a failure no thread starts another frame.
     fn run(
         &self,
         count: usize,
         collected: &mut Collected<'_>,
-        make: impl Fn(usize, &mut Scratch) -> Done + Sync,
+        make: impl Fn(usize, &mut Scratch, &mpsc::Sender<Report>) + Sync,
     ) {
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
@@ -267,7 +288,7 @@ impl Pool<'_, '_> {
             .max(1);
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
-        let (done_sender, done) = mpsc::channel::<Done>();
+        let (done_sender, done) = mpsc::channel::<Report>();
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|_| {
@@ -278,15 +299,16 @@ impl Pool<'_, '_> {
                             Ok(scratch) => scratch,
                             Err(e) => {
                                 let _ = done
-                                    .send(Done::failed(next.fetch_add(1, Ordering::Relaxed), e));
+                                    .send(Report::failed(next.fetch_add(1, Ordering::Relaxed), e));
                                 return;
                             }
                         };
                         while !stop.load(Ordering::Relaxed) {
                             let number = next.fetch_add(1, Ordering::Relaxed);
-                            if number >= count || done.send(make(number, &mut scratch)).is_err() {
+                            if number >= count {
                                 return;
                             }
+                            make(number, &mut scratch, &done);
                         }
                     })
                 })
@@ -295,7 +317,7 @@ impl Pool<'_, '_> {
             // (a thread that panics drops its sender too, and the panic goes on at the join).
             drop(done_sender);
             for finished in done.iter() {
-                collected.take(finished);
+                collected.take(finished, self);
                 if collected.failed.is_some() {
                     stop.store(true, Ordering::Relaxed);
                 }
@@ -419,8 +441,14 @@ struct Collected<'p> {
     out: Vec<u8>,
     segments: Vec<Segment>,
     /// Frames that finished before an earlier one, and the number of the next to place.
-    waiting: BTreeMap<usize, Done>,
+    waiting: BTreeMap<usize, (Result<Vec<u8>, FormatError>, usize)>,
     next: usize,
+    /// The files of the frames hashed so far, until all of them are.
+    hashed: BTreeMap<usize, FrameFiles>,
+    /// How many frames' files make the index; `None` when there is no index to make.
+    index_after: Option<usize>,
+    /// The index frame and the length of its `tar`, once every file is hashed.
+    index_frame: Option<Result<(Vec<u8>, usize), FormatError>>,
     index: Vec<IndexEntry>,
     problems: Vec<(String, FileProblem)>,
     unread: Vec<(usize, std::io::Error)>,
@@ -436,6 +464,9 @@ impl<'p> Collected<'p> {
             segments: Vec::new(),
             waiting: BTreeMap::new(),
             next: 1,
+            hashed: BTreeMap::new(),
+            index_after: None,
+            index_frame: None,
             index: Vec::new(),
             problems: Vec::new(),
             unread: Vec::new(),
@@ -443,23 +474,39 @@ impl<'p> Collected<'p> {
         }
     }
 
-    fn take(&mut self, done: Done) {
-        self.waiting.insert(done.number, done);
-        while let Some(done) = self.waiting.remove(&self.next) {
-            self.next += 1;
-            self.index.extend(done.index);
-            self.problems.extend(done.problems);
-            self.unread.extend(done.unread);
-            match done.frame {
-                Ok(frame) if self.failed.is_none() => {
-                    self.place(&frame, done.tar_len);
-                    if let Ok(mut free) = self.free.lock() {
-                        free.push(frame);
+    fn take(&mut self, report: Report, pool: &Pool<'_, '_>) {
+        match report {
+            Report::Hashed { number, files } => {
+                self.hashed.insert(number, files);
+                if self.index_after == Some(self.hashed.len()) {
+                    for files in std::mem::take(&mut self.hashed).into_values() {
+                        self.index.extend(files.index);
+                        self.problems.extend(files.problems);
+                        self.unread.extend(files.unread);
                     }
+                    self.index_frame = Some(compress_index(&self.index, pool));
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    self.failed.get_or_insert(e);
+            }
+            Report::Frame {
+                number,
+                frame,
+                tar_len,
+            } => {
+                self.waiting.insert(number, (frame, tar_len));
+                while let Some((frame, tar_len)) = self.waiting.remove(&self.next) {
+                    self.next += 1;
+                    match frame {
+                        Ok(frame) if self.failed.is_none() => {
+                            self.place(&frame, tar_len);
+                            if let Ok(mut free) = self.free.lock() {
+                                free.push(frame);
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            self.failed.get_or_insert(e);
+                        }
+                    }
                 }
             }
         }
@@ -477,11 +524,11 @@ impl<'p> Collected<'p> {
     }
 
     /// Every file chunk is placed: the index frame goes in front of them.
-    fn finish(mut self, pool: &Pool<'_, '_>, mtime: u64) -> Result<Framed, FormatError> {
-        let index_entry = index_entry(&self.index, mtime)?;
-        let frame = compressor(pool.level)?
-            .compress(&index_entry)
-            .map_err(|e| FormatError::io("compressing the payload index", e))?;
+    fn finish(mut self, pool: &Pool<'_, '_>) -> Result<Framed, FormatError> {
+        let (frame, index_len) = match self.index_frame.take() {
+            Some(made) => made?,
+            None => compress_index(&self.index, pool)?,
+        };
         let tag = if self.layout.tags { TAG_LEN } else { 0 };
         let need = frame.len() + tag;
         let free = self.layout.room;
@@ -498,7 +545,7 @@ impl<'p> Collected<'p> {
         let mut segments = Vec::with_capacity(self.segments.len() + 1);
         segments.push(Segment {
             len: frame.len() as u64,
-            tar_len: index_entry.len() as u64,
+            tar_len: index_len as u64,
         });
         segments.append(&mut self.segments);
         Ok(Framed {
@@ -560,6 +607,18 @@ impl<'p> Collected<'p> {
     }
 }
 
+/// The index frame of the payload whose files are `index`, and the length of its `tar`.
+fn compress_index(
+    index: &[IndexEntry],
+    pool: &Pool<'_, '_>,
+) -> Result<(Vec<u8>, usize), FormatError> {
+    let entry = index_entry(index, pool.mtime)?;
+    let frame = compressor(pool.level)?
+        .compress(&entry)
+        .map_err(|e| FormatError::io("compressing the payload index", e))?;
+    Ok((frame, entry.len()))
+}
+
 /// The index's `tar` entry: header blocks, the JSON, padding.
 fn index_entry(index: &[IndexEntry], mtime: u64) -> Result<Vec<u8>, FormatError> {
     let json = index_json(index)?;
@@ -587,16 +646,16 @@ pub(crate) fn compress_chunks(bytes: &[u8], level: i32) -> Result<Vec<u8>, Forma
         tags: false,
     };
     let mut collected = Collected::new(layout, &pool.free);
-    pool.run(chunks.len(), &mut collected, |number, scratch| Done {
-        number: number + 1,
-        frame: scratch
+    pool.run(chunks.len(), &mut collected, |number, scratch, report| {
+        let frame = scratch
             .compressor
             .compress(chunks[number])
-            .map_err(|e| FormatError::io("compressing the payload", e)),
-        tar_len: chunks[number].len(),
-        index: Vec::new(),
-        problems: Vec::new(),
-        unread: Vec::new(),
+            .map_err(|e| FormatError::io("compressing the payload", e));
+        let _ = report.send(Report::Frame {
+            number: number + 1,
+            frame,
+            tar_len: chunks[number].len(),
+        });
     });
     match collected.failed {
         Some(e) => Err(e),
