@@ -252,7 +252,6 @@ impl Report {
 }
 
 /// A frame's files: their index entries, what the check found, and the files left out.
-#[derive(Default)]
 struct FrameFiles {
     index: Vec<IndexEntry>,
     problems: Vec<(String, FileProblem)>,
