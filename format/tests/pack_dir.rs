@@ -245,13 +245,7 @@ fn sealing_a_directory_gives_what_reading_it_gives() {
     write(dir.path(), "t.hbs", b"fine\n");
     let key = ContentKey::from_parts("dir", [5; 32]).unwrap();
     let version = semver::Version::new(2, 0, 0);
-    let options = SealOptions {
-        name: "dir",
-        version: &version,
-        schema: 1,
-        mtime: 0,
-        zstd_level: 1,
-    };
+    let options = seal_options(&version);
     let read = read_pack_dir(dir.path(), &Limits::DEFAULT, Some(&check)).unwrap();
     let sealed = PackDir::scan(dir.path(), &Limits::DEFAULT)
         .seal(&options, &[&key], Some(&check))
@@ -274,11 +268,19 @@ fn sealing_a_directory_gives_what_reading_it_gives() {
     assert_eq!(found.len(), 2, "{found:?}");
 }
 
-#[test]
-fn files_that_change_or_vanish_after_the_scan_stop_a_seal_of_many_frames() {
-    // 40 files of 300 kB: several frames, each read by the thread that compresses it. One
-    // file in an early frame and one in the last change or go away between the scan and
-    // the seal; both are named, and nothing is sealed.
+/// Sealing options for pack "dir" at `version`, zstd level 1.
+fn seal_options(version: &semver::Version) -> SealOptions<'_> {
+    SealOptions {
+        name: "dir",
+        version,
+        schema: 1,
+        mtime: 0,
+        zstd_level: 1,
+    }
+}
+
+/// 40 files of 300 kB, `f00.md` to `f39.md`: a pack of several frames.
+fn many_frames_tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for i in 0..40 {
         let text: Vec<u8> = (0..300_000u32)
@@ -286,15 +288,18 @@ fn files_that_change_or_vanish_after_the_scan_stop_a_seal_of_many_frames() {
             .collect();
         write(dir.path(), &format!("f{i:02}.md"), &text);
     }
+    dir
+}
+
+#[test]
+fn files_that_change_or_vanish_after_the_scan_stop_a_seal_of_many_frames() {
+    // 40 files of 300 kB: several frames, each read by the thread that compresses it. One
+    // file in an early frame and one in the last change or go away between the scan and
+    // the seal; both are named, and nothing is sealed.
+    let dir = many_frames_tree();
     let key = ContentKey::from_parts("dir", [6; 32]).unwrap();
     let version = semver::Version::new(1, 0, 0);
-    let options = SealOptions {
-        name: "dir",
-        version: &version,
-        schema: 1,
-        mtime: 0,
-        zstd_level: 1,
-    };
+    let options = seal_options(&version);
     let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
     write(dir.path(), "f03.md", b"shorter now");
     std::fs::remove_file(dir.path().join("f38.md")).unwrap();
@@ -315,22 +320,10 @@ fn files_that_change_or_vanish_after_the_scan_stop_a_seal_of_many_frames() {
 fn a_check_that_panics_on_one_file_of_many_frames_passes_the_panic_on() {
     // The panic happens on a compressing thread; the caller sees it instead of waiting for
     // a frame that never comes.
-    let dir = tempfile::tempdir().unwrap();
-    for i in 0..40 {
-        let text: Vec<u8> = (0..300_000u32)
-            .map(|n| b"uvwxyzabcd \n"[((n * 3 + i) % 12) as usize])
-            .collect();
-        write(dir.path(), &format!("f{i:02}.md"), &text);
-    }
+    let dir = many_frames_tree();
     let key = ContentKey::from_parts("dir", [7; 32]).unwrap();
     let version = semver::Version::new(1, 0, 0);
-    let options = SealOptions {
-        name: "dir",
-        version: &version,
-        schema: 1,
-        mtime: 0,
-        zstd_level: 1,
-    };
+    let options = seal_options(&version);
     let breaks = |path: &str, _: &[u8]| -> Vec<FileProblem> {
         assert!(path != "f21.md", "the check broke on {path}");
         Vec::new()
