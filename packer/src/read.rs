@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 use pack_contract::{Contract, validate_template_all};
@@ -49,9 +49,9 @@ pub struct VerifyArgs {
 #[derive(clap::Args)]
 #[command(
     after_help = "OUT_DIR must not exist or be empty. Files are written into a \
-    temporary directory next to it as each is checked, synced to disk, and the directory is \
-    renamed to OUT_DIR only when every file is written and synced: after a crash there is \
-    either the whole OUT_DIR or none."
+    temporary directory next to it as each is checked, all of them are synced to disk \
+    together (one syncfs of that file system), and the directory is renamed to OUT_DIR only \
+    then: after a crash there is either the whole OUT_DIR or none."
 )]
 pub struct ExtractArgs {
     /// The sealed pack.
@@ -274,8 +274,8 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
         .tempdir_in(&parent)
         .with_context(|| format!("creating a temporary directory in {}", shown(&parent)))?;
     // Files are written as they are checked, while the rest of the pack is still being
-    // decompressed, and synced by a pool of threads that mostly wait on the disk; the
-    // staging directory is removed if anything fails.
+    // decompressed, and synced together at the end; the staging directory is removed if
+    // anything fails.
     let progress = spinner("decrypting, checking and writing");
     let into = IntoDir::new(staging.path(), !args.no_fsync)
         .with_context(|| format!("opening {}", shown(staging.path())))?;
@@ -338,57 +338,27 @@ enum Sealed {
 
 /// A pack's files written under a (staging) directory as `open_into` hands them over, from
 /// several threads, relative to a handle on the directory (`openat` / `mkdirat`, as `tar`
-/// does, rather than resolving the whole path for every file). Each written file goes to a
-/// pool of syncing threads: `fsync` is mostly waiting on the disk, and many at once let the
-/// file system commit them together.
+/// does, rather than resolving the whole path for every file).
+///
+/// Durability is one `syncfs` of the directory's file system once every file is written,
+/// not an `fsync` per file: it writes back the files' data and commits their metadata
+/// (directories included) together, where thousands of `fsync`s each wait for a commit of
+/// their own — or, handed to a pool of threads, cost a wake-up per file even on a file
+/// system with nothing to write back. It also writes back whatever else on that file system
+/// is waiting to be, which on a file system busy with other writes is the price of one call.
+/// Since Linux 5.8 `syncfs` reports a write-back error the file system met since the
+/// directory was opened, so a failed write is not mistaken for a durable one.
 struct IntoDir {
     root: OwnedFd,
     /// Directories made so far, so each is made once, parents first, with no failed calls.
     made: Mutex<HashSet<String>>,
-    sync: Option<SyncPool>,
+    sync: bool,
 }
-
-/// Threads that `fsync` the files they are sent.
-struct SyncPool {
-    files: mpsc::Sender<(String, std::fs::File)>,
-    threads: Vec<std::thread::JoinHandle<Result<(), String>>>,
-}
-
-/// Files being synced at once.
-const SYNC_THREADS: usize = 8;
 
 impl IntoDir {
     fn new(root: &Path, sync: bool) -> std::io::Result<Self> {
         let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
         let root = rustix::fs::open(root, flags, Mode::empty())?;
-        let sync = sync.then(|| {
-            let (sender, receiver) = mpsc::channel::<(String, std::fs::File)>();
-            let receiver = Arc::new(Mutex::new(receiver));
-            let threads = (0..SYNC_THREADS)
-                .map(|_| {
-                    let receiver = Arc::clone(&receiver);
-                    std::thread::spawn(move || {
-                        let mut failed = None;
-                        loop {
-                            let next = receiver.lock().map(|files| files.recv());
-                            let Ok(Ok((path, file))) = next else {
-                                break;
-                            };
-                            if failed.is_none()
-                                && let Err(e) = file.sync_all()
-                            {
-                                failed = Some(format!("{path}: {e}"));
-                            }
-                        }
-                        failed.map_or(Ok(()), Err)
-                    })
-                })
-                .collect();
-            SyncPool {
-                files: sender,
-                threads,
-            }
-        });
         Ok(IntoDir {
             root,
             made: Mutex::new(HashSet::new()),
@@ -396,19 +366,10 @@ impl IntoDir {
         })
     }
 
-    /// Waits until every file handed out is synced.
-    fn finish(self) -> Result<()> {
-        let Some(SyncPool { files, threads }) = self.sync else {
-            return Ok(());
-        };
-        // Closing the channel lets the threads finish what is queued and stop.
-        drop(files);
-        for thread in threads {
-            match thread.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => bail!("{e}"),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
+    /// Makes every file written so far durable (unless syncing is off).
+    fn finish(self) -> std::io::Result<()> {
+        if self.sync {
+            rustix::fs::syncfs(&self.root)?;
         }
         Ok(())
     }
@@ -437,13 +398,6 @@ impl pack_format::Unpack for IntoDir {
         }
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
         let file = rustix::fs::openat(&self.root, path, flags, Mode::from_raw_mode(0o644))?;
-        let mut file = std::fs::File::from(file);
-        file.write_all(bytes)?;
-        let Some(pool) = &self.sync else {
-            return Ok(());
-        };
-        pool.files
-            .send((path.to_string(), file))
-            .map_err(|_| std::io::Error::other("the syncing threads stopped"))
+        std::fs::File::from(file).write_all(bytes)
     }
 }
