@@ -291,7 +291,11 @@ pub fn extract(args: &ExtractArgs, json: bool) -> Result<()> {
             (unpacked, hashing.map(fsio::joined))
         }),
     };
-    let synced = into.finish();
+    // Nothing to make durable when the pack did not open: the staging directory goes.
+    let synced = match &unpacked {
+        Ok(_) => into.finish(),
+        Err(_) => Ok(()),
+    };
     progress.finish_and_clear();
     let unpacked = unpacked.with_context(|| format!("{} does not open", shown(&args.pack)))?;
     synced.with_context(|| format!("syncing the files extracted to {}", shown(staging.path())))?;
