@@ -43,6 +43,8 @@ use serde_json::Value;
 
 use pack_format::FileProblem;
 
+mod syntax;
+
 /// Text of every contract schema this build knows, by schema number.
 const SCHEMA_1: &str = include_str!("../schema-1.json");
 
@@ -332,11 +334,22 @@ pub fn compile_checked(
     let template = match Template::compile_with_name(source, file_name.to_string()) {
         Ok(template) => template,
         Err(e) => {
-            let reason = e.reason().to_string();
+            // The parser names its grammar's rules where it gave up; a scan for the unclosed
+            // block or missing brace a person would look for says more, when it finds one.
+            let (line, message) = match syntax::explain(source) {
+                Some(problem) => (problem.line, problem.message),
+                None => {
+                    let reason = e.reason();
+                    match e.pos() {
+                        Some((line, column)) => (line, format!("column {column}: {reason}")),
+                        None => (1, reason.to_string()),
+                    }
+                }
+            };
             return Err(vec![TemplateError {
                 file: file_name.to_string(),
-                line: e.pos().map_or(1, |(line, _)| line),
-                message: format!("template does not parse: {reason}"),
+                line,
+                message: format!("template does not parse: {message}"),
                 hint: None,
             }]);
         }
