@@ -344,6 +344,11 @@ impl Client {
         lock(&self.state).etag.clone()
     }
 
+    /// The channel sequence of the accepted document (0 before any): what a watch holds.
+    pub fn accepted_sequence(&self) -> u64 {
+        lock(&self.state).sequence
+    }
+
     /// Seconds since the last successful check, `None` if there never was one.
     pub fn since_last_success(&self, now: OffsetDateTime) -> Option<Duration> {
         let last = lock(&self.state).last_success?;

@@ -1,9 +1,13 @@
 //! Watching the channel, so that an urgent change (a rollback) reaches a long-running client
 //! in seconds rather than at the next six-hour check.
 //!
-//! A watch is a long-poll on packd (`GET /v1/channels/{channel}?wait=N` with the
-//! `If-None-Match` of the accepted document; see `pack_protocol::paths::channel_watch`):
-//! packd holds it until the live document changes or the wait is over. The answer is only a
+//! A watch is a long-poll on packd (`GET /v1/channels/{channel}?wait=N&after=S`, `S` the
+//! sequence of the accepted document, with that document's `If-None-Match`; see
+//! `pack_protocol::paths::channel_watch`): packd holds it while `S` is live, until the live
+//! document changes or the wait is over. The sequence is in the URL because a caching proxy
+//! may drop `If-None-Match` on its way to packd (nginx's `proxy_cache` does), which would turn
+//! every watch into an instant answer; the ETag is still sent for an older packd, which holds
+//! the watch by it. The answer is only a
 //! hint. A change starts the normal refresh — signature, sequence, expiry, hash, everything —
 //! so a server that lies about a change gains nothing but a refresh, and the six-hour
 //! schedule stays the floor whatever the watch does.
@@ -67,13 +71,26 @@ pub fn spawn(client: Arc<Client>) -> Option<Watch> {
     })
 }
 
+/// The document a watch holds: the watch waits for the live one to be another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// Its ETag, sent as `If-None-Match` (an older packd holds the watch by it).
+    pub etag: String,
+    /// Its channel sequence, sent as `after` in the URL.
+    pub sequence: u64,
+}
+
 /// What one watch request came back with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
     /// `304` from a server that watches: nothing changed within the `granted` wait.
     Unchanged { granted: Duration },
-    /// `200`: the live document is another one (its ETag, if the server sent one).
-    Changed { etag: Option<String> },
+    /// `200`: the live document is another one (its ETag and sequence, if the server sent
+    /// them).
+    Changed {
+        etag: Option<String>,
+        sequence: Option<u64>,
+    },
     /// `304` without `X-Promptpack-Wait`: the server answered a plain conditional GET and
     /// does not watch.
     Unsupported,
@@ -86,9 +103,9 @@ pub struct Failure {
     pub retry_after: Option<Duration>,
 }
 
-/// One watch request for the channel, holding `etag` (the accepted document's), asking
-/// for `wait`.
-pub async fn watch_once(client: &Client, etag: &str, wait: Duration) -> Result<Answer, Failure> {
+/// One watch request for the channel, holding `held` (the accepted document, or one a
+/// refresh acted on), asking for `wait`.
+pub async fn watch_once(client: &Client, held: &Held, wait: Duration) -> Result<Answer, Failure> {
     let config = client.config();
     let server = config.server.as_deref().ok_or(Failure {
         error: ClientError::NoServer,
@@ -96,7 +113,7 @@ pub async fn watch_once(client: &Client, etag: &str, wait: Duration) -> Result<A
     })?;
     let url = format!(
         "{server}{}",
-        paths::channel_watch(&config.channel, wait.as_secs())
+        paths::channel_watch(&config.channel, wait.as_secs(), held.sequence)
     );
     let fail = |error| Failure {
         error,
@@ -104,7 +121,7 @@ pub async fn watch_once(client: &Client, etag: &str, wait: Duration) -> Result<A
     };
     let response = client
         .request(&url)
-        .header(reqwest::header::IF_NONE_MATCH, etag)
+        .header(reqwest::header::IF_NONE_MATCH, &held.etag)
         .timeout(wait + wait / 16 + SLACK)
         .send()
         .await
@@ -128,9 +145,14 @@ pub async fn watch_once(client: &Client, etag: &str, wait: Duration) -> Result<A
             .get(reqwest::header::ETAG)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let sequence = response
+            .headers()
+            .get(headers::SEQUENCE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         // The body is the new document; the refresh fetches and verifies it with its
         // signature, so it is not read here (the connection is not reused, that is all).
-        return Ok(Answer::Changed { etag });
+        return Ok(Answer::Changed { etag, sequence });
     }
     let retry_after = response
         .headers()
@@ -203,7 +225,7 @@ async fn run(client: Arc<Client>) {
     // or the document was refused), with the accepted ETag of that moment: watched from, so
     // that it is not acted on again, until the accepted document moves some other way (the
     // schedule's refresh, another process sharing the cache).
-    let mut acted_on: Option<(String, Option<String>)> = None;
+    let mut acted_on: Option<(Held, Option<String>)> = None;
     let mut last_refresh: Option<Instant> = None;
     let mut failing = false;
     loop {
@@ -211,7 +233,15 @@ async fn run(client: Arc<Client>) {
         if acted_on.as_ref().is_some_and(|(_, then)| *then != accepted) {
             acted_on = None;
         }
-        let Some(etag) = acted_on.as_ref().map(|(seen, _)| seen.clone()).or(accepted) else {
+        // Read apart: a refresh between the two reads pairs an older ETag with a newer
+        // sequence, which costs an older packd's early answer at most.
+        let held = acted_on.as_ref().map(|(seen, _)| seen.clone()).or_else(|| {
+            accepted.map(|etag| Held {
+                etag,
+                sequence: client.accepted_sequence(),
+            })
+        });
+        let Some(held) = held else {
             // Nothing accepted yet to watch from (the start-up refresh may be running).
             pause_for_refresh(&mut last_refresh).await;
             match client.refresh().await {
@@ -221,7 +251,7 @@ async fn run(client: Arc<Client>) {
             continue;
         };
         let sent = Instant::now();
-        match watch_once(&client, &etag, WAIT).await {
+        match watch_once(&client, &held, WAIT).await {
             Ok(Answer::Unchanged { granted }) => {
                 if failing {
                     tracing::info!("watching the channel again");
@@ -244,20 +274,22 @@ async fn run(client: Arc<Client>) {
                 tracing::info!("the server does not watch; asking again in {pause:?}");
                 tokio::time::sleep(pause).await;
             }
-            Ok(Answer::Changed { etag: new }) => {
-                let new = new.filter(|new| *new != etag);
-                let Some(new) = new else {
-                    // The same document again, or one without an ETag to watch from.
+            Ok(Answer::Changed { etag, sequence }) => {
+                let new = etag.filter(|new| *new != held.etag).zip(sequence);
+                let Some((etag, sequence)) = new else {
+                    // The same document again, or one without an ETag or a sequence to watch
+                    // from.
                     tokio::time::sleep(backoff.pause()).await;
                     continue;
                 };
+                let new = Held { etag, sequence };
                 tracing::info!("the channel changed; refreshing");
                 pause_for_refresh(&mut last_refresh).await;
                 let before = client.accepted_etag();
                 let result = client.refresh().await;
                 let after = client.accepted_etag();
                 // Moved, or already there (another process installed it meanwhile).
-                let caught_up = after != before || after.as_deref() == Some(new.as_str());
+                let caught_up = after != before || after.as_deref() == Some(new.etag.as_str());
                 match result {
                     Ok(_) if caught_up => {
                         acted_on = None;

@@ -25,17 +25,26 @@ pub fn channel(channel: &str) -> String {
 /// The query parameter that makes `GET /v1/channels/{channel}` a watch: `wait=N` (seconds).
 pub const WAIT_PARAM: &str = "wait";
 
-/// `GET` with `If-None-Match`: a watch, a long-poll on the live document. When the live
-/// document's ETag differs from the one sent, the answer is the document at once (`200`).
-/// When it matches, the server holds the request until the channel's live sequence changes
-/// (then `200` with the new document) or until the wait is over (`304`); the wait is capped by
-/// the server and stretched by up to a sixteenth so that watchers started together do not
-/// come back together (as Consul's blocking queries do). Both answers say the seconds granted
-/// in [`crate::headers::WAIT`]. A full server answers `503` `watchers_full` with
-/// `Retry-After`. The answer is only a hint: a client verifies what it then fetches as on any
-/// refresh.
-pub fn channel_watch(channel: &str, wait_secs: u64) -> String {
-    format!("/v1/channels/{channel}?{WAIT_PARAM}={wait_secs}")
+/// The query parameter of a watch that says which document the client holds: `after=S`, the
+/// sequence of its accepted document.
+pub const AFTER_PARAM: &str = "after";
+
+/// `GET`: a watch, a long-poll on the live document, from the document of sequence
+/// `after`. When the live sequence is another, the answer is the live document at once
+/// (`200`). When it is `after`, the server holds the request until the channel's live
+/// sequence changes (then `200` with the new document) or until the wait is over (`304`); the
+/// wait is capped by the server and stretched by up to a sixteenth so that watchers started
+/// together do not come back together (as Consul's blocking queries do). Both answers say the
+/// seconds granted in [`crate::headers::WAIT`] and carry `Cache-Control: no-store`. A full
+/// server answers `503` `watchers_full` with `Retry-After`. The answer is only a hint: a
+/// client verifies what it then fetches as on any refresh.
+///
+/// What the client holds is in the URL, not only in a header: a caching proxy may drop
+/// `If-None-Match` on its way to the server (nginx's `proxy_cache` does), and keys its cache
+/// on the URL. A client also sends the accepted document's `If-None-Match`, which a server
+/// that does not know `after` holds the watch by.
+pub fn channel_watch(channel: &str, wait_secs: u64, after: u64) -> String {
+    format!("/v1/channels/{channel}?{WAIT_PARAM}={wait_secs}&{AFTER_PARAM}={after}")
 }
 
 /// `GET`: the live document's signature.

@@ -68,6 +68,11 @@ pub enum ApiError {
     #[error("invalid wait {found:?}: expected whole seconds, such as wait=50")]
     InvalidWait { found: String },
     #[error(
+        "invalid after {found:?}: expected the sequence of the document the watch holds, a \
+         whole number such as after=41"
+    )]
+    InvalidAfter { found: String },
+    #[error(
         "this node holds its limit of {limit} watches: retry in {retry_after} s, or fetch \
          without `wait`"
     )]
@@ -103,7 +108,8 @@ impl ApiError {
             ApiError::InvalidSha256 { .. }
             | ApiError::InvalidName(_)
             | ApiError::InvalidBody { .. }
-            | ApiError::InvalidWait { .. } => StatusCode::BAD_REQUEST,
+            | ApiError::InvalidWait { .. }
+            | ApiError::InvalidAfter { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } | ApiError::FleetDisabled => StatusCode::NOT_FOUND,
@@ -153,6 +159,7 @@ impl ApiError {
             ApiError::SequenceTaken { .. } => "sequence_taken",
             ApiError::PublishingDisabled => "publishing_disabled",
             ApiError::InvalidWait { .. } => "invalid_wait",
+            ApiError::InvalidAfter { .. } => "invalid_after",
             ApiError::WatchersFull { .. } => "watchers_full",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::FleetDisabled => "fleet_disabled",

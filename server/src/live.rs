@@ -408,21 +408,41 @@ impl LiveChannels {
     }
 }
 
+/// The value of parameter `name` in a query string, if it is there.
+fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+}
+
 /// The granted wait of a watch request (`wait=N` in the query), capped at `max`; `None`
 /// when the request is no watch (no `wait`, or `wait=0`).
 pub fn requested_wait(query: Option<&str>, max: Duration) -> Result<Option<Duration>, ApiError> {
-    let param = pack_protocol::paths::WAIT_PARAM;
-    let Some(value) = query
-        .unwrap_or_default()
-        .split('&')
-        .find_map(|pair| pair.strip_prefix(param)?.strip_prefix('='))
-    else {
+    let Some(value) = query_value(query, pack_protocol::paths::WAIT_PARAM) else {
         return Ok(None);
     };
     let secs: u64 = value.parse().map_err(|_| ApiError::InvalidWait {
         found: value.chars().take(40).collect(),
     })?;
     Ok((secs > 0).then(|| Duration::from_secs(secs).min(max)))
+}
+
+/// The sequence a watch request holds (`after=S` in the query); `None` when the request
+/// does not say, as an older client's, which says it in `If-None-Match` only.
+pub fn requested_after(query: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let Some(value) = query_value(query, pack_protocol::paths::AFTER_PARAM) else {
+        return Ok(None);
+    };
+    value.parse().map(Some).map_err(|_| ApiError::InvalidAfter {
+        found: value.chars().take(40).collect(),
+    })
+}
+
+/// Whether the query names a wait at all (`wait=0` and a malformed one too): whatever the
+/// answer is, no cache may keep it.
+pub fn names_wait(query: Option<&str>) -> bool {
+    query_value(query, pack_protocol::paths::WAIT_PARAM).is_some()
 }
 
 /// How long a watch granted `granted` is held: up to a sixteenth more, at random, so watchers
@@ -520,6 +540,28 @@ mod tests {
         assert!(matches!(err, ApiError::InvalidWait { .. }), "{err}");
         let err = requested_wait(Some("wait=99999999999999999999999"), max).unwrap_err();
         assert!(matches!(err, ApiError::InvalidWait { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_held_sequence_comes_from_the_query() {
+        assert_eq!(requested_after(None).unwrap(), None);
+        assert_eq!(requested_after(Some("wait=50")).unwrap(), None);
+        assert_eq!(requested_after(Some("wait=50&after=41")).unwrap(), Some(41));
+        assert_eq!(requested_after(Some("after=0&wait=5")).unwrap(), Some(0));
+        // `afterwards=5` is another parameter, not `after`.
+        assert_eq!(requested_after(Some("afterwards=5")).unwrap(), None);
+        for bad in [
+            "after=",
+            "after=-1",
+            "after=4.5",
+            "after=x",
+            "after=99999999999999999999",
+        ] {
+            let err = requested_after(Some(bad)).unwrap_err();
+            assert!(matches!(err, ApiError::InvalidAfter { .. }), "{bad}: {err}");
+        }
+        assert!(names_wait(Some("wait=0")) && names_wait(Some("after=1&wait=x")));
+        assert!(!names_wait(None) && !names_wait(Some("waiting=5&after=1")));
     }
 
     #[test]

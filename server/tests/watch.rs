@@ -72,25 +72,40 @@ struct Answer {
     status: StatusCode,
     sequence: u64,
     granted: String,
+    cache_control: String,
     at: Instant,
 }
 
-/// A watch on `base` with `wait` seconds and `etag`.
+/// A watch on `base` with `wait` seconds and `etag`, as older clients send it.
 async fn watch(base: String, etag: String, wait: u64) -> Answer {
-    let r = client()
+    let request = client()
         .get(format!("{base}/v1/channels/stable?wait={wait}"))
-        .header("if-none-match", etag)
-        .send()
-        .await
-        .unwrap();
+        .header("if-none-match", etag);
+    answer(request).await
+}
+
+/// A watch on `base` with `wait` seconds from sequence `after`, without `If-None-Match`: what
+/// packd sees of a watch behind a proxy that drops conditional headers.
+async fn watch_after(base: String, after: u64, wait: u64) -> Answer {
+    answer(client().get(format!(
+        "{base}{}",
+        pack_protocol::paths::channel_watch("stable", wait, after)
+    )))
+    .await
+}
+
+async fn answer(request: reqwest::RequestBuilder) -> Answer {
+    let r = request.send().await.unwrap();
     let status = r.status();
     let granted = header(&r, "x-promptpack-wait");
+    let cache_control = header(&r, "cache-control");
     let sequence = header(&r, "x-promptpack-sequence").parse().unwrap_or(0);
     let _ = r.bytes().await;
     Answer {
         status,
         sequence,
         granted,
+        cache_control,
         at: Instant::now(),
     }
 }
@@ -173,6 +188,101 @@ async fn a_watch_ends_with_304_at_the_end_of_its_capped_wait() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_MODIFIED);
     assert_eq!(header(&r, "x-promptpack-wait"), "");
+}
+
+/// The client says the sequence it holds in the URL, so the watch is held without
+/// `If-None-Match` (which nginx's `proxy_cache` drops on its way to packd); a sequence that is
+/// not the live one is answered at once. No answer may be kept by a cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_a_sequence_is_held_without_if_none_match() {
+    let ch = Channel::new(Fixture::disk, "");
+    let server = ch.start();
+    ch.upload(&server).await;
+    ch.publish(&server, 1).await;
+    let pending = tokio::spawn(watch_after(server.base.clone(), 1, 30));
+    until_watching(&server, 1).await;
+    let published = Instant::now();
+    ch.publish(&server, 2).await;
+    let answer = pending.await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.sequence, 2);
+    assert_eq!(answer.granted, "30");
+    assert_eq!(answer.cache_control, "no-store");
+    let took = answer.at - published;
+    eprintln!(
+        "same-node wake-up of a watch from a sequence: {} ms",
+        took.as_millis()
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    until_watching(&server, 0).await;
+
+    // Behind the live sequence, or ahead of it (a node that has not seen a publish yet, a
+    // server that lost its history): the live document at once.
+    for held in [1, 7] {
+        let started = Instant::now();
+        let answer = watch_after(server.base.clone(), held, 30).await;
+        assert_eq!(answer.status, StatusCode::OK, "after={held}");
+        assert_eq!(answer.sequence, 2);
+        assert_eq!(answer.cache_control, "no-store");
+        assert!(answer.at - started < Duration::from_secs(1), "after={held}");
+    }
+}
+
+/// The end of a watch from a sequence is a `304` even without `If-None-Match`; the old form
+/// still ends in one too; neither is for a cache to keep, while plain requests keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_forms_of_watch_end_with_an_uncacheable_304() {
+    let ch = Channel::new(Fixture::disk, "max_watch_secs = 2");
+    let server = ch.start();
+    ch.upload(&server).await;
+    ch.publish(&server, 1).await;
+    let tag = etag(&server).await;
+    let (new_form, old_form) = tokio::join!(
+        watch_after(server.base.clone(), 1, 600),
+        watch(server.base.clone(), tag.clone(), 600)
+    );
+    for (form, answer) in [("after=1", new_form), ("If-None-Match", old_form)] {
+        assert_eq!(answer.status, StatusCode::NOT_MODIFIED, "{form}");
+        assert_eq!(answer.granted, "2", "{form}");
+        assert_eq!(answer.sequence, 1, "{form}");
+        assert_eq!(answer.cache_control, "no-store", "{form}");
+    }
+    // Plain requests, conditional or not, may be cached and revalidated.
+    for inm in ["", tag.as_str()] {
+        let r = client()
+            .get(server.url("/v1/channels/stable"))
+            .header("if-none-match", inm)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(header(&r, "cache-control"), "no-cache", "{}", r.status());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_after_that_is_not_a_sequence_is_refused() {
+    let ch = Channel::new(Fixture::disk, "");
+    let server = ch.start();
+    ch.upload(&server).await;
+    ch.publish(&server, 1).await;
+    for bad in ["", "abc", "-1", "1.5", "99999999999999999999999"] {
+        let r = client()
+            .get(server.url(&format!("/v1/channels/stable?wait=30&after={bad}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(header(&r, "cache-control"), "no-store", "{bad}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_after", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("the sequence of the document the watch holds"),
+            "{body}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

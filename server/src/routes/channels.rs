@@ -312,6 +312,17 @@ fn revalidated(
     summary: &ChannelSummary,
 ) -> Result<(Response, FetchResult), ApiError> {
     let unchanged = if_none_match(header_str(headers, "if-none-match"), tag);
+    answer(unchanged, body, tag, content_type, summary)
+}
+
+/// Builds a `304` when the client holds this document (`unchanged`), else a `200`.
+fn answer(
+    unchanged: bool,
+    body: &str,
+    tag: &str,
+    content_type: &'static str,
+    summary: &ChannelSummary,
+) -> Result<(Response, FetchResult), ApiError> {
     // The headers go straight into the response's own map (no second map to merge).
     let (mut response, result) = if unchanged {
         (
@@ -345,29 +356,34 @@ fn revalidated(
 /// matching signature from `/v1/channels/{channel}/history/{sequence}/signature` to be immune
 /// to a publish landing between the two requests.
 ///
-/// A watch (`?wait=N` and an `If-None-Match` that matches the live document) is held until
-/// the live sequence changes (200, the new document) or the wait is over (304). The wait is
-/// capped by the server's `max_watch_secs` and stretched by up to a sixteenth;
-/// `X-Promptpack-Wait` says the seconds granted. The answer is only a hint: the client
-/// verifies the document as on any refresh.
+/// A watch (`?wait=N&after=S`, `S` the sequence of the document the client holds) is held
+/// while the live sequence is `S`, until it changes (200, the new document) or the wait is
+/// over (304); a live sequence other than `S` is answered at once (200). Without `after`
+/// (older clients) the watch is held while `If-None-Match` matches the live document, and
+/// ends as a conditional GET. The wait is capped by the server's `max_watch_secs` and
+/// stretched by up to a sixteenth; `X-Promptpack-Wait` says the seconds granted. Every
+/// answer to a request naming `wait` is `Cache-Control: no-store`: a cache that kept one
+/// would answer the next watch at once. The answer is only a hint: the client verifies the
+/// document as on any refresh.
 #[utoipa::path(
     get,
     path = "/v1/channels/{channel}",
     tag = "channels",
     params(
         ("channel" = String, Path, description = "Channel name"),
-        ("wait" = Option<u64>, Query, description = "Seconds to hold the request while `If-None-Match` matches the live document (a watch); capped by the server"),
+        ("wait" = Option<u64>, Query, description = "Seconds to hold the request while the client holds the live document (a watch); capped by the server. Every answer is `Cache-Control: no-store`"),
+        ("after" = Option<u64>, Query, description = "With `wait`: the sequence of the document the client holds; the watch is held while it is the live sequence. Without it the watch holds by `If-None-Match`"),
         ("If-None-Match" = Option<String>, Header, description = "ETag from an earlier answer"),
         ("X-Promptpack-Client-Version" = Option<String>, Header, description = "Client version, for metrics"),
         ("X-Promptpack-Installed-Pack" = Option<String>, Header, description = "SHA-256 of the installed sealed pack, or `builtin`: metrics and the fleet view"),
         ("X-Promptpack-Install" = Option<String>, Header, description = "The client's install hash (32 hex digits): counted once per install in the fleet view"),
     ),
     responses(
-        (status = 200, description = "The document (for a watch: the live document changed)", content_type = "application/json", body = String,
+        (status = 200, description = "The document (for a watch: the live document is not the one held, or changed)", content_type = "application/json", body = String,
             headers(("X-Promptpack-Wait" = u64, description = "On watch answers: the seconds of waiting granted"))),
         (status = 304, description = "Not modified (for a watch: nothing changed within the wait)",
             headers(("X-Promptpack-Wait" = u64, description = "On watch answers: the seconds of waiting granted"))),
-        (status = 400, description = "`invalid_name` or `invalid_wait`", body = ErrorBody),
+        (status = 400, description = "`invalid_name`, `invalid_wait` or `invalid_after`", body = ErrorBody),
         (status = 404, description = "`not_found`: nothing published on this channel", body = ErrorBody),
         (status = 503, description = "`watchers_full` (with `Retry-After`): this node holds its limit of watches", body = ErrorBody),
     )
@@ -379,33 +395,64 @@ pub async fn get_channel(
     // The request itself rather than a `HeaderMap` extractor, which would copy the headers:
     // this is the route every client revalidates on.
     request: Request,
+) -> Response {
+    let watch = live::names_wait(query.as_deref());
+    let mut response = channel_answer(&state, &channel, query.as_deref(), request.headers())
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    if watch {
+        // A watch's answer is about one client and one moment. Kept by a proxy or CDN, it
+        // would answer the next watch at once instead of holding it.
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+/// [`get_channel`]'s answer, before a watch's `Cache-Control`.
+async fn channel_answer(
+    state: &SharedState,
+    channel: &str,
+    query: Option<&str>,
+    incoming: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let incoming = request.headers();
     state.settings.tokens.authorize_read(incoming)?;
-    let wait = live::requested_wait(query.as_deref(), state.settings.max_watch_wait)?;
-    let mut record = live(&state, &channel, incoming).await?;
-    if let Some(granted) = wait
-        && if_none_match(
+    let wait = live::requested_wait(query, state.settings.max_watch_wait)?;
+    let after = live::requested_after(query)?;
+    let mut record = live(state, channel, incoming).await?;
+    // What the client holds: the sequence in the URL, which no proxy drops, or (an older
+    // client) the document's ETag in `If-None-Match`.
+    let holds = |record: &ChannelRecord| match after {
+        Some(after) => record.summary.sequence == after,
+        None => if_none_match(
             header_str(incoming, "if-none-match"),
             &etag(&record.summary.sha256),
-        )
+        ),
+    };
+    if let Some(granted) = wait
+        && holds(&record)
     {
         let seen = record.summary.sequence;
         let end = state
             .live
-            .wait(&channel, seen, live::stretch(granted))
+            .wait(channel, seen, live::stretch(granted))
             .await?;
         match end {
-            WaitEnd::Changed | WaitEnd::TimedOut => {
-                record = live(&state, &channel, incoming).await?
-            }
+            WaitEnd::Changed | WaitEnd::TimedOut => record = live(state, channel, incoming).await?,
             // Answered from memory: storage may be going away with the node.
             WaitEnd::Closing => {}
         }
     }
     let tag = etag(&record.summary.sha256);
-    let (mut response, result) = revalidated(
-        incoming,
+    let unchanged = match (wait, after) {
+        // A watch from a sequence ends in `304` while that is still live, whatever a proxy
+        // did to `If-None-Match`.
+        (Some(_), Some(_)) => holds(&record),
+        _ => if_none_match(header_str(incoming, "if-none-match"), &tag),
+    };
+    let (mut response, result) = answer(
+        unchanged,
         &record.document,
         &tag,
         "application/json",
@@ -418,13 +465,13 @@ pub async fn get_channel(
         response.extensions_mut().insert(Watched);
     }
     state.metrics.channel_fetch(
-        &channel,
+        channel,
         result,
         header_str(incoming, headers::CLIENT_VERSION),
         header_str(incoming, headers::INSTALLED_PACK),
     );
     state.fleet.record_fetch(
-        &channel,
+        channel,
         header_str(incoming, headers::CLIENT_VERSION),
         header_str(incoming, headers::INSTALLED_PACK),
         header_str(incoming, headers::INSTALL),
