@@ -10,9 +10,10 @@ use pack_format::{
     ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
 };
 use pack_protocol::{ReportReason, headers, paths};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use crate::activity::{Activity, Choice, Event};
 use crate::cache::{BadPack, BadReason, Cache, Installed, State};
 use crate::config::key_set_fingerprint;
 use crate::health::Health;
@@ -22,7 +23,7 @@ use crate::snapshot::{Snapshot, SnapshotMeta, Source};
 use crate::{ClientConfig, ClientError, PromptStore, builtin};
 
 /// What one refresh did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum RefreshOutcome {
     /// The server answered 304: the channel did not change.
@@ -41,6 +42,33 @@ pub enum RefreshOutcome {
     Skipped { reason: String },
 }
 
+impl std::fmt::Display for RefreshOutcome {
+    /// One sentence for a person (`pack-client refresh`, `agent packs refresh`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefreshOutcome::NotModified => f.write_str("The channel has not changed."),
+            RefreshOutcome::Unchanged { sequence } => write!(
+                f,
+                "The channel moved to sequence {sequence}; it still selects the pack that serves."
+            ),
+            RefreshOutcome::Installed {
+                name,
+                version,
+                sequence,
+                ..
+            } => write!(
+                f,
+                "Installed {name} {version} from channel sequence {sequence}; it serves from now on."
+            ),
+            RefreshOutcome::Builtin { sequence, reason } => write!(
+                f,
+                "The built-in pack serves: {reason} (channel sequence {sequence})."
+            ),
+            RefreshOutcome::Skipped { reason } => write!(f, "Nothing was installed: {reason}."),
+        }
+    }
+}
+
 /// What the client serves and how its last refresh went.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientStatus {
@@ -56,8 +84,16 @@ pub struct ClientStatus {
     #[serde(with = "time::serde::rfc3339::option")]
     pub last_success: Option<OffsetDateTime>,
     pub last_outcome: Option<RefreshOutcome>,
-    /// Why the last refresh or the start-up load failed, if it did.
+    /// Why the last refresh or the start-up load failed, if nothing succeeded since: this
+    /// process's, else the last failure any process sharing the cache recorded.
     pub last_error: Option<String>,
+    /// The last failed refresh or start-up load of any process sharing the cache, even when
+    /// a success followed.
+    pub last_failure: Option<FailureRecord>,
+    /// The client release channel entries are matched against.
+    pub release: String,
+    /// Why the built-in pack serves although a channel document is held, if it does.
+    pub serving_reason: Option<String>,
     /// Packs refused after their bytes matched the signed hash, not downloaded again until
     /// the mark is lifted (a content-key mark lifts when the content keys change), and
     /// packs marked bad here after failing to render (`reason: render`).
@@ -66,6 +102,33 @@ pub struct ClientStatus {
     pub telemetry: bool,
     /// Failure reports waiting to be sent.
     pub pending_reports: usize,
+}
+
+/// A failure as the cache recorded it, for [`ClientStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureRecord {
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The release of the process that failed.
+    pub release: String,
+    /// A stable name for the kind of failure (`ClientError::kind`).
+    pub kind: String,
+    pub message: String,
+}
+
+/// What the store serves after [`Client::load_selected`].
+enum Loaded {
+    /// No channel document is held: the built-in pack.
+    Nothing,
+    /// The pack the document selects serves.
+    Pack,
+    /// The document sends this release to the built-in pack.
+    Builtin { reason: String },
+    /// The document selects a pack for this release that is not in the cache.
+    Missing {
+        version: semver::Version,
+        sha256: String,
+    },
 }
 
 /// One bad-pack mark, for [`ClientStatus`].
@@ -140,6 +203,13 @@ pub struct Client {
     outbox: Option<Arc<Outbox>>,
     /// The SHA-256 of the pack the running refresh considers, for its failure report.
     considering: Mutex<Option<String>>,
+    /// Outcomes recorded for every process on the cache, and this process's events.
+    activity: Activity,
+    /// Why the built-in pack serves although a document is held (see [`Loaded`]).
+    serving_reason: Mutex<Option<String>>,
+    /// The held document selects a pack for this release that is not installed: a refresh
+    /// is due now, whatever the schedule says.
+    install_pending: Mutex<bool>,
 }
 
 impl Client {
@@ -204,6 +274,9 @@ impl Client {
             health,
             outbox,
             considering: Mutex::new(None),
+            activity: Activity::new(cache.clone()),
+            serving_reason: Mutex::new(None),
+            install_pending: Mutex::new(false),
             config,
             cache,
             store,
@@ -214,44 +287,65 @@ impl Client {
             last_error: Mutex::new(last_error),
             refreshing: tokio::sync::Mutex::new(()),
         };
-        if let Err(e) = client.load_installed() {
-            tracing::warn!(
-                "installed pack failed verification at start-up: {e}; serving the built-in pack"
-            );
-            *lock(&client.last_error) = Some(format!("start-up: {e}"));
-            let installed = lock(&client.state).installed.clone();
-            // A pack marked bad here was reported when it was marked.
-            if let (Some(outbox), Some(installed)) = (&client.outbox, installed)
-                && !matches!(e, ClientError::KnownBad { .. })
-            {
-                outbox.queue(&installed.sha256, ReportReason::StartupCheck);
+        match client.load_selected() {
+            Ok(Loaded::Nothing | Loaded::Pack) => {}
+            Ok(Loaded::Builtin { reason }) => {
+                tracing::info!("{reason}; serving the built-in pack");
+                *lock(&client.serving_reason) = Some(reason);
             }
-            // Forget what cannot be loaded, but keep the rollback high-water mark.
-            let mut state = lock(&client.state);
-            state.installed = None;
-            state.etag = None;
+            Ok(Loaded::Missing { version, sha256 }) => {
+                let reason = format!(
+                    "release {} selects pack {version} ({sha256}), not downloaded yet; the built-in pack serves until a refresh installs it",
+                    client.config.client_version
+                );
+                tracing::info!("{reason}");
+                *lock(&client.serving_reason) = Some(reason);
+                *lock(&client.install_pending) = true;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "installed pack failed verification at start-up: {e}; serving the built-in pack"
+                );
+                *lock(&client.last_error) = Some(format!("start-up: {e}"));
+                *lock(&client.serving_reason) = Some(format!("the start-up check failed: {e}"));
+                client.activity.failed(
+                    OffsetDateTime::now_utc(),
+                    &client.config.client_version,
+                    &e,
+                );
+                let installed = lock(&client.state).installed.clone();
+                // A pack marked bad here was reported when it was marked.
+                if let (Some(outbox), Some(installed)) = (&client.outbox, installed)
+                    && !matches!(e, ClientError::KnownBad { .. })
+                {
+                    outbox.queue(&installed.sha256, ReportReason::StartupCheck);
+                }
+                // Forget what cannot be loaded, but keep the rollback high-water mark.
+                let mut state = lock(&client.state);
+                state.installed = None;
+                state.etag = None;
+                *lock(&client.install_pending) = true;
+            }
         }
         Ok(client)
     }
 
-    fn load_installed(&self) -> Result<(), ClientError> {
+    /// Serves what the stored document selects for this client's release of now, loaded and
+    /// verified again (the release may have changed since the document was accepted: an app
+    /// upgrade or downgrade, or another release sharing the cache). With a local pin, the
+    /// installed pack while the document still names it. Expiry is not checked here: an
+    /// offline client keeps what it verified.
+    fn load_selected(&self) -> Result<Loaded, ClientError> {
         let state = lock(&self.state).clone();
-        let Some(installed) = &state.installed else {
-            return Ok(());
-        };
-        if self.health.is_marked(&installed.sha256) {
-            return Err(ClientError::KnownBad {
-                sha256: installed.sha256.clone(),
-                reason: self.health.detail(),
-            });
-        }
         let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
-            return Err(ClientError::Cache {
-                path: self.cache.state_path().display().to_string(),
-                reason: "installed pack without its channel document".to_string(),
-            });
+            if state.installed.is_some() {
+                return Err(ClientError::Cache {
+                    path: self.cache.state_path().display().to_string(),
+                    reason: "installed pack without its channel document".to_string(),
+                });
+            }
+            return Ok(Loaded::Nothing);
         };
-        // Expiry is not checked here: an offline client keeps what it verified.
         let verified = channel::verify_ignoring_expiry(
             document.as_bytes(),
             signature,
@@ -259,38 +353,104 @@ impl Client {
             &self.config.limits,
         )
         .map_err(ClientError::Document)?;
-        // The stored document must still vouch for the installed pack.
-        let vouched = verified.document.entries.iter().any(|entry| {
-            matches!(&entry.target, EntryTarget::Pack(p) if p.sha256 == installed.sha256 && p.version == installed.version)
-        });
-        if !vouched {
-            return Err(ClientError::Cache {
-                path: self.cache.state_path().display().to_string(),
-                reason: format!(
-                    "the stored channel document (sequence {}) has no entry for installed pack {}",
-                    verified.document.sequence, installed.sha256
-                ),
+        let doc = &verified.document;
+        let entry = if self.config.pin.is_some() {
+            // The stored document must still vouch for the installed pack.
+            let vouched = state.installed.as_ref().and_then(|installed| {
+                doc.entries.iter().find_map(|entry| match &entry.target {
+                    EntryTarget::Pack(p)
+                        if p.sha256 == installed.sha256 && p.version == installed.version =>
+                    {
+                        Some(p.clone())
+                    }
+                    EntryTarget::Pack(_) | EntryTarget::Builtin => None,
+                })
+            });
+            match (vouched, &state.installed) {
+                (Some(entry), _) => entry,
+                (None, None) => return Ok(Loaded::Nothing),
+                (None, Some(installed)) => {
+                    return Err(ClientError::Cache {
+                        path: self.cache.state_path().display().to_string(),
+                        reason: format!(
+                            "the stored channel document (sequence {}) has no entry for installed pack {}",
+                            doc.sequence, installed.sha256
+                        ),
+                    });
+                }
+            }
+        } else {
+            match doc
+                .select(&self.config.client_version, &self.install_id)
+                .map(|e| &e.target)
+            {
+                Some(EntryTarget::Pack(entry)) => entry.clone(),
+                selected @ (Some(EntryTarget::Builtin) | None) => {
+                    if self.store.capture().source() == Source::Remote {
+                        self.store.reset_to_builtin();
+                    }
+                    return Ok(Loaded::Builtin {
+                        reason: match selected {
+                            Some(_) => format!(
+                                "channel sequence {} sends release {} to the built-in pack",
+                                doc.sequence, self.config.client_version
+                            ),
+                            None => format!(
+                                "no entry of channel sequence {} matches release {}",
+                                doc.sequence, self.config.client_version
+                            ),
+                        },
+                    });
+                }
+            }
+        };
+        let serving = self.store.capture();
+        if serving.source() == Source::Remote && serving.sha256() == entry.sha256 {
+            return Ok(Loaded::Pack);
+        }
+        if self.health.is_marked(&entry.sha256) {
+            return Err(ClientError::KnownBad {
+                sha256: entry.sha256.clone(),
+                reason: self.health.detail(),
             });
         }
-        let bytes = self
+        if let Some(mark) = state.bad.get(&entry.sha256) {
+            return Err(ClientError::KnownBad {
+                sha256: entry.sha256.clone(),
+                reason: mark.detail.clone(),
+            });
+        }
+        let bytes = match self
             .cache
-            .read_pack(&installed.sha256, self.config.limits.max_sealed_len)?;
-        let entry = PackRef {
-            version: installed.version.clone(),
-            sha256: installed.sha256.clone(),
-            size: bytes.len() as u64,
-            schema: installed.schema,
+            .read_pack(&entry.sha256, self.config.limits.max_sealed_len)
+        {
+            Ok(bytes) => bytes,
+            // Selected for this release but never downloaded here: the next refresh does.
+            // (After adopting another process's state, the current pack serves meanwhile.)
+            Err(_) if !self.cache.pack_path(&entry.sha256).exists() => {
+                return Ok(Loaded::Missing {
+                    version: entry.version.clone(),
+                    sha256: entry.sha256.clone(),
+                });
+            }
+            Err(e) => return Err(e),
         };
+        if bytes.len() as u64 != entry.size || sha256_hex(&bytes) != entry.sha256 {
+            return Err(ClientError::Cache {
+                path: self.cache.pack_path(&entry.sha256).display().to_string(),
+                reason: "the cached pack does not match its signed size and SHA-256".to_string(),
+            });
+        }
         let snapshot = open_pack(
             &bytes,
             &entry,
-            &verified.document.pack,
-            verified.document.sequence,
+            &doc.pack,
+            doc.sequence,
             &self.config.content_keys,
             &self.config.limits,
         )?;
         self.store.install(Arc::new(snapshot));
-        Ok(())
+        Ok(Loaded::Pack)
     }
 
     pub fn store(&self) -> &Arc<PromptStore> {
@@ -308,6 +468,23 @@ impl Client {
     pub fn status(&self) -> ClientStatus {
         let state = lock(&self.state).clone();
         let ts = |t: Option<i64>| t.and_then(|t| OffsetDateTime::from_unix_timestamp(t).ok());
+        let record = self.activity.record();
+        let last_failure = record.last_failure.and_then(|f| {
+            Some(FailureRecord {
+                at: OffsetDateTime::from_unix_timestamp(f.at).ok()?,
+                release: f.release,
+                kind: f.kind,
+                message: f.message,
+            })
+        });
+        // Another process's failure counts while nothing succeeded after it.
+        let last_error = lock(&self.last_error).clone().or_else(|| {
+            let failure = last_failure.as_ref()?;
+            let later_success = state
+                .last_success
+                .is_some_and(|s| s >= failure.at.unix_timestamp());
+            (!later_success).then(|| failure.message.clone())
+        });
         ClientStatus {
             serving: self.store.capture().meta().clone(),
             channel: self.config.channel.clone(),
@@ -319,7 +496,10 @@ impl Client {
             last_check: ts(state.last_check),
             last_success: ts(state.last_success),
             last_outcome: lock(&self.last_outcome).clone(),
-            last_error: lock(&self.last_error).clone(),
+            last_error,
+            last_failure,
+            release: self.config.client_version.to_string(),
+            serving_reason: lock(&self.serving_reason).clone(),
             bad_packs: state
                 .bad
                 .iter()
@@ -401,7 +581,10 @@ impl Client {
         let stale = age(state.last_success).is_none_or(|a| a < 0 || a as u64 > interval);
         let tried_lately = age(state.last_check)
             .is_some_and(|a| a >= 0 && (a as u64) < schedule::RETRY_AFTER.as_secs());
-        stale && !tried_lately
+        // A pack this release selects but does not have is due at once, unless the last
+        // check failed lately (an unreachable server is not asked on every run).
+        let failed_lately = tried_lately && state.last_check != state.last_success;
+        (stale && !tried_lately) || (*lock(&self.install_pending) && !failed_lately)
     }
 
     /// One refresh at a time in this process, and under the cache's refresh lock across
@@ -426,15 +609,18 @@ impl Client {
                 seconds: deadline.as_secs(),
             }),
         };
+        let before = self.store.capture();
         let result = self.apply(plan, now).await;
         match &result {
             Ok(outcome) => {
                 *lock(&self.last_outcome) = Some(outcome.clone());
                 *lock(&self.last_error) = None;
+                self.note_success(now, outcome, &before);
             }
             Err(e) => {
                 tracing::warn!("refresh failed, still serving the previous pack: {e}");
                 *lock(&self.last_error) = Some(e.to_string());
+                self.activity.failed(now, &self.config.client_version, e);
                 self.report_refusal(e);
             }
         }
@@ -443,6 +629,70 @@ impl Client {
             tracing::info!("failure reports not sent: {e}");
         }
         result
+    }
+
+    /// Records a finished refresh for every process on the cache and tells this process's
+    /// listeners what changed in what it serves.
+    fn note_success(&self, now: OffsetDateTime, outcome: &RefreshOutcome, before: &Snapshot) {
+        let after = self.store.capture();
+        let choice = match outcome {
+            RefreshOutcome::Skipped { .. } => None,
+            RefreshOutcome::NotModified
+            | RefreshOutcome::Unchanged { .. }
+            | RefreshOutcome::Installed { .. }
+            | RefreshOutcome::Builtin { .. } => Some(Choice {
+                pack: after.name().to_string(),
+                version: after.version().to_string(),
+                sha256: match after.source() {
+                    Source::Remote => after.sha256().to_string(),
+                    Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
+                },
+                sequence: lock(&self.state).sequence,
+                at: now.unix_timestamp(),
+            }),
+        };
+        self.activity
+            .succeeded(now, &self.config.client_version, outcome, choice);
+        match outcome {
+            RefreshOutcome::Installed { .. } => {
+                *lock(&self.install_pending) = false;
+                *lock(&self.serving_reason) = None;
+                self.activity.emit(installed_event(before, &after));
+            }
+            RefreshOutcome::Builtin { reason, .. } => {
+                *lock(&self.install_pending) = false;
+                *lock(&self.serving_reason) = Some(reason.clone());
+                if before.source() == Source::Remote {
+                    self.activity.emit(Event::FellBack {
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            RefreshOutcome::NotModified | RefreshOutcome::Unchanged { .. } => {
+                *lock(&self.install_pending) = false;
+                if after.source() == Source::Remote {
+                    *lock(&self.serving_reason) = None;
+                }
+            }
+            RefreshOutcome::Skipped { .. } => {}
+        }
+    }
+
+    /// The events of this process from now on: installs, rollbacks, fallbacks, failures and
+    /// the watch's state (see [`crate::activity`]).
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<Event> {
+        self.activity.subscribe()
+    }
+
+    /// Tells this process's listeners about the watch (see [`crate::watch`]).
+    pub(crate) fn emit(&self, event: Event) {
+        self.activity.emit(event);
+    }
+
+    /// Whether the held document selects a pack for this release that is not installed
+    /// (after an app upgrade, say): a refresh is due now.
+    pub fn install_pending(&self) -> bool {
+        *lock(&self.install_pending)
     }
 
     /// Queues the failure report a refused refresh calls for, if any.
@@ -537,7 +787,7 @@ impl Client {
         let Ok(Some(disk)) = self.cache.load_state() else {
             return;
         };
-        let installed = {
+        {
             let mut state = lock(&self.state);
             let newer = disk.sequence > state.sequence
                 || (disk.sequence == state.sequence && disk.last_check > state.last_check);
@@ -546,23 +796,31 @@ impl Client {
             }
             *state = disk;
             lift_key_marks(&mut state, &key_set_fingerprint(&self.config.content_keys));
-            state.installed.clone()
-        };
+        }
         let serving = self.store.capture();
-        match installed {
-            None if serving.source() == Source::Remote => self.store.reset_to_builtin(),
-            None => {}
-            Some(i) if serving.source() == Source::Remote && serving.sha256() == i.sha256 => {}
-            // Loaded and verified as at start-up; on failure the current pack keeps serving.
-            Some(_) => {
-                if let Err(e) = self.load_installed() {
-                    tracing::warn!(
-                        "the pack another process installed failed verification: {e}; still serving {} {}",
-                        serving.name(),
-                        serving.version()
-                    );
+        // Loaded and verified as at start-up; on failure the current pack keeps serving.
+        match self.load_selected() {
+            Ok(Loaded::Builtin { reason }) => {
+                if serving.source() == Source::Remote {
+                    self.activity.emit(Event::FellBack {
+                        reason: reason.clone(),
+                    });
+                }
+                *lock(&self.serving_reason) = Some(reason);
+            }
+            Ok(Loaded::Pack) => {
+                let now = self.store.capture();
+                if now.sha256() != serving.sha256() {
+                    *lock(&self.serving_reason) = None;
+                    self.activity.emit(installed_event(&serving, &now));
                 }
             }
+            Ok(Loaded::Nothing | Loaded::Missing { .. }) => {}
+            Err(e) => tracing::warn!(
+                "the state another process wrote does not load: {e}; still serving {} {}",
+                serving.name(),
+                serving.version()
+            ),
         }
     }
 
@@ -610,50 +868,16 @@ impl Client {
         Ok(cleared)
     }
 
-    /// Steps 1-6 of a refresh: everything but writing. `Err` means nothing is to be written
-    /// beyond the check time.
-    async fn prepare(&self, now: OffsetDateTime) -> Result<Plan, ClientError> {
-        let server = self.config.server.as_deref().ok_or(ClientError::NoServer)?;
-        let state = lock(&self.state).clone();
-        let channel = &self.config.channel;
-        let channel_url = format!("{server}{}", paths::channel(channel));
-
-        // 1. Conditional GET of the document. A 304 only says "same bytes": the stored
-        // document must still be in date (a mirror answering 304 forever is a freeze).
-        let etag = state.installed.as_ref().and(state.etag.as_deref());
-        let Some(fetched) = self
-            .get_capped(
-                &channel_url,
-                "channel document",
-                self.config.limits.max_channel_len as u64,
-                None,
-                etag,
-            )
-            .await?
-        else {
-            let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
-                return Err(ClientError::Status {
-                    url: channel_url,
-                    status: 304,
-                    detail: "Not Modified, but no document is stored to reuse".to_string(),
-                });
-            };
-            channel::verify(
-                document.as_bytes(),
-                signature,
-                &self.config.trusted_keys,
-                now,
-                &self.config.limits,
-            )
-            .map_err(ClientError::Document)?;
-            return Ok(Plan::done(RefreshOutcome::NotModified));
-        };
-        let document = fetched.body;
-        let new_etag = fetched.etag;
-        // The signature of exactly the sequence this response carries, so a release landing
-        // between the two requests cannot pair one publish's document with another's
-        // signature. A server that does not say which sequence it sent gets the live one.
-        let sig_url = match fetched.sequence {
+    /// The signature of exactly the sequence a document response carried, so a release
+    /// landing between the two requests cannot pair one publish's document with another's
+    /// signature. A server that does not say which sequence it sent gets the live one.
+    async fn fetch_signature(
+        &self,
+        server: &str,
+        channel: &str,
+        sequence: Option<u64>,
+    ) -> Result<String, ClientError> {
+        let sig_url = match sequence {
             Some(sequence) => format!("{server}{}", paths::history_signature(channel, sequence)),
             None => format!("{server}{}", paths::channel_signature(channel)),
         };
@@ -673,12 +897,59 @@ impl Client {
                 detail: "Not Modified, to a request that was not conditional".to_string(),
             });
         };
-        let signature = String::from_utf8(signature.body).map_err(|_| {
+        String::from_utf8(signature.body).map_err(|_| {
             ClientError::Document(FormatError::Malformed {
                 what: "channel signature",
                 reason: "not UTF-8".to_string(),
             })
-        })?;
+        })
+    }
+
+    /// Steps 1-6 of a refresh: everything but writing. `Err` means nothing is to be written
+    /// beyond the check time.
+    async fn prepare(&self, now: OffsetDateTime) -> Result<Plan, ClientError> {
+        let server = self.config.server.as_deref().ok_or(ClientError::NoServer)?;
+        let state = lock(&self.state).clone();
+        let channel = &self.config.channel;
+        let channel_url = format!("{server}{}", paths::channel(channel));
+
+        // 1. Conditional GET of the document, sent whenever a document is held. A 304 only
+        // says "same bytes": the stored document must still be in date (a mirror answering
+        // 304 forever is a freeze), and it is matched against this client's release again,
+        // which may have changed since the document was accepted (an app upgrade).
+        let etag = state.document.as_ref().and(state.etag.as_deref());
+        let fetched = self
+            .get_capped(
+                &channel_url,
+                "channel document",
+                self.config.limits.max_channel_len as u64,
+                None,
+                etag,
+            )
+            .await?;
+        let (document, signature, new_etag, fresh) = match fetched {
+            None => {
+                let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
+                    return Err(ClientError::Status {
+                        url: channel_url,
+                        status: 304,
+                        detail: "Not Modified, but no document is stored to reuse".to_string(),
+                    });
+                };
+                (
+                    document.clone().into_bytes(),
+                    signature.clone(),
+                    state.etag.clone(),
+                    false,
+                )
+            }
+            Some(fetched) => {
+                let signature = self
+                    .fetch_signature(server, channel, fetched.sequence)
+                    .await?;
+                (fetched.body, signature, fetched.etag, true)
+            }
+        };
 
         // 2. Signature, channel, sequence, expiry.
         let verified = channel::verify(
@@ -721,13 +992,25 @@ impl Client {
             });
         }
 
-        // 3. The entry for this client.
+        // 3. The entry for this client's release of now.
         let selected = doc.select(&self.config.client_version, &self.install_id);
         let target = match selected.map(|e| &e.target) {
             Some(EntryTarget::Pack(entry)) => Some(entry.clone()),
             Some(EntryTarget::Builtin) | None => None,
         };
         let serving = self.store.capture();
+        // What the shared state calls installed is the last pack any process installed; it
+        // is kept while the document still names it (another release sharing this cache may
+        // serve it), so processes of different releases never undo each other's installs.
+        let still_named = |installed: &Option<Installed>| {
+            installed
+                .clone()
+                .filter(|i| names_pack(doc, &i.sha256))
+                .map(|i| Installed {
+                    sequence: doc.sequence,
+                    ..i
+                })
+        };
         let record = |installed: Option<Installed>| {
             let mut next = state.clone();
             next.sequence = doc.sequence;
@@ -751,6 +1034,9 @@ impl Client {
         }
 
         let Some(entry) = target else {
+            if !fresh && serving.source() == Source::Builtin {
+                return Ok(Plan::done(RefreshOutcome::NotModified));
+            }
             let reason = match selected {
                 Some(_) => "the channel sends this client to the built-in pack".to_string(),
                 None => format!(
@@ -759,7 +1045,8 @@ impl Client {
                 ),
             };
             return Ok(Plan {
-                next: Some(record(None)),
+                // The same document: nothing in the shared state changes.
+                next: fresh.then(|| record(still_named(&state.installed))),
                 pack: None,
                 serve: Serve::Builtin,
                 result: Ok(RefreshOutcome::Builtin {
@@ -770,12 +1057,18 @@ impl Client {
         };
 
         if serving.source() == Source::Remote && serving.sha256() == entry.sha256 {
-            let installed = state.installed.clone().map(|i| Installed {
+            if !fresh {
+                return Ok(Plan::done(RefreshOutcome::NotModified));
+            }
+            let mine = Installed {
+                name: doc.pack.clone(),
+                version: entry.version.clone(),
+                schema: entry.schema,
+                sha256: entry.sha256.clone(),
                 sequence: doc.sequence,
-                ..i
-            });
+            };
             return Ok(Plan {
-                next: Some(record(installed)),
+                next: Some(record(still_named(&state.installed).or(Some(mine)))),
                 pack: None,
                 serve: Serve::Keep,
                 result: Ok(RefreshOutcome::Unchanged {
@@ -917,13 +1210,8 @@ impl Client {
             }
             cache.write_state(&to_write)?;
             if changed {
-                let keep: Vec<&str> = to_write
-                    .installed
-                    .as_ref()
-                    .map(|i| i.sha256.as_str())
-                    .into_iter()
-                    .collect();
-                cache.collect_garbage(&keep);
+                let keep = kept_packs(&to_write);
+                cache.collect_garbage(&keep.iter().map(String::as_str).collect::<Vec<_>>());
             }
             Ok(())
         })
@@ -1107,6 +1395,60 @@ pub(crate) async fn error_detail(mut response: reqwest::Response) -> String {
         .collect::<String>()
         .trim()
         .to_string()
+}
+
+/// [`Event::Installed`], or [`Event::RolledBack`] when `after` is an older version of the
+/// pack `before` served.
+fn installed_event(before: &Snapshot, after: &Snapshot) -> Event {
+    if before.source() == Source::Remote
+        && before.name() == after.name()
+        && after.version() < before.version()
+    {
+        Event::RolledBack {
+            name: after.name().to_string(),
+            version: after.version().to_string(),
+            from: before.version().to_string(),
+            sha256: after.sha256().to_string(),
+            sequence: after.meta().sequence,
+        }
+    } else {
+        Event::Installed {
+            name: after.name().to_string(),
+            version: after.version().to_string(),
+            sha256: after.sha256().to_string(),
+            sequence: after.meta().sequence,
+        }
+    }
+}
+
+/// The packs a state keeps on disk: the installed one and every pack its document names, so
+/// that a process of another client release sharing the cache finds the pack its release
+/// selects (a document names a bounded number of packs: see `Limits`).
+fn kept_packs(state: &State) -> Vec<String> {
+    let mut keep: Vec<String> = state.installed.iter().map(|i| i.sha256.clone()).collect();
+    // The stored document was verified before it was stored.
+    if let Some(doc) = state
+        .document
+        .as_deref()
+        .and_then(|d| serde_json::from_str::<channel::ChannelDocument>(d).ok())
+    {
+        keep.extend(
+            doc.entries
+                .into_iter()
+                .filter_map(|entry| match entry.target {
+                    EntryTarget::Pack(p) => Some(p.sha256),
+                    EntryTarget::Builtin => None,
+                }),
+        );
+    }
+    keep
+}
+
+/// Whether any entry of `doc` names the pack `sha256`.
+fn names_pack(doc: &channel::ChannelDocument, sha256: &str) -> bool {
+    doc.entries
+        .iter()
+        .any(|entry| matches!(&entry.target, EntryTarget::Pack(p) if p.sha256 == sha256))
 }
 
 /// Lifts the content-key marks made under another set of content keys: a key added since

@@ -89,6 +89,35 @@ impl ClientError {
         }
     }
 
+    /// A stable, machine-readable name for the kind of failure (`snake_case`), kept with the
+    /// message in the cache's refresh record and shown by `status`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClientError::NoServer => "no_server",
+            ClientError::Http { .. } => "unreachable",
+            ClientError::Status { .. } => "http_status",
+            ClientError::BodyTooLong { .. } => "body_too_long",
+            ClientError::Truncated { .. } => "truncated",
+            ClientError::Deadline { .. } => "deadline",
+            ClientError::Document(pack_format::FormatError::Expired { .. }) => "expired",
+            ClientError::Document(_) => "document_rejected",
+            ClientError::WrongChannel { .. } => "wrong_channel",
+            ClientError::WrongPack { .. } => "wrong_pack",
+            ClientError::Rollback { .. } => "rollback",
+            ClientError::Equivocation { .. } => "equivocation",
+            ClientError::KnownBad { .. } => "known_bad",
+            ClientError::HashMismatch { .. } => "hash_mismatch",
+            ClientError::HeaderMismatch { .. } => "header_mismatch",
+            ClientError::IncompatibleSchema { .. } => "incompatible_schema",
+            ClientError::Pack(_) => "pack_rejected",
+            ClientError::Snapshot(_) => "pack_unusable",
+            ClientError::Cache { .. } => "cache",
+            ClientError::Config { .. } => "config",
+            ClientError::NotMarked { .. } => "not_marked",
+            ClientError::Worker { .. } => "worker",
+        }
+    }
+
     /// Whether trying again later may succeed without anything changing on the publisher's
     /// side (network trouble, server errors).
     pub fn is_transient(&self) -> bool {

@@ -10,6 +10,7 @@
 //!   [`health`] marks a pack that keeps failing to render bad on the device, and [`report`]
 //!   tells the server what failed (reason codes only).
 
+pub mod activity;
 pub mod builtin;
 pub mod cache;
 pub mod client;
@@ -22,7 +23,7 @@ pub mod snapshot;
 pub mod store;
 pub mod watch;
 
-pub use client::{Client, ClientStatus, RefreshOutcome, RefusedPack};
+pub use client::{Client, ClientStatus, FailureRecord, RefreshOutcome, RefusedPack};
 pub use config::ClientConfig;
 pub use error::ClientError;
 pub use snapshot::{Snapshot, SnapshotError, Source};

@@ -63,15 +63,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // `refresh` prints its own failure; the library's warning for unattended refreshes
-    // would only say it a second time.
+    // `refresh` prints its own failure, and `run` logs one line per event: the library's
+    // warnings for unattended refreshes would only say it a second time.
     let client_level = match cli.command {
-        Command::Refresh => tracing::Level::ERROR,
-        Command::Status
-        | Command::Show { .. }
-        | Command::Dump
-        | Command::Run
-        | Command::ForgetBad { .. } => tracing::Level::WARN,
+        Command::Refresh | Command::Run => tracing::Level::ERROR,
+        Command::Status | Command::Show { .. } | Command::Dump | Command::ForgetBad { .. } => {
+            tracing::Level::WARN
+        }
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -80,7 +78,7 @@ fn main() -> ExitCode {
         .with(
             tracing_subscriber::filter::Targets::new()
                 .with_default(tracing::Level::WARN)
-                .with_target("pack_client::client", client_level),
+                .with_target("pack_client", client_level),
         )
         .init();
     match run(cli) {
@@ -123,9 +121,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             )?
                         );
                     } else {
-                        outln!("{}", serde_json::to_string(&outcome)?);
+                        outln!("{outcome}");
                         outln!(
-                            "serving {} {} ({}, sha256 {})",
+                            "Serving {} {} ({}, sha256 {}).",
                             status.serving.name,
                             status.serving.version,
                             status.serving.source,
@@ -149,7 +147,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             status.serving.name, status.serving.version, status.serving.source
                         );
                     }
-                    Ok(ExitCode::from(2))
+                    Ok(ExitCode::from(REFRESH_FAILED))
                 }
             }
         }
@@ -171,6 +169,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     status.channel,
                     status.sequence
                 );
+                outln!("release   {}", status.release);
+                if let Some(reason) = &status.serving_reason {
+                    outln!("why       {reason}");
+                }
+                outln!("checked   {}", when(status.last_check));
+                outln!("succeeded {}", when(status.last_success));
+                if let Some(failure) = &status.last_failure {
+                    outln!(
+                        "failed    {} ({}, release {}): {}",
+                        when(Some(failure.at)),
+                        failure.kind,
+                        failure.release,
+                        failure.message
+                    );
+                }
                 if let Some(e) = &status.last_error {
                     outln!("last error: {e}");
                 }
@@ -225,11 +238,81 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Run => runtime.block_on(async {
             let client = std::sync::Arc::new(client);
+            let serving = client.status();
+            log_line(
+                cli.json,
+                &serde_json::json!({
+                    "event": "serving",
+                    "name": serving.serving.name,
+                    "version": serving.serving.version.to_string(),
+                    "source": serving.serving.source,
+                    "sha256": serving.serving.sha256,
+                    "reason": serving.serving_reason,
+                }),
+                &format!(
+                    "serving {} {} ({}){}",
+                    serving.serving.name,
+                    serving.serving.version,
+                    serving.serving.source,
+                    serving
+                        .serving_reason
+                        .as_ref()
+                        .map_or(String::new(), |r| format!(": {r}"))
+                ),
+            );
+            let mut events = client.events();
+            let json = cli.json;
+            let logger = tokio::spawn(async move {
+                use tokio::sync::broadcast::error::RecvError;
+                loop {
+                    match events.recv().await {
+                        Ok(event) => log_line(
+                            json,
+                            &serde_json::to_value(&event).unwrap_or_default(),
+                            &event.to_string(),
+                        ),
+                        Err(RecvError::Lagged(missed)) => log_line(
+                            json,
+                            &serde_json::json!({"event": "lagged", "missed": missed}),
+                            &format!("{missed} events were not logged (logging fell behind)"),
+                        ),
+                        Err(RecvError::Closed) => break,
+                    }
+                }
+            });
             let schedule = pack_client::schedule::start(client).await?;
             tokio::signal::ctrl_c().await?;
             schedule.shutdown().await?;
+            logger.abort();
             Ok(ExitCode::SUCCESS)
         }),
+    }
+}
+
+/// `pack-client refresh`'s exit status when the refresh failed (the previous pack still
+/// serves). 1 is any other error, 2 a usage error (docs/CLIENT.md, "Exit codes").
+const REFRESH_FAILED: u8 = 3;
+
+/// An RFC 3339 time, or `never`.
+fn when(t: Option<time::OffsetDateTime>) -> String {
+    t.and_then(|t| {
+        t.format(&time::format_description::well_known::Rfc3339)
+            .ok()
+    })
+    .unwrap_or_else(|| "never".to_string())
+}
+
+/// One line on stderr for `run`: the time and the text, or a JSON object with the time.
+fn log_line(json: bool, value: &serde_json::Value, text: &str) {
+    let now = when(Some(time::OffsetDateTime::now_utc()));
+    if json {
+        let mut value = value.clone();
+        if let Some(object) = value.as_object_mut() {
+            object.insert("at".to_string(), serde_json::Value::String(now));
+        }
+        eprintln!("{value}");
+    } else {
+        eprintln!("{now} {text}");
     }
 }
 

@@ -95,9 +95,10 @@ pub async fn start(
             }
         }
     });
-    if client
-        .since_last_success(OffsetDateTime::now_utc())
-        .is_none_or(|age| age > INTERVAL)
+    if client.install_pending()
+        || client
+            .since_last_success(OffsetDateTime::now_utc())
+            .is_none_or(|age| age > INTERVAL)
     {
         let client = client.clone();
         tokio::spawn(async move {

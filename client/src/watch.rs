@@ -27,6 +27,7 @@ use pack_format::retry::{Backoff, Delays};
 use pack_protocol::{headers, paths};
 use tokio::task::JoinHandle;
 
+use crate::activity::Event;
 use crate::{Client, ClientError, RefreshOutcome};
 
 /// The wait asked of the server (it may grant less). Under the 60 s idle timeout common in
@@ -228,6 +229,8 @@ async fn run(client: Arc<Client>) {
     let mut acted_on: Option<(Held, Option<String>)> = None;
     let mut last_refresh: Option<Instant> = None;
     let mut failing = false;
+    // Whether the operator was told the watch runs (again, after a failure).
+    let mut announced = false;
     loop {
         let accepted = client.accepted_etag();
         if acted_on.as_ref().is_some_and(|(_, then)| *then != accepted) {
@@ -250,6 +253,12 @@ async fn run(client: Arc<Client>) {
             }
             continue;
         };
+        if !announced {
+            client.emit(Event::Watching {
+                channel: client.config().channel.clone(),
+            });
+            announced = true;
+        }
         let sent = Instant::now();
         match watch_once(&client, &held, WAIT).await {
             Ok(Answer::Unchanged { granted }) => {
@@ -315,6 +324,11 @@ async fn run(client: Arc<Client>) {
                 let pause = backoff
                     .pause()
                     .max(retry_after.map_or(Duration::ZERO, |r| r + spread(r / 4)));
+                client.emit(Event::Reconnecting {
+                    error: error.to_string(),
+                    retry_in_ms: u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+                });
+                announced = false;
                 if !failing {
                     tracing::info!("watching the channel failed: {error}; retrying in {pause:?}");
                     failing = true;

@@ -35,7 +35,8 @@ fn a_refused_connection_is_reported_once_with_its_cause() {
     )
     .unwrap();
     let out = pack_client(dir.path(), &["refresh"]);
-    assert_eq!(out.status.code(), Some(2));
+    // 3: the refresh failed, the previous pack still serves (docs/CLIENT.md, "Exit codes").
+    assert_eq!(out.status.code(), Some(3));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         format!(

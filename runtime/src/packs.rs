@@ -97,15 +97,39 @@ impl Packs {
     /// process at a time per cache (it takes the cache's refresh lock, or leaves).
     /// Failure reports that wait (see `pack_client::report`) also start one: the background
     /// refresh sends them.
-    pub fn refresh_in_background_if_due(&self) {
-        let Some(client) = &self.client else {
-            return;
-        };
+    /// Returns what a person who just configured updates should know, if anything (see
+    /// [`Packs::first_run_note`]).
+    pub fn refresh_in_background_if_due(&self) -> Option<String> {
+        let client = self.client.as_ref()?;
         let now = time::OffsetDateTime::now_utc();
-        if !client.refresh_due(now) && !client.reports_due(now) {
-            return;
+        let started = client.refresh_due(now) || client.reports_due(now);
+        if started {
+            spawn_background_refresh();
         }
-        spawn_background_refresh();
+        self.first_run_note(started)
+    }
+
+    /// While updates are configured but no refresh ever succeeded and the built-in pack
+    /// serves: that a refresh is on its way (`started`), or why none is and how to run one.
+    fn first_run_note(&self, started: bool) -> Option<String> {
+        let client = self.client.as_ref()?;
+        let status = client.status();
+        if status.last_success.is_some() || status.serving.source != pack_client::Source::Builtin {
+            return None;
+        }
+        let server = status.server.as_deref().unwrap_or("-");
+        Some(if started {
+            format!(
+                "note: the built-in prompts serve this run; a first refresh from {server} started in the background and the next run serves what it installs (`agent packs refresh` installs now and shows the outcome)"
+            )
+        } else {
+            let why = status
+                .last_error
+                .map_or(String::new(), |e| format!(" (last attempt: {e})"));
+            format!(
+                "note: the built-in prompts serve: no refresh from {server} has succeeded yet{why}; run `agent packs refresh` to try now"
+            )
+        })
     }
 
     /// For the end of a short-lived run: when this run queued failure reports (a template
@@ -148,7 +172,8 @@ impl Packs {
             .unwrap_or_else(|| "never".to_string())
         };
         out.push_str(&format!(
-            "server: {}\nchannel: {} (sequence {})\nauto-update: {}\npin: {}\nlast check: {}\nlast success: {}\n",
+            "release: {}\nserver: {}\nchannel: {} (sequence {})\nauto-update: {}\npin: {}\nlast check: {}\nlast success: {}\n",
+            status.release,
             status.server.as_deref().unwrap_or("-"),
             status.channel,
             status.sequence,
@@ -167,6 +192,18 @@ impl Packs {
             out.push_str(&format!(
                 "pin {pin} is not installed; serving {} until the channel offers {pin}\n",
                 meta.version
+            ));
+        }
+        if let Some(reason) = &status.serving_reason {
+            out.push_str(&format!("why built-in: {reason}\n"));
+        }
+        if let Some(failure) = &status.last_failure {
+            out.push_str(&format!(
+                "last failure: {} ({}, release {}): {}\n",
+                ts(Some(failure.at)),
+                failure.kind,
+                failure.release,
+                failure.message
             ));
         }
         if let Some(error) = &status.last_error {

@@ -90,13 +90,29 @@ fn packs_refresh_without_a_server_running_says_connection_refused_once() {
     )
     .unwrap();
     let out = agent(home.path(), &["packs", "refresh"]);
-    assert_eq!(out.status.code(), Some(1));
+    // 3: the refresh failed and the previous pack still serves (docs/CLIENT.md, exit codes).
+    assert_eq!(out.status.code(), Some(3));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         format!(
-            "error: request to http://127.0.0.1:{port}/v1/channels/stable failed: \
+            "refresh failed: request to http://127.0.0.1:{port}/v1/channels/stable failed: \
              Connection refused (os error 111)\n"
         )
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("serving: builtin 0.0.0 (builtin)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Another process sees the failure, with its kind.
+    let status = agent(home.path(), &["packs", "status", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["last_failure"]["kind"], "unreachable", "{status}");
+    assert!(
+        status["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("Connection refused")),
+        "{status}"
     );
 }
 

@@ -505,7 +505,7 @@ fn pack_client_forget_bad_clears_marks_and_keeps_the_sequence() {
     let mut refresh = client_cmd(cache.path(), &config, "1.0.0");
     refresh.arg("refresh");
     let out = refresh.output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "the refresh should fail");
+    assert_eq!(out.status.code(), Some(3), "the refresh should fail");
     let mut status = client_cmd(cache.path(), &config, "1.0.0");
     status.args(["--json", "status"]);
     let before: serde_json::Value = serde_json::from_str(&run(status)).unwrap();

@@ -95,7 +95,8 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
         model: args.model.clone(),
     };
     let mut host = Host::open(&overrides)?;
-    host.packs.refresh_in_background_if_due();
+    // `prompt` says when no refresh ever succeeded; a run's output stays the model's.
+    let _ = host.packs.refresh_in_background_if_due();
     if args.permissions.approval == Some(agent_runtime::permissions::Approval::Ask)
         && !std::io::stdin().is_terminal()
     {

@@ -201,6 +201,9 @@ fn main() -> ExitCode {
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // The refresh's error and what still serves are shown already (docs/CLIENT.md,
+        // "Exit codes").
+        Err(error) if error.is::<RefreshFailed>() => ExitCode::from(3),
         // The command has shown the error in its own words already.
         Err(error) if error.is::<Reported>() => ExitCode::FAILURE,
         Err(error) => {
@@ -211,6 +214,12 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// `agent packs refresh` failed and said so; the previous pack still serves (exit code 3,
+/// as `pack-client refresh`).
+#[derive(Debug, thiserror::Error)]
+#[error("the refresh failed; the previous pack still serves")]
+pub(crate) struct RefreshFailed;
 
 /// A failure the command has already reported on stderr; `main` only sets the exit code.
 #[derive(Debug, thiserror::Error)]
@@ -233,7 +242,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Mcp(McpCommand::List { json })) => mcp::list(json),
         Some(Command::Init(args)) => {
             let host = host::Host::open(&args.provider.overrides())?;
-            host.packs.refresh_in_background_if_due();
+            let _ = host.packs.refresh_in_background_if_due();
             let dir = match args.dir {
                 Some(dir) => dir,
                 None => std::env::current_dir()?,
@@ -333,10 +342,18 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let outcome = runtime.block_on(client.refresh_now())?;
-            writeln!(out, "{}", serde_json::to_string(&outcome)?)?;
-            out.write_all(packs.describe().as_bytes())?;
-            return Ok(());
+            match runtime.block_on(client.refresh_now()) {
+                Ok(outcome) => {
+                    writeln!(out, "{outcome}")?;
+                    out.write_all(packs.describe().as_bytes())?;
+                    return Ok(());
+                }
+                Err(e) => {
+                    eprintln!("refresh failed: {}", pack_format::error::report(&e));
+                    out.write_all(packs.describe().as_bytes())?;
+                    return Err(RefreshFailed.into());
+                }
+            }
         }
         PacksCommand::ForgetBad { sha256 } => {
             let packs = Packs::open(&data_dir, &text)?;
@@ -386,7 +403,9 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     let config = Config::parse(&config_text)
         .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
     let packs = open_packs_or_builtin(&data_dir, &config_text);
-    packs.refresh_in_background_if_due();
+    if let Some(note) = packs.refresh_in_background_if_due() {
+        eprintln!("{note}");
+    }
     let (custom_agents, _errors) = agents::load_custom_agents(&data_dir.agents_dir());
     let cwd = match args.cwd {
         Some(dir) => dir,
