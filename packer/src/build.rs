@@ -49,7 +49,9 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 1)]
     schema: u32,
 
-    /// Pack name (default: the directory's name).
+    /// Pack name (default: the directory's name). packd keeps each name and version for
+    /// good, and a channel serves one pack name: choose it here rather than by where the
+    /// directory happens to be.
     #[arg(long)]
     name: Option<String>,
 
@@ -86,7 +88,7 @@ pub struct BuildArgs {
 
 pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     let limits = Limits::DEFAULT;
-    let name = pack_name(args)?;
+    let (name, name_from) = pack_name(args)?;
     let Some(contract) = Contract::builtin(args.schema) else {
         bail!(
             "schema {} is not known to this packer; it knows schema {}",
@@ -189,6 +191,10 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     if json {
         print_json(&json!({
             "name": name,
+            "name_from": match &name_from {
+                NameFrom::Option => "option",
+                NameFrom::Directory(_) => "directory",
+            },
             "version": args.version.to_string(),
             "schema": args.schema,
             "sha256": sha256,
@@ -200,7 +206,7 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
         }));
     } else {
         outln!("built     {} -> {}", name, shown(&args.output));
-        outln!("name      {name}");
+        outln!("name      {name} ({})", name_from.describe());
         outln!("version   {}", args.version);
         outln!("schema    {}", args.schema);
         outln!("files     {} ({content_bytes} bytes)", index.len());
@@ -211,10 +217,29 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn pack_name(args: &BuildArgs) -> Result<String> {
+/// Where the pack's name came from, said with the name so that a publisher sees it before
+/// publishing: packd keeps a name and version for good, and a channel takes one pack name.
+enum NameFrom {
+    Option,
+    Directory(PathBuf),
+}
+
+impl NameFrom {
+    fn describe(&self) -> String {
+        match self {
+            NameFrom::Option => "from --name".to_string(),
+            NameFrom::Directory(dir) => format!(
+                "from the directory name {}; pass --name NAME to choose",
+                shown(dir)
+            ),
+        }
+    }
+}
+
+fn pack_name(args: &BuildArgs) -> Result<(String, NameFrom)> {
     if let Some(name) = &args.name {
         validate_name("pack", name).context("--name")?;
-        return Ok(name.clone());
+        return Ok((name.clone(), NameFrom::Option));
     }
     // `canonicalize` so that `packer build .` uses the real directory name.
     let dir = std::fs::canonicalize(&args.pack_dir)
@@ -228,7 +253,14 @@ fn pack_name(args: &BuildArgs) -> Result<String> {
     validate_name("pack", name).with_context(|| {
         format!("the directory name {name:?} is not a valid pack name; pass --name")
     })?;
-    Ok(name.to_string())
+    // The path as typed, unless it does not end in the name (`.`, `..`, a link).
+    let typed = args.pack_dir.file_name().and_then(|n| n.to_str()) == Some(name);
+    let shown_dir = if typed {
+        args.pack_dir.clone()
+    } else {
+        dir.clone()
+    };
+    Ok((name.to_string(), NameFrom::Directory(shown_dir)))
 }
 
 fn source_date_epoch() -> Result<u64> {

@@ -23,6 +23,7 @@ pub fn content_keys(dir: Option<&Path>, extra: &[PathBuf]) -> Result<Vec<Content
         }
     };
     if let Some(dir) = dir {
+        existing_dir(dir)?;
         let path = dir.join(CONTENT_KEY_FILE);
         if path.exists() {
             push(ContentKey::load(&path)?);
@@ -34,9 +35,10 @@ pub fn content_keys(dir: Option<&Path>, extra: &[PathBuf]) -> Result<Vec<Content
     if keys.is_empty() {
         match dir {
             Some(dir) => bail!(
-                "no content key: {} does not exist and no --content-key was given (create one with `packer keygen --dir {}`)",
+                "no content key: {} does not exist and no --content-key was given; point --keys \
+                 at the key directory that holds the content key clients have, or give \
+                 --content-key FILE",
                 shown(&dir.join(CONTENT_KEY_FILE)),
-                shown(dir)
             ),
             None => bail!("no content key: give --keys DIR or --content-key FILE"),
         }
@@ -50,12 +52,13 @@ pub fn content_key_ring(dir: Option<&Path>, extra: &[PathBuf]) -> Result<Content
 
 /// The signing key in `DIR/signing.key`, decrypted with the password when it has one.
 pub fn signing_key(dir: &Path, password_file: Option<&Path>) -> Result<SigningKey> {
+    existing_dir(dir)?;
     let path = dir.join(SIGNING_KEY_FILE);
     if !path.exists() {
         bail!(
-            "no signing key: {} does not exist (create one with `packer keygen --dir {}`)",
+            "no signing key: {} does not exist; point --keys at the key directory whose \
+             signing.pub packd and clients trust",
             shown(&path),
-            shown(dir)
         );
     }
     let password = password(password_file)?;
@@ -63,6 +66,29 @@ pub fn signing_key(dir: &Path, password_file: Option<&Path>) -> Result<SigningKe
         &path,
         password.as_deref().map(String::as_str),
     )?)
+}
+
+/// Refuses a key directory that is not there. A mistyped `--keys` must not lead to
+/// `packer keygen`: a second key set signs and seals for keys no packd and no client
+/// trusts, so everything made with it is refused where it matters.
+fn existing_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if dir.exists() {
+        bail!(
+            "--keys {}: not a directory; point --keys at the directory `packer keygen` wrote \
+             (signing.key, signing.pub, content.key)",
+            shown(dir)
+        );
+    }
+    bail!(
+        "--keys {}: no such directory. Point --keys at your existing key directory, the one \
+         whose signing.pub packd and your clients trust and whose content.key they hold \
+         (signing.key, signing.pub, content.key). Keys made anew are trusted by no packd and no \
+         client: run `packer keygen` only to make this publisher's very first key set",
+        shown(dir)
+    );
 }
 
 /// The signing-key password: from `--password-file` (its first line) or else from

@@ -969,3 +969,86 @@ fn build_without_validation_seals_a_bad_template_that_verify_then_refuses() {
     assert_eq!(summary["sha256"], pack_format::sha256_hex(&sealed));
     assert_ok(&packer(&["verify", s(&fast), "--keys", s(&keys)]));
 }
+
+#[test]
+fn build_says_which_name_it_seals_and_where_the_name_came_from() {
+    let fixture = Fixture::new();
+    let from_dir = fixture.build("from-dir.pack", &[]);
+    assert_ok(&from_dir);
+    assert!(
+        stdout(&from_dir).contains(&format!(
+            "name      prompts (from the directory name {}; pass --name NAME to choose)",
+            s(&fixture.pack_dir())
+        )),
+        "{}",
+        stdout(&from_dir)
+    );
+
+    let keys = fixture.keys();
+    let dir = fixture.pack_dir();
+    let out = fixture.path("named.pack");
+    let named = packer(&[
+        "--json",
+        "build",
+        s(&dir),
+        "--name",
+        "builtin",
+        "--version",
+        "1.2.0",
+        "--keys",
+        s(&keys),
+        "-o",
+        s(&out),
+    ]);
+    assert_ok(&named);
+    let summary: serde_json::Value = serde_json::from_slice(&named.stdout).unwrap();
+    assert_eq!(summary["name"], "builtin");
+    assert_eq!(summary["name_from"], "option");
+}
+
+#[test]
+fn a_missing_keys_directory_is_named_without_suggesting_a_new_key_set() {
+    let fixture = Fixture::new();
+    let missing = fixture.path("keyz");
+    let out = fixture.path("p.pack");
+    let dir = fixture.pack_dir();
+    let build = packer(&[
+        "build",
+        s(&dir),
+        "--version",
+        "1.2.0",
+        "--keys",
+        s(&missing),
+        "-o",
+        s(&out),
+    ]);
+    let document = fixture.path("channel.json");
+    let channel = packer(&[
+        "channel",
+        "--keys",
+        s(&missing),
+        "--channel",
+        "stable",
+        "--pack",
+        "prompts",
+        "--sequence",
+        "1",
+        "--expires",
+        "30d",
+        "--entry",
+        "*=builtin",
+        "-o",
+        s(&document),
+    ]);
+    for refused in [&build, &channel] {
+        assert_fails(refused);
+        let err = stderr(refused);
+        assert!(
+            err.contains(&format!("--keys {}: no such directory", s(&missing))),
+            "{err}"
+        );
+        assert!(err.contains("existing key directory"), "{err}");
+        assert!(!err.contains("keygen --dir"), "{err}");
+    }
+    assert!(!out.exists() && !document.exists() && !missing.exists());
+}
