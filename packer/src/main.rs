@@ -18,6 +18,7 @@ macro_rules! outln {
 
 mod build;
 mod channel;
+mod check;
 mod diff;
 mod fsio;
 mod keygen;
@@ -48,8 +49,8 @@ use clap::{Parser, Subcommand};
                   packer channel --keys keys --channel stable --pack builtin --sequence 1 \
                   --expires 30d --entry '*=dist/builtin-1.0.0.pack' -o dist/channel.json\n\n\
                   With a packd server (token in PROMPTPACK_TOKEN):\n  \
-                  packer publish dist/builtin-1.0.0.pack --server http://127.0.0.1:8470\n  \
-                  packer release stable --server http://127.0.0.1:8470 --keys keys --pack builtin --pin '*=1.0.0'\n  \
+                  packer publish dist/builtin-1.0.0.pack --server http://127.0.0.1:8470 --keys keys\n  \
+                  packer release stable --server http://127.0.0.1:8470 --keys keys --new-channel --pack builtin --pin '*=1.0.0'\n  \
                   packer status --server http://127.0.0.1:8470"
 )]
 struct Cli {

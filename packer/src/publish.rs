@@ -8,27 +8,45 @@ use pack_format::{Limits, sha256_hex};
 use reqwest::StatusCode;
 use serde_json::json;
 
+use crate::check::open_as_client;
 use crate::fsio::read_limited;
-use crate::remote::model::UploadResponse;
+use crate::keys::content_key_ring;
+use crate::remote::model::{ChannelList, UploadResponse};
 use crate::remote::{Remote, ServerArgs, ServerError};
-use crate::{print_json, shown};
+use crate::{ContentKeyArgs, print_json, shown};
 
 /// Packs at least this big get a progress bar (when stderr is a terminal).
 const PROGRESS_FROM_BYTES: u64 = 1024 * 1024;
 
 #[derive(clap::Args)]
 #[command(after_help = "\
+Checks the pack first, as clients do, and uploads nothing they would refuse. Without keys
+that is its structure (header, key slots, segment table, sizes, the sealed length); with
+--keys (or --content-key) also that it decrypts, that every file matches its index, and that
+its templates fit the contract of its schema. Only a content key can tell a pack whose
+encrypted bytes were damaged from a sound one: publish with --keys where the keys are at
+hand (`packer release` makes the same check before it signs, but by then the version is
+taken on packd).
+
 Uploads the sealed bytes to PUT /v1/blobs/{sha256}. Uploading the same file again is a
-no-op. A name and version only ever point at one file: different bytes under a version that
-is already on the server are refused, so rebuild with a higher --version instead.
-The token (publish scope) comes from --token-file or PROMPTPACK_TOKEN.
+no-op. A name and version only ever point at one file, released or not: different bytes
+under a version that is already on the server are refused, so rebuild with a higher
+--version instead. The token (publish scope) comes from --token-file or PROMPTPACK_TOKEN.
 
 Example:
-  PROMPTPACK_TOKEN=... packer publish dist/prompts-1.2.0.pack --server https://packs.example.com")]
+  PROMPTPACK_TOKEN=... packer publish dist/prompts-1.2.0.pack --keys keys --server https://packs.example.com")]
 pub struct PublishArgs {
     /// The sealed pack file (from `packer build`).
     #[arg(value_name = "PACK")]
     pack: PathBuf,
+
+    /// Key directory holding content.key: open the pack and check its contents before
+    /// uploading it.
+    #[arg(long, value_name = "DIR")]
+    keys: Option<PathBuf>,
+
+    #[command(flatten)]
+    extra_keys: ContentKeyArgs,
 
     #[command(flatten)]
     server: ServerArgs,
@@ -36,13 +54,33 @@ pub struct PublishArgs {
 
 pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
     let bytes = read_limited(&args.pack, Limits::DEFAULT.max_sealed_len, "pack")?;
-    // Check locally first: the server would refuse it anyway, with a less helpful message.
+    // Everything a client checks before it needs a content key. packd checks the same, but
+    // a pack with a sound header and damaged contents it takes, and keeps for good.
     let (header, _) = pack_format::read_header(&bytes, &Limits::DEFAULT).with_context(|| {
         format!(
-            "{} is not a sealed pack (build one with `packer build`)",
+            "{} is not a sealed pack clients accept; nothing was uploaded (build one with \
+             `packer build`)",
             shown(&args.pack)
         )
     })?;
+    if args.keys.is_some() || !args.extra_keys.content_keys.is_empty() {
+        let ring = content_key_ring(args.keys.as_deref(), &args.extra_keys.content_keys)?;
+        open_as_client(&bytes, &ring, &shown(&args.pack)).with_context(|| {
+            format!(
+                "{} was not uploaded: every client would refuse it",
+                shown(&args.pack)
+            )
+        })?;
+    } else {
+        eprintln!(
+            "note: only the structure of {} was checked (no --keys): whether it decrypts and \
+             fits the contract is checked by `packer release`, but once uploaded, {} {} stays \
+             taken on packd; give --keys DIR to check it before it is uploaded",
+            shown(&args.pack),
+            header.name,
+            header.version
+        );
+    }
     let remote = Remote::new(&args.server, true)?;
     let sha256 = sha256_hex(&bytes);
     let size = bytes.len() as u64;
@@ -101,15 +139,39 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
                 pack.uploaded_at
             );
         }
-        outln!(
-            // `--pack` is what a new channel needs; on an existing one it must match, and does.
-            "next      packer release CHANNEL --server {} --keys DIR --pack {} --pin '*={}'",
-            remote.base(),
-            pack.name,
-            pack.version
-        );
+        next_step(&remote, &pack.name, &pack.version);
     }
     Ok(())
+}
+
+/// The release command to run next. A channel that does not exist yet needs `--new-channel`
+/// and `--pack`, so that a mistyped channel name is never created by a copied command: they
+/// are printed only when no channel serves this pack yet.
+fn next_step(remote: &Remote, name: &str, version: &str) {
+    let base = remote.base();
+    let release = format!("packer release CHANNEL --server {base} --keys DIR");
+    // The upload is done; without the list, the hint says both ways.
+    let Ok(list) = remote.get_json::<ChannelList>(pack_protocol::paths::CHANNELS) else {
+        outln!("next      {release} --pin '*={version}'");
+        outln!("          (for a channel that does not exist yet add --new-channel --pack {name})");
+        return;
+    };
+    let channels: Vec<String> = list
+        .channels
+        .into_iter()
+        .filter(|c| c.pack == name)
+        .map(|c| c.channel)
+        .collect();
+    if channels.is_empty() {
+        outln!("next      {release} --new-channel --pack {name} --pin '*={version}'");
+        outln!("          (no channel serves {name} on {base} yet: --new-channel creates CHANNEL)");
+    } else {
+        outln!("next      {release} --pin '*={version}'");
+        outln!(
+            "          (channels of {name} on {base}: {})",
+            channels.join(", ")
+        );
+    }
 }
 
 /// The next patch version, for the hint after a conflict.

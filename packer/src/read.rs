@@ -7,13 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
-use pack_contract::{Contract, validate_template_all};
-use pack_format::{IndexEntry, Limits, OpenedPack, PackHeader, sha256_hex};
+use pack_format::{IndexEntry, Limits, PackHeader, sha256_hex};
 use rustix::fd::OwnedFd;
 use rustix::fs::{Mode, OFlags};
 use serde_json::json;
 
-use crate::build::missing_templates;
+use crate::check::open_as_client;
 use crate::fsio::{self, read_limited, spinner};
 use crate::keys::content_key_ring;
 use crate::{ContentKeyArgs, print_json, shown};
@@ -78,19 +77,6 @@ pub struct ExtractArgs {
 
 fn read_pack(path: &Path) -> Result<Vec<u8>> {
     read_limited(path, Limits::DEFAULT.max_sealed_len, "pack")
-}
-
-/// Reads and fully opens a pack; returns it with the sealed size.
-fn open_pack(path: &Path, keys: Option<&Path>, extra: &[PathBuf]) -> Result<(OpenedPack, usize)> {
-    let bytes = read_pack(path)?;
-    let ring = content_key_ring(keys, extra)?;
-    let progress = spinner("decrypting and checking");
-    let opened = pack_format::open(&bytes, &ring, &Limits::DEFAULT);
-    progress.finish_and_clear();
-    Ok((
-        opened.with_context(|| format!("{} does not open", shown(path)))?,
-        bytes.len(),
-    ))
 }
 
 fn header_json(header: &PackHeader, sha256: &str, size: usize) -> serde_json::Value {
@@ -168,51 +154,12 @@ pub fn inspect(args: &InspectArgs, json: bool) -> Result<()> {
 }
 
 pub fn verify(args: &VerifyArgs, json: bool) -> Result<()> {
-    let (opened, size) = open_pack(&args.pack, Some(&args.keys), &args.extra_keys.content_keys)?;
-    let header = &opened.header;
+    let bytes = read_pack(&args.pack)?;
+    let ring = content_key_ring(Some(&args.keys), &args.extra_keys.content_keys)?;
     // What a client does before installing: the templates must fit the contract the pack
     // claims, not just decrypt.
-    let Some(contract) = Contract::builtin(header.schema) else {
-        bail!(
-            "{} targets schema {}, which this packer does not know; its templates cannot be checked",
-            shown(&args.pack),
-            header.schema
-        );
-    };
-    let mut problems: Vec<String> =
-        missing_templates(&contract, |path| opened.payload.get(path).is_some())
-            .into_iter()
-            .map(|missing| {
-                format!(
-                    "{missing}: missing from the pack; clients of schema {} render it and refuse a pack without it",
-                    header.schema
-                )
-            })
-            .collect();
-    for (path, bytes) in opened.payload.files() {
-        if !path.ends_with(".hbs") {
-            continue;
-        }
-        match std::str::from_utf8(bytes) {
-            Ok(source) => problems.extend(
-                validate_template_all(path, source, &contract)
-                    .iter()
-                    .map(ToString::to_string),
-            ),
-            Err(_) => problems.push(format!("{path}: not UTF-8")),
-        }
-    }
-    if !problems.is_empty() {
-        for problem in &problems {
-            eprintln!("{problem}");
-        }
-        bail!(
-            "{} opens, but {} template problem(s) against schema {}; every client would refuse it",
-            shown(&args.pack),
-            problems.len(),
-            header.schema
-        );
-    }
+    let opened = open_as_client(&bytes, &ring, &shown(&args.pack))?;
+    let (header, size) = (&opened.header, bytes.len());
     let files = opened.payload.len();
     if json {
         let mut value = header_json(header, &opened.sha256, size);

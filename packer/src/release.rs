@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use pack_format::channel::{CHANNEL_FORMAT, MAX_SEQUENCE, format_time};
 use pack_format::keys::SIGNING_PUB_FILE;
 use pack_format::{
-    ChannelDocument, ChannelEntry, EntryTarget, FormatError, Limits, PackRef, Rollout, TrustedKeys,
-    sha256_hex, validate_name,
+    ChannelDocument, ChannelEntry, ContentKeyRing, EntryTarget, FormatError, Limits, PackRef,
+    Rollout, TrustedKeys, sha256_hex, validate_name,
 };
 use pack_protocol::{headers, paths};
 use reqwest::StatusCode;
@@ -18,17 +18,32 @@ use serde_json::json;
 use time::{Duration, OffsetDateTime};
 
 use crate::channel::{describe, parse_expires};
-use crate::keys::signing_key;
-use crate::print_json;
-use crate::remote::model::{PackRecord, PackVersions, PublishRequest, PublishResponse};
+use crate::check::open_entry_as_client;
+use crate::keys::{content_key_ring, signing_key};
+use crate::remote::model::{
+    ChannelList, PackList, PackRecord, PackVersions, PublishRequest, PublishResponse,
+};
 use crate::remote::{Remote, ServerArgs, ServerError};
+use crate::{ContentKeyArgs, print_json};
 
 const RELEASE_HELP: &str = "\
 Fetches the live document of CHANNEL, checks its signature against KEYS/signing.pub (and
 any --trusted-key), applies the changes below, signs the result as sequence = live + 1 and
-publishes it. A channel that does not exist yet starts empty (sequence 1) and needs --pack.
-Every VERSION must already be on the server (`packer publish`); its SHA-256, size and schema
-come from the server's pack list.
+publishes it. A channel that does not exist yet starts empty (sequence 1) and needs
+--new-channel and --pack NAME: without --new-channel a channel name that is not on the server
+is refused, with the names that are. Every VERSION must already be on the server (`packer
+publish`) under the channel's pack name; its SHA-256, size and schema come from the server's
+pack list.
+
+Before anything is shown or signed, the token is checked against the server, and every pack
+version the new document names that the live one does not is downloaded and checked the way
+a client checks it before installing: its SHA-256, its header against the entry (name,
+version, schema), decryption with the content keys in KEYS (KEYS/content.key and any
+--content-key), every file against its index, and the templates against the contract of its
+schema. A pack clients would refuse is not released: nothing is signed or published. packd
+keeps that upload under its version (a version never changes there, released or not), so
+publish the fix under the next version. --no-verify skips the download and the check (with a
+warning), for a release that must go out without the content key at hand.
 
 Changes are combinable and repeatable, applied in this order: --remove, --rollback, --pin,
 --rollout (each in the order given). RANGE is a semver range of client releases: '*',
@@ -82,17 +97,31 @@ pub struct ReleaseArgs {
     #[command(flatten)]
     server: ServerArgs,
 
-    /// Key directory holding signing.key (and signing.pub, trusted for the live document).
+    /// Key directory holding signing.key (and signing.pub, trusted for the live document)
+    /// and content.key, which opens the packs the release newly names.
     #[arg(long, value_name = "DIR")]
     keys: PathBuf,
+
+    #[command(flatten)]
+    extra_keys: ContentKeyArgs,
 
     /// Another public key the live document may be signed with (after a key rotation).
     #[arg(long = "trusted-key", value_name = "FILE")]
     trusted_keys: Vec<PathBuf>,
 
-    /// Pack name of the channel; needed only when the channel does not exist yet.
+    /// Pack name of the channel; needed only with --new-channel.
     #[arg(long = "pack", value_name = "NAME")]
     pack: Option<String>,
+
+    /// Create CHANNEL when it does not exist on the server. Without it, a channel name the
+    /// server does not have is refused (a typo would otherwise start a new channel).
+    #[arg(long)]
+    new_channel: bool,
+
+    /// Release without downloading and checking the packs the new document names (clients
+    /// still check them, and refuse a pack that does not open or fit the contract).
+    #[arg(long)]
+    no_verify: bool,
 
     /// Pin: clients in RANGE get VERSION ('RANGE=VERSION').
     #[arg(long = "pin", value_name = "RANGE=VERSION")]
@@ -165,6 +194,9 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
 
     let remote = Remote::new(&args.server, true)?;
+    remote
+        .check_publish_token()
+        .context("the token was refused before anything was signed or published")?;
     let key = signing_key(&args.keys, args.password_file.as_deref())?;
     let mut trusted = TrustedKeys::new();
     let signing_pub = args.keys.join(SIGNING_PUB_FILE);
@@ -180,20 +212,32 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         .replace_nanosecond(0)
         .unwrap_or_else(|_| OffsetDateTime::now_utc());
     let live = fetch_live(&remote, &args.channel, &trusted)?;
-    let pack = match (&live, &args.pack) {
+    match (&live, args.new_channel) {
+        (None, false) => return Err(unknown_channel(&remote, &args.channel)),
+        (Some(live), true) => bail!(
+            "--new-channel: channel {} already exists on {} (pack {}, sequence {}); drop \
+             --new-channel to release on it. Nothing was signed or published",
+            args.channel,
+            remote.base(),
+            live.pack,
+            live.sequence
+        ),
+        (None, true) | (Some(_), false) => {}
+    }
+    let (pack, pack_from) = match (&live, &args.pack) {
         (Some(live), Some(pack)) if live.pack != *pack => bail!(
             "channel {} on {} is for pack {:?}, not {pack:?}; drop --pack or pick another channel",
             args.channel,
             remote.base(),
             live.pack
         ),
-        (Some(live), _) => live.pack.clone(),
+        (Some(live), _) => (live.pack.clone(), PackFrom::Live),
         (None, Some(pack)) => {
             validate_name("pack", pack).context("--pack")?;
-            pack.clone()
+            (pack.clone(), PackFrom::Option)
         }
         (None, None) => bail!(
-            "channel {} does not exist on {} yet: give --pack NAME to create it",
+            "channel {} does not exist on {} yet: give --pack NAME, the pack it serves, to create it",
             args.channel,
             remote.base()
         ),
@@ -215,9 +259,11 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
     let lookup = |wanted: &Wanted| -> Result<EntryTarget> {
         match wanted {
             Wanted::Builtin => Ok(EntryTarget::Builtin),
-            Wanted::Version(version) => {
-                pack_ref(&versions, &pack, version, remote.base()).map(EntryTarget::Pack)
-            }
+            Wanted::Version(version) => pack_ref(&versions, version)
+                .map(EntryTarget::Pack)
+                .ok_or_else(|| {
+                    not_on_server(&remote, &versions, &pack, version, &args.channel, pack_from)
+                }),
         }
     };
 
@@ -265,6 +311,14 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         expires_at,
         entries,
     };
+
+    let checked = check_newly_named(args, &remote, &pack, &old_entries, &document.entries)
+        .with_context(|| {
+            format!(
+                "not releasing channel {}: nothing was signed or published",
+                args.channel
+            )
+        })?;
 
     eprint!(
         "{}",
@@ -325,6 +379,8 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
             "key_id": key.key_id(),
             "created": answer.created,
             "entries": crate::status::entries_json(&document.entries),
+            "checked": checked.iter().map(|r| r.version.to_string()).collect::<Vec<_>>(),
+            "no_verify": args.no_verify,
         }));
     } else {
         outln!(
@@ -434,36 +490,201 @@ fn fetch_live(
     Ok(Some(verified.document))
 }
 
-fn pack_ref(
-    versions: &[PackRecord],
-    pack: &str,
-    version: &Version,
-    server: &str,
-) -> Result<PackRef> {
+/// Where the pack's name comes from: the live document, or `--pack` for a new channel.
+#[derive(Debug, Clone, Copy)]
+enum PackFrom {
+    Live,
+    Option,
+}
+
+/// The entry for `version` from the server's records of the pack, if it was uploaded.
+fn pack_ref(versions: &[PackRecord], version: &Version) -> Option<PackRef> {
     let wanted = version.to_string();
-    let Some(record) = versions
+    let record = versions
         .iter()
-        .find(|r| r.version == wanted || Version::parse(&r.version).is_ok_and(|v| v == *version))
-    else {
-        let available = if versions.is_empty() {
-            "none".to_string()
-        } else {
-            versions
-                .iter()
-                .map(|r| r.version.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        bail!(
-            "pack {pack} {version} is not on {server} (versions there: {available}); upload it first with `packer publish FILE --server {server}`"
-        );
-    };
-    Ok(PackRef {
+        .find(|r| r.version == wanted || Version::parse(&r.version).is_ok_and(|v| v == *version))?;
+    Some(PackRef {
         version: version.clone(),
         sha256: record.sha256.clone(),
         size: record.size,
         schema: record.schema,
     })
+}
+
+/// Why `version` cannot be released: it was not uploaded as pack `pack`. `packer build`
+/// names a pack after its directory unless given `--name`, so a version uploaded under
+/// another name is the likely mistake, and is named.
+fn not_on_server(
+    remote: &Remote,
+    versions: &[PackRecord],
+    pack: &str,
+    version: &Version,
+    channel: &str,
+    pack_from: PackFrom,
+) -> anyhow::Error {
+    let server = remote.base();
+    let available = if versions.is_empty() {
+        "none".to_string()
+    } else {
+        versions
+            .iter()
+            .map(|r| r.version.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let not_there =
+        format!("pack {pack} {version} is not on {server} (versions there: {available})");
+    // Only a hint: without the list the message above still stands.
+    let others: Vec<String> = remote
+        .get_json::<PackList>(paths::PACKS)
+        .map(|list| {
+            list.packs
+                .into_iter()
+                .filter(|p| p.name != pack && pack_ref(&p.versions, version).is_some())
+                .map(|p| p.name)
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some(other) = others.first() else {
+        return anyhow::anyhow!(
+            "{not_there}; upload it first with `packer publish FILE --server {server}`"
+        );
+    };
+    let uploaded = others
+        .iter()
+        .map(|name| format!("{name} {version}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let naming = "`packer build` names a pack after its directory unless given --name";
+    match pack_from {
+        PackFrom::Option => {
+            anyhow::anyhow!("{not_there}; {uploaded} is — did you mean --pack {other}? ({naming})")
+        }
+        PackFrom::Live => anyhow::anyhow!(
+            "{not_there}; {uploaded} is, but channel {channel} serves pack {pack}: build the \
+             same directory again with --name {pack} --version {version} and publish that ({naming})"
+        ),
+    }
+}
+
+/// A channel that is not on the server, named without `--new-channel`: most likely a typo,
+/// so the channels that are there are listed.
+fn unknown_channel(remote: &Remote, channel: &str) -> anyhow::Error {
+    let server = remote.base();
+    let there = match remote.get_json::<ChannelList>(paths::CHANNELS) {
+        Ok(list) if list.channels.is_empty() => "no channels there yet".to_string(),
+        Ok(list) => format!(
+            "channels there: {}",
+            list.channels
+                .iter()
+                .map(|c| format!("{} (pack {})", c.channel, c.pack))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Err(error) => format!(
+            "the channel list could not be read: {}",
+            pack_format::error::report(error.as_ref())
+        ),
+    };
+    anyhow::anyhow!(
+        "channel {channel} does not exist on {server} ({there}); check the name, or give \
+         --new-channel --pack NAME to create it. Nothing was signed or published"
+    )
+}
+
+/// Downloads every pack `new` names that `old` does not, and checks each the way a client
+/// does before installing it. Returns the packs checked; none with `--no-verify`, which
+/// warns instead.
+fn check_newly_named(
+    args: &ReleaseArgs,
+    remote: &Remote,
+    pack: &str,
+    old: &[ChannelEntry],
+    new: &[ChannelEntry],
+) -> Result<Vec<PackRef>> {
+    let named = |entries: &[ChannelEntry]| -> Vec<PackRef> {
+        entries
+            .iter()
+            .filter_map(|e| match &e.target {
+                EntryTarget::Pack(target) => Some(target.clone()),
+                EntryTarget::Builtin => None,
+            })
+            .collect()
+    };
+    let before = named(old);
+    let mut newly: Vec<PackRef> = Vec::new();
+    for target in named(new) {
+        if !before.contains(&target) && !newly.contains(&target) {
+            newly.push(target);
+        }
+    }
+    if newly.is_empty() {
+        return Ok(newly);
+    }
+    if args.no_verify {
+        for target in &newly {
+            eprintln!(
+                "warning: --no-verify: pack {pack} {} was not downloaded or opened; clients \
+                 refuse it if it does not decrypt with their content key or does not fit the \
+                 contract",
+                target.version
+            );
+        }
+        return Ok(Vec::new());
+    }
+    let keys = content_key_ring(Some(&args.keys), &args.extra_keys.content_keys).context(
+        "the packs this release names are opened before signing; give the content key clients \
+         hold (--keys DIR or --content-key FILE), or --no-verify to release unchecked",
+    )?;
+    for target in &newly {
+        let what = format!("pack {pack} {} on {}", target.version, remote.base());
+        check_as_client(remote, pack, target, &keys, &what).with_context(|| {
+            format!(
+                "clients would refuse {what}. packd keeps an uploaded version for good and takes \
+                 no other bytes for it: publish the fix as {} and release that",
+                bumped(&target.version)
+            )
+        })?;
+    }
+    Ok(newly)
+}
+
+/// Downloads the pack `target` names and checks it as a client does before installing it.
+fn check_as_client(
+    remote: &Remote,
+    pack: &str,
+    target: &PackRef,
+    keys: &ContentKeyRing,
+    what: &str,
+) -> Result<()> {
+    let path = paths::blob(&target.sha256);
+    let limit = target.size.min(Limits::DEFAULT.max_sealed_len);
+    let Some((bytes, _)) = remote.get_bytes_opt(&path, limit)? else {
+        bail!(
+            "{what}: the server lists it but does not serve {}",
+            remote.url(&path)
+        );
+    };
+    let opened = open_entry_as_client(&bytes, pack, target, keys, what)?;
+    let key_ids: Vec<&str> = opened
+        .header
+        .key_slots
+        .iter()
+        .map(|slot| slot.key_id.as_str())
+        .filter(|id| keys.get(id).is_some())
+        .collect();
+    eprintln!(
+        "checked   {what}: opens with content key {}, {} files, every template fits schema {}",
+        key_ids.join(", "),
+        opened.payload.len(),
+        opened.header.schema
+    );
+    Ok(())
+}
+
+/// The next patch version, for the advice after a refused pack.
+fn bumped(version: &Version) -> Version {
+    Version::new(version.major, version.minor, version.patch + 1)
 }
 
 /// Where a new full entry goes: before the first catch-all, else at the end.

@@ -203,6 +203,34 @@ impl Remote {
         json_body(&url, response)
     }
 
+    /// Checks that packd takes this token for publishing, before any work that needs it
+    /// (a release's diff and signature). packd checks an upload's token before anything
+    /// else, then its hash: an upload to a name that is not a hash is refused next, with
+    /// `400`, and stores nothing. So `400` is a token it takes, `401` / `403` one it does not.
+    pub fn check_publish_token(&self) -> Result<()> {
+        let path = pack_protocol::paths::blob("token-check");
+        let url = self.url(&path);
+        let request = self
+            .client
+            .put(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(Vec::new());
+        let error = match self.send("PUT", &url, request) {
+            Ok(response) => {
+                bail!(
+                    "PUT {url}: {}: packd stores nothing under a name that is not a SHA-256, \
+                     yet this server answered with success; is --server a packd?",
+                    response.status()
+                )
+            }
+            Err(error) => error,
+        };
+        match error.downcast_ref::<ServerError>() {
+            Some(server) if server.status == StatusCode::BAD_REQUEST => Ok(()),
+            Some(_) | None => Err(error),
+        }
+    }
+
     /// PUT a JSON body.
     pub fn put_json<T: DeserializeOwned>(
         &self,

@@ -2,224 +2,12 @@
 
 mod common;
 
-use common::{assert_fails, assert_ok, s, stderr, stdout, write_required_templates};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
-use std::sync::OnceLock;
+use common::packd::{Env, TOKEN, json};
+use common::{assert_fails, assert_ok, s, stderr, stdout};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-use pack_format::{ChannelDocument, EntryTarget, Limits, TrustedKeys};
-use serde_json::Value;
-use tempfile::TempDir;
-
-const TOKEN: &str = "ppt_test_publisher_token";
-const TEMPLATE: &str = "You are {{persona}}.\n";
-
-/// `target/debug/packd`, built once if the test run has not built it yet.
-fn packd_binary() -> &'static Path {
-    static PACKD: OnceLock<PathBuf> = OnceLock::new();
-    PACKD.get_or_init(|| {
-        // The test executable lives in target/debug/deps/.
-        let exe = std::env::current_exe().expect("current exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable is in target/<profile>/deps");
-        let packd = profile_dir.join(format!("packd{}", std::env::consts::EXE_SUFFIX));
-        if !packd.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "pack-server", "--bin", "packd"])
-                .status()
-                .expect("cargo runs");
-            assert!(status.success(), "building packd failed");
-        }
-        assert!(packd.exists(), "{} is missing", packd.display());
-        packd
-    })
-}
-
-/// A running packd on a free port, killed on drop.
-struct Packd {
-    child: Child,
-    url: String,
-    // Kept open so packd never writes to a closed pipe.
-    _stdout: BufReader<ChildStdout>,
-}
-
-impl Drop for Packd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Env {
-    dir: TempDir,
-    packd: Packd,
-}
-
-#[track_caller]
-fn json(output: &Output) -> Value {
-    assert_ok(output);
-    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
-}
-
-impl Env {
-    /// Keys, a pack directory, a packd config trusting the keys and one publish token.
-    fn start() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = dir.path().join("keys");
-        let out = Command::new(env!("CARGO_BIN_EXE_packer"))
-            .args(["keygen", "--dir", s(&keys)])
-            .env_remove("PROMPTPACK_KEY_PASSWORD")
-            .output()
-            .unwrap();
-        assert_ok(&out);
-        let template = dir.path().join("prompts/agents/mavis/system.hbs");
-        std::fs::create_dir_all(template.parent().unwrap()).unwrap();
-        std::fs::write(&template, TEMPLATE).unwrap();
-        write_required_templates(&dir.path().join("prompts"));
-
-        let config = dir.path().join("packd.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "publisher_keys = [{:?}]\n\n[[tokens]]\nname = \"test\"\nsha256 = \"{}\"\nscopes = [\"publish\"]\n",
-                s(&keys.join("signing.pub")),
-                pack_format::sha256_hex(TOKEN.as_bytes())
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.path().join("packd.log")).unwrap();
-        let mut child = Command::new(packd_binary())
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .arg("--config")
-            .arg(&config)
-            .env("PACKD_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("packd starts");
-        let mut reader = BufReader::new(child.stdout.take().unwrap());
-        let mut url = None;
-        let mut line = String::new();
-        while reader.read_line(&mut line).unwrap_or(0) > 0 {
-            if let Some(rest) = line.trim().strip_prefix("listening on ") {
-                url = Some(rest.to_string());
-                break;
-            }
-            line.clear();
-        }
-        let Some(url) = url else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = std::fs::read_to_string(dir.path().join("packd.log")).unwrap_or_default();
-            panic!("packd did not print its address; its log:\n{log}");
-        };
-        Env {
-            dir,
-            packd: Packd {
-                child,
-                url,
-                _stdout: reader,
-            },
-        }
-    }
-
-    fn path(&self, relative: &str) -> PathBuf {
-        self.dir.path().join(relative)
-    }
-
-    fn keys(&self) -> PathBuf {
-        self.path("keys")
-    }
-
-    /// `packer ARGS` with the token in the environment and stdin not a terminal.
-    fn packer_with_token(&self, args: &[&str], token: Option<&str>) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_packer"));
-        command
-            .args(args)
-            .env_remove("PROMPTPACK_KEY_PASSWORD")
-            .env_remove("PROMPTPACK_SERVER")
-            .env_remove("PROMPTPACK_TOKEN")
-            .env_remove("SOURCE_DATE_EPOCH")
-            .stdin(Stdio::null());
-        if let Some(token) = token {
-            command.env("PROMPTPACK_TOKEN", token);
-        }
-        command.output().expect("packer runs")
-    }
-
-    fn packer(&self, args: &[&str]) -> Output {
-        self.packer_with_token(args, Some(TOKEN))
-    }
-
-    /// Builds `prompts/` as `version` into `dist/NAME`; every build has fresh random bytes.
-    fn build(&self, version: &str, name: &str) -> PathBuf {
-        let out = self.path(&format!("dist/{name}"));
-        assert_ok(&self.packer(&[
-            "build",
-            s(&self.path("prompts")),
-            "--name",
-            "prompts",
-            "--version",
-            version,
-            "--keys",
-            s(&self.keys()),
-            "-o",
-            s(&out),
-        ]));
-        out
-    }
-
-    fn publish(&self, pack: &Path) -> Output {
-        self.packer(&["--json", "publish", s(pack), "--server", &self.packd.url])
-    }
-
-    fn release(&self, extra: &[&str]) -> Output {
-        let keys = self.keys();
-        let mut args = vec![
-            "--json",
-            "release",
-            "stable",
-            "--server",
-            &self.packd.url,
-            "--keys",
-            s(&keys),
-        ];
-        args.extend_from_slice(extra);
-        self.packer(&args)
-    }
-
-    fn status(&self) -> Value {
-        json(&self.packer(&["status", "--server", &self.packd.url, "--json"]))
-    }
-
-    /// The live document, fetched straight from packd and verified the way a client does.
-    fn live_document(&self) -> ChannelDocument {
-        let get = |path: &str| -> Vec<u8> {
-            let response = reqwest::blocking::get(format!("{}{path}", self.packd.url)).unwrap();
-            assert!(response.status().is_success(), "GET {path}: {response:?}");
-            response.bytes().unwrap().to_vec()
-        };
-        let document = get("/v1/channels/stable");
-        let signature = String::from_utf8(get("/v1/channels/stable/signature")).unwrap();
-        let mut trusted = TrustedKeys::new();
-        trusted.add_file(&self.keys().join("signing.pub")).unwrap();
-        pack_format::channel::verify(
-            &document,
-            &signature,
-            &trusted,
-            time::OffsetDateTime::now_utc(),
-            &Limits::DEFAULT,
-        )
-        .expect("the live document verifies")
-        .document
-    }
-}
+use pack_format::EntryTarget;
 
 #[test]
 fn publish_is_new_then_idempotent_then_refuses_other_bytes_for_the_same_version() {
@@ -277,13 +65,20 @@ fn pin_rollout_and_rollback_publish_signed_documents_that_status_shows() {
     assert_ok(&env.publish(&v1));
     assert_ok(&env.publish(&v2));
 
-    // A new channel needs --pack.
-    let no_pack = env.release(&["--pin", "*=1.0.0", "--yes"]);
+    // A new channel needs --new-channel and --pack.
+    let no_pack = env.release(&["--new-channel", "--pin", "*=1.0.0", "--yes"]);
     assert_fails(&no_pack);
     assert!(stderr(&no_pack).contains("--pack"), "{}", stderr(&no_pack));
 
     // A version that was never uploaded is named, with what is there.
-    let missing = env.release(&["--pack", "prompts", "--pin", "*=9.9.9", "--yes"]);
+    let missing = env.release(&[
+        "--new-channel",
+        "--pack",
+        "prompts",
+        "--pin",
+        "*=9.9.9",
+        "--yes",
+    ]);
     assert_fails(&missing);
     assert!(
         stderr(&missing).contains("1.0.0, 1.1.0"),
@@ -291,7 +86,14 @@ fn pin_rollout_and_rollback_publish_signed_documents_that_status_shows() {
         stderr(&missing)
     );
 
-    let pinned = json(&env.release(&["--pack", "prompts", "--pin", "*=1.0.0", "--yes"]));
+    let pinned = json(&env.release(&[
+        "--new-channel",
+        "--pack",
+        "prompts",
+        "--pin",
+        "*=1.0.0",
+        "--yes",
+    ]));
     assert_eq!(pinned["sequence"], 1);
     let live = env.live_document();
     assert_eq!(live.sequence, 1);
@@ -358,47 +160,19 @@ fn pin_rollout_and_rollback_publish_signed_documents_that_status_shows() {
 }
 
 #[test]
-fn release_refuses_without_confirmation_and_reports_a_wrong_token() {
+fn release_refuses_without_confirmation_and_publish_without_a_token() {
     let env = Env::start();
     let v1 = env.build("1.0.0", "prompts-1.0.0.pack");
     assert_ok(&env.publish(&v1));
 
     // stdin is not a terminal and there is no --yes: nothing is published.
-    let unconfirmed = env.release(&["--pack", "prompts", "--pin", "*=1.0.0"]);
+    let unconfirmed = env.release(&["--new-channel", "--pack", "prompts", "--pin", "*=1.0.0"]);
     assert_fails(&unconfirmed);
     let err = stderr(&unconfirmed);
     assert!(err.contains("not a terminal"), "{err}");
     assert!(err.contains("--yes"), "{err}");
     // The change was shown before refusing.
     assert!(err.contains("+ clients * -> pack 1.0.0"), "{err}");
-    assert_eq!(env.status()["channels"].as_array().unwrap().len(), 0);
-
-    // A token the server does not know: the server's code and message, and the URL.
-    let keys = env.keys();
-    let wrong = env.packer_with_token(
-        &[
-            "release",
-            "stable",
-            "--server",
-            &env.packd.url,
-            "--keys",
-            s(&keys),
-            "--pack",
-            "prompts",
-            "--pin",
-            "*=1.0.0",
-            "--yes",
-        ],
-        Some("ppt_wrong"),
-    );
-    assert_fails(&wrong);
-    let err = stderr(&wrong);
-    assert!(err.contains("unauthorized"), "{err}");
-    assert!(err.contains("missing or unknown bearer token"), "{err}");
-    assert!(
-        err.contains(&format!("{}/v1/channels/stable", env.packd.url)),
-        "{err}"
-    );
     assert_eq!(env.status()["channels"].as_array().unwrap().len(), 0);
 
     // No token at all: refused before anything is sent.
@@ -416,7 +190,14 @@ fn release_refuses_a_live_document_signed_by_an_untrusted_key() {
     let env = Env::start();
     let v1 = env.build("1.0.0", "prompts-1.0.0.pack");
     assert_ok(&env.publish(&v1));
-    assert_ok(&env.release(&["--pack", "prompts", "--pin", "*=1.0.0", "--yes"]));
+    assert_ok(&env.release(&[
+        "--new-channel",
+        "--pack",
+        "prompts",
+        "--pin",
+        "*=1.0.0",
+        "--yes",
+    ]));
 
     // Another publisher's key directory does not trust the live document's signer.
     let other = env.path("other-keys");
@@ -491,7 +272,14 @@ fn release_that_loses_a_race_says_so_and_publishes_nothing() {
     let env = std::sync::Arc::new(Env::start());
     let v1 = env.build("1.0.0", "prompts-1.0.0.pack");
     assert_ok(&env.publish(&v1));
-    assert_ok(&env.release(&["--pack", "prompts", "--pin", "*=1.0.0", "--yes"]));
+    assert_ok(&env.release(&[
+        "--new-channel",
+        "--pack",
+        "prompts",
+        "--pin",
+        "*=1.0.0",
+        "--yes",
+    ]));
 
     let other = env.clone();
     let proxy = racing_proxy(&env.packd.url, move || {

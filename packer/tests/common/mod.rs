@@ -1,6 +1,8 @@
 //! Output helpers shared by the packer integration tests.
 #![allow(dead_code)]
 
+pub mod packd;
+
 use std::path::Path;
 use std::process::Output;
 

@@ -1,0 +1,222 @@
+//! A real `packd` process with a publisher's keys, token and pack directory, for the tests
+//! of the commands that talk to it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use pack_format::{ChannelDocument, Limits, TrustedKeys};
+use serde_json::Value;
+use tempfile::TempDir;
+
+use super::{assert_ok, s, write_required_templates};
+
+pub const TOKEN: &str = "ppt_test_publisher_token";
+pub const TEMPLATE: &str = "You are {{persona}}.\n";
+
+/// `target/debug/packd`, built once if the test run has not built it yet.
+fn packd_binary() -> &'static Path {
+    static PACKD: OnceLock<PathBuf> = OnceLock::new();
+    PACKD.get_or_init(|| {
+        // The test executable lives in target/debug/deps/.
+        let exe = std::env::current_exe().expect("current exe");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test executable is in target/<profile>/deps");
+        let packd = profile_dir.join(format!("packd{}", std::env::consts::EXE_SUFFIX));
+        if !packd.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+            let status = Command::new(cargo)
+                .args(["build", "-p", "pack-server", "--bin", "packd"])
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "building packd failed");
+        }
+        assert!(packd.exists(), "{} is missing", packd.display());
+        packd
+    })
+}
+
+/// A running packd on a free port, killed on drop.
+pub struct Packd {
+    child: Child,
+    pub url: String,
+    // Kept open so packd never writes to a closed pipe.
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl Drop for Packd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Env {
+    pub dir: TempDir,
+    pub packd: Packd,
+}
+
+#[track_caller]
+pub fn json(output: &Output) -> Value {
+    assert_ok(output);
+    serde_json::from_slice(&output.stdout).expect("stdout is JSON")
+}
+
+impl Env {
+    /// Keys, a pack directory, a packd config trusting the keys and one publish token.
+    pub fn start() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        let out = Command::new(env!("CARGO_BIN_EXE_packer"))
+            .args(["keygen", "--dir", s(&keys)])
+            .env_remove("PROMPTPACK_KEY_PASSWORD")
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        let template = dir.path().join("prompts/agents/mavis/system.hbs");
+        std::fs::create_dir_all(template.parent().unwrap()).unwrap();
+        std::fs::write(&template, TEMPLATE).unwrap();
+        write_required_templates(&dir.path().join("prompts"));
+
+        let config = dir.path().join("packd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "publisher_keys = [{:?}]\n\n[[tokens]]\nname = \"test\"\nsha256 = \"{}\"\nscopes = [\"publish\"]\n",
+                s(&keys.join("signing.pub")),
+                pack_format::sha256_hex(TOKEN.as_bytes())
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("packd.log")).unwrap();
+        let mut child = Command::new(packd_binary())
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(&config)
+            .env("PACKD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("packd starts");
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        let mut url = None;
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap_or(0) > 0 {
+            if let Some(rest) = line.trim().strip_prefix("listening on ") {
+                url = Some(rest.to_string());
+                break;
+            }
+            line.clear();
+        }
+        let Some(url) = url else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(dir.path().join("packd.log")).unwrap_or_default();
+            panic!("packd did not print its address; its log:\n{log}");
+        };
+        Env {
+            dir,
+            packd: Packd {
+                child,
+                url,
+                _stdout: reader,
+            },
+        }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub fn keys(&self) -> PathBuf {
+        self.path("keys")
+    }
+
+    /// `packer ARGS` with the token in the environment and stdin not a terminal.
+    pub fn packer_with_token(&self, args: &[&str], token: Option<&str>) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_packer"));
+        command
+            .args(args)
+            .env_remove("PROMPTPACK_KEY_PASSWORD")
+            .env_remove("PROMPTPACK_SERVER")
+            .env_remove("PROMPTPACK_TOKEN")
+            .env_remove("SOURCE_DATE_EPOCH")
+            .stdin(Stdio::null());
+        if let Some(token) = token {
+            command.env("PROMPTPACK_TOKEN", token);
+        }
+        command.output().expect("packer runs")
+    }
+
+    pub fn packer(&self, args: &[&str]) -> Output {
+        self.packer_with_token(args, Some(TOKEN))
+    }
+
+    /// Builds `prompts/` as `version` into `dist/NAME`; every build has fresh random bytes.
+    pub fn build(&self, version: &str, name: &str) -> PathBuf {
+        let out = self.path(&format!("dist/{name}"));
+        assert_ok(&self.packer(&[
+            "build",
+            s(&self.path("prompts")),
+            "--name",
+            "prompts",
+            "--version",
+            version,
+            "--keys",
+            s(&self.keys()),
+            "-o",
+            s(&out),
+        ]));
+        out
+    }
+
+    pub fn publish(&self, pack: &Path) -> Output {
+        self.packer(&["--json", "publish", s(pack), "--server", &self.packd.url])
+    }
+
+    pub fn release(&self, extra: &[&str]) -> Output {
+        let keys = self.keys();
+        let mut args = vec![
+            "--json",
+            "release",
+            "stable",
+            "--server",
+            &self.packd.url,
+            "--keys",
+            s(&keys),
+        ];
+        args.extend_from_slice(extra);
+        self.packer(&args)
+    }
+
+    pub fn status(&self) -> Value {
+        json(&self.packer(&["status", "--server", &self.packd.url, "--json"]))
+    }
+
+    /// The live document, fetched straight from packd and verified the way a client does.
+    pub fn live_document(&self) -> ChannelDocument {
+        let get = |path: &str| -> Vec<u8> {
+            let response = reqwest::blocking::get(format!("{}{path}", self.packd.url)).unwrap();
+            assert!(response.status().is_success(), "GET {path}: {response:?}");
+            response.bytes().unwrap().to_vec()
+        };
+        let document = get("/v1/channels/stable");
+        let signature = String::from_utf8(get("/v1/channels/stable/signature")).unwrap();
+        let mut trusted = TrustedKeys::new();
+        trusted.add_file(&self.keys().join("signing.pub")).unwrap();
+        pack_format::channel::verify(
+            &document,
+            &signature,
+            &trusted,
+            time::OffsetDateTime::now_utc(),
+            &Limits::DEFAULT,
+        )
+        .expect("the live document verifies")
+        .document
+    }
+}
