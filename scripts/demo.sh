@@ -15,8 +15,28 @@ case "$profile" in
   dev) bin=target/debug ;;
   *) echo "DEMO_PROFILE must be release or dev, found $profile" >&2; exit 2 ;;
 esac
-echo "== building packer, packd and agent ($profile; several minutes the first time, seconds after)"
-cargo build --profile "$profile" -p packer -p pack-server -p agent-runtime
+# Installed binaries (`cargo install --path packer` and so on) are reused when this checkout
+# has not built its own: the demo then starts in seconds. DEMO_BUILD=1 always builds from
+# this checkout; DEMO_BIN=DIR uses the binaries in DIR.
+installed() {
+  for tool in packer packd agent; do command -v "$tool" >/dev/null 2>&1 || return 1; done
+}
+if [ -n "${DEMO_BIN:-}" ]; then
+  bin=$DEMO_BIN
+  echo "== using packer, packd and agent from $bin"
+elif [ "${DEMO_BUILD:-0}" != 1 ] && [ ! -x "$bin/agent" ] && installed; then
+  bin=$(dirname "$(command -v packer)")
+  for tool in packd agent; do
+    [ "$(dirname "$(command -v "$tool")")" = "$bin" ] || { bin=""; break; }
+  done
+fi
+if [ -z "${DEMO_BIN:-}" ] && [ -n "$bin" ] && [ "$bin" != target/release ] && [ "$bin" != target/debug ]; then
+  echo "== using the installed packer, packd and agent in $bin (DEMO_BUILD=1 builds this checkout instead)"
+elif [ -z "${DEMO_BIN:-}" ]; then
+  [ -n "$bin" ] || bin=target/$([ "$profile" = dev ] && echo debug || echo release)
+  echo "== building packer, packd and agent ($profile; several minutes the first time, seconds after)"
+  cargo build --profile "$profile" -p packer -p pack-server -p agent-runtime
+fi
 work=$(mktemp -d)
 packd_pid=""
 cleanup() {
@@ -62,8 +82,8 @@ echo "== build the edited pack as $version"
   -o "$work/builtin-$version.pack"
 
 echo "== publish and release"
-"$bin/packer" publish "$work/builtin-$version.pack"
-"$bin/packer" release stable --keys "$work/keys" --pack builtin --pin "*=$version" --expires 30d --yes
+"$bin/packer" publish --keys "$work/keys" "$work/builtin-$version.pack"
+"$bin/packer" release stable --keys "$work/keys" --new-channel --pack builtin --pin "*=$version" --expires 30d --yes
 "$bin/packer" status
 
 echo "== refresh the agent's pack client"

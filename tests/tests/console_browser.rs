@@ -211,7 +211,7 @@ fn a_publisher_sees_the_rollout_its_failures_and_the_rollback() {
     release(
         &publisher,
         &server,
-        &["--pack", "builtin", "--pin", "*=1.0.0"],
+        &["--new-channel", "--pack", "builtin", "--pin", "*=1.0.0"],
     );
     release(
         &publisher,
@@ -404,7 +404,7 @@ fn a_private_console_is_opened_with_a_token_typed_at_the_keyboard() {
     release(
         &publisher,
         &server,
-        &["--pack", "builtin", "--pin", "*=1.0.0"],
+        &["--new-channel", "--pack", "builtin", "--pin", "*=1.0.0"],
     );
 
     let mut b = Browser::start(&chromium);
