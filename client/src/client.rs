@@ -427,7 +427,14 @@ impl Client {
             Ok(bytes) => bytes,
             // Selected for this release but never downloaded here: the next refresh does.
             // (After adopting another process's state, the current pack serves meanwhile.)
-            Err(_) if !self.cache.pack_path(&entry.sha256).exists() => {
+            // The pack the state says was installed is damage, not news: an error.
+            Err(_)
+                if !self.cache.pack_path(&entry.sha256).exists()
+                    && state
+                        .installed
+                        .as_ref()
+                        .is_none_or(|i| i.sha256 != entry.sha256) =>
+            {
                 return Ok(Loaded::Missing {
                     version: entry.version.clone(),
                     sha256: entry.sha256.clone(),
