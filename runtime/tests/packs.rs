@@ -124,3 +124,39 @@ fn pin_works_under_an_updates_header_with_a_comment() {
     stdout(&agent(home.path(), &["packs", "unpin"]));
     assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
 }
+
+/// The first `agent prompt` after `[updates]` is configured renders from the built-in pack
+/// and says that a refresh is on its way; once that refresh has failed, the next says why
+/// and how to run one.
+#[test]
+fn the_first_prompt_after_configuring_updates_says_what_happens_next() {
+    let home = tempfile::tempdir().unwrap();
+    // Port 9 (discard) refuses connections.
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[updates]\nserver = \"http://127.0.0.1:9\"\nattempts = 1\n",
+    )
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let cwd = work.path().to_str().unwrap();
+    let first = agent(home.path(), &["prompt", "--json", "--cwd", cwd]);
+    stdout(&first);
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        said.contains("a first refresh from http://127.0.0.1:9 started in the background"),
+        "{said}"
+    );
+
+    // The refresh fails (nothing listens); the next run says so instead.
+    let refresh = agent(home.path(), &["packs", "refresh"]);
+    assert_eq!(refresh.status.code(), Some(3));
+    let next = agent(home.path(), &["prompt", "--json", "--cwd", cwd]);
+    stdout(&next);
+    let said = String::from_utf8_lossy(&next.stderr);
+    assert!(
+        said.contains("no refresh from http://127.0.0.1:9 has succeeded yet")
+            && said.contains("Connection refused")
+            && said.contains("run `agent packs refresh`"),
+        "{said}"
+    );
+}

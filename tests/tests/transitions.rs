@@ -104,6 +104,17 @@ fn an_upgrade_past_the_pinned_range_serves_the_builtin_pack_at_start_and_after_a
     // The same document again (a 304): still the built-in pack, and the process says so.
     assert_eq!(w.refresh("3.0.0"), "not_modified");
     assert_eq!(w.serves("3.0.0"), builtin());
+    // Without --json a person reads sentences, not JSON.
+    let mut cmd = client_cmd(w.cache.path(), &w.config, "3.0.0");
+    cmd.arg("refresh");
+    let said = run(cmd);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 2, "{said}");
+    assert_eq!(lines[0], "The channel has not changed.");
+    assert!(
+        lines[1].starts_with("Serving builtin 0.0.0 (builtin, sha256 ") && lines[1].ends_with(")."),
+        "{said}"
+    );
 }
 
 #[test]
