@@ -322,3 +322,87 @@ fn the_agent_serves_what_its_compiled_in_release_selects_from_a_shared_cache() {
     let (version, source, _) = dump(&cache, &w.config, "0.0.1");
     assert_eq!((version, source), remote("5.0.0"));
 }
+
+/// `pack-client run --json`'s stderr, one JSON object per line, read as it comes.
+struct EventLog {
+    _child: Killed,
+    lines: std::sync::mpsc::Receiver<serde_json::Value>,
+    seen: Vec<serde_json::Value>,
+}
+
+impl EventLog {
+    fn start(w: &World, release: &str) -> Self {
+        let mut cmd = client_cmd(w.cache.path(), &w.config, release);
+        cmd.args(["--json", "run"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| panic!("a log line that is not JSON: {line}"));
+                if send.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        EventLog {
+            _child: Killed(Some(child)),
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for the next event named `event`, returning it.
+    fn expect(&mut self, event: &str) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {event} event; logged: {:?}", self.seen));
+            self.seen.push(line.clone());
+            assert!(line["at"].is_string(), "{line}");
+            if line["event"] == event {
+                return line;
+            }
+        }
+    }
+}
+
+#[test]
+fn run_logs_one_line_per_event_through_a_release_an_outage_and_a_rollback() {
+    let mut w = world();
+    let one = w.pack("1.0.0");
+    let two = w.pack("2.0.0");
+    w.release(&[format!("*={}", one.display())]);
+    let mut log = EventLog::start(&w, "1.0.0");
+    assert_eq!(log.expect("serving")["source"], "builtin");
+    assert_eq!(log.expect("installed")["version"], "1.0.0");
+    log.expect("watching");
+
+    w.release(&[format!("*={}", two.display())]);
+    assert_eq!(log.expect("installed")["version"], "2.0.0");
+
+    // An outage: the watch says it lost the server, and when it is back, that it watches.
+    w.packd.stop();
+    let lost = log.expect("reconnecting");
+    assert!(lost["retry_in_ms"].as_u64().is_some(), "{lost}");
+    w.packd.restart();
+    log.expect("watching");
+
+    // A rollback to the older pack, then to the built-in one.
+    w.release(&[format!("*={}", one.display())]);
+    let back = log.expect("rolled_back");
+    assert_eq!(
+        (back["version"].as_str(), back["from"].as_str()),
+        (Some("1.0.0"), Some("2.0.0"))
+    );
+    w.release(&["*=builtin".to_string()]);
+    log.expect("fell_back");
+}
