@@ -21,6 +21,7 @@ use crate::error::ApiError;
 use crate::fleet::Fleet;
 use crate::live::{LiveChannels, Watched};
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 use crate::reports::ReportLimiter;
 use crate::routes::{blobs, channels, fleet, ops, packs};
 use crate::state::{AppState, SharedState};
@@ -108,6 +109,7 @@ pub fn router_with_fleet(
         fleet,
         uploads: Semaphore::new(settings.max_concurrent_uploads),
         settings,
+        readiness: Readiness::new(storage.clone()),
         storage,
         metrics,
         live: live.clone(),

@@ -11,7 +11,8 @@
 //! 1. [`model`] (the JSON records), [`range`] (`Range` / `If-None-Match`), [`metrics`]
 //!    (Prometheus counters), [`storage`] (the object store, disk or S3-compatible, and its
 //!    key layout), [`auth`] (bearer tokens with scopes): nothing else of the crate.
-//! 2. [`cache`]: the in-memory blob cache; [`fleet`]: this node's fleet counts and the
+//! 2. [`cache`]: the in-memory blob cache; [`readiness`]: `/readyz`'s answer, a write probe
+//!    of [`storage`] kept for a few seconds; [`fleet`]: this node's fleet counts and the
 //!    reader that merges every node's (uses [`model`] and [`storage`]).
 //! 3. [`config`]: TOML config and command-line overrides (uses [`auth`]).
 //! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors;
@@ -37,6 +38,7 @@ pub mod live;
 pub mod metrics;
 pub mod model;
 pub mod range;
+pub mod readiness;
 pub mod reports;
 pub mod routes;
 pub mod serve;

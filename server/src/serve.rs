@@ -25,6 +25,10 @@ use crate::storage::{Storage, StorageError};
 /// timeout, and the sweep waits at least twice that), so an hour is far past any live one.
 pub const STALE_STAGING_AGE: Duration = Duration::from_secs(3600);
 
+/// How long the start-up write probe may take. object_store retries a storage that does
+/// not answer for minutes; a node that cannot reach its storage at start says so sooner.
+pub const START_PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -36,6 +40,11 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Storage(#[from] StorageError),
+    #[error(
+        "the {storage} did not answer a write probe within {secs} s; check that it is up and \
+         reachable"
+    )]
+    StorageSilent { storage: String, secs: u64 },
     #[error("setting up metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 }
@@ -99,6 +108,17 @@ impl Server {
             StorageConfig::Local(dir) => Storage::local(dir)?,
             StorageConfig::S3(url) => Storage::s3(url)?,
         };
+        // A node that cannot store anything would answer every publish with a 503 that
+        // reads as "retry later": it does not start, and says why and what to do.
+        match tokio::time::timeout(START_PROBE_TIMEOUT, storage.check_writable()).await {
+            Ok(probed) => probed?,
+            Err(_) => {
+                return Err(ServeError::StorageSilent {
+                    storage: storage.describe().to_string(),
+                    secs: START_PROBE_TIMEOUT.as_secs(),
+                });
+            }
+        }
         let listener = bind_listener(settings.listen).map_err(|source| ServeError::Bind {
             addr: settings.listen,
             source,

@@ -9,6 +9,7 @@ use crate::config::Settings;
 use crate::fleet::Fleet;
 use crate::live::LiveChannels;
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 use crate::reports::ReportLimiter;
 use crate::storage::Storage;
 
@@ -20,6 +21,8 @@ use crate::storage::Storage;
 pub struct AppState {
     pub settings: Settings,
     pub storage: Storage,
+    /// `/readyz`'s answer: the last write probe of `storage`.
+    pub readiness: Readiness,
     pub metrics: Metrics,
     pub live: Arc<LiveChannels>,
     pub blobs: BlobCache,

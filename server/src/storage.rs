@@ -16,6 +16,7 @@
 //! | `packs/{name}/{version}.json` | which blob holds pack `name` at `version` (create-only) |
 //! | `channels/{channel}/history/{sequence:020}.json` | every document ever published (create-only); the highest is live |
 //! | `channels/{channel}/head.json` | a hint: a recently live document, for finding the live one without a LIST |
+//! | `readyz-probe-{random}` | one process's write probe ([`Storage::check_writable`]), deleted after each probe |
 
 use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
@@ -60,6 +61,17 @@ pub enum StorageError {
     Corrupt { key: String, reason: String },
     #[error("invalid storage URL {url:?}: expected s3://bucket[/prefix]")]
     BadUrl { url: String },
+    /// The write probe ([`Storage::check_writable`]) failed: packd cannot keep data here.
+    #[error("packd cannot {action} {place}: {cause}; {fix}")]
+    Unusable {
+        /// `create`, `write`, `read back what it writes to`, `delete from`.
+        action: &'static str,
+        /// `its data directory /srv/packd`, `bucket packs (s3://packs/prod at …)`.
+        place: String,
+        cause: String,
+        /// What the operator does about it.
+        fix: &'static str,
+    },
 }
 
 impl StorageError {
@@ -98,7 +110,7 @@ enum Backend {
         files: Arc<LocalFileSystem>,
     },
     /// S3-compatible object storage.
-    Object,
+    Object { bucket: String },
 }
 
 /// The storage of one deployment.
@@ -107,6 +119,9 @@ pub struct Storage {
     store: Arc<dyn ObjectStore>,
     backend: Backend,
     describe: String,
+    /// This process's probe object ([`Storage::check_writable`]): one per process, so that
+    /// nodes sharing the storage never delete each other's probe mid-check.
+    probe_key: Arc<str>,
 }
 
 /// Object keys.
@@ -132,6 +147,12 @@ pub mod keys {
     pub fn history_sequence(key: &str) -> Option<u64> {
         key.rsplit('/').next()?.strip_suffix(".json")?.parse().ok()
     }
+    /// The write probe of one process ([`super::Storage::check_writable`]), at the top
+    /// level: a probe in a directory of its own would test that directory, not the one
+    /// every other key is created under.
+    pub fn probe(process: u64) -> String {
+        format!("readyz-probe-{process:016x}")
+    }
 }
 
 fn path(key: &str) -> Result<Path, StorageError> {
@@ -145,9 +166,20 @@ impl Storage {
     /// A data directory on local disk (created if missing). Files are fsynced before they are
     /// renamed into place.
     pub fn local(root: &FsPath) -> Result<Self, StorageError> {
-        std::fs::create_dir_all(root).map_err(|source| StorageError::Io {
-            what: format!("creating data directory {}", root.display()),
-            source,
+        std::fs::create_dir_all(root).map_err(|source| {
+            let (cause, fix) = io_refusal(&source);
+            StorageError::Unusable {
+                action: "create",
+                place: format!(
+                    "its data directory {}",
+                    std::path::absolute(root)
+                        .as_deref()
+                        .unwrap_or(root)
+                        .display()
+                ),
+                cause,
+                fix,
+            }
         })?;
         let root = root.canonicalize().map_err(|source| StorageError::Io {
             what: format!("resolving data directory {}", root.display()),
@@ -162,6 +194,7 @@ impl Storage {
             store: files.clone(),
             describe: format!("local directory {}", root.display()),
             backend: Backend::Local { root, files },
+            probe_key: keys::probe(rand::random()).into(),
         })
     }
 
@@ -202,8 +235,11 @@ impl Storage {
         };
         Ok(Storage {
             store,
-            backend: Backend::Object,
+            backend: Backend::Object {
+                bucket: bucket.to_string(),
+            },
             describe: format!("object storage s3://{bucket}/{prefix}{at}"),
+            probe_key: keys::probe(rand::random()).into(),
         })
     }
 
@@ -211,9 +247,81 @@ impl Storage {
         &self.describe
     }
 
-    /// Reachability check for `/readyz`: a HEAD of a key that need not exist.
-    pub async fn probe(&self) -> Result<(), StorageError> {
-        self.head("readyz-probe").await.map(|_| ())
+    /// Whether packd can keep data here, as a publish would: writes a small probe object,
+    /// reads it back and deletes it. Run at start (a refusal stops packd) and by `/readyz`.
+    /// A failure is [`StorageError::Unusable`], naming the data directory or bucket, the
+    /// cause and what to do about it.
+    pub async fn check_writable(&self) -> Result<(), StorageError> {
+        let location = path(&self.probe_key)?;
+        if let Err(source) = self
+            .store
+            .put(&location, PutPayload::from_static(PROBE_BYTES))
+            .await
+        {
+            return Err(self.unusable("write", &source));
+        }
+        let read = match self.store.get(&location).await {
+            Ok(got) => got.bytes().await,
+            Err(source) => Err(source),
+        };
+        match read {
+            Ok(bytes) if bytes == PROBE_BYTES => {}
+            Ok(bytes) => {
+                return Err(StorageError::Corrupt {
+                    key: location.to_string(),
+                    reason: format!(
+                        "a probe of {} bytes was written and {} other bytes read back",
+                        PROBE_BYTES.len(),
+                        bytes.len()
+                    ),
+                });
+            }
+            Err(source) => return Err(self.unusable("read back what it writes to", &source)),
+        }
+        match self.store.delete(&location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(source) => Err(self.unusable("delete from", &source)),
+        }
+    }
+
+    /// What a failed probe step means, for the operator.
+    fn unusable(&self, action: &'static str, source: &object_store::Error) -> StorageError {
+        match &self.backend {
+            Backend::Local { root, .. } => {
+                let (cause, fix) = local_refusal(source);
+                StorageError::Unusable {
+                    action,
+                    place: format!("its data directory {}", root.display()),
+                    cause,
+                    fix,
+                }
+            }
+            Backend::Object { bucket } => {
+                let (cause, fix) = match source {
+                    object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. } => (
+                        format!("access denied ({})", s3_detail(source)),
+                        "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and that they may \
+                         put, get and delete objects in the bucket",
+                    ),
+                    object_store::Error::NotFound { .. } => (
+                        format!("the bucket does not exist ({})", s3_detail(source)),
+                        "create the bucket, or name an existing one in --storage",
+                    ),
+                    _ => (
+                        s3_detail(source),
+                        "check AWS_ENDPOINT_URL and that the object storage is up",
+                    ),
+                };
+                let place = format!("bucket {bucket} ({})", self.describe);
+                StorageError::Unusable {
+                    action,
+                    place,
+                    cause,
+                    fix,
+                }
+            }
+        }
     }
 
     /// A whole small object, or `None`.
@@ -252,7 +360,7 @@ impl Storage {
     pub async fn size(&self, key: &str) -> Result<Option<u64>, StorageError> {
         match &self.backend {
             Backend::Local { files, .. } => Ok(stat_local(files, key)?.map(|m| m.len())),
-            Backend::Object => Ok(self.head(key).await?.map(|meta| meta.size)),
+            Backend::Object { .. } => Ok(self.head(key).await?.map(|meta| meta.size)),
         }
     }
 
@@ -372,6 +480,75 @@ impl Storage {
                 what: "sweeping staging files".to_string(),
                 source: std::io::Error::other(e.to_string()),
             })?
+    }
+}
+
+/// What [`Storage::check_writable`] writes.
+const PROBE_BYTES: &[u8] = b"packd storage probe\n";
+
+/// An object storage's refusal on one line: the S3 error code and message of its XML body
+/// when there is one (`AccessDenied: Access Denied.`), else object_store's text.
+fn s3_detail(source: &object_store::Error) -> String {
+    let text = source.to_string();
+    let element = |name: &str| {
+        let open = format!("<{name}>");
+        let start = text.find(&open)? + open.len();
+        let end = start + text[start..].find(&format!("</{name}>"))?;
+        Some(text[start..end].trim().to_string())
+    };
+    match (element("Code"), element("Message")) {
+        (Some(code), Some(message)) => format!("{code}: {message}"),
+        (Some(code), None) => code,
+        (None, _) => text.split_whitespace().collect::<Vec<_>>().join(" "),
+    }
+}
+
+/// Why a data directory refused a probe step, and what the operator does about it: from
+/// the operating system's error under object_store's.
+fn local_refusal(source: &object_store::Error) -> (String, &'static str) {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
+    let io = std::iter::from_fn(|| {
+        let current = cause?;
+        cause = current.source();
+        Some(current)
+    })
+    .find_map(|e| e.downcast_ref::<std::io::Error>());
+    match io {
+        Some(io) => io_refusal(io),
+        None => (
+            source.to_string(),
+            "check the directory, or pick another --data-dir",
+        ),
+    }
+}
+
+/// Why the file system refused, in words, and what the operator does about it.
+fn io_refusal(io: &std::io::Error) -> (String, &'static str) {
+    use std::io::ErrorKind;
+    match io.kind() {
+        // EPERM, not EACCES: more than the file mode refuses.
+        ErrorKind::PermissionDenied if io.raw_os_error() == Some(1) => (
+            "operation not permitted".to_string(),
+            "give the user running packd write access (chown/chmod) and clear any immutable \
+             flag (`lsattr -d` shows it, `chattr -i` clears it), or pick another --data-dir",
+        ),
+        ErrorKind::PermissionDenied => (
+            "permission denied".to_string(),
+            "give the user running packd write access (chown/chmod), or pick another \
+             --data-dir",
+        ),
+        ErrorKind::ReadOnlyFilesystem => (
+            "read-only file system".to_string(),
+            "mount it read-write, or pick another --data-dir",
+        ),
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => (
+            "no space left on its file system".to_string(),
+            "free some space, or pick another --data-dir",
+        ),
+        _ => (
+            io.to_string(),
+            "check the directory, or pick another --data-dir",
+        ),
     }
 }
 

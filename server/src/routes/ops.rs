@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::state::SharedState;
 
 /// Liveness: the process answers.
@@ -14,19 +14,33 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Readiness: the storage answers.
+/// Readiness: the storage takes a write, gives it back and deletes it (a probe answered
+/// within the last 2 s stands).
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "ops",
     responses(
         (status = 200, description = "ready", body = String),
-        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
+        (status = 503, description = "`not_ready`: the message says why and what to do", body = ErrorBody),
     )
 )]
-pub async fn readyz(State(state): State<SharedState>) -> Result<&'static str, ApiError> {
-    state.storage.probe().await?;
-    Ok("ready\n")
+pub async fn readyz(State(state): State<SharedState>) -> Response {
+    match state.readiness.check().await {
+        Ok(()) => "ready\n".into_response(),
+        Err(message) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(ErrorBody {
+                error: ErrorDetail {
+                    code: "not_ready".to_string(),
+                    message,
+                    missing: None,
+                    current_sequence: None,
+                },
+            }),
+        )
+            .into_response(),
+    }
 }
 
 /// Prometheus metrics (text exposition format).

@@ -317,6 +317,9 @@ pub struct Seaweed {
 pub const S3_BUCKET: &str = "packs";
 const S3_ACCESS_KEY: &str = "packd-test";
 const S3_SECRET_KEY: &str = "packd-test-secret";
+/// Credentials that may read and list the bucket but not write to it.
+const S3_READER_KEY: &str = "packd-test-reader";
+const S3_READER_SECRET: &str = "packd-test-reader-secret";
 
 /// The one start-up's outcome: a failed start is tried once per binary, and every S3 test
 /// after the first fails at once with the same message instead of waiting out its own start.
@@ -403,6 +406,10 @@ impl Seaweed {
                 "name": "packd",
                 "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],
                 "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }, {
+                "name": "reader",
+                "credentials": [{"accessKey": S3_READER_KEY, "secretKey": S3_READER_SECRET}],
+                "actions": ["Read", "List"],
             }]})
             .to_string(),
         )
@@ -527,6 +534,19 @@ kill -9 "$weed"; wait "$weed"; rm -rf "$dir""#,
             ("AWS_ACCESS_KEY_ID".into(), S3_ACCESS_KEY.into()),
             ("AWS_SECRET_ACCESS_KEY".into(), S3_SECRET_KEY.into()),
         ]
+    }
+
+    /// [`Seaweed::env`] with credentials that may read the bucket but not write to it.
+    pub fn read_only_env(&self) -> Vec<(String, String)> {
+        let mut env = self.env();
+        for (name, value) in &mut env {
+            match name.as_str() {
+                "AWS_ACCESS_KEY_ID" => *value = S3_READER_KEY.into(),
+                "AWS_SECRET_ACCESS_KEY" => *value = S3_READER_SECRET.into(),
+                _ => {}
+            }
+        }
+        env
     }
 
     /// packd storage under `prefix` plus a random suffix, so tests sharing the bucket never
