@@ -131,7 +131,7 @@ impl std::fmt::Display for Event {
 }
 
 /// The record's file in a cache, plus the event stream of this process.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Activity {
     cache: Cache,
     events: tokio::sync::broadcast::Sender<Event>,
@@ -183,7 +183,18 @@ impl Activity {
 
     /// Records a failed refresh or start-up load.
     pub fn failed(&self, now: OffsetDateTime, release: &semver::Version, error: &ClientError) {
-        let mut message = error.to_string();
+        self.failed_with(now, release, error.kind(), error.to_string());
+    }
+
+    /// [`Activity::failed`] with the error's kind and message taken apart (owned, so it can
+    /// move to the blocking pool).
+    pub fn failed_with(
+        &self,
+        now: OffsetDateTime,
+        release: &semver::Version,
+        kind: &str,
+        mut message: String,
+    ) {
         if message.len() > MAX_MESSAGE {
             let mut cut = MAX_MESSAGE;
             while !message.is_char_boundary(cut) {
@@ -194,7 +205,7 @@ impl Activity {
         let failure = Failure {
             at: now.unix_timestamp(),
             release: release.to_string(),
-            kind: error.kind().to_string(),
+            kind: kind.to_string(),
             message,
         };
         self.emit(Event::Failed {

@@ -353,6 +353,19 @@ impl Cache {
     }
 }
 
+/// Runs `work` (a file lock, an fsync) without stalling an async worker: on a multi-threaded
+/// tokio runtime the worker hands its other tasks to another worker first
+/// (`block_in_place`); outside a runtime, on a blocking-pool thread, or on a current-thread
+/// runtime (which has no other worker to hand them to), it simply runs here.
+pub fn off_async<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        Ok(_) | Err(_) => work(),
+    }
+}
+
 /// Older than this, a temp file is stale whoever wrote it: a write takes well under a second.
 const STALE_TEMP_AGE: Duration = Duration::from_secs(60 * 60);
 

@@ -331,133 +331,47 @@ impl Client {
     }
 
     /// Serves what the stored document selects for this client's release of now, loaded and
-    /// verified again (the release may have changed since the document was accepted: an app
-    /// upgrade or downgrade, or another release sharing the cache). With a local pin, the
-    /// installed pack while the document still names it. Expiry is not checked here: an
-    /// offline client keeps what it verified.
+    /// verified again (see [`select`]). For start-up, which runs before any async work.
     fn load_selected(&self) -> Result<Loaded, ClientError> {
-        let state = lock(&self.state).clone();
-        let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
-            if state.installed.is_some() {
-                return Err(ClientError::Cache {
-                    path: self.cache.state_path().display().to_string(),
-                    reason: "installed pack without its channel document".to_string(),
-                });
-            }
-            return Ok(Loaded::Nothing);
-        };
-        let verified = channel::verify_ignoring_expiry(
-            document.as_bytes(),
-            signature,
-            &self.config.trusted_keys,
-            &self.config.limits,
-        )
-        .map_err(ClientError::Document)?;
-        let doc = &verified.document;
-        let entry = if self.config.pin.is_some() {
-            // The stored document must still vouch for the installed pack.
-            let vouched = state.installed.as_ref().and_then(|installed| {
-                doc.entries.iter().find_map(|entry| match &entry.target {
-                    EntryTarget::Pack(p)
-                        if p.sha256 == installed.sha256 && p.version == installed.version =>
-                    {
-                        Some(p.clone())
-                    }
-                    EntryTarget::Pack(_) | EntryTarget::Builtin => None,
-                })
-            });
-            match (vouched, &state.installed) {
-                (Some(entry), _) => entry,
-                (None, None) => return Ok(Loaded::Nothing),
-                (None, Some(installed)) => {
-                    return Err(ClientError::Cache {
-                        path: self.cache.state_path().display().to_string(),
-                        reason: format!(
-                            "the stored channel document (sequence {}) has no entry for installed pack {}",
-                            doc.sequence, installed.sha256
-                        ),
-                    });
+        let selection = select(self.selector())?;
+        Ok(self.serve_selection(selection))
+    }
+
+    /// [`Client::load_selected`] with the disk and CPU work on the blocking pool.
+    async fn load_selected_off_thread(&self) -> Result<Loaded, ClientError> {
+        let selector = self.selector();
+        let selection = blocking(move || select(selector)).await??;
+        Ok(self.serve_selection(selection))
+    }
+
+    fn selector(&self) -> Selector {
+        Selector {
+            state: lock(&self.state).clone(),
+            config: self.config.clone(),
+            install_id: self.install_id.clone(),
+            cache: self.cache.clone(),
+            health: self.health.clone(),
+            serving: self.store.capture(),
+        }
+    }
+
+    /// Makes the store serve what [`select`] chose.
+    fn serve_selection(&self, selection: Selection) -> Loaded {
+        match selection {
+            Selection::Loaded(
+                loaded @ (Loaded::Nothing | Loaded::Pack | Loaded::Missing { .. }),
+            ) => loaded,
+            Selection::Loaded(Loaded::Builtin { reason }) => {
+                if self.store.capture().source() == Source::Remote {
+                    self.store.reset_to_builtin();
                 }
+                Loaded::Builtin { reason }
             }
-        } else {
-            match doc
-                .select(&self.config.client_version, &self.install_id)
-                .map(|e| &e.target)
-            {
-                Some(EntryTarget::Pack(entry)) => entry.clone(),
-                selected @ (Some(EntryTarget::Builtin) | None) => {
-                    if self.store.capture().source() == Source::Remote {
-                        self.store.reset_to_builtin();
-                    }
-                    return Ok(Loaded::Builtin {
-                        reason: match selected {
-                            Some(_) => format!(
-                                "channel sequence {} sends release {} to the built-in pack",
-                                doc.sequence, self.config.client_version
-                            ),
-                            None => format!(
-                                "no entry of channel sequence {} matches release {}",
-                                doc.sequence, self.config.client_version
-                            ),
-                        },
-                    });
-                }
+            Selection::Open(snapshot) => {
+                self.store.install(Arc::new(snapshot));
+                Loaded::Pack
             }
-        };
-        let serving = self.store.capture();
-        if serving.source() == Source::Remote && serving.sha256() == entry.sha256 {
-            return Ok(Loaded::Pack);
         }
-        if self.health.is_marked(&entry.sha256) {
-            return Err(ClientError::KnownBad {
-                sha256: entry.sha256.clone(),
-                reason: self.health.detail(),
-            });
-        }
-        if let Some(mark) = state.bad.get(&entry.sha256) {
-            return Err(ClientError::KnownBad {
-                sha256: entry.sha256.clone(),
-                reason: mark.detail.clone(),
-            });
-        }
-        let bytes = match self
-            .cache
-            .read_pack(&entry.sha256, self.config.limits.max_sealed_len)
-        {
-            Ok(bytes) => bytes,
-            // Selected for this release but never downloaded here: the next refresh does.
-            // (After adopting another process's state, the current pack serves meanwhile.)
-            // The pack the state says was installed is damage, not news: an error.
-            Err(_)
-                if !self.cache.pack_path(&entry.sha256).exists()
-                    && state
-                        .installed
-                        .as_ref()
-                        .is_none_or(|i| i.sha256 != entry.sha256) =>
-            {
-                return Ok(Loaded::Missing {
-                    version: entry.version.clone(),
-                    sha256: entry.sha256.clone(),
-                });
-            }
-            Err(e) => return Err(e),
-        };
-        if bytes.len() as u64 != entry.size || sha256_hex(&bytes) != entry.sha256 {
-            return Err(ClientError::Cache {
-                path: self.cache.pack_path(&entry.sha256).display().to_string(),
-                reason: "the cached pack does not match its signed size and SHA-256".to_string(),
-            });
-        }
-        let snapshot = open_pack(
-            &bytes,
-            &entry,
-            &doc.pack,
-            doc.sequence,
-            &self.config.content_keys,
-            &self.config.limits,
-        )?;
-        self.store.install(Arc::new(snapshot));
-        Ok(Loaded::Pack)
     }
 
     pub fn store(&self) -> &Arc<PromptStore> {
@@ -599,17 +513,27 @@ impl Client {
     /// since this one loaded it, and its newer state must not be overwritten with an older one.
     async fn refresh_locked(&self, wait: bool) -> Result<RefreshOutcome, ClientError> {
         let _one_at_a_time = self.refreshing.lock().await;
-        let cache = self.cache.clone();
-        let Some(_across_processes) = blocking(move || cache.lock_refresh(wait)).await?? else {
-            return Ok(RefreshOutcome::Skipped {
-                reason: "another process is refreshing this cache".to_string(),
-            });
+        let started = tokio::time::Instant::now();
+        let deadline = self.config.deadline;
+        let _across_processes = match self.lock_refresh(wait, deadline).await {
+            Ok(Some(lock)) => lock,
+            Ok(None) => {
+                return Ok(RefreshOutcome::Skipped {
+                    reason: "another process is refreshing this cache".to_string(),
+                });
+            }
+            Err(e) => {
+                tracing::warn!("refresh failed, still serving the previous pack: {e}");
+                *lock(&self.last_error) = Some(e.to_string());
+                self.note_failure(OffsetDateTime::now_utc(), &e).await;
+                return Err(e);
+            }
         };
-        self.adopt_newer_state();
+        self.adopt_newer_state().await;
         *lock(&self.considering) = None;
         let now = OffsetDateTime::now_utc();
-        let deadline = self.config.deadline;
-        let plan = match tokio::time::timeout(deadline, self.prepare(now)).await {
+        let left = deadline.saturating_sub(started.elapsed());
+        let plan = match tokio::time::timeout(left, self.prepare(now)).await {
             Ok(Ok(plan)) => plan,
             Ok(Err(e)) => Plan::failed(e),
             Err(_) => Plan::failed(ClientError::Deadline {
@@ -622,13 +546,13 @@ impl Client {
             Ok(outcome) => {
                 *lock(&self.last_outcome) = Some(outcome.clone());
                 *lock(&self.last_error) = None;
-                self.note_success(now, outcome, &before);
+                self.note_success(now, outcome, &before).await;
             }
             Err(e) => {
                 tracing::warn!("refresh failed, still serving the previous pack: {e}");
                 *lock(&self.last_error) = Some(e.to_string());
-                self.activity.failed(now, &self.config.client_version, e);
-                self.report_refusal(e);
+                self.note_failure(now, e).await;
+                self.report_refusal(e).await;
             }
         }
         // The server was just reachable (or not): a good moment for what waits.
@@ -638,9 +562,39 @@ impl Client {
         result
     }
 
+    /// The cache's cross-process refresh lock, waited for under `deadline` (`wait`) or tried
+    /// once: a process that holds it for good (a refresh suspended with Ctrl-Z) costs the
+    /// others their deadline, never a hang.
+    async fn lock_refresh(
+        &self,
+        wait: bool,
+        deadline: Duration,
+    ) -> Result<Option<std::fs::File>, ClientError> {
+        let until = tokio::time::Instant::now() + deadline;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let cache = self.cache.clone();
+            if let Some(lock) = blocking(move || cache.lock_refresh(false)).await?? {
+                return Ok(Some(lock));
+            }
+            if !wait {
+                return Ok(None);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return Err(ClientError::Busy {
+                    path: self.cache.dir().join("refresh.lock").display().to_string(),
+                    seconds: deadline.as_secs(),
+                });
+            }
+            tokio::time::sleep(pause.min(until - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+        }
+    }
+
     /// Records a finished refresh for every process on the cache and tells this process's
     /// listeners what changed in what it serves.
-    fn note_success(&self, now: OffsetDateTime, outcome: &RefreshOutcome, before: &Snapshot) {
+    async fn note_success(&self, now: OffsetDateTime, outcome: &RefreshOutcome, before: &Snapshot) {
         let after = self.store.capture();
         let choice = match outcome {
             RefreshOutcome::Skipped { .. } => None,
@@ -658,8 +612,14 @@ impl Client {
                 at: now.unix_timestamp(),
             }),
         };
-        self.activity
-            .succeeded(now, &self.config.client_version, outcome, choice);
+        let (activity, release, done) = (
+            self.activity.clone(),
+            self.config.client_version.clone(),
+            outcome.clone(),
+        );
+        if let Err(e) = blocking(move || activity.succeeded(now, &release, &done, choice)).await {
+            tracing::warn!("could not record the refresh: {e}");
+        }
         match outcome {
             RefreshOutcome::Installed { .. } => {
                 *lock(&self.install_pending) = false;
@@ -685,6 +645,19 @@ impl Client {
         }
     }
 
+    /// Records a failed refresh for every process on the cache (on the blocking pool).
+    async fn note_failure(&self, now: OffsetDateTime, error: &ClientError) {
+        let (activity, release, kind, message) = (
+            self.activity.clone(),
+            self.config.client_version.clone(),
+            error.kind(),
+            error.to_string(),
+        );
+        if let Err(e) = blocking(move || activity.failed_with(now, &release, kind, message)).await {
+            tracing::warn!("could not record the refresh: {e}");
+        }
+    }
+
     /// The events of this process from now on: installs, rollbacks, fallbacks, failures and
     /// the watch's state (see [`crate::activity`]).
     pub fn events(&self) -> tokio::sync::broadcast::Receiver<Event> {
@@ -703,7 +676,7 @@ impl Client {
     }
 
     /// Queues the failure report a refused refresh calls for, if any.
-    fn report_refusal(&self, error: &ClientError) {
+    async fn report_refusal(&self, error: &ClientError) {
         let Some(outbox) = &self.outbox else {
             return;
         };
@@ -742,6 +715,7 @@ impl Client {
             | ClientError::BodyTooLong { .. }
             | ClientError::Truncated { .. }
             | ClientError::Deadline { .. }
+            | ClientError::Busy { .. }
             | ClientError::Document(_)
             | ClientError::WrongChannel { .. }
             | ClientError::WrongPack { .. }
@@ -753,7 +727,10 @@ impl Client {
             | ClientError::NotMarked { .. }
             | ClientError::Worker { .. } => return,
         };
-        outbox.queue(&pack, reason);
+        let outbox = outbox.clone();
+        if let Err(e) = blocking(move || outbox.queue(&pack, reason)).await {
+            tracing::warn!("could not queue a failure report: {e}");
+        }
     }
 
     /// Whether failure reports wait to be sent (telemetry on, a server configured).
@@ -790,8 +767,9 @@ impl Client {
     /// Takes the state on disk when another process wrote a newer one (a higher sequence, or
     /// the same with later checks), and serves what it installed: otherwise this refresh
     /// would answer 304 to the adopted ETag and keep serving the old pack for good.
-    fn adopt_newer_state(&self) {
-        let Ok(Some(disk)) = self.cache.load_state() else {
+    async fn adopt_newer_state(&self) {
+        let cache = self.cache.clone();
+        let Ok(Ok(Some(disk))) = blocking(move || cache.load_state()).await else {
             return;
         };
         {
@@ -806,7 +784,7 @@ impl Client {
         }
         let serving = self.store.capture();
         // Loaded and verified as at start-up; on failure the current pack keeps serving.
-        match self.load_selected() {
+        match self.load_selected_off_thread().await {
             Ok(Loaded::Builtin { reason }) => {
                 if serving.source() == Source::Remote {
                     self.activity.emit(Event::FellBack {
@@ -1404,6 +1382,152 @@ pub(crate) async fn error_detail(mut response: reqwest::Response) -> String {
         .to_string()
 }
 
+/// What [`select`] needs: owned, so it runs on the blocking pool.
+struct Selector {
+    state: State,
+    config: ClientConfig,
+    install_id: String,
+    cache: Cache,
+    health: Arc<Health>,
+    serving: Arc<Snapshot>,
+}
+
+/// What [`select`] chose; [`Client::serve_selection`] makes the store serve it.
+enum Selection {
+    Loaded(Loaded),
+    /// The selected pack, opened and verified: to install.
+    Open(Snapshot),
+}
+
+/// What the stored document selects for this client's release of now, loaded and
+/// verified again (the release may have changed since the document was accepted: an app
+/// upgrade or downgrade, or another release sharing the cache). With a local pin, the
+/// installed pack while the document still names it. Expiry is not checked here: an
+/// offline client keeps what it verified.
+fn select(selector: Selector) -> Result<Selection, ClientError> {
+    let Selector {
+        state,
+        config,
+        install_id,
+        cache,
+        health,
+        serving,
+    } = selector;
+    let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
+        if state.installed.is_some() {
+            return Err(ClientError::Cache {
+                path: cache.state_path().display().to_string(),
+                reason: "installed pack without its channel document".to_string(),
+            });
+        }
+        return Ok(Selection::Loaded(Loaded::Nothing));
+    };
+    let verified = channel::verify_ignoring_expiry(
+        document.as_bytes(),
+        signature,
+        &config.trusted_keys,
+        &config.limits,
+    )
+    .map_err(ClientError::Document)?;
+    let doc = &verified.document;
+    let entry = if config.pin.is_some() {
+        // The stored document must still vouch for the installed pack.
+        let vouched = state.installed.as_ref().and_then(|installed| {
+            doc.entries.iter().find_map(|entry| match &entry.target {
+                EntryTarget::Pack(p)
+                    if p.sha256 == installed.sha256 && p.version == installed.version =>
+                {
+                    Some(p.clone())
+                }
+                EntryTarget::Pack(_) | EntryTarget::Builtin => None,
+            })
+        });
+        match (vouched, &state.installed) {
+            (Some(entry), _) => entry,
+            (None, None) => return Ok(Selection::Loaded(Loaded::Nothing)),
+            (None, Some(installed)) => {
+                return Err(ClientError::Cache {
+                    path: cache.state_path().display().to_string(),
+                    reason: format!(
+                        "the stored channel document (sequence {}) has no entry for installed pack {}",
+                        doc.sequence, installed.sha256
+                    ),
+                });
+            }
+        }
+    } else {
+        match doc
+            .select(&config.client_version, &install_id)
+            .map(|e| &e.target)
+        {
+            Some(EntryTarget::Pack(entry)) => entry.clone(),
+            selected @ (Some(EntryTarget::Builtin) | None) => {
+                return Ok(Selection::Loaded(Loaded::Builtin {
+                    reason: match selected {
+                        Some(_) => format!(
+                            "channel sequence {} sends release {} to the built-in pack",
+                            doc.sequence, config.client_version
+                        ),
+                        None => format!(
+                            "no entry of channel sequence {} matches release {}",
+                            doc.sequence, config.client_version
+                        ),
+                    },
+                }));
+            }
+        }
+    };
+    if serving.source() == Source::Remote && serving.sha256() == entry.sha256 {
+        return Ok(Selection::Loaded(Loaded::Pack));
+    }
+    if health.is_marked(&entry.sha256) {
+        return Err(ClientError::KnownBad {
+            sha256: entry.sha256.clone(),
+            reason: health.detail(),
+        });
+    }
+    if let Some(mark) = state.bad.get(&entry.sha256) {
+        return Err(ClientError::KnownBad {
+            sha256: entry.sha256.clone(),
+            reason: mark.detail.clone(),
+        });
+    }
+    let bytes = match cache.read_pack(&entry.sha256, config.limits.max_sealed_len) {
+        Ok(bytes) => bytes,
+        // Selected for this release but never downloaded here: the next refresh does.
+        // (After adopting another process's state, the current pack serves meanwhile.)
+        // The pack the state says was installed is damage, not news: an error.
+        Err(_)
+            if !cache.pack_path(&entry.sha256).exists()
+                && state
+                    .installed
+                    .as_ref()
+                    .is_none_or(|i| i.sha256 != entry.sha256) =>
+        {
+            return Ok(Selection::Loaded(Loaded::Missing {
+                version: entry.version.clone(),
+                sha256: entry.sha256.clone(),
+            }));
+        }
+        Err(e) => return Err(e),
+    };
+    if bytes.len() as u64 != entry.size || sha256_hex(&bytes) != entry.sha256 {
+        return Err(ClientError::Cache {
+            path: cache.pack_path(&entry.sha256).display().to_string(),
+            reason: "the cached pack does not match its signed size and SHA-256".to_string(),
+        });
+    }
+    let snapshot = open_pack(
+        &bytes,
+        &entry,
+        &doc.pack,
+        doc.sequence,
+        &config.content_keys,
+        &config.limits,
+    )?;
+    Ok(Selection::Open(snapshot))
+}
+
 /// [`Event::Installed`], or [`Event::RolledBack`] when `after` is an older version of the
 /// pack `before` served.
 fn installed_event(before: &Snapshot, after: &Snapshot) -> Event {
@@ -1551,6 +1675,7 @@ fn bad_reason(error: &ClientError) -> Option<BadReason> {
         | ClientError::BodyTooLong { .. }
         | ClientError::Truncated { .. }
         | ClientError::Deadline { .. }
+        | ClientError::Busy { .. }
         | ClientError::Document(_)
         | ClientError::WrongChannel { .. }
         | ClientError::WrongPack { .. }

@@ -33,6 +33,10 @@ pub enum ClientError {
     },
     #[error("refresh did not finish within its {seconds}s deadline")]
     Deadline { seconds: u64 },
+    #[error(
+        "another process sharing the cache held its refresh lock {path} for the whole {seconds}s deadline (a refresh suspended with Ctrl-Z?); nothing was changed"
+    )]
+    Busy { path: String, seconds: u64 },
     #[error("channel document rejected: {0}")]
     Document(#[source] FormatError),
     #[error("channel document is for channel {found:?}, expected {expected:?}")]
@@ -99,6 +103,7 @@ impl ClientError {
             ClientError::BodyTooLong { .. } => "body_too_long",
             ClientError::Truncated { .. } => "truncated",
             ClientError::Deadline { .. } => "deadline",
+            ClientError::Busy { .. } => "busy",
             ClientError::Document(pack_format::FormatError::Expired { .. }) => "expired",
             ClientError::Document(_) => "document_rejected",
             ClientError::WrongChannel { .. } => "wrong_channel",
@@ -124,6 +129,7 @@ impl ClientError {
         match self {
             ClientError::Http { .. }
             | ClientError::Deadline { .. }
+            | ClientError::Busy { .. }
             | ClientError::Truncated { .. } => true,
             ClientError::Status { status, .. } => *status == 429 || *status >= 500,
             ClientError::NoServer

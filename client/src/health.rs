@@ -192,13 +192,15 @@ impl Health {
     }
 }
 
+/// Runs in the request that rendered: the file work (a lock, an fsync) does not stall an
+/// async worker (see [`crate::cache::off_async`]).
 impl ServeObserver for Health {
     fn served(&self, snapshot: &Snapshot) {
-        self.succeeded(snapshot.sha256());
+        crate::cache::off_async(|| self.succeeded(snapshot.sha256()));
     }
 
     fn fell_back(&self, snapshot: &Snapshot) -> bool {
-        self.failed(snapshot.sha256())
+        crate::cache::off_async(|| self.failed(snapshot.sha256()))
     }
 }
 

@@ -235,9 +235,10 @@ impl Outbox {
             }
         }
         let at = OffsetDateTime::now_utc().unix_timestamp();
-        let outcome = self
-            .cache
-            .update_json(OUTBOX_FILE, |file: &mut OutboxFile| {
+        // Under the file's lock and fsynced: on the blocking pool, off the async workers.
+        let cache = self.cache.clone();
+        let recorded = tokio::task::spawn_blocking(move || {
+            cache.update_json(OUTBOX_FILE, |file: &mut OutboxFile| {
                 let mut outcome = SendOutcome::default();
                 for (queued, sent) in &done {
                     if let Some(i) = file.pending.iter().position(|q| q == queued) {
@@ -260,11 +261,20 @@ impl Outbox {
                 file.prune(at);
                 outcome.waiting = file.pending.len();
                 (true, outcome)
-            });
-        outcome.unwrap_or_else(|e| {
-            tracing::warn!("could not record the reports sent: {e}");
-            SendOutcome::default()
+            })
         })
+        .await;
+        match recorded {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => {
+                tracing::warn!("could not record the reports sent: {e}");
+                SendOutcome::default()
+            }
+            Err(e) => {
+                tracing::warn!("could not record the reports sent: {e}");
+                SendOutcome::default()
+            }
+        }
     }
 
     fn sending_lock(&self) -> Option<std::fs::File> {

@@ -406,3 +406,56 @@ fn run_logs_one_line_per_event_through_a_release_an_outage_and_a_rollback() {
     w.release(&["*=builtin".to_string()]);
     log.expect("fell_back");
 }
+
+/// A process that holds the cache's refresh lock for good (a `pack-client refresh` suspended
+/// with Ctrl-Z) costs another refresh its deadline, not a hang; the status says why.
+#[test]
+fn a_refresh_lock_held_for_good_fails_the_refresh_at_its_deadline() {
+    let w = world();
+    let one = w.pack("1.0.0");
+    w.release(&[format!("*={}", one.display())]);
+    assert_eq!(w.refresh("1.0.0"), "installed");
+    let config = w
+        .publisher
+        .client_config(&w.packd.url, "deadline_secs = 2\n");
+    // util-linux's flock(1) takes the same lock (flock(2)) the client takes.
+    let holder = Killed(Some(
+        Command::new("flock")
+            .arg(w.cache.path().join("refresh.lock"))
+            .args(["sleep", "60"])
+            .spawn()
+            .expect("flock(1) from util-linux"),
+    ));
+    // Wait until the lock is taken.
+    let started = std::time::Instant::now();
+    while Command::new("flock")
+        .args(["-n"])
+        .arg(w.cache.path().join("refresh.lock"))
+        .arg("true")
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "flock never took the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let began = std::time::Instant::now();
+    let mut cmd = client_cmd(w.cache.path(), &config, "1.0.0");
+    cmd.arg("refresh");
+    let out = cmd.output().unwrap();
+    let took = began.elapsed();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        took >= std::time::Duration::from_secs(2) && took < std::time::Duration::from_secs(10),
+        "{took:?}"
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("held its refresh lock"), "{said}");
+    drop(holder);
+    let status = w.status("1.0.0");
+    assert_eq!(status["last_failure"]["kind"], "busy", "{status}");
+    assert_eq!(status["serving"]["version"], "1.0.0");
+}
