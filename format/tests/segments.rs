@@ -120,6 +120,45 @@ fn a_segment_that_decodes_to_other_than_its_header_entry_is_malformed() {
     }
 }
 
+/// With the default header limit (64 KiB) a header cannot list [`pack::MAX_SEGMENTS`]
+/// segments: an entry takes at least 22 bytes (`{"len":1,"tar_len":0},`) and the rest of the
+/// smallest header 244, so 2,967 fit and 2,968 do not. docs/FORMAT.md gives this number.
+#[test]
+fn the_default_header_limit_holds_at_most_2967_segments() {
+    let sealed_with = |count: usize| {
+        let segments = vec![r#"{"len":1,"tar_len":0}"#; count].join(",");
+        let json = format!(
+            r#"{{"format":2,"name":"a","version":"0.0.0","schema":0,"key_slots":[{{"key_id":"a","nonce":"{slot_nonce}","wrapped_key":"{wrapped}"}}],"nonce":"{prefix}","plaintext_len":{count},"segments":[{segments}]}}"#,
+            slot_nonce = "A".repeat(16),
+            wrapped = "A".repeat(64),
+            prefix = "AAAAAAAAAA==",
+        );
+        let mut bytes = pack::MAGIC.to_vec();
+        bytes.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(json.as_bytes());
+        bytes.resize(bytes.len() + count * 17, 0);
+        (bytes, json.len())
+    };
+    let (fits, len) = sealed_with(2967);
+    assert!(len <= Limits::DEFAULT.max_header_len, "{len}");
+    let (header, _) = pack::read_header(&fits, &Limits::DEFAULT).unwrap();
+    assert_eq!(header.segments.len(), 2967);
+    let (over, len) = sealed_with(2968);
+    assert!(len > Limits::DEFAULT.max_header_len, "{len}");
+    let err = pack::read_header(&over, &Limits::DEFAULT).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FormatError::TooLarge {
+                what: "sealed pack header",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    const { assert!(2968 < pack::MAX_SEGMENTS) };
+}
+
 /// A destination that keeps nothing.
 struct Discard;
 
