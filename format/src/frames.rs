@@ -130,9 +130,14 @@ struct PlannedFrame {
 }
 
 /// Where the `tar` of `files` is cut: the file entries of each frame after the index, in
-/// order (one frame, the whole `tar`, when no cut is needed). The rule is docs/FORMAT.md's.
+/// order (one frame, the whole `tar`, when no cut is needed). The rule is docs/FORMAT.md's,
+/// and `frames-v2.json` of the test vectors pins it.
 fn plan(files: &[PayloadEntry<'_>], mtime: u64) -> Result<Vec<PlannedFrame>, FormatError> {
+    // The file data only (no headers, no padding), as the limits count it.
     let planned: u64 = files.iter().map(|f| f.len).sum();
+    // At most FRAME_LEN of file data: a `tar` of up to FRAME_LEN is one frame, and one over
+    // it (many small files: their headers and padding) takes up to FRAME_LEN in its first
+    // file frame too.
     let mut limit = if planned <= FRAME_LEN as u64 {
         FRAME_LEN
     } else {

@@ -173,7 +173,7 @@ impl Payload {
     /// The compressed payload: the `tar` of [`Payload::to_tar`] as zstd frames (each with
     /// its content size and a checksum), cut as docs/FORMAT.md says — one frame for a `tar`
     /// of up to [`FRAME_LEN`] bytes, else the index entry, then file entries while they fit
-    /// in [`FRAME_LEN`] — compressed on every core. Every frame depends only on its entries,
+    /// in each frame's limit ("Compression: zstd frames") — compressed on every core. Every frame depends only on its entries,
     /// so the result is the same on every machine, whatever the number of threads. Format-2
     /// packs seal these frames one segment each.
     pub fn to_tar_zst(&self, mtime: u64, level: i32) -> Result<Vec<u8>, FormatError> {

@@ -361,6 +361,197 @@ fn the_pack_vectors_open_to_their_files_with_either_content_key() {
     assert_eq!(v1["tar"], vector["tar"], "both formats carry the same tar");
 }
 
+// ---- frames: where a `tar` over 8 MiB is cut ----
+
+/// The frames vector's inputs: two payloads over 8 MiB, given by rule rather than byte by
+/// byte (megabytes have no place in the repository). A file spec with a `count` stands for
+/// `count` files, `{i:04}` in its path replaced by 0, 1, 2, … as four digits; every file's
+/// bytes are [`file_text`].
+const FRAMES_INPUTS: &str = r#"{
+  "mtime": 1700000000,
+  "zstd_level": 3,
+  "cases": [
+    {
+      "name": "more than 8 MiB of file data",
+      "files": [
+        { "path": "files/00.md", "size": 1500000 },
+        { "path": "files/01.md", "size": 700000 },
+        { "path": "files/02.md", "size": 300000 },
+        { "path": "files/03.md", "size": 2500000 },
+        { "path": "files/04.md", "size": 1000000 },
+        { "path": "files/05.md", "size": 9000000 },
+        { "path": "files/06.md", "size": 3000000 },
+        { "path": "files/07.md", "size": 3000000 },
+        { "path": "files/08.md", "size": 2000000 },
+        { "path": "files/09.md", "size": 1200000 },
+        { "path": "files/10-a-name-long-enough-that-the-whole-path-does-not-fit-into-the-100-byte-name-field.md", "size": 800000 },
+        { "path": "files/11.md", "size": 400000 },
+        { "path": "files/12.md", "size": 150000 },
+        { "path": "files/13.md", "size": 90000 },
+        { "path": "files/14.md", "size": 40000 },
+        { "path": "files/15.md", "size": 20000 },
+        { "path": "files/16.md", "size": 5000 },
+        { "path": "files/17.md", "size": 1000 },
+        { "path": "files/18.md", "size": 100 },
+        { "path": "files/19.md", "size": 0 }
+      ]
+    },
+    {
+      "name": "a tar over 8 MiB from less than 8 MiB of file data",
+      "files": [
+        { "path": "many/{i:04}.txt", "count": 4000, "size": 1537 }
+      ]
+    }
+  ]
+}"#;
+
+/// A file's bytes in the frames vector: the lines `{path} {n}\n` for n = 0, 1, 2, …, one
+/// after the other, cut to `size` bytes.
+fn file_text(path: &str, size: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(size + path.len() + 24);
+    let mut n = 0u64;
+    while out.len() < size {
+        out.extend_from_slice(format!("{path} {n}\n").as_bytes());
+        n += 1;
+    }
+    out.truncate(size);
+    out
+}
+
+/// The files of one case of [`FRAMES_INPUTS`].
+fn frame_case_files(case: &Value) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for spec in case["files"].as_array().unwrap() {
+        let pattern = spec["path"].as_str().unwrap();
+        let size = spec["size"].as_u64().unwrap() as usize;
+        for i in 0..spec["count"].as_u64().unwrap_or(1) {
+            let path = pattern.replace("{i:04}", &format!("{i:04}"));
+            let bytes = file_text(&path, size);
+            files.push((path, bytes));
+        }
+    }
+    files
+}
+
+/// What one case gives: its `tar`, where the sealer cuts it (one segment per frame), and
+/// the compressed and sealed bytes' SHA-256 (sealed with the secrets of `pack-v2.json`).
+fn computed_frame_case(inputs: &Value, case: &Value, secrets: &PackInputs) -> Value {
+    let files = frame_case_files(case);
+    let file_data: u64 = files.iter().map(|(_, bytes)| bytes.len() as u64).sum();
+    let payload = Payload::new(
+        files
+            .into_iter()
+            .map(|(path, bytes)| PayloadFile { path, bytes }),
+        &Limits::DEFAULT,
+    )
+    .unwrap();
+    let mtime = inputs["mtime"].as_u64().unwrap();
+    let tar = payload.to_tar(mtime).unwrap();
+    let version = semver::Version::new(1, 0, 0);
+    let input = SealInput {
+        name: "vector",
+        version: &version,
+        schema: 1,
+        payload: &payload,
+        mtime,
+        zstd_level: inputs["zstd_level"].as_i64().unwrap() as i32,
+    };
+    let sealed = pack::seal_with_secrets(&input, &secrets.key_refs(), secrets.secrets()).unwrap();
+    let (header, _) = pack::read_header(&sealed, &Limits::DEFAULT).unwrap();
+    let ring = ContentKeyRing::new(secrets.keys.clone());
+    let (_, compressed) = pack::decrypt(&sealed, &ring, &Limits::DEFAULT).unwrap();
+
+    // Each segment is one frame that decodes to its piece of the tar.
+    let (mut at_tar, mut at_frame, mut frames) = (0, 0, Vec::new());
+    for segment in &header.segments {
+        let piece = &tar[at_tar..at_tar + segment.tar_len as usize];
+        let frame = &compressed[at_frame..at_frame + segment.len as usize];
+        assert_eq!(
+            zstd::bulk::decompress(frame, piece.len()).unwrap(),
+            piece,
+            "segment {}",
+            frames.len()
+        );
+        frames.push(json!({ "tar_len": piece.len(), "tar_sha256": sha256_hex(piece) }));
+        at_tar += piece.len();
+        at_frame += frame.len();
+    }
+    assert_eq!((at_tar, at_frame), (tar.len(), compressed.len()));
+    let opened = pack::open(&sealed, &ring, &Limits::DEFAULT).unwrap();
+    assert_eq!(opened.payload, payload);
+    json!({
+        "name": case["name"],
+        "files": case["files"],
+        "file_data": file_data,
+        "tar_len": tar.len(),
+        "tar_sha256": sha256_hex(&tar),
+        "frames": frames,
+        "payload_zstd_sha256": sha256_hex(&compressed),
+        "sealed_sha256": sha256_hex(&sealed),
+    })
+}
+
+fn computed_frames_vector() -> Value {
+    let inputs: Value = serde_json::from_str(FRAMES_INPUTS).unwrap();
+    let secrets = pack_inputs();
+    let cases: Vec<Value> = inputs["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|case| computed_frame_case(&inputs, case, &secrets))
+        .collect();
+    json!({
+        "description": "Where a tar over 8 MiB is cut into zstd frames (one segment each); see \
+            docs/FORMAT.md, \"Compression: zstd frames\" and \"Test vectors\". The files are \
+            given by rule: a spec with a `count` stands for that many files, `{i:04}` in its \
+            path replaced by 0, 1, 2, ... as four digits; a file's bytes are the lines \
+            `{path} {n}\\n` for n = 0, 1, 2, ... one after the other, cut to `size` bytes. \
+            `frames` is the cut: each frame's length of tar and its SHA-256. The compressed \
+            and sealed SHA-256s are this implementation's (zstd 1.5.7 at `zstd_level`, the \
+            secrets, keys, name \"vector\", version 1.0.0 and schema 1 of pack-v2.json).",
+        "mtime": inputs["mtime"],
+        "zstd_level": inputs["zstd_level"],
+        "cases": cases,
+    })
+}
+
+#[test]
+fn payloads_over_8_mib_are_cut_into_the_frames_of_the_vector() {
+    let computed = computed_frames_vector();
+    let vector = load("frames-v2.json", &computed);
+    for (found, expected) in computed["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(vector["cases"].as_array().unwrap())
+    {
+        assert_eq!(
+            found["tar_sha256"], expected["tar_sha256"],
+            "{}: the tar",
+            found["name"]
+        );
+        assert_eq!(
+            found["frames"], expected["frames"],
+            "{}: the cut",
+            found["name"]
+        );
+    }
+    assert_eq!(computed, vector, "every field of the vector");
+
+    // What the cases show (docs/FORMAT.md): the index alone first; with more than 8 MiB of
+    // file data the first file frame is at most 2 MiB, with less it may take up to 8 MiB.
+    const MIB: u64 = 1024 * 1024;
+    let first_file_frame = |case: &Value| case["frames"][1]["tar_len"].as_u64().unwrap();
+    let [over, under] = vector["cases"].as_array().unwrap().as_slice() else {
+        panic!("two cases");
+    };
+    assert!(over["file_data"].as_u64().unwrap() > 8 * MIB);
+    assert!(first_file_frame(over) <= 2 * MIB);
+    assert!(under["file_data"].as_u64().unwrap() <= 8 * MIB);
+    assert!(under["tar_len"].as_u64().unwrap() > 8 * MIB);
+    assert!(first_file_frame(under) > 4 * MIB);
+}
+
 // ---- the channel document, its signature and rollout buckets ----
 
 fn channel_document() -> ChannelDocument {

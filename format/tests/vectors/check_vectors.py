@@ -4,8 +4,9 @@ against the test vectors in this directory.
 
 It rebuilds the canonical `tar` and index from the vector's files, rebuilds the header and
 seals the vector's compressed payload with the vector's fixed secrets (format 1, and
-format 2 as one segment and as three), opens the vector's sealed bytes, verifies the channel vector's minisign signature and recomputes its rollout
-buckets, using only Python's standard library, the `cryptography` package (AES-256-GCM,
+format 2 as one segment and as three), opens the vector's sealed bytes, cuts the frames
+vector's payloads over 8 MiB into frames, verifies the channel vector's minisign signature
+and recomputes its rollout buckets, using only Python's standard library, the `cryptography` package (AES-256-GCM,
 Ed25519) and the stock `zstd` tool. Any difference is printed and the exit status is 1.
 
     python3 format/tests/vectors/check_vectors.py [VECTOR_DIR]
@@ -101,10 +102,50 @@ def index_json(files):
 
 def canonical_tar(files, mtime):
     files = sorted(files, key=lambda f: f[0].encode())
-    out = tar_entry("PACK-INDEX.json", index_json(files), mtime)
-    for path, data in files:
-        out += tar_entry(path, data, mtime)
-    return out + b"\0" * 1024
+    out = [tar_entry("PACK-INDEX.json", index_json(files), mtime)]
+    out += [tar_entry(path, data, mtime) for path, data in files]
+    return b"".join(out) + b"\0" * 1024
+
+
+# ---- frames, as FORMAT.md "Compression: zstd frames" describes the cut ----
+
+MIB = 1024 * 1024
+FRAME_LEN = 8 * MIB
+
+
+def entry_len(path, size):
+    """An entry's bytes in the tar: a long-name entry if any, the header, the padded data."""
+    name = path.encode()
+    long_name = 512 + len(padded(name + b"\0")) if len(name) > 100 else 0
+    return long_name + 512 + size + (-size % 512)
+
+
+def frame_limit(k, remaining):
+    """The limit of file frame k (from 0) after the first, `remaining` bytes of file data
+    not in frames 0..k-1."""
+    ramp = 4 * MIB if k == 1 else FRAME_LEN
+    return min(ramp, max(remaining // 2, 2 * MIB))
+
+
+def frame_cuts(files, mtime):
+    """The length of tar in each frame of the payload of `files`."""
+    files = sorted(files, key=lambda f: f[0].encode())
+    index = len(tar_entry("PACK-INDEX.json", index_json(files), mtime))
+    entries = [entry_len(path, len(data)) for path, data in files]
+    if index + sum(entries) + 1024 <= FRAME_LEN:
+        return [index + sum(entries) + 1024]
+    data = sum(len(d) for _, d in files)
+    limit = FRAME_LEN if data <= FRAME_LEN else 2 * MIB
+    frames, length, sent = [], 0, 0
+    for (_, d), entry in zip(files, entries):
+        if length > 0 and length + entry > limit:
+            frames.append(length)
+            length = 0
+            limit = frame_limit(len(frames), data - sent)
+        length += entry
+        sent += len(d)
+    frames.append(length + 1024)
+    return [index] + frames
 
 
 # ---- the sealed pack ----
@@ -273,6 +314,46 @@ def check_pack_v2(vector):
     check_opens(vector, unhex_lines(example["sealed"]), frames, "three segments")
 
 
+def file_text(path, size):
+    """A file of the frames vector: the lines `{path} {n}\\n` for n = 0, 1, 2, ... cut to
+    `size` bytes."""
+    lines, length, n = [], 0, 0
+    while length < size:
+        line = f"{path} {n}\n".encode()
+        lines.append(line)
+        length += len(line)
+        n += 1
+    return b"".join(lines)[:size]
+
+
+def frame_case_files(case):
+    files = []
+    for spec in case["files"]:
+        for i in range(spec.get("count", 1)):
+            path = spec["path"].replace("{i:04}", f"{i:04}")
+            files.append((path, file_text(path, spec["size"])))
+    return files
+
+
+def check_frames(vector):
+    """The tar and where it is cut; the compressed bytes depend on the encoder, so only the
+    frames' tar is checked, not the vector's compressed or sealed SHA-256."""
+    for case in vector["cases"]:
+        name = case["name"]
+        files = frame_case_files(case)
+        check(f"{name}: file data", sum(len(d) for _, d in files), case["file_data"])
+        tar = canonical_tar(files, vector["mtime"])
+        check(f"{name}: tar_len", len(tar), case["tar_len"])
+        check(f"{name}: tar_sha256", hashlib.sha256(tar).hexdigest(), case["tar_sha256"])
+        cuts = frame_cuts(files, vector["mtime"])
+        check(f"{name}: frame lengths", cuts, [f["tar_len"] for f in case["frames"]])
+        at, hashes = 0, []
+        for length in cuts:
+            hashes.append(hashlib.sha256(tar[at : at + length]).hexdigest())
+            at += length
+        check(f"{name}: frame SHA-256s", hashes, [f["tar_sha256"] for f in case["frames"]])
+
+
 # ---- the channel document ----
 
 def check_channel(vector):
@@ -322,6 +403,7 @@ def main():
     here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
     check_pack_v1(json.loads((here / "pack-v1.json").read_text()))
     check_pack_v2(json.loads((here / "pack-v2.json").read_text()))
+    check_frames(json.loads((here / "frames-v2.json").read_text()))
     check_channel(json.loads((here / "channel-v1.json").read_text()))
     if FAILURES:
         print(f"{len(FAILURES)} mismatch(es): {', '.join(FAILURES)}")
