@@ -368,7 +368,7 @@ impl Client {
                 Loaded::Builtin { reason }
             }
             Selection::Open(snapshot) => {
-                self.store.install(Arc::new(snapshot));
+                self.store.install(Arc::new(*snapshot));
                 Loaded::Pack
             }
         }
@@ -1396,7 +1396,7 @@ struct Selector {
 enum Selection {
     Loaded(Loaded),
     /// The selected pack, opened and verified: to install.
-    Open(Snapshot),
+    Open(Box<Snapshot>),
 }
 
 /// What the stored document selects for this client's release of now, loaded and
