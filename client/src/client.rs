@@ -1525,7 +1525,7 @@ fn select(selector: Selector) -> Result<Selection, ClientError> {
         &config.content_keys,
         &config.limits,
     )?;
-    Ok(Selection::Open(snapshot))
+    Ok(Selection::Open(Box::new(snapshot)))
 }
 
 /// [`Event::Installed`], or [`Event::RolledBack`] when `after` is an older version of the
