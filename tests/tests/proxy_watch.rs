@@ -1,0 +1,404 @@
+//! Watching the channel through a caching proxy, with real processes: Debian's nginx with
+//! `proxy_cache` on in front of a real packd, and a real `pack-client run` watching through
+//! it. nginx does not pass `If-None-Match` on to packd for a request it may cache, and keys
+//! its cache on the URL; a watch that said what it holds only in that header was answered at
+//! once, every time, and a rollback took 34.5 s to reach an idle client. Here, after a minute
+//! idle the watch is still held, a rollback reaches the client within 2 s, blobs come from
+//! nginx's cache, and a plain refresh right after a release sees it.
+//!
+//! Skipped, loudly, when nginx is not installed; under `CI` a missing nginx fails (run
+//! scripts/test.sh, which installs Debian's `nginx-light`).
+
+#![allow(clippy::print_stderr)] // tests report what they measured
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pack_client::watch::MIN_REFRESH_GAP;
+use promptpack_tests::*;
+
+/// A child process, killed when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The nginx binary, if one is installed. Under `CI` a missing nginx is a failure
+/// (`scripts/test.sh` installs Debian's `nginx-light`); elsewhere the test skips, loudly.
+fn nginx_binary() -> Option<PathBuf> {
+    // Debian installs it in /usr/sbin, which is not on every user's PATH.
+    for candidate in ["nginx", "/usr/sbin/nginx"] {
+        let found = Command::new(candidate)
+            .arg("-v")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if found {
+            return Some(PathBuf::from(candidate));
+        }
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("nginx is not installed and CI is set: run scripts/test.sh, which installs it");
+    }
+    // Straight to the file descriptor: the test harness captures `eprintln!` of passing
+    // tests, and this must be seen.
+    let _ = std::io::stderr().write_all(
+        b"\n!!!!!!!!!!\n!!! skipped: nginx not installed (tests/tests/proxy_watch.rs).\n\
+          !!! Install it with: apt-get install nginx-light\n!!!!!!!!!!\n",
+    );
+    None
+}
+
+/// nginx with `proxy_cache` on in front of packd, as a user process with everything in a
+/// temporary directory; killed when dropped.
+struct Nginx {
+    _process: Running,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+/// The server block: what server/README.md ("Behind a cache or CDN") shows.
+fn nginx_config(dir: &Path, port: u16, upstream: &str) -> String {
+    let dir = dir.display();
+    format!(
+        r#"# One process, so that killing it leaves nothing behind (not for production).
+master_process off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+    log_format cache '$request $status $upstream_cache_status $request_time';
+    access_log {dir}/access.log cache;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=packd:10m max_size=1g inactive=30d use_temp_path=off;
+
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass {upstream};
+            proxy_http_version 1.1;
+            proxy_cache packd;
+            # packd's Cache-Control decides: blobs for a year, channel documents never
+            # without asking packd, watch answers never.
+            proxy_buffering on;
+            # Above the longest a watch is held: 50 s, stretched by up to a sixteenth.
+            proxy_read_timeout 65s;
+            add_header X-Cache-Status $upstream_cache_status always;
+        }}
+    }}
+}}
+"#
+    )
+}
+
+impl Nginx {
+    /// Started on a port from below the kernel's ephemeral range (a port `bind(0)` hands out
+    /// can go to an outgoing connection of a parallel test before nginx binds it); when the
+    /// port is taken anyway nginx exits, and it is started again on another.
+    fn start(binary: &Path, upstream: &str) -> Nginx {
+        let mut said = Vec::new();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = unassigned_port();
+            let conf = dir.path().join("nginx.conf");
+            std::fs::write(&conf, nginx_config(dir.path(), port, upstream)).unwrap();
+            let log = dir.path().join("error.log");
+            let child = Command::new(binary)
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(&conf)
+                .arg("-e")
+                .arg(&log)
+                .args(["-g", "daemon off;"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut process = Running(child);
+            let url = format!("http://127.0.0.1:{port}");
+            // Up when packd's health check answers through it.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let up = loop {
+                if let Some(status) = process.0.try_wait().unwrap() {
+                    break Err(format!("nginx exited ({status})"));
+                }
+                let health = reqwest::blocking::get(format!("{url}/healthz"));
+                if health.is_ok_and(|r| r.status().is_success()) {
+                    break Ok(());
+                }
+                if Instant::now() > deadline {
+                    break Err("nginx did not answer within 20 s".to_string());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let logged = std::fs::read_to_string(&log).unwrap_or_default();
+            match up {
+                Ok(()) => {
+                    return Nginx {
+                        _process: process,
+                        url,
+                        dir,
+                    };
+                }
+                Err(why) if logged.contains("Address already in use") => {
+                    said.push(format!("port {port}: {why}"));
+                }
+                Err(why) => panic!("nginx on port {port}: {why}\n{logged}"),
+            }
+        }
+        panic!("nginx never listened: {}", said.join("; "));
+    }
+
+    /// The requests nginx served, with their cache status.
+    fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
+    }
+}
+
+/// A loopback port free when checked, from below the kernel's ephemeral range.
+fn unassigned_port() -> u16 {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let range = 10_000..ephemeral_low.max(11_000);
+    loop {
+        let port = rand::random_range(range.clone());
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// `pack-client run`: the six-hour schedule and the watch, in the foreground.
+fn pack_client_run(cache: &Path, config: &Path) -> Running {
+    let mut cmd = client_cmd(cache, config, "1.0.0");
+    cmd.arg("run")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    Running(cmd.spawn().unwrap())
+}
+
+/// The version the cache serves, as a fresh process loads it.
+fn served(cache: &Path, config: &Path) -> String {
+    dump(cache, config, "1.0.0").0
+}
+
+/// Waits until the cache serves `version`; how long that took.
+fn until_served(cache: &Path, config: &Path, version: &str, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if served(cache, config) == version {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{version} not served within {within:?}; serving {:?}",
+            served(cache, config)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sum of every sample of `name` in packd's metrics whose labels contain `labels`.
+fn metric(packd: &Packd, name: &str, labels: &str) -> f64 {
+    let text = reqwest::blocking::get(format!("{}/metrics", packd.url))
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with([' ', '{']) && rest.contains(labels))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Watches packd holds now.
+fn watchers(packd: &Packd) -> f64 {
+    metric(packd, "packd_watchers", "")
+}
+
+fn until_watching(packd: &Packd) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while watchers(packd) != 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "packd never held the client's watch"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Watch requests packd answered.
+fn watch_requests(packd: &Packd) -> f64 {
+    metric(
+        packd,
+        "packd_http_requests_total",
+        "route=\"/v1/channels/{channel}?wait\"",
+    )
+}
+
+/// The `p`-th percentile of `samples` (nearest rank).
+fn percentile(samples: &[Duration], p: f64) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn publish(publisher: &Publisher, packd: &Packd, entry: &str) {
+    packd.publish(publisher, &publisher.sign(&[format!("*={entry}")], "30d"));
+}
+
+/// Rounds of a release and a rollback after the idle minute.
+const ROUNDS: usize = 10;
+
+#[test]
+fn a_rollback_reaches_a_client_watching_through_a_caching_nginx_within_two_seconds() {
+    let Some(binary) = nginx_binary() else {
+        return;
+    };
+    let started = Instant::now();
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let nginx = Nginx::start(&binary, &packd.url);
+    let v1 = publisher.build("1.0.0", "PROXIED-1.0.0");
+    let v2 = publisher.build("2.0.0", "PROXIED-2.0.0");
+    let v2_sha = packd.upload(&publisher, &v2);
+    packd.upload(&publisher, &v1);
+    publish(&publisher, &packd, &v1.display().to_string());
+
+    let config = publisher.client_config(&nginx.url, "");
+    let cache = tempfile::tempdir().unwrap();
+    let _run = pack_client_run(cache.path(), &config);
+    until_served(cache.path(), &config, "1.0.0", Duration::from_secs(30));
+    eprintln!("set up in {:?}", started.elapsed());
+
+    // A minute idle: the watch is held through nginx all along, not answered early (one
+    // answer at the end of its 50 s wait).
+    let answered_before = watch_requests(&packd);
+    let idle = Instant::now();
+    let (mut samples, mut held) = (0, 0);
+    while idle.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_secs(1));
+        samples += 1;
+        if watchers(&packd) == 1.0 {
+            held += 1;
+        }
+    }
+    let answered = watch_requests(&packd) - answered_before;
+    eprintln!(
+        "a minute idle: packd held the watch at {held} of {samples} samples, answered {answered} watches"
+    );
+    assert!(
+        held >= samples * 9 / 10 && answered <= 2.0,
+        "the watch was not held through nginx in a minute idle: held at {held} of {samples} \
+         samples, {answered} watches answered\n{}",
+        nginx.access_log()
+    );
+
+    // A rollback right after the idle minute. Then rounds of a release and a rollback, each
+    // published once the client watches again and its last refresh is a refresh gap old (a
+    // refresh a watch starts waits for that gap; a release is not rolled back within it).
+    let change = |entry: &str, version: &str| {
+        publish(&publisher, &packd, entry);
+        let took = until_served(cache.path(), &config, version, Duration::from_secs(20));
+        eprintln!(
+            "{version} reached pack-client run through nginx in {} ms",
+            took.as_millis()
+        );
+        took
+    };
+    let settle = || {
+        let settled = Instant::now();
+        until_watching(&packd);
+        std::thread::sleep(MIN_REFRESH_GAP.saturating_sub(settled.elapsed()));
+    };
+    let v2_entry = v2.display().to_string();
+    let mut rollbacks = vec![change("builtin", "0.0.0")];
+    let mut releases = Vec::new();
+    for _ in 0..ROUNDS {
+        settle();
+        releases.push(change(&v2_entry, "2.0.0"));
+        settle();
+        rollbacks.push(change("builtin", "0.0.0"));
+    }
+    eprintln!("rounds done at {:?}", started.elapsed());
+    let ms = |d: Duration| d.as_millis();
+    eprintln!(
+        "rollback through nginx over {} rollbacks: p50 {} ms, p99 {} ms; release: p50 {} ms, p99 {} ms",
+        rollbacks.len(),
+        ms(percentile(&rollbacks, 0.5)),
+        ms(percentile(&rollbacks, 0.99)),
+        ms(percentile(&releases, 0.5)),
+        ms(percentile(&releases, 0.99)),
+    );
+
+    // Blobs come from nginx's cache: immutable, content-addressed.
+    let blob = || {
+        let r = reqwest::blocking::get(format!("{}/v1/blobs/{v2_sha}", nginx.url)).unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        let status = r
+            .headers()
+            .get("x-cache-status")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        (status, pack_format::sha256_hex(&r.bytes().unwrap()))
+    };
+    let (first, second) = (blob(), blob());
+    eprintln!("blob through nginx: {} then {}", first.0, second.0);
+
+    // A plain refresh right after a release sees it, however often the channel document
+    // went through nginx before.
+    let other = tempfile::tempdir().unwrap();
+    let refresh = || {
+        let mut cmd = client_cmd(other.path(), &config, "1.0.0");
+        cmd.arg("refresh");
+        run(cmd);
+        served(other.path(), &config)
+    };
+    assert_eq!(refresh(), "0.0.0");
+    for _ in 0..3 {
+        let r = reqwest::blocking::get(format!("{}/v1/channels/stable", nginx.url)).unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+    publish(&publisher, &packd, &v1.display().to_string());
+    let refreshed = refresh();
+
+    eprintln!("the test took {:?}", started.elapsed());
+    let log = nginx.access_log();
+    assert!(
+        percentile(&rollbacks, 0.99) < Duration::from_secs(2),
+        "{rollbacks:?}"
+    );
+    assert!(
+        percentile(&releases, 0.99) < Duration::from_secs(2),
+        "{releases:?}"
+    );
+    assert_eq!(
+        second.0, "HIT",
+        "the blob's second GET through nginx\n{log}"
+    );
+    assert_eq!(first.1, v2_sha);
+    assert_eq!(second.1, v2_sha);
+    assert_eq!(refreshed, "1.0.0", "a refresh right after a release\n{log}");
+}
