@@ -10,6 +10,9 @@ command -v minisign >/dev/null 2>&1 || need_apt+=(minisign)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
 # The console's browser tests (tests/tests/console_browser.rs) drive a headless Chromium.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# The watch through a caching proxy (tests/tests/proxy_watch.rs) runs nginx, which Debian
+# installs in /usr/sbin, not on PATH for every user.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 # The format's second implementation (format/tests/vectors/check_vectors.py) needs Python's
 # `cryptography`: from PyPI for the python3 on PATH, else Debian's package.
 if ! command -v python3 >/dev/null 2>&1; then
