@@ -36,12 +36,17 @@ pub enum ApiError {
     HashMismatch { expected: String, found: String },
     #[error("not a valid sealed pack: {0}")]
     InvalidPack(FormatError),
-    #[error("pack {name} {version} already exists with sha256 {existing}; this upload is {found}")]
+    #[error(
+        "pack {name} {version} already exists with sha256 {existing}; this upload is {found}: \
+         {held}"
+    )]
     VersionExists {
         name: String,
         version: String,
         existing: String,
         found: String,
+        /// Boxed: the variant would otherwise make every `ApiError` large.
+        held: Box<VersionHeld>,
     },
     #[error("signature check failed: {0}")]
     InvalidSignature(FormatError),
@@ -88,6 +93,50 @@ pub enum ApiError {
     Storage(#[from] StorageError),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why an uploaded version takes no other bytes (`version_exists`).
+#[derive(Debug)]
+pub enum VersionHeld {
+    /// A channel document names it; the first found, by channel name and sequence.
+    Released { channel: String, sequence: u64 },
+    /// Another upload claimed the replacement of the record this upload found and has not
+    /// written its own (see `routes::blobs::replace`).
+    Replacing {
+        sha256: String,
+        since: String,
+        claim: String,
+    },
+    /// Other uploads replaced it again and again while this one was stored.
+    Contended { rounds: usize },
+}
+
+impl std::fmt::Display for VersionHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VersionHeld::Released { channel, sequence } => write!(
+                f,
+                "it was released (channel {channel} sequence {sequence} names it), and a \
+                 released version never takes other bytes: publish these as a new version"
+            ),
+            VersionHeld::Replacing {
+                sha256,
+                since,
+                claim,
+            } => write!(
+                f,
+                "it was never released, but an upload of {sha256} began replacing it at {since} \
+                 and has not finished: try again in a moment (if this persists, the packd \
+                 storing that upload stopped mid-way: publish as a new version, or remove \
+                 {claim} from the storage)"
+            ),
+            VersionHeld::Contended { rounds } => write!(
+                f,
+                "it was never released, but other uploads replaced it {rounds} times while this \
+                 one was stored: try again"
+            ),
+        }
+    }
 }
 
 impl From<AuthError> for ApiError {

@@ -8,12 +8,16 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use time::OffsetDateTime;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, VersionHeld};
 use crate::model::{PackRecord, UploadResponse, rfc3339};
 use crate::range::{RangeRequest, if_none_match, parse_range};
 use crate::routes::{check_sha256, etag, header_str, read_body};
 use crate::state::SharedState;
 use crate::storage::{Created, Storage, keys};
+
+mod replace;
+
+use replace::Found;
 
 const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
@@ -21,7 +25,9 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 ///
 /// The body is the sealed pack's bytes. The server recomputes the SHA-256, parses the pack
 /// header (name, version, schema) without decrypting, and records `name` + `version` →
-/// `sha256` create-only: the same name and version can never point at different bytes.
+/// `sha256`. Other bytes under a recorded name and version replace the record while no
+/// channel document (live or in any channel's history) names that version; once one does,
+/// the version never points at other bytes again.
 #[utoipa::path(
     put,
     path = "/v1/blobs/{sha256}",
@@ -30,12 +36,12 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The sealed pack"),
     security(("bearer" = ["publish"])),
     responses(
-        (status = 201, description = "Stored", body = UploadResponse),
+        (status = 201, description = "Stored (also when it replaced other bytes under a version never released)", body = UploadResponse),
         (status = 200, description = "The same bytes were already stored (no-op)", body = UploadResponse),
         (status = 400, description = "`invalid_sha256`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no or unknown token", body = ErrorBody),
         (status = 403, description = "`forbidden`: token lacks the publish scope", body = ErrorBody),
-        (status = 409, description = "`version_exists`: this name and version hold other bytes", body = ErrorBody),
+        (status = 409, description = "`version_exists`: this name and version hold other bytes and were released (the message names the channel and sequence), or another upload is replacing them", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 422, description = "`hash_mismatch` or `invalid_pack`", body = ErrorBody),
         (status = 503, description = "`storage_unavailable`", body = ErrorBody),
@@ -81,7 +87,7 @@ pub async fn put_blob(
         uploaded_at: rfc3339(OffsetDateTime::now_utc()),
     };
 
-    let result = store_upload(&state, &sha256, bytes, &record_key, &record).await;
+    let result = store_upload(&state, &token, bytes, &record_key, &record).await;
     if let Ok((StatusCode::CREATED, _)) = &result {
         tracing::info!(
             token,
@@ -95,69 +101,133 @@ pub async fn put_blob(
     result
 }
 
-/// Stores an upload without a lock: both writes are create-only, and the record's create
-/// decides. Of two uploads of one name and version with different bytes exactly one record
-/// is created; the other upload gets `409 version_exists` (its blob stays, unreferenced and
-/// harmless: blobs are content-addressed).
+/// How many times an upload looks again at a record that changed under it before it gives
+/// up: each look means another upload created or replaced the record meanwhile.
+const ROUNDS: usize = 4;
+
+/// Stores an upload without a lock: the blob and a new record are written create-only, and
+/// the record's create decides. A record that holds other bytes is replaced when no channel
+/// document names its version ([`replace`]), else the upload gets `409 version_exists` saying
+/// why. An upload that finds the record changed under it (created or replaced by another
+/// upload) looks again; a refused upload's blob may stay, unreferenced and harmless: blobs
+/// are content-addressed.
 async fn store_upload(
     state: &SharedState,
-    sha256: &str,
+    token: &str,
     bytes: Bytes,
     record_key: &str,
     record: &PackRecord,
 ) -> Result<(StatusCode, Json<UploadResponse>), ApiError> {
-    if let Some(existing) = load_record(state, record_key).await? {
-        return same_or_conflict(existing, record);
+    let encoded = Bytes::from(
+        serde_json::to_vec_pretty(record).map_err(|e| ApiError::Internal(e.to_string()))?,
+    );
+    let mut blob = PendingBlob {
+        key: keys::blob(&record.sha256),
+        bytes: Some(bytes),
+    };
+    for _ in 0..ROUNDS {
+        let Some(found) = load_record(state, record_key).await? else {
+            blob.store(&state.storage).await?;
+            match state.storage.create(record_key, encoded.clone()).await? {
+                Created::Created => return Ok(stored(record)),
+                // Another upload created it first: look at what it holds.
+                Created::AlreadyExists => continue,
+            }
+        };
+        if found.record.sha256 == record.sha256 {
+            return Ok((
+                StatusCode::OK,
+                Json(UploadResponse {
+                    created: false,
+                    pack: found.record,
+                }),
+            ));
+        }
+        let replaced = found.record.clone();
+        let outcome = replace::replace(
+            &state.storage,
+            token,
+            found,
+            record,
+            &mut blob,
+            encoded.clone(),
+        )
+        .await?;
+        match outcome {
+            replace::Outcome::Replaced => {
+                tracing::info!(
+                    token,
+                    pack = record.name,
+                    version = record.version,
+                    sha256 = record.sha256,
+                    replaced = replaced.sha256,
+                    "an unreleased pack version was replaced"
+                );
+                return Ok(stored(record));
+            }
+            replace::Outcome::Held(held) => return Err(version_exists(&replaced, record, held)),
+            replace::Outcome::Moved => {}
+        }
     }
-    // Blob first, record second: a record always points at a blob that is there. A blob that
-    // exists already holds these bytes (its key is their hash).
-    state.storage.create(&keys::blob(sha256), bytes).await?;
-    let json = serde_json::to_vec_pretty(record).map_err(|e| ApiError::Internal(e.to_string()))?;
-    match state.storage.create(record_key, Bytes::from(json)).await? {
-        Created::Created => Ok((
-            StatusCode::CREATED,
-            Json(UploadResponse {
-                created: true,
-                pack: record.clone(),
-            }),
-        )),
-        Created::AlreadyExists => match load_record(state, record_key).await? {
-            Some(existing) => same_or_conflict(existing, record),
-            None => Err(ApiError::Internal(format!(
-                "{record_key} exists but cannot be read"
-            ))),
-        },
+    // The record changed under every look: say what it holds now.
+    let last = load_record(state, record_key)
+        .await?
+        .ok_or_else(|| ApiError::Internal(format!("{record_key} cannot be read")))?;
+    Err(version_exists(
+        &last.record,
+        record,
+        VersionHeld::Contended { rounds: ROUNDS },
+    ))
+}
+
+/// An upload's blob, written once, and only when a record is about to point at it: blob
+/// first, record second, so a record always points at a blob that is there. A blob that
+/// exists already holds these bytes (its key is their hash).
+struct PendingBlob {
+    key: String,
+    bytes: Option<Bytes>,
+}
+
+impl PendingBlob {
+    async fn store(&mut self, storage: &Storage) -> Result<(), ApiError> {
+        if let Some(bytes) = self.bytes.take() {
+            storage.create(&self.key, bytes).await?;
+        }
+        Ok(())
     }
 }
 
-async fn load_record(state: &SharedState, key: &str) -> Result<Option<PackRecord>, ApiError> {
+fn stored(record: &PackRecord) -> (StatusCode, Json<UploadResponse>) {
+    (
+        StatusCode::CREATED,
+        Json(UploadResponse {
+            created: true,
+            pack: record.clone(),
+        }),
+    )
+}
+
+fn version_exists(existing: &PackRecord, upload: &PackRecord, held: VersionHeld) -> ApiError {
+    ApiError::VersionExists {
+        name: existing.name.clone(),
+        version: existing.version.clone(),
+        existing: existing.sha256.clone(),
+        found: upload.sha256.clone(),
+        held: Box::new(held),
+    }
+}
+
+async fn load_record(state: &SharedState, key: &str) -> Result<Option<Found>, ApiError> {
     let Some(stored) = state.storage.get(key).await? else {
         return Ok(None);
     };
-    serde_json::from_slice(&stored)
-        .map(Some)
-        .map_err(|e| ApiError::Internal(format!("stored record {key} is corrupt: {e}")))
-}
-
-fn same_or_conflict(
-    existing: PackRecord,
-    upload: &PackRecord,
-) -> Result<(StatusCode, Json<UploadResponse>), ApiError> {
-    if existing.sha256 == upload.sha256 {
-        return Ok((
-            StatusCode::OK,
-            Json(UploadResponse {
-                created: false,
-                pack: existing,
-            }),
-        ));
-    }
-    Err(ApiError::VersionExists {
-        name: existing.name,
-        version: existing.version,
-        existing: existing.sha256,
-        found: upload.sha256.clone(),
-    })
+    let record = serde_json::from_slice(&stored)
+        .map_err(|e| ApiError::Internal(format!("stored record {key} is corrupt: {e}")))?;
+    Ok(Some(Found {
+        key: key.to_string(),
+        bytes: stored,
+        record,
+    }))
 }
 
 /// Download a sealed pack.
