@@ -14,6 +14,7 @@ use agent_runtime::agent_loop::{dispatch, prepare_turn};
 use agent_runtime::config::Config;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
+use agent_runtime::permissions::Policy;
 use agent_runtime::provider::{
     Api, Message, ModelRequest, Provider, ProviderSettings, ToolCall, Usage,
 };
@@ -104,7 +105,10 @@ fn main() {
         disk_skills: &[],
         mcp: None,
     };
-    let tools = Arc::new(ToolContext::new(work.clone()));
+    let tools = Arc::new(ToolContext::new(
+        work.clone(),
+        Policy::unrestricted(work.clone()),
+    ));
     let provider = Provider::new(ProviderSettings::for_tests(
         Api::OpenAi,
         "http://127.0.0.1:9",

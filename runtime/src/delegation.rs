@@ -229,9 +229,11 @@ impl Subagents {
         }
         // No delegate: the child's toolbox has no `task` tool, whatever its ceiling says.
         // Its permissions are the parent's, narrowed further by its own ceiling.
-        let mut tools = ToolContext::new(self.cwd.clone())
-            .with_policy(request.policy.inherited(&self.parent_agent))
-            .with_web(self.web.clone());
+        let mut tools = ToolContext::new(
+            self.cwd.clone(),
+            request.policy.inherited(&self.parent_agent),
+        )
+        .with_web(self.web.clone());
         if let Some(mcp) = &self.mcp {
             tools = tools.with_mcp(mcp.clone());
         }

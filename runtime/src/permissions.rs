@@ -619,13 +619,13 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// No limits: what a library caller that installs no policy gets.
+    /// No limits, for a caller that chooses to run tools unrestricted (tests, benchmarks).
     pub fn unrestricted() -> Settings {
         Settings {
             mode: PermissionMode::Full,
-            mode_origin: Origin::Default("a tool context without a policy"),
+            mode_origin: Origin::Default("an unrestricted tool context"),
             approval: Approval::Never,
-            approval_origin: Origin::Default("a tool context without a policy"),
+            approval_origin: Origin::Default("an unrestricted tool context"),
             network: true,
             writable: Vec::new(),
             rules: Rules::default(),
@@ -727,13 +727,13 @@ impl Policy {
         }
     }
 
-    /// A tool context without a policy: full access, nothing asked.
+    /// Full access, nothing asked, no sandbox: only where a caller says so.
     pub fn unrestricted(workspace: PathBuf) -> Policy {
         Policy::new(Arc::new(Permissions::new(
             workspace,
             Settings::unrestricted(),
             Sandbox::Unavailable {
-                reason: "no sandbox in a tool context without a policy".to_string(),
+                reason: "no sandbox in an unrestricted tool context".to_string(),
             },
             None,
         )))

@@ -7,6 +7,7 @@ mod model_server;
 use std::sync::Arc;
 
 use agent_runtime::agent_loop::{AgentLoop, Event, LoopState};
+use agent_runtime::permissions::Policy;
 use agent_runtime::provider::{Api, Message, Provider, ProviderSettings};
 use agent_runtime::tools::ToolContext;
 use agent_runtime::transcript::{SessionHeader, Transcript};
@@ -62,7 +63,10 @@ async fn a_pack_that_changes_mid_run_is_announced_to_the_model() {
         store: &store,
         request: turn.request(),
         provider: &provider,
-        tools: Arc::new(ToolContext::new(work.path().to_path_buf())),
+        tools: Arc::new(ToolContext::new(
+            work.path().to_path_buf(),
+            Policy::unrestricted(work.path().to_path_buf()),
+        )),
         max_steps: 10,
         session_id: header.id.clone(),
         context_limit: None,

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use agent_runtime::agents::{BUILTIN_AGENTS, PLAN};
+use agent_runtime::permissions::Policy;
 use agent_runtime::tools::{ToolContext, Toolbox};
 use agent_runtime::{Occasion, PromptMode};
 use common::Turn;
@@ -212,6 +213,7 @@ fn named_tools(text: &str) -> std::collections::BTreeSet<String> {
 #[test]
 fn every_tool_a_prompt_names_is_offered() {
     let dir = tempfile::tempdir().unwrap();
+    let unrestricted = || Policy::unrestricted(dir.path().to_path_buf());
     let snapshot = common::builtin();
     for agent in BUILTIN_AGENTS.iter().chain([&PLAN]) {
         for mode in PromptMode::ALL {
@@ -223,10 +225,12 @@ fn every_tool_a_prompt_names_is_offered() {
                 // The context the host builds: a root can delegate and keep notes, a
                 // delegated child gets a plain one.
                 let context = match occasion {
-                    Occasion::Root => ToolContext::new(dir.path().to_path_buf())
+                    Occasion::Root => ToolContext::new(dir.path().to_path_buf(), unrestricted())
                         .with_delegate(Arc::new(NoDelegate))
                         .with_notes(dir.path().join("notes.json")),
-                    Occasion::TaskChild => ToolContext::new(dir.path().to_path_buf()),
+                    Occasion::TaskChild => {
+                        ToolContext::new(dir.path().to_path_buf(), unrestricted())
+                    }
                 };
                 let toolbox = Toolbox::new(&prompt.capabilities, Arc::new(context));
                 let offered = toolbox.names();

@@ -5,12 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::Capabilities;
+use agent_runtime::permissions::{
+    Approval, Origin, PermissionMode, Permissions, Policy, Rules, Settings,
+};
 use agent_runtime::provider::ToolCall;
 use agent_runtime::tools::{MatchLevel, ToolContext, ToolLimits, ToolOutput, Toolbox, apply_edit};
 use serde_json::json;
 
 fn toolbox(dir: &std::path::Path, limits: ToolLimits) -> Toolbox {
-    let context = ToolContext::new(dir.to_path_buf()).with_limits(limits);
+    let context = ToolContext::new(dir.to_path_buf(), Policy::unrestricted(dir.to_path_buf()))
+        .with_limits(limits);
     Toolbox::new(&Capabilities::everything(), Arc::new(context))
 }
 
@@ -245,7 +249,11 @@ async fn mistakes_come_back_with_the_valid_choices() {
         tools: [agent_runtime::ToolId::Read, agent_runtime::ToolId::Grep].into(),
         ..Capabilities::everything()
     };
-    let tools = Toolbox::new(&caps, Arc::new(ToolContext::new(dir.path().to_path_buf())));
+    let context = ToolContext::new(
+        dir.path().to_path_buf(),
+        Policy::unrestricted(dir.path().to_path_buf()),
+    );
+    let tools = Toolbox::new(&caps, Arc::new(context));
     let out = call(&tools, "bash", json!({"command": "true"})).await;
     assert!(out.is_error);
     assert!(
@@ -314,4 +322,46 @@ fn tool_schemas_say_what_the_parsers_accept() {
         assert!(!text.contains("null"), "{}: {text}", spec.name);
         assert!(!text.contains("$ref"), "{}: {text}", spec.name);
     }
+}
+
+/// A tool context has no policy of its own: the one it is built with decides every call.
+#[tokio::test]
+async fn a_tool_context_runs_under_the_policy_it_is_given() {
+    let work = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let settings = Settings {
+        mode: PermissionMode::Workspace,
+        mode_origin: Origin::Default("this test"),
+        approval: Approval::Never,
+        approval_origin: Origin::Default("this test"),
+        network: false,
+        writable: Vec::new(),
+        rules: Rules::default(),
+        protected: Vec::new(),
+    };
+    let permissions = Permissions::new(
+        work.path().to_path_buf(),
+        settings,
+        agent_runtime::sandbox::Sandbox::Unavailable {
+            reason: "not needed".to_string(),
+        },
+        None,
+    );
+    let policy = Policy::new(Arc::new(permissions));
+    let context = ToolContext::new(work.path().to_path_buf(), policy);
+    let tools = Toolbox::new(&Capabilities::everything(), Arc::new(context));
+    let inside = work.path().join("in.txt");
+    let out = call(&tools, "write", json!({"path": inside, "content": "x"})).await;
+    assert!(!out.is_error, "{}", out.content);
+    let beyond = elsewhere.path().join("out.txt");
+    let out = call(&tools, "write", json!({"path": beyond, "content": "x"})).await;
+    assert!(
+        out.is_error
+            && out
+                .content
+                .contains("outside the `workspace` mode (the default for this test)"),
+        "{}",
+        out.content
+    );
+    assert!(!beyond.exists());
 }

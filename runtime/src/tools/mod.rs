@@ -390,8 +390,8 @@ pub struct ToolContext {
     /// Where `record_note` keeps this workspace's notes; `None` disables the note tools.
     pub notes_file: Option<PathBuf>,
     pub protected: Option<Protected>,
-    /// What calls may do without asking. [`ToolContext::new`] starts unrestricted, as a
-    /// library caller that wires no policy expects; the `agent` binary always installs one.
+    /// What calls may do without asking. Every context is built with one: an unrestricted
+    /// policy is a choice its caller spells out ([`Policy::unrestricted`]), never a default.
     pub policy: Policy,
     /// `web_fetch`'s limits and the private addresses it may reach.
     pub web: WebSettings,
@@ -400,7 +400,7 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
-    pub fn new(cwd: PathBuf) -> ToolContext {
+    pub fn new(cwd: PathBuf, policy: Policy) -> ToolContext {
         ToolContext {
             limits: ToolLimits::default(),
             read_files: Mutex::new(BTreeSet::new()),
@@ -411,16 +411,11 @@ impl ToolContext {
             delegate: None,
             notes_file: None,
             protected: None,
-            policy: Policy::unrestricted(cwd.clone()),
+            policy,
             web: WebSettings::default(),
             mcp: None,
             cwd,
         }
-    }
-
-    pub fn with_policy(mut self, policy: Policy) -> ToolContext {
-        self.policy = policy;
-        self
     }
 
     pub fn with_web(mut self, web: WebSettings) -> ToolContext {
@@ -744,7 +739,10 @@ mod tests {
     /// A panic while a lock is held (a tool thread crashing) leaves the session usable.
     #[test]
     fn a_poisoned_lock_does_not_end_the_session() {
-        let context = Arc::new(ToolContext::new(PathBuf::from("/w")));
+        let context = Arc::new(ToolContext::new(
+            PathBuf::from("/w"),
+            Policy::unrestricted(PathBuf::from("/w")),
+        ));
         let holder = context.clone();
         let crashed = std::thread::spawn(move || {
             let _held = holder.read_files.lock().unwrap();

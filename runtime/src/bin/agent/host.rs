@@ -149,8 +149,7 @@ impl Host {
             Ok(_) | Err(_) => None,
         };
         subagents.mcp = mcp.clone();
-        let mut tools = ToolContext::new(header.cwd.clone())
-            .with_policy(policy)
+        let mut tools = ToolContext::new(header.cwd.clone(), policy)
             .with_web(self.web.clone())
             .with_delegate(Arc::new(subagents))
             .with_notes(notes_file(self.data_dir.root(), &header.cwd));
