@@ -7,10 +7,9 @@
 //! document changes or the wait is over. The sequence is in the URL because a caching proxy
 //! may drop `If-None-Match` on its way to packd (nginx's `proxy_cache` does), which would turn
 //! every watch into an instant answer; the ETag is still sent for an older packd, which holds
-//! the watch by it. The answer is only a
-//! hint. A change starts the normal refresh — signature, sequence, expiry, hash, everything —
-//! so a server that lies about a change gains nothing but a refresh, and the six-hour
-//! schedule stays the floor whatever the watch does.
+//! the watch by it. The answer is only a hint. A change starts the normal refresh —
+//! signature, sequence, expiry, hash, everything — so a server that lies about a change gains
+//! nothing but a refresh, and the six-hour schedule stays the floor whatever the watch does.
 //!
 //! Nothing here may spin. Errors, early answers (a `304` long before the granted wait, as a
 //! server that does not watch gives), changes that a refresh does not confirm: each waits a
