@@ -1,6 +1,6 @@
 //! Watching the channel through a caching proxy, with real processes: Debian's nginx with
-//! `proxy_cache` on in front of a real packd, and a real `pack-client run` watching through
-//! it. nginx does not pass `If-None-Match` on to packd for a request it may cache, and keys
+//! `proxy_cache` on, configured as server/README.md ("Behind a cache or CDN") shows, in front
+//! of a real packd, and a real `pack-client run` watching through it. nginx does not pass `If-None-Match` on to packd for a request it may cache, and keys
 //! its cache on the URL; a watch that said what it holds only in that header was answered at
 //! once, every time, and a rollback took 34.5 s to reach an idle client. Here, after a minute
 //! idle the watch is still held, a rollback reaches the client within 2 s, blobs come from
@@ -56,16 +56,41 @@ fn nginx_binary() -> Option<PathBuf> {
     None
 }
 
-/// nginx with `proxy_cache` on in front of packd, as a user process with everything in a
-/// temporary directory; killed when dropped.
+/// nginx with `proxy_cache` on in front of packd, configured as server/README.md shows, as a
+/// user process with everything in a temporary directory; killed when dropped.
 struct Nginx {
     _process: Running,
     url: String,
     dir: tempfile::TempDir,
 }
 
-/// The server block: what server/README.md ("Behind a cache or CDN") shows.
+/// The ```nginx block of server/README.md's "Behind a cache or CDN", as written but for its
+/// cache directory, its port and packd's address.
+fn readme_nginx(cache: &Path, port: u16, upstream: &str) -> String {
+    let readme = std::fs::read_to_string(workspace().join("server/README.md")).unwrap();
+    let section = &readme[readme
+        .find("### Behind a cache or CDN")
+        .expect("server/README.md has a section \"Behind a cache or CDN\"")..];
+    let start = section.find("```nginx\n").expect("an ```nginx block") + "```nginx\n".len();
+    let end = section[start..].find("```").expect("the block ends") + start;
+    let mut block = section[start..end].to_string();
+    for (written, here) in [
+        ("/var/cache/nginx/packd", cache.display().to_string()),
+        ("listen 80;", format!("listen 127.0.0.1:{port};")),
+        ("http://127.0.0.1:8470", upstream.to_string()),
+    ] {
+        assert!(
+            block.contains(written),
+            "the README's nginx block has no {written:?}"
+        );
+        block = block.replace(written, &here);
+    }
+    block
+}
+
+/// The README's block, with everything else nginx writes in `dir`.
 fn nginx_config(dir: &Path, port: u16, upstream: &str) -> String {
+    let server = readme_nginx(&dir.join("cache"), port, upstream);
     let dir = dir.display();
     format!(
         r#"# One process, so that killing it leaves nothing behind (not for production).
@@ -81,24 +106,7 @@ http {{
     fastcgi_temp_path {dir}/fastcgi;
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
-
-    proxy_cache_path {dir}/cache levels=1:2 keys_zone=packd:10m max_size=1g inactive=30d use_temp_path=off;
-
-    server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass {upstream};
-            proxy_http_version 1.1;
-            proxy_cache packd;
-            # packd's Cache-Control decides: blobs for a year, channel documents never
-            # without asking packd, watch answers never.
-            proxy_buffering on;
-            # Above the longest a watch is held: 50 s, stretched by up to a sixteenth.
-            proxy_read_timeout 65s;
-            add_header X-Cache-Status $upstream_cache_status always;
-        }}
-    }}
-}}
+{server}}}
 "#
     )
 }
