@@ -8,15 +8,22 @@
 //! replaces itself with the shell through a plain `exec`. The restriction survives the
 //! exec and is inherited by every child; nothing can lift it.
 //!
-//! The ruleset: read and execute everywhere; write, create, remove and rename only below
-//! the writable directories (none in `read-only`) and on `/dev/null`-like devices; no TCP
-//! bind or connect unless the network is allowed (Landlock ABI 4); no signals to processes
-//! outside the sandbox and, without network, no abstract UNIX sockets outside it
-//! (ABI 6). Landlock does not filter UDP or other socket families: with the network off,
-//! DNS still resolves, but no TCP connection can be made.
+//! The ruleset: read and execute everywhere; write, create, remove, rename and truncate
+//! only below the writable directories (none in `read-only`) and on `/dev/null`-like
+//! devices; no ioctl on other devices (ABI 5); no TCP bind or connect unless the network
+//! is allowed (Landlock ABI 4); no signals to processes outside the sandbox and, without
+//! network, no abstract UNIX sockets outside it (ABI 6). Landlock does not filter UDP or
+//! other socket families: with the network off, DNS still resolves, but no TCP connection
+//! can be made.
+//!
+//! Only ABI 3 and later count as confining files: before it `truncate(2)` is not mediated,
+//! so a command in the read-only sandbox could still empty any file the user owns. On such
+//! a kernel commands are treated as unsandboxed (asked about or refused), and the launcher
+//! refuses to run one.
 //!
 //! At session start the host runs `agent sandbox-exec --probe`, which restricts itself
-//! and reports what the kernel enforced; [`Sandbox`] records it.
+//! and reports what the kernel enforced; [`Sandbox`] records it. `AGENT_LANDLOCK_ABI_MAX`
+//! makes both the probe and the launcher act as on a kernel offering at most that ABI.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -32,6 +39,49 @@ pub const SUBCOMMAND: &str = "sandbox-exec";
 pub const SWITCH_ENV: &str = "AGENT_SANDBOX";
 /// The exit code of a command the launcher could not sandbox (it never runs unconfined).
 pub const LAUNCH_FAILED: i32 = 126;
+/// Lowers the Landlock ABI the agent uses, as if the kernel were older: a knob for tests
+/// and diagnosis that never raises the ABI above what the kernel offers.
+pub const ABI_MAX_ENV: &str = "AGENT_LANDLOCK_ABI_MAX";
+/// The newest Landlock ABI this code was written and tested against; newer kernels get
+/// nothing this code has not vetted.
+pub const NEWEST_ABI: u8 = 7;
+/// The oldest ABI that confines files: before ABI 3 `truncate(2)` is not mediated.
+pub const MIN_FILE_ABI: u8 = 3;
+
+/// What each Landlock ABI adds to the sandbox, for `agent doctor` (docs/SAFETY.md has the
+/// same table).
+pub const ABI_LEVELS: [(u8, &str); 7] = [
+    (
+        1,
+        "reads anywhere; writes, creation, removal and renames only below the writable directories",
+    ),
+    (2, "links and renames into another directory"),
+    (3, "truncate(2); from here on commands count as confined"),
+    (4, "TCP bind and connect: the network can be off"),
+    (5, "ioctl on device files"),
+    (
+        6,
+        "signals and abstract UNIX sockets stay inside the sandbox",
+    ),
+    (7, "audit logging of denials; nothing new is enforced"),
+];
+
+/// The highest ABI the probe and the launcher use: [`NEWEST_ABI`], lowered by
+/// `AGENT_LANDLOCK_ABI_MAX`. A value that is not a number is an error, never ignored: the
+/// caller then has no sandbox, which means more questions, never fewer.
+pub fn abi_ceiling() -> Result<u8, SandboxError> {
+    let value = match std::env::var(ABI_MAX_ENV) {
+        Err(std::env::VarError::NotPresent) => return Ok(NEWEST_ABI),
+        Err(std::env::VarError::NotUnicode(value)) => value.to_string_lossy().into_owned(),
+        Ok(value) if value.trim().is_empty() => return Ok(NEWEST_ABI),
+        Ok(value) => value,
+    };
+    value
+        .trim()
+        .parse::<u8>()
+        .map(|max| max.min(NEWEST_ABI))
+        .map_err(|_| SandboxError::BadAbiMax(value))
+}
 
 /// What this machine can enforce, found once per session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,26 +155,35 @@ impl Sandbox {
         }
     }
 
-    /// Can keep commands from writing outside their directories.
+    /// Can keep commands from changing files outside their directories (ABI 3+: before
+    /// it, `truncate(2)` is not mediated).
     pub fn confines_files(&self) -> bool {
-        matches!(self, Sandbox::Landlock { .. })
+        matches!(self, Sandbox::Landlock { abi, .. } if *abi >= MIN_FILE_ABI)
     }
 
     /// Can keep commands off the network (TCP rules arrived in Landlock ABI 4).
     pub fn confines_network(&self) -> bool {
-        matches!(self, Sandbox::Landlock { abi, .. } if *abi >= 4)
+        self.confines_files() && matches!(self, Sandbox::Landlock { abi, .. } if *abi >= 4)
     }
 
     /// One line for messages and `agent doctor`.
     pub fn describe(&self) -> String {
         match self {
+            Sandbox::Landlock { abi, .. } if *abi < MIN_FILE_ABI => format!(
+                "Landlock ABI {abi}: no file confinement (truncate(2) is not mediated before ABI {MIN_FILE_ABI})"
+            ),
             Sandbox::Landlock { abi, .. } => {
+                let ioctl = if *abi >= 5 {
+                    ""
+                } else {
+                    ", no device-ioctl rules before ABI 5"
+                };
                 let net = if *abi >= 4 {
                     "TCP rules"
                 } else {
                     "no network rules before ABI 4"
                 };
-                format!("Landlock ABI {abi}: file-system rules, {net}")
+                format!("Landlock ABI {abi}: file-system rules{ioctl}, {net}")
             }
             Sandbox::Unavailable { reason } => format!("no sandbox: {reason}"),
         }
@@ -140,6 +199,9 @@ impl Sandbox {
         let Sandbox::Landlock { launcher, .. } = self else {
             return Err(self.describe());
         };
+        if !self.confines_files() {
+            return Err(self.describe());
+        }
         let mut command = tokio::process::Command::new(launcher);
         command.arg(SUBCOMMAND);
         for dir in &spec.writable {
@@ -158,6 +220,14 @@ impl Sandbox {
 pub enum SandboxError {
     #[error("Landlock is not available on this kernel ({0})")]
     Unsupported(String),
+    #[error(
+        "{ABI_MAX_ENV}={0:?} is not a Landlock ABI number; set a number to lower the ABI, or unset it"
+    )]
+    BadAbiMax(String),
+    #[error(
+        "Landlock ABI {abi} cannot confine files: truncate(2) is not mediated before ABI {MIN_FILE_ABI}"
+    )]
+    NoFileConfinement { abi: u8 },
     #[error(
         "the network cannot be switched off on this kernel (Landlock ABI {abi}; TCP rules need ABI 4)"
     )]
@@ -183,22 +253,31 @@ pub fn restrict_self(spec: &SandboxSpec) -> Result<Enforced, SandboxError> {
         ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset,
         RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
     };
-    // The newest ABI this code was written and tested against; older kernels get what
-    // they support (best effort), newer ones nothing this code has not vetted.
-    let abi = ABI::V7;
+    let ceiling = abi_ceiling()?;
+    if ceiling == 0 {
+        return Err(SandboxError::Unsupported(format!(
+            "lowered to ABI 0 by {ABI_MAX_ENV}"
+        )));
+    }
+    // Up to the ceiling: older kernels get what they support (best effort), newer ones
+    // nothing this code has not vetted. Below NEWEST_ABI only the ceiling's features are
+    // asked for, so the ruleset is what a kernel offering that ABI would enforce.
+    let abi = ABI::from(i32::from(ceiling));
     let fail = |e: landlock::RulesetError| SandboxError::Ruleset(e.to_string());
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
-        .map_err(fail)?
-        .scope(Scope::Signal)
         .map_err(fail)?;
-    if !spec.network {
+    if ceiling >= 6 {
+        ruleset = ruleset.scope(Scope::Signal).map_err(fail)?;
+    }
+    if !spec.network && ceiling >= 4 {
         ruleset = ruleset
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
-            .map_err(fail)?
-            .scope(Scope::AbstractUnixSocket)
             .map_err(fail)?;
+    }
+    if !spec.network && ceiling >= 6 {
+        ruleset = ruleset.scope(Scope::AbstractUnixSocket).map_err(fail)?;
     }
     let status = ruleset
         .create()
@@ -224,11 +303,14 @@ pub fn restrict_self(spec: &SandboxSpec) -> Result<Enforced, SandboxError> {
             ));
         }
     };
-    let abi = u8::try_from(kernel_abi).unwrap_or(0);
+    let abi = u8::try_from(kernel_abi).unwrap_or(0).min(ceiling);
     if status.ruleset == RulesetStatus::NotEnforced || abi == 0 {
         return Err(SandboxError::Unsupported(format!(
             "the ruleset was not enforced (ABI {abi})"
         )));
+    }
+    if abi < MIN_FILE_ABI {
+        return Err(SandboxError::NoFileConfinement { abi });
     }
     if !spec.network && abi < 4 {
         return Err(SandboxError::NoNetworkRules { abi });

@@ -413,7 +413,17 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> std::process::ExitCode {
                 abi: enforced.abi,
                 reason: None,
             },
-            Err(e) => Probe {
+            // Landlock, but too old to confine files: the host says so by the ABI.
+            Err(e @ sandbox::SandboxError::NoFileConfinement { abi }) => Probe {
+                abi,
+                reason: Some(e.to_string()),
+            },
+            Err(
+                e @ (sandbox::SandboxError::Unsupported(_)
+                | sandbox::SandboxError::BadAbiMax(_)
+                | sandbox::SandboxError::NoNetworkRules { .. }
+                | sandbox::SandboxError::Ruleset(_)),
+            ) => Probe {
                 abi: 0,
                 reason: Some(e.to_string()),
             },
@@ -465,27 +475,34 @@ pub fn doctor(data_dir: &agent_runtime::data_dir::DataDir) -> anyhow::Result<()>
     let sandbox = sandbox();
     match sandbox {
         Sandbox::Landlock { abi, launcher } => {
-            let yes_no = |b: bool| if b { "yes" } else { "no" };
             out.push_str(&format!(
                 "sandbox: Landlock ABI {abi} (launcher {})\n",
                 launcher.display()
             ));
-            out.push_str(&format!(
-                "  file-system rules (ABI 1+): {}\n",
-                yes_no(*abi >= 1)
-            ));
-            out.push_str(&format!(
-                "  renames across directories (ABI 2+) and truncation (ABI 3+): {}\n",
-                yes_no(*abi >= 3)
-            ));
-            out.push_str(&format!(
-                "  TCP bind/connect rules (ABI 4+): {}\n",
-                yes_no(*abi >= 4)
-            ));
-            out.push_str(&format!(
-                "  signal and abstract-socket scoping (ABI 6+): {}\n",
-                yes_no(*abi >= 6)
-            ));
+            if let Some(max) = std::env::var(sandbox::ABI_MAX_ENV)
+                .ok()
+                .filter(|m| !m.trim().is_empty())
+            {
+                out.push_str(&format!(
+                    "  lowered by {}={max}: the agent acts as on a kernel offering at most ABI {max} (a testing knob; it never raises the ABI)\n",
+                    sandbox::ABI_MAX_ENV
+                ));
+            }
+            if sandbox.confines_files() {
+                out.push_str(&format!(
+                    "  file confinement: yes (ABI {}+)\n",
+                    sandbox::MIN_FILE_ABI
+                ));
+            } else {
+                out.push_str(&format!(
+                    "  file confinement: no: truncate(2) is not mediated before ABI {}, so commands below `full` need an allow rule or approval\n",
+                    sandbox::MIN_FILE_ABI
+                ));
+            }
+            for (level, adds) in sandbox::ABI_LEVELS {
+                let here = if *abi >= level { "yes" } else { "no " };
+                out.push_str(&format!("  {here} ABI {level}: {adds}\n"));
+            }
             out.push_str("  UDP and other socket families: not filtered by Landlock\n");
         }
         Sandbox::Unavailable { reason } => {
