@@ -25,13 +25,13 @@ that is its structure (header, key slots, segment table, sizes, the sealed lengt
 --keys (or --content-key) also that it decrypts, that every file matches its index, and that
 its templates fit the contract of its schema. Only a content key can tell a pack whose
 encrypted bytes were damaged from a sound one: publish with --keys where the keys are at
-hand (`packer release` makes the same check before it signs, but by then the version is
-taken on packd).
+hand (`packer release` makes the same check before it signs; a version no channel document
+has named yet can then be published again with the fixed pack).
 
 Uploads the sealed bytes to PUT /v1/blobs/{sha256}. Uploading the same file again is a
-no-op. A name and version only ever point at one file, released or not: different bytes
-under a version that is already on the server are refused, so rebuild with a higher
---version instead. The token (publish scope) comes from --token-file or PROMPTPACK_TOKEN.
+no-op. Different bytes under a version already on the server replace it while no channel
+document (live or past) names that version; once one has, the version never changes and
+other bytes are refused: rebuild with a higher --version instead. The token (publish scope) comes from --token-file or PROMPTPACK_TOKEN.
 
 Example:
   PROMPTPACK_TOKEN=... packer publish dist/prompts-1.2.0.pack --keys keys --server https://packs.example.com")]
@@ -74,8 +74,8 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
     } else {
         eprintln!(
             "note: only the structure of {} was checked (no --keys): whether it decrypts and \
-             fits the contract is checked by `packer release`, but once uploaded, {} {} stays \
-             taken on packd; give --keys DIR to check it before it is uploaded",
+             fits the contract is checked by `packer release` (a version it refuses can be \
+             published again, fixed, as {} {}); give --keys DIR to check it before it is uploaded",
             shown(&args.pack),
             header.name,
             header.version
@@ -102,10 +102,10 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
             {
                 let next = bumped(&header.version);
                 return Err(error.context(format!(
-                    "{} {} is already on {} with different bytes; this file ({}) was not uploaded. \
-                     A published version never changes, so clients that installed it keep what they \
-                     verified: rebuild with a higher version (e.g. `packer build ... --version {next}`) \
-                     and publish that",
+                    "{} {} is already on {} with different bytes and was released (or is being \
+                     replaced by another upload); this file ({}) was not uploaded. A released version \
+                     never changes, so clients that installed it keep what they verified: rebuild \
+                     with a higher version (e.g. `packer build ... --version {next}`) and publish that",
                     header.name,
                     header.version,
                     remote.base(),

@@ -640,9 +640,10 @@ fn check_newly_named(
         let what = format!("pack {pack} {} on {}", target.version, remote.base());
         check_as_client(remote, pack, target, &keys, &what).with_context(|| {
             format!(
-                "clients would refuse {what}. packd keeps an uploaded version for good and takes \
-                 no other bytes for it: publish the fix as {} and release that",
-                bumped(&target.version)
+                "clients would refuse {what}. No channel document names {} yet, so packd takes \
+                 other bytes for it: publish the fixed pack under the same version and release \
+                 again",
+                target.version
             )
         })?;
     }

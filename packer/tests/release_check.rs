@@ -61,28 +61,24 @@ fn a_pack_that_fails_the_contract_is_not_released() {
         err.contains("not releasing channel stable: nothing was signed or published"),
         "{err}"
     );
-    assert!(err.contains("publish the fix as 1.0.1"), "{err}");
+    assert!(
+        err.contains("publish the fixed pack under the same version"),
+        "{err}"
+    );
     // Refused before the change is even shown.
     assert!(!err.contains("entries (first match wins)"), "{err}");
     assert!(refused.stdout.is_empty(), "{}", stdout(&refused));
     assert_eq!(env.status()["channels"].as_array().unwrap().len(), 0);
 
-    // packd keeps the upload under 1.0.0, released or not, so the fix goes out as 1.0.1.
-    let same_version = env.publish(&env.build("1.0.0", "prompts-1.0.0.pack"));
-    assert_fails(&same_version);
-    assert!(
-        stderr(&same_version).contains("version_exists"),
-        "{}",
-        stderr(&same_version)
-    );
-    let fixed = env.build("1.0.1", "prompts-1.0.1.pack");
+    // The version was not burned: the fix goes out under 1.0.0.
+    let fixed = env.build("1.0.0", "prompts-1.0.0.pack");
     assert_ok(&env.publish(&fixed));
     assert_ok(&env.release(&[
         "--new-channel",
         "--pack",
         "prompts",
         "--pin",
-        "*=1.0.1",
+        "*=1.0.0",
         "--yes",
     ]));
     let live = env.live_document();
@@ -90,7 +86,7 @@ fn a_pack_that_fails_the_contract_is_not_released() {
     let EntryTarget::Pack(target) = &live.entries[0].target else {
         panic!("expected a pack entry: {live:?}");
     };
-    assert_eq!(target.version.to_string(), "1.0.1");
+    assert_eq!(target.version.to_string(), "1.0.0");
 }
 
 #[test]

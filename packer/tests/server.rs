@@ -33,7 +33,15 @@ fn publish_is_new_then_idempotent_then_refuses_other_bytes_for_the_same_version(
         stdout(&human)
     );
 
-    // Same name and version, new random bytes.
+    // Once released, same name and version with new random bytes are refused.
+    assert_ok(&env.release(&[
+        "--new-channel",
+        "--pack",
+        "prompts",
+        "--pin",
+        "*=1.0.0",
+        "--yes",
+    ]));
     let rebuilt = env.build("1.0.0", "prompts-1.0.0-again.pack");
     let conflict = env.publish(&rebuilt);
     assert_fails(&conflict);
