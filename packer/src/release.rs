@@ -683,11 +683,6 @@ fn check_as_client(
     Ok(())
 }
 
-/// The next patch version, for the advice after a refused pack.
-fn bumped(version: &Version) -> Version {
-    Version::new(version.major, version.minor, version.patch + 1)
-}
-
 /// Where a new full entry goes: before the first catch-all, else at the end.
 fn catch_all_position(entries: &[ChannelEntry]) -> usize {
     entries
