@@ -4,9 +4,10 @@
 //! must be asked from inside the process before the command runs. The usual way, a
 //! `pre_exec` hook between fork and exec, needs `unsafe` code, which this workspace
 //! denies. So the `agent` binary itself is the launcher: `agent sandbox-exec --write DIR
-//! … -- /bin/bash -c CMD` restricts itself (a fresh, single-threaded process), then
-//! replaces itself with the shell through a plain `exec`. The restriction survives the
-//! exec and is inherited by every child; nothing can lift it.
+//! … -- /bin/bash -c CMD` starts a new session, so the command has no controlling terminal
+//! (it cannot type into the user's shell with TIOCSTI), restricts itself (a fresh,
+//! single-threaded process), then replaces itself with the shell through a plain `exec`.
+//! The restriction survives the exec and is inherited by every child; nothing can lift it.
 //!
 //! The ruleset: read and execute everywhere; write, create, remove, rename and truncate
 //! only below the writable directories (none in `read-only`) and on `/dev/null`-like

@@ -2,12 +2,14 @@
 //! write outside the workspace (nor anything it starts), writes inside succeed, read-only
 //! writes nowhere, the network is off unless allowed, and leaving the sandbox needs an
 //! allow rule. Without a sandbox the agent says so once and refuses commands it cannot
-//! confine.
+//! confine. A sandboxed command has no controlling terminal, so it cannot type into the
+//! user's shell.
 //!
 //! These tests need a kernel with Landlock (ABI 4 or later for the network ones); on one
 //! without, the first test fails and says so, rather than passing while proving nothing.
 
 mod model_server;
+mod pty;
 
 use std::path::Path;
 use std::process::Output;
@@ -294,4 +296,73 @@ fn without_a_sandbox_commands_need_approval_and_the_session_says_so_once() {
         1,
         "{stderr}"
     );
+}
+
+/// The launcher starts a new session, so a sandboxed command has no controlling terminal:
+/// it cannot open `/dev/tty` and push keystrokes into the user's shell with `TIOCSTI`
+/// (the class of CVE-2017-5226). Run on a real pseudo-terminal, as a user would.
+#[test]
+fn a_sandboxed_command_cannot_open_the_terminal() {
+    let home = outside_tmp();
+    let work = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(vec![
+        // `$((6*7))` so the marker appears only if the command printed it.
+        bash("b1", "exec 3</dev/tty && echo \"tty-open-$((6*7))\""),
+        openai_text("all finished"),
+    ]);
+    let home_str = home.path().to_str().unwrap();
+    let base = server.openai_base();
+    let out = pty::drive(
+        &json!([["", "all finished"]]),
+        work.path(),
+        &[
+            ("AGENT_HOME", home_str),
+            ("HOME", home_str),
+            ("AGENT_BASE_URL", &base),
+            ("AGENT_API", "openai"),
+            ("AGENT_MODEL", "test-model"),
+        ],
+        &["exec", "--json", "open the terminal"],
+    );
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    server.assert_clean();
+    let result = screen
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|e| e["type"] == "tool_call_completed")
+        .unwrap_or_else(|| panic!("no tool result: {screen}"));
+    let output = result["output"].as_str().unwrap();
+    assert!(!output.contains("tty-open-42"), "{output}");
+    assert!(
+        output.contains("/dev/tty: No such device or address"),
+        "{output}"
+    );
+}
+
+/// The launcher's new session is also the command's process group, so a timeout still
+/// kills everything the command started.
+#[test]
+fn a_timeout_kills_the_sandboxed_command_and_its_children() {
+    let home = outside_tmp();
+    let work = tempfile::tempdir().unwrap();
+    let out = run_commands(
+        home.path(),
+        work.path(),
+        &[],
+        &[],
+        vec![openai_calls(&[(
+            "b1",
+            "bash",
+            json!({"command": "sleep 300 & echo $! > child.pid; sleep 300", "timeout_ms": 1000}),
+        )])],
+    );
+    let result = &results(&out)[0].1;
+    assert!(result.contains("timed out"), "{result}");
+    let pid = std::fs::read_to_string(work.path().join("child.pid")).unwrap();
+    let proc_dir = Path::new("/proc").join(pid.trim());
+    model_server::wait_for("the background sleep to be killed", || {
+        // Gone, or a zombie waiting for its new parent to reap it.
+        std::fs::read_to_string(proc_dir.join("stat")).map_or(true, |stat| stat.contains(") Z "))
+    });
 }

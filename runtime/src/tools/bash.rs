@@ -84,7 +84,16 @@ pub(super) fn shell_command(
 ) -> Result<tokio::process::Command, ToolError> {
     let (program, flag) = shell();
     let mut command = match &permit.sandbox {
-        None => tokio::process::Command::new(program),
+        None => {
+            let mut command = tokio::process::Command::new(program);
+            // Its own process group: Ctrl-C at the terminal reaches the agent, which
+            // decides, and a timeout can kill the whole tree.
+            #[cfg(unix)]
+            command.process_group(0);
+            command
+        }
+        // The launcher starts a new session (and so its own process group) itself; a
+        // process group leader could not.
         Some(spec) => context
             .policy
             .permissions()
@@ -100,10 +109,6 @@ pub(super) fn shell_command(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    // Its own process group: Ctrl-C at the terminal reaches the agent, which decides, and
-    // a timeout can kill the whole tree.
-    #[cfg(unix)]
-    command.process_group(0);
     Ok(command)
 }
 

@@ -443,6 +443,17 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> std::process::ExitCode {
         writable: args.write,
         network: args.network,
     };
+    // A new session without a controlling terminal: the command cannot open `/dev/tty`,
+    // so it cannot push keystrokes into the user's shell with TIOCSTI (CVE-2017-5226 in
+    // bubblewrap), whatever the Landlock ABI. It also makes the command lead its own
+    // process group, which is how a timeout kills the whole tree.
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setsid() {
+        eprintln!(
+            "sandbox: cannot start a new session without the terminal (setsid: {e}; the launcher must not lead its process group); the command was not run"
+        );
+        return std::process::ExitCode::from(sandbox::LAUNCH_FAILED as u8);
+    }
     if let Err(e) = sandbox::restrict_self(&spec) {
         // Never run the command unconfined when confinement was asked for.
         eprintln!("sandbox: {e}; the command was not run");
