@@ -392,6 +392,28 @@ fn a_rollback_reaches_a_client_watching_through_a_caching_nginx_within_two_secon
     publish(&publisher, &packd, &v1.display().to_string());
     let refreshed = refresh();
 
+    // The same cache after an app upgrade, through the proxy: the channel pins 1.0.0 for
+    // the 1.x releases only, so 3.0.0 serves the built-in pack however the proxy answers
+    // its conditional GET, and its 1.x neighbour still serves 1.0.0.
+    packd.publish(
+        &publisher,
+        &publisher.sign(&[format!(">=1.0.0, <2.0.0={}", v1.display())], "30d"),
+    );
+    let as_release = |release: &str, command: &str| {
+        let mut cmd = client_cmd(other.path(), &config, release);
+        cmd.args(["--json", command]);
+        serde_json::from_str::<serde_json::Value>(&run(cmd)).unwrap()
+    };
+    assert_eq!(
+        as_release("1.0.0", "refresh")["outcome"]["outcome"],
+        "unchanged"
+    );
+    let upgraded: Vec<serde_json::Value> = (0..2)
+        .map(|_| as_release("3.0.0", "refresh")["status"]["serving"]["source"].clone())
+        .collect();
+    let upgraded_start = as_release("3.0.0", "dump")["meta"]["source"].clone();
+    let neighbour = served(other.path(), &config);
+
     eprintln!("the test took {:?}", started.elapsed());
     let log = nginx.access_log();
     assert!(
@@ -409,4 +431,11 @@ fn a_rollback_reaches_a_client_watching_through_a_caching_nginx_within_two_secon
     assert_eq!(first.1, v2_sha);
     assert_eq!(second.1, v2_sha);
     assert_eq!(refreshed, "1.0.0", "a refresh right after a release\n{log}");
+    assert_eq!(
+        upgraded,
+        ["builtin", "builtin"],
+        "an upgraded release\n{log}"
+    );
+    assert_eq!(upgraded_start, "builtin");
+    assert_eq!(neighbour, "1.0.0");
 }
