@@ -10,7 +10,7 @@ use pack_format::{
 };
 use serde_json::json;
 
-use crate::fsio::{self, spinner};
+use crate::fsio::{self, Placed, spinner};
 use crate::keys::content_keys;
 use crate::{ContentKeyArgs, print_json, shown};
 
@@ -62,7 +62,9 @@ pub struct BuildArgs {
     zstd_level: i32,
 
     /// Overwrite an existing output file. Without it a build never replaces a pack, which
-    /// may already be published: packd refuses other bytes under a published version.
+    /// may already be published: packd refuses other bytes under a published version. Of
+    /// two builds to the same output at once, without --force, the first to finish writes
+    /// it and the other fails, replacing nothing.
     #[arg(long)]
     force: bool,
 
@@ -183,7 +185,20 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
              was written"
         );
     }
-    staged?.commit()?;
+    let staged = staged?;
+    fsio::pause_before_placing();
+    // The check above was seconds ago: another build may have written the output since.
+    // Without --force the pack goes into place only where nothing is, in one step.
+    if args.force {
+        staged.commit()?;
+    } else if let Placed::Taken = staged.commit_new()? {
+        progress.finish_and_clear();
+        bail!(
+            "{} appeared while building; nothing was replaced (another build wrote it: check \
+             which pack you meant to keep, and build again with --force to replace it)",
+            shown(&args.output)
+        );
+    }
     progress.finish_and_clear();
 
     let key_ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();

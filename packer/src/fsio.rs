@@ -1,6 +1,7 @@
 //! Files written so that a crash or an error never leaves a half-written output: every
 //! output goes to a temporary file in the destination's own directory (same file system,
-//! so the rename is atomic), is flushed to disk, then renamed over the destination.
+//! so the rename is atomic), is flushed to disk, then moved into place: over the
+//! destination, or, for outputs that must never replace anything, only where nothing is.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -52,6 +53,15 @@ pub fn stage(dest: &Path, bytes: &[u8], mode: u32) -> Result<Staged> {
     })
 }
 
+/// Whether an output that must not replace anything was moved into place.
+#[must_use]
+pub enum Placed {
+    Yes,
+    /// Something appeared at the destination meanwhile; it was left as it was, and the
+    /// temporary file removed.
+    Taken,
+}
+
 impl Staged {
     /// Renames the temporary file over the destination and syncs the directory.
     pub fn commit(self) -> Result<()> {
@@ -62,7 +72,72 @@ impl Staged {
         sync_dir(&parent_dir(&dest));
         Ok(())
     }
+
+    /// Moves the temporary file into place only if nothing is at the destination, in one
+    /// step that cannot replace a file another process put there after any check of ours
+    /// (`renameat2(RENAME_NOREPLACE)` where the system has it, else a hard link, which
+    /// fails on an existing name, and an unlink), and syncs the directory.
+    pub fn commit_new(self) -> Result<Placed> {
+        let Staged { file, dest } = self;
+        match file.persist_noclobber(&dest) {
+            Ok(_) => {}
+            // Dropping the returned temporary file removes it.
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Ok(Placed::Taken);
+            }
+            Err(e) => {
+                return Err(e.error)
+                    .with_context(|| format!("moving the new {} into place", shown(&dest)));
+            }
+        }
+        sync_dir(&parent_dir(&dest));
+        Ok(Placed::Yes)
+    }
 }
+
+/// Renames the directory `from` to `to` only if nothing is at `to`: an error of kind
+/// `AlreadyExists` when something is, and then nothing moved. A plain `rename` would
+/// replace an empty directory at `to`.
+pub fn rename_dir_new(from: &Path, to: &Path) -> std::io::Result<()> {
+    #[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
+    {
+        use rustix::fs::{CWD, RenameFlags, renameat_with};
+        match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(()),
+            // A file system (or kernel) without the flag: claim the name as below.
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // Claim the name with `mkdir`, which fails if anything is there, then rename over the
+    // empty directory just made (rename replaces an empty directory). Between the two
+    // calls the name is an empty directory.
+    std::fs::create_dir(to)?;
+    std::fs::rename(from, to).inspect_err(|_| {
+        let _ = std::fs::remove_dir(to);
+    })
+}
+
+/// Tests only (debug builds): with `PACKER_TEST_PAUSE_BEFORE_PLACING=FILE` a command that
+/// must not replace its output creates FILE once the output is staged and waits until
+/// FILE is removed before moving it into place, so that a test can make another writer
+/// take the output name first, at exactly that moment.
+#[cfg(debug_assertions)]
+pub fn pause_before_placing() {
+    let Some(signal) = std::env::var_os("PACKER_TEST_PAUSE_BEFORE_PLACING") else {
+        return;
+    };
+    let signal = PathBuf::from(signal);
+    if std::fs::write(&signal, b"").is_err() {
+        return;
+    }
+    while signal.exists() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(not(debug_assertions))]
+pub fn pause_before_placing() {}
 
 #[cfg(unix)]
 pub fn set_mode(path: &Path, mode: u32) -> Result<()> {
