@@ -1129,34 +1129,6 @@ mod tests {
         assert_eq!(other.estimate(), 13);
     }
 
-    /// The figures in BENCHMARKS.md: `cargo test -p pack-server --lib error_figures --
-    /// --ignored --nocapture`.
-    #[test]
-    #[ignore = "prints measurements"]
-    #[allow(clippy::print_stdout)]
-    fn error_figures() {
-        for n in [50u64, 512, 1_000, 10_000, 100_000] {
-            let runs = if n >= 100_000 { 20 } else { 100 };
-            let (mut sum, mut worst) = (0.0f64, 0.0f64);
-            let mut memory = 0;
-            for seed in 0..runs {
-                let mut sketch = Sketch::default();
-                for key in installs(n, 1_000 + seed) {
-                    sketch.insert(key);
-                }
-                let error = (sketch.estimate() as f64 - n as f64).abs() / n as f64;
-                sum += error;
-                worst = worst.max(error);
-                memory = sketch.memory();
-            }
-            println!(
-                "{n} installs: mean |error| {:.3} %, worst {:.3} % over {runs} fleets; {memory} bytes per cell",
-                100.0 * sum / runs as f64,
-                100.0 * worst
-            );
-        }
-    }
-
     #[test]
     fn a_dense_cell_takes_about_four_kibibytes() {
         let mut sketch = Sketch::default();
