@@ -36,6 +36,7 @@ pub fn chromium() -> Option<PathBuf> {
         b"\n!!!!!!!!!!\n!!! SKIPPING the browser test: chromium is not on PATH.\n\
           !!! Install it with: apt-get install chromium\n!!!!!!!!!!\n",
     );
+    crate::skipped("chromium is not installed");
     None
 }
 

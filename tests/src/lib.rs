@@ -11,6 +11,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+/// Says on stderr, in the line `scripts/test.sh` counts as a skip, that the running test
+/// returns without testing anything (`SKIPPED: <test> (<why>)`). Straight to the file
+/// descriptor: the harness captures `eprintln!` of a passing test, and this must be seen.
+pub fn skipped(why: &str) {
+    use std::io::Write as _;
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test} ({why})\n").as_bytes());
+}
+
 /// The workspace root.
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

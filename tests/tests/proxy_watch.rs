@@ -53,6 +53,7 @@ fn nginx_binary() -> Option<PathBuf> {
         b"\n!!!!!!!!!!\n!!! skipped: nginx not installed (tests/tests/proxy_watch.rs).\n\
           !!! Install it with: apt-get install nginx-light\n!!!!!!!!!!\n",
     );
+    skipped("nginx is not installed");
     None
 }
 

@@ -341,12 +341,27 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// Says on stderr, in the line `scripts/test.sh` counts as a skip, that the running test
+/// returns without testing anything (`SKIPPED: <test> (<why>)`). Straight to the file
+/// descriptor: the harness captures `eprintln!` of a passing test, and this must be seen.
+pub fn skipped(why: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test} ({why})\n").as_bytes());
+}
+
 impl Seaweed {
     /// The binary's SeaweedFS, started on first use; `None` (with a loud message) when
     /// `weed` is not installed and `CI` is unset. Under CI a missing `weed` fails the test.
     pub fn shared() -> Option<&'static Seaweed> {
         match SEAWEED.get_or_init(|| std::panic::catch_unwind(Seaweed::start).map_err(panic_text)) {
-            Ok(weed) => weed.as_ref(),
+            Ok(Some(weed)) => Some(weed),
+            Ok(None) => {
+                skipped("SeaweedFS (weed) is not installed");
+                None
+            }
             Err(message) => panic!("{message}"),
         }
     }
