@@ -18,7 +18,8 @@
 //! rules of one kind the most specific (the most literal characters) is the one named.
 //!
 //! A helper agent runs with its parent's policy narrowed by its own ceiling, so it never
-//! has more than its parent.
+//! has more than its parent. A workspace's own rules file allows only while it is the file
+//! the user trusted ([`trust`]).
 
 use std::fmt;
 use std::future::Future;
@@ -29,6 +30,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 
 use crate::sandbox::Sandbox;
+
+pub mod trust;
 
 /// How far the agent may reach without asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -1004,6 +1007,7 @@ pub fn real_path(path: &Path) -> PathBuf {
 
 /// The `[permissions]` table of config.toml, and the workspace's rules file.
 pub mod config {
+    use super::trust::{self, Trust};
     use super::*;
 
     /// `[permissions]` as written.
@@ -1022,9 +1026,13 @@ pub mod config {
         #[serde(default)]
         pub deny: Vec<String>,
         /// Workspaces whose `.agents/permissions.toml` may *allow* things (deny rules from
-        /// any workspace always apply).
+        /// any workspace always apply), while the file is the one trusted.
         #[serde(default)]
         pub trusted_workspaces: Vec<String>,
+        /// Written by `agent trust`: the SHA-256 of each trusted rules file as the user
+        /// trusted it, by the file's path.
+        #[serde(default)]
+        pub trusted_rules: std::collections::BTreeMap<String, String>,
     }
 
     #[derive(Debug, Default, Deserialize)]
@@ -1045,6 +1053,8 @@ pub mod config {
 
     /// The workspace rules file, relative to the workspace.
     pub const WORKSPACE_RULES: &str = ".agents/permissions.toml";
+    /// The most a workspace rules file may hold; it is a few lines.
+    pub const MAX_WORKSPACE_RULES_BYTES: u64 = 1024 * 1024;
 
     /// The `[permissions]` table; other tables are left to their owners.
     pub fn section(config_text: &str) -> Result<Section, String> {
@@ -1083,56 +1093,89 @@ pub mod config {
     pub struct WorkspaceRules {
         pub path: PathBuf,
         pub rules: Rules,
-        /// Allow rules left out because the workspace is not trusted.
+        /// Allow rules left out because the file is not one the user trusted.
         pub ignored_allow: Vec<String>,
         pub exists: bool,
+        pub trust: Trust,
     }
 
-    /// Reads `<workspace>/.agents/permissions.toml`. Its deny rules always apply; its
-    /// allow rules only when `trusted`, since a cloned repository must not be able to
-    /// grant itself anything.
-    pub fn workspace_rules(
+    /// The workspace's rules file, read once: the SHA-256 of its bytes and the rules
+    /// parsed from those same bytes.
+    #[derive(Debug)]
+    pub struct WorkspaceFileRead {
+        pub path: PathBuf,
+        pub sha256: String,
+        pub allow: Vec<Rule>,
+        pub deny: Vec<Rule>,
+    }
+
+    /// Reads `<workspace>/.agents/permissions.toml` (at most
+    /// [`MAX_WORKSPACE_RULES_BYTES`]), hashes it and parses it; `None` when there is none.
+    pub fn read_workspace_file(
         context: &RuleContext,
-        trusted: bool,
         known: &[&str],
-    ) -> Result<WorkspaceRules, String> {
+    ) -> Result<Option<WorkspaceFileRead>, String> {
+        use std::io::Read as _;
         let path = context.workspace.join(WORKSPACE_RULES);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(WorkspaceRules {
-                    path,
-                    ..Default::default()
-                });
-            }
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
-        let file: WorkspaceFile =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        let origin = Origin::Workspace(path.clone());
         let fail = |e: String| format!("{}: {e}", path.display());
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_WORKSPACE_RULES_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| fail(e.to_string()))?;
+        if bytes.len() as u64 > MAX_WORKSPACE_RULES_BYTES {
+            return Err(fail(format!(
+                "larger than {MAX_WORKSPACE_RULES_BYTES} bytes; a rules file is a few lines"
+            )));
+        }
+        let sha256 = pack_format::sha256_hex(&bytes);
+        let text = std::str::from_utf8(&bytes).map_err(|e| fail(e.to_string()))?;
+        let file: WorkspaceFile = toml::from_str(text).map_err(|e| fail(e.to_string()))?;
+        let origin = Origin::Workspace(path.clone());
         let deny = parse_all(&file.deny, &origin, context, known).map_err(fail)?;
         let allow = parse_all(&file.allow, &origin, context, known).map_err(fail)?;
-        let (allow, ignored_allow) = if trusted {
-            (allow, Vec::new())
-        } else {
-            (Vec::new(), file.allow.clone())
-        };
-        Ok(WorkspaceRules {
+        Ok(Some(WorkspaceFileRead {
             path,
-            rules: Rules { allow, deny },
-            ignored_allow,
-            exists: true,
-        })
+            sha256,
+            allow,
+            deny,
+        }))
     }
 
-    /// Whether `workspace` is one of the trusted ones (or below one).
-    pub fn is_trusted(section: &Section, context: &RuleContext) -> bool {
-        let here = real_path(&context.workspace);
-        section
-            .trusted_workspaces
-            .iter()
-            .any(|t| here.starts_with(real_path(&context.expand(t))))
+    /// The workspace's rules. Its deny rules always apply; its allow rules only while the
+    /// file is byte for byte the one the user trusted (`agent trust`), since a cloned
+    /// repository, a `git pull` or a sandboxed command must not be able to grant anything.
+    pub fn workspace_rules(
+        context: &RuleContext,
+        section: &Section,
+        known: &[&str],
+    ) -> Result<WorkspaceRules, String> {
+        let Some(file) = read_workspace_file(context, known)? else {
+            return Ok(WorkspaceRules {
+                path: context.workspace.join(WORKSPACE_RULES),
+                ..Default::default()
+            });
+        };
+        let trust = trust::trust_of(section, context, &file.sha256);
+        let (allow, ignored_allow) = if trust.allows() {
+            (file.allow, Vec::new())
+        } else {
+            (Vec::new(), file.allow.into_iter().map(|r| r.text).collect())
+        };
+        Ok(WorkspaceRules {
+            path: file.path,
+            rules: Rules {
+                allow,
+                deny: file.deny,
+            },
+            ignored_allow,
+            exists: true,
+            trust,
+        })
     }
 }
 

@@ -216,8 +216,8 @@ fn deny_beats_allow() {
     );
 }
 
-/// The workspace's rules file can deny, but allows only once the user trusts the
-/// workspace; and the agent cannot rewrite it.
+/// The workspace's rules file can deny, but allows only once the user trusts it
+/// (`agent trust`); and the agent's file tools cannot rewrite it.
 #[test]
 fn a_workspace_cannot_grant_itself_anything() {
     let home = tempfile::tempdir().unwrap();
@@ -262,13 +262,18 @@ fn a_workspace_cannot_grant_itself_anything() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("1 allow rule(s) in"), "{stderr}");
 
-    // Trusted: the allow rule counts; the rules file stays the user's to change.
-    config(
-        home.path(),
-        &format!(
-            "[permissions]\ntrusted_workspaces = [\"{}\"]\n",
-            work.path().display()
-        ),
+    // Trusted (as the file is now): the allow rule counts; the rules file stays the
+    // user's to change.
+    let trusted = std::process::Command::new(env!("CARGO_BIN_EXE_agent"))
+        .arg("trust")
+        .current_dir(work.path())
+        .env("AGENT_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(
+        trusted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
     );
     let out = run(home.path(), work.path(), script("b"), &["go"]);
     let second = results(&out);

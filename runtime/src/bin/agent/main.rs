@@ -15,6 +15,7 @@ mod planning;
 mod repl;
 mod safety;
 mod spinner;
+mod trust;
 
 use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
@@ -68,6 +69,9 @@ enum Command {
     Mcp(McpCommand),
     /// What this machine supports (the sandbox) and the permissions the agent runs with.
     Doctor,
+    /// Let this workspace's .agents/permissions.toml allow things, as the file is now
+    /// (any later change to it waits for `agent trust` again).
+    Trust(trust::TrustArgs),
     /// Runs a command in the Landlock sandbox (what `bash` starts).
     #[command(name = "sandbox-exec", hide = true)]
     SandboxExec(safety::SandboxExecArgs),
@@ -171,6 +175,7 @@ fn main() -> ExitCode {
             | Command::Exec(_)
             | Command::Init(_)
             | Command::Doctor
+            | Command::Trust(_)
             | Command::SandboxExec(_)
             | Command::Mcp(_)
             | Command::Packs(
@@ -237,6 +242,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Exec(args)) => exec::exec(args),
         Some(Command::Packs(command)) => packs(command),
         Some(Command::Doctor) => safety::doctor(&DataDir::locate()?),
+        Some(Command::Trust(args)) => trust::trust(args),
         // Handled in `main`, before anything else starts.
         Some(Command::SandboxExec(_)) => Ok(()),
         Some(Command::Mcp(McpCommand::List { json })) => mcp::list(json),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use agent_runtime::permissions::config::{self, Section, WORKSPACE_RULES};
+use agent_runtime::permissions::trust::Trust;
 use agent_runtime::permissions::{
     Answer, Approval, ApprovalRequest, Approver, Origin, PermissionMode, Permissions, RuleContext,
     Rules, SandboxSpec, Settings,
@@ -81,14 +82,14 @@ pub fn sandbox() -> &'static Sandbox {
 }
 
 /// The user's home directory, for `~` in rules.
-fn home() -> Option<PathBuf> {
+pub fn home() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
 }
 
 /// Names rules may use: every built-in tool.
-fn known_tools() -> Vec<&'static str> {
+pub fn known_tools() -> Vec<&'static str> {
     agent_runtime::tools::registered().collect()
 }
 
@@ -137,8 +138,9 @@ fn temp_dirs() -> Vec<PathBuf> {
 /// Everything permissions need for one session in `workspace`.
 pub struct SessionSafety {
     pub permissions: Arc<Permissions>,
-    /// Allow rules of an untrusted workspace that were left out.
+    /// Allow rules of the workspace's rules file that were left out, and why.
     pub ignored_allow: Vec<String>,
+    pub trust: Trust,
     pub workspace_rules: Option<PathBuf>,
 }
 
@@ -159,8 +161,7 @@ pub fn session(
     let known = known_tools();
     let mut rules = config::user_rules(&section, config_path, &context, &known)
         .map_err(|e| anyhow::anyhow!("{} [permissions]: {e}", config_path.display()))?;
-    let trusted = config::is_trusted(&section, &context);
-    let from_workspace = config::workspace_rules(&context, trusted, &known)
+    let from_workspace = config::workspace_rules(&context, &section, &known)
         .map_err(|e| anyhow::anyhow!("workspace rules {e}; fix or remove the file"))?;
     let workspace_rules = from_workspace.exists.then(|| from_workspace.path.clone());
     rules.extend(from_workspace.rules);
@@ -189,6 +190,7 @@ pub fn session(
     Ok(SessionSafety {
         permissions: Arc::new(permissions),
         ignored_allow: from_workspace.ignored_allow,
+        trust: from_workspace.trust,
         workspace_rules,
     })
 }
@@ -250,10 +252,11 @@ pub fn announce(safety: &SessionSafety, colour: bool) {
     }
     if !safety.ignored_allow.is_empty()
         && let Some(path) = &safety.workspace_rules
+        && let Some(why) = safety.trust.why_ignored()
     {
         let _ = writeln!(
             err,
-            "note: {} allow rule(s) in {} ignored: this workspace is not listed in `trusted_workspaces` under [permissions] (its deny rules apply)",
+            "note: {} allow rule(s) in {} ignored: {why}; review the file, then run `agent trust` to trust it as it is now (its deny rules apply)",
             safety.ignored_allow.len(),
             path.display()
         );
@@ -553,14 +556,22 @@ pub fn doctor(data_dir: &agent_runtime::data_dir::DataDir) -> anyhow::Result<()>
                 if s.network { "on" } else { "off" }
             ));
             describe_rules(&mut out, &s.rules);
-            match &safety.workspace_rules {
-                Some(path) if !safety.ignored_allow.is_empty() => out.push_str(&format!(
-                    "workspace rules: {} ({} allow rule(s) ignored: workspace not trusted)\n",
-                    path.display(),
-                    safety.ignored_allow.len()
+            match (&safety.workspace_rules, safety.trust.why_ignored()) {
+                (Some(path), Some(why)) if !safety.ignored_allow.is_empty() => {
+                    out.push_str(&format!(
+                        "workspace rules: {} ({} allow rule(s) ignored: {why}; `agent trust` trusts it as it is now)\n",
+                        path.display(),
+                        safety.ignored_allow.len()
+                    ))
+                }
+                (Some(path), None) => out.push_str(&format!(
+                    "workspace rules: {} (trusted as it is; its allow rules count)\n",
+                    path.display()
                 )),
-                Some(path) => out.push_str(&format!("workspace rules: {}\n", path.display())),
-                None => out.push_str(&format!(
+                (Some(path), Some(_)) => {
+                    out.push_str(&format!("workspace rules: {}\n", path.display()))
+                }
+                (None, _) => out.push_str(&format!(
                     "workspace rules: none ({} does not exist)\n",
                     workspace.join(WORKSPACE_RULES).display()
                 )),
