@@ -11,11 +11,11 @@
 //!
 //! The ruleset: read and execute everywhere; write, create, remove, rename and truncate
 //! only below the writable directories (none in `read-only`) and on `/dev/null`-like
-//! devices; no ioctl on other devices (ABI 5); no TCP bind or connect unless the network
-//! is allowed (Landlock ABI 4); no signals to processes outside the sandbox and, without
-//! network, no abstract UNIX sockets outside it (ABI 6). Landlock does not filter UDP or
-//! other socket families: with the network off, DNS still resolves, but no TCP connection
-//! can be made.
+//! devices; no device drivers' ioctls on other devices (ABI 5); no TCP bind or connect
+//! unless the network is allowed (Landlock ABI 4); no signals to processes outside the
+//! sandbox and, without network, no abstract UNIX sockets outside it (ABI 6). Landlock does
+//! not filter UDP or other socket families: with the network off, DNS still resolves, but
+//! no TCP connection can be made.
 //!
 //! Only ABI 3 and later count as confining files: before it `truncate(2)` is not mediated,
 //! so a command in the read-only sandbox could still empty any file the user owns. On such
@@ -59,7 +59,7 @@ pub const ABI_LEVELS: [(u8, &str); 7] = [
     (2, "links and renames into another directory"),
     (3, "truncate(2); from here on commands count as confined"),
     (4, "TCP bind and connect: the network can be off"),
-    (5, "ioctl on device files"),
+    (5, "device drivers' ioctls on device files"),
     (
         6,
         "signals and abstract UNIX sockets stay inside the sandbox",
