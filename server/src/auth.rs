@@ -1,5 +1,7 @@
 //! Bearer tokens with scopes. The server only ever holds the SHA-256 of a token; a presented
-//! token is hashed and compared against every configured hash in constant time.
+//! token is hashed and compared against every configured hash in constant time. Only the
+//! `Authorization: Bearer` header carries a token: no cookie does (the console's sign-in
+//! cookie is a MAC keyed by a token's hash, which only the console checks).
 
 use std::fmt;
 
@@ -38,11 +40,29 @@ pub struct TokenConfig {
     pub scopes: Vec<Scope>,
 }
 
+/// A configured token: its name, its hash and its scopes.
 #[derive(Debug, Clone)]
-struct Token {
+pub struct Token {
     name: String,
     hash: [u8; 32],
     scopes: Vec<Scope>,
+}
+
+impl Token {
+    /// The name the config gives it (`token-N`, N its place in the config, without one).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The SHA-256 the config holds for it.
+    pub fn hash(&self) -> &[u8; 32] {
+        &self.hash
+    }
+
+    /// `publish` if it has that scope, else `read` if it has that one.
+    pub fn widest_scope(&self) -> Option<Scope> {
+        self.scopes.iter().max().copied()
+    }
 }
 
 /// The configured tokens.
@@ -99,9 +119,8 @@ impl Tokens {
         self.tokens.iter().any(|t| t.scopes.contains(&Scope::Read))
     }
 
-    /// Checks the request's bearer token for `needed`. Returns the token's name.
-    pub fn authorize(&self, headers: &HeaderMap, needed: Scope) -> Result<String, AuthError> {
-        let presented = bearer(headers).ok_or(AuthError::Unauthorized)?;
+    /// The configured token `presented` is, if any.
+    pub fn find(&self, presented: &str) -> Option<&Token> {
         let hash = sha256(presented.as_bytes());
         // Compare against every token, without stopping at the first match, so the time
         // taken does not tell which (or whether a) prefix matched.
@@ -111,7 +130,18 @@ impl Tokens {
                 found = Some(token);
             }
         }
-        let token = found.ok_or(AuthError::Unauthorized)?;
+        found
+    }
+
+    /// Every configured token named `name` (the config does not require names to differ).
+    pub fn named<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a Token> {
+        self.tokens.iter().filter(move |t| t.name == name)
+    }
+
+    /// Checks the request's bearer token for `needed`. Returns the token's name.
+    pub fn authorize(&self, headers: &HeaderMap, needed: Scope) -> Result<String, AuthError> {
+        let presented = bearer(headers).ok_or(AuthError::Unauthorized)?;
+        let token = self.find(presented).ok_or(AuthError::Unauthorized)?;
         let allowed = match needed {
             Scope::Read => {
                 token.scopes.contains(&Scope::Read) || token.scopes.contains(&Scope::Publish)
@@ -217,6 +247,33 @@ mod tests {
             Err(AuthError::Unauthorized)
         ));
         assert!(t.reads_need_token());
+    }
+
+    #[test]
+    fn a_cookie_carries_no_token() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("packd_console=publish-token; token=publish-token"),
+        );
+        assert!(matches!(
+            tokens().authorize(&h, Scope::Read),
+            Err(AuthError::Unauthorized)
+        ));
+    }
+
+    #[test]
+    fn a_token_is_found_by_its_text_or_its_name() {
+        let t = tokens();
+        let ci = t.find("publish-token").unwrap();
+        assert_eq!((ci.name(), ci.widest_scope()), ("ci", Some(Scope::Publish)));
+        assert_eq!(
+            ci.hash().to_vec(),
+            hex::decode(hash_token("publish-token")).unwrap()
+        );
+        assert!(t.find("publish-token ").is_none());
+        assert_eq!(t.named("token-1").count(), 1);
+        assert_eq!(t.named("nobody").count(), 0);
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //! On a public deployment (no token has the `read` scope) every console page is open, like
 //! every read route. On a private one a page needs a `read` or `publish` token, which a
 //! browser supplies through the sign-in form: `POST /console/login` checks the token like a
-//! bearer token and stores it in the cookie [`COOKIE`] (`HttpOnly`, so no script can read
-//! it; `SameSite=Strict`, so no other site's page can make the browser send it; `Path=/console`;
-//! `Secure` when the page was loaded over HTTPS; [`COOKIE_MAX_AGE_SECS`]). Every request checks
-//! the cookie's token against the configured hashes again, so removing a token from the
-//! config signs its sessions out, on every node, with no session state anywhere. Scripts may
-//! send `Authorization: Bearer` instead. Nothing on the console shows a token or its hash:
-//! only the token's name from the config.
+//! bearer token and sets the cookie [`COOKIE`] to a sign-in that names the token without
+//! holding it ([`session`](super::session): the token's name, an expiry and a MAC keyed by
+//! the token's configured hash), which no `/v1` route accepts. The cookie is `HttpOnly`, so
+//! no script can read it; `SameSite=Strict`, so no other site's page can make the browser
+//! send it; `Path=/console`; `Secure` when the page was loaded over HTTPS; it lasts
+//! [`LIFETIME_SECS`]. Every request checks the MAC against the configured hashes again, so
+//! removing a token from the config signs its sessions out, on every node, with no session
+//! state anywhere. Scripts may send `Authorization: Bearer` instead. Nothing on the console
+//! shows a token or its hash: only the token's name from the config.
 //!
 //! A link to the console followed from another site arrives without the `SameSite=Strict`
 //! cookie. Such a request (the browser says `Sec-Fetch-Site: cross-site`) gets a page that
@@ -20,21 +22,17 @@ use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use maud::html;
 use serde::Deserialize;
+use time::OffsetDateTime;
 
-use crate::auth::{AuthError, Scope};
+use crate::auth::{Scope, Token};
 use crate::error::ApiError;
 
 use super::layout::{Section, page};
+use super::session::{self, COOKIE, LIFETIME_SECS};
 use super::{ConsoleState, html_response};
 
-/// The cookie holding the console's token (base64url, so any token text fits a cookie).
-pub const COOKIE: &str = "packd_console";
-/// How long a sign-in lasts: 12 hours.
-pub const COOKIE_MAX_AGE_SECS: u64 = 12 * 3600;
 /// Largest sign-in form body read.
 pub const MAX_LOGIN_BYTES: usize = 4096;
 
@@ -64,8 +62,8 @@ impl Viewer {
     }
 }
 
-/// The token of the sign-in cookie, if the request carries one that decodes.
-fn cookie_token(headers: &HeaderMap) -> Option<String> {
+/// The sign-in cookie's value, if the request carries one.
+fn cookie_value(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -73,34 +71,32 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == COOKIE)
-        .and_then(|(_, value)| B64.decode(value.trim()).ok())
-        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .map(|(_, value)| value.trim())
 }
 
-/// The name and scope of `token`, or `None` when packd does not know it (or it has neither
-/// scope).
-fn check_token(state: &ConsoleState, token: &str) -> Option<TokenInfo> {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::AUTHORIZATION,
-        HeaderValue::from_str(&format!("Bearer {}", token.trim())).ok()?,
-    );
-    let tokens = &state.app.settings.tokens;
-    match tokens.authorize(&headers, Scope::Publish) {
-        Ok(name) => Some(TokenInfo {
-            name,
-            scope: Scope::Publish,
-        }),
-        Err(AuthError::Forbidden { .. }) => {
-            tokens
-                .authorize(&headers, Scope::Read)
-                .ok()
-                .map(|name| TokenInfo {
-                    name,
-                    scope: Scope::Read,
-                })
+/// A configured token's name and widest scope, or `None` when it has neither scope.
+fn token_info(token: &Token) -> Option<TokenInfo> {
+    Some(TokenInfo {
+        name: token.name().to_string(),
+        scope: token.widest_scope()?,
+    })
+}
+
+/// The configured token `presented` is, with its name and scope, or `None` when packd does
+/// not know it (or it has neither scope).
+fn check_token<'a>(state: &'a ConsoleState, presented: &str) -> Option<(&'a Token, TokenInfo)> {
+    let token = state.app.settings.tokens.find(presented.trim())?;
+    Some((token, token_info(token)?))
+}
+
+/// Who a sign-in cookie's value signs in, now.
+fn check_cookie(state: &ConsoleState, value: &str) -> Option<TokenInfo> {
+    match session::check(&state.app.settings.tokens, value, OffsetDateTime::now_utc()) {
+        Ok(token) => token_info(token),
+        Err(refused) => {
+            tracing::debug!(%refused, "console sign-in cookie refused");
+            None
         }
-        Err(_) => None,
     }
 }
 
@@ -148,11 +144,17 @@ pub fn viewer(
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim().to_string());
-    let (presented, from_cookie) = match bearer {
-        Some(token) => (Some(token), false),
-        None => (cookie_token(headers), true),
+    let (presented, from_cookie, token) = match bearer {
+        Some(bearer) => (
+            true,
+            false,
+            check_token(state, &bearer).map(|(_, info)| info),
+        ),
+        None => match cookie_value(headers) {
+            Some(value) => (true, true, check_cookie(state, value)),
+            None => (false, true, None),
+        },
     };
-    let token = presented.as_deref().and_then(|t| check_token(state, t));
     if token.is_some() || !private {
         return Ok(Viewer {
             from_cookie: from_cookie && token.is_some(),
@@ -166,16 +168,16 @@ pub fn viewer(
     let cross_site = headers
         .get("sec-fetch-site")
         .is_some_and(|v| v.as_bytes() == b"cross-site");
-    if presented.is_none() && cross_site {
+    if !presented && cross_site {
         return Err(Box::new(reload_page(path_and_query)));
     }
-    let expired = presented.is_some();
+    // Something was presented and refused: the cookie is removed and the form says why.
     let mut target = format!("/console/login?next={}", encode_next(path_and_query));
-    if expired {
+    if presented {
         target.push_str("&expired=1");
     }
     let mut response = Redirect::to(&target).into_response();
-    if expired {
+    if presented {
         clear_cookie(&mut response);
     }
     Err(Box::new(response))
@@ -290,8 +292,9 @@ fn login_page(
             button type="submit" { "Sign in" }
         }
         p class="note" {
-            "The browser keeps the token in a cookie for this console only (HttpOnly, "
-            "SameSite=Strict) for 12 hours; Sign out removes it. An operator makes a read "
+            "The browser keeps a sign-in for this console only, for 12 hours, in a cookie "
+            "(HttpOnly, SameSite=Strict) that names the token without holding it: it opens "
+            "these pages and nothing else. Sign out removes it. An operator makes a read "
             "token with " code { "packd token new --scope read --name NAME" } "."
         }
         @if plain_http {
@@ -308,10 +311,10 @@ pub async fn login_form(
     headers: HeaderMap,
 ) -> Response {
     let next = safe_next(query.next.as_deref());
-    let problem = query
-        .expired
-        .is_some()
-        .then_some("That sign-in is no longer valid on this server: sign in again.");
+    let problem = query.expired.is_some().then_some(
+        "That sign-in has ended, or its token is no longer in this server's config: \
+             sign in again.",
+    );
     html_response(StatusCode::OK, login_page(&state, &headers, &next, problem))
 }
 
@@ -321,7 +324,7 @@ pub async fn login(
     Form(form): Form<LoginForm>,
 ) -> Response {
     let next = safe_next(form.next.as_deref());
-    let Some(token) = check_token(&state, &form.token) else {
+    let Some((token, info)) = check_token(&state, &form.token) else {
         tracing::info!("console sign-in with an unknown token refused");
         return html_response(
             StatusCode::UNAUTHORIZED,
@@ -333,10 +336,10 @@ pub async fn login(
             ),
         );
     };
-    tracing::info!(token = token.name, "console sign-in");
+    tracing::info!(token = info.name, "console sign-in");
     let mut cookie = format!(
-        "{COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={COOKIE_MAX_AGE_SECS}",
-        B64.encode(form.token.trim())
+        "{COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={LIFETIME_SECS}",
+        session::issue(token, OffsetDateTime::now_utc())
     );
     if over_https(&headers) {
         cookie.push_str("; Secure");
@@ -378,11 +381,11 @@ mod tests {
     }
 
     #[test]
-    fn the_cookie_token_is_read_back_among_other_cookies() {
+    fn the_cookie_is_read_back_among_other_cookies() {
         let mut headers = HeaderMap::new();
-        let value = format!("a=b; {COOKIE}={}; c=d", B64.encode("tok; en"));
+        let value = format!("a=b; {COOKIE}=bmFtZQ.1.bWFj; c=d");
         headers.insert(header::COOKIE, HeaderValue::from_str(&value).unwrap());
-        assert_eq!(cookie_token(&headers).as_deref(), Some("tok; en"));
+        assert_eq!(cookie_value(&headers), Some("bmFtZQ.1.bWFj"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! binary, charts drawn as SVG on the server, no script: every page works without
 //! JavaScript. It reads what the API reads (the same storage, the same live-document
 //! lookup, the fleet view) and writes nothing; it never shows a token or a token hash. Who may
-//! look: [`access`].
+//! look: [`access`]; what its sign-in cookie holds: [`session`].
 //!
 //! - `/console`: every channel (100 a page) with its live entries and rollout percentages.
 //! - `/console/channels/{channel}`: live entries with the installs they reach, adoption
@@ -24,6 +24,7 @@ pub mod entries;
 pub mod health;
 pub mod layout;
 mod pages;
+pub mod session;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
