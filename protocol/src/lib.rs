@@ -21,8 +21,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 #[cfg(feature = "openapi")]
 use utoipa::ToSchema;
 
-/// Which blob holds pack `name` at `version`. packd stores it create-only at
-/// `packs/{name}/{version}.json`, so one name and version can never point at two blobs.
+/// Which blob holds pack `name` at `version`, as packd stores it at
+/// `packs/{name}/{version}.json`. Until a channel document names the version, an upload of
+/// other bytes replaces the record (so `sha256` may change); once one does, the version never
+/// points at other bytes again. A client checks what it fetches against the signed
+/// document's SHA-256, never against this record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct PackRecord {
@@ -37,7 +40,8 @@ pub struct PackRecord {
     pub sha256: String,
     /// Bytes of the sealed pack.
     pub size: u64,
-    /// RFC 3339 time of the first upload.
+    /// RFC 3339 time of the upload this record points at (to the nanosecond: an upload that
+    /// replaced the record carries its own time).
     pub uploaded_at: String,
 }
 

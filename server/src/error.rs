@@ -100,6 +100,15 @@ pub enum ApiError {
 pub enum VersionHeld {
     /// A channel document names it; the first found, by channel name and sequence.
     Released { channel: String, sequence: u64 },
+    /// A publish claimed the record this upload found, to commit a document naming it, and
+    /// no committed document names it yet: the publish is committing, or it failed after its
+    /// claim (see `claims`).
+    Releasing {
+        channel: String,
+        sequence: u64,
+        since: String,
+        claim: String,
+    },
     /// Another upload claimed the replacement of the record this upload found and has not
     /// written its own (see `routes::blobs::replace`).
     Replacing {
@@ -118,6 +127,18 @@ impl std::fmt::Display for VersionHeld {
                 f,
                 "it was released (channel {channel} sequence {sequence} names it), and a \
                  released version never takes other bytes: publish these as a new version"
+            ),
+            VersionHeld::Releasing {
+                channel,
+                sequence,
+                since,
+                claim,
+            } => write!(
+                f,
+                "a publish of channel {channel} sequence {sequence} claimed it for release at \
+                 {since}, and a version being released never takes other bytes: publish these \
+                 as a new version (if no document ever names it, that publish failed after its \
+                 claim; removing {claim} from the storage frees the version)"
             ),
             VersionHeld::Replacing {
                 sha256,

@@ -16,7 +16,9 @@
 //!    reader that merges every node's (uses [`model`] and [`storage`]).
 //! 3. [`config`]: TOML config and command-line overrides (uses [`auth`]).
 //! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors;
-//!    then [`reports`]: the per-node bounds on failure reports (uses [`error`]).
+//!    then [`reports`]: the per-node bounds on failure reports, and [`claims`]: the
+//!    create-only claims that decide whether a pack record is replaced or released (both
+//!    use [`error`]).
 //! 5. [`live`]: the live document of each channel, in memory within a bounded staleness
 //!    (checked against [`storage`] at least once per poll interval), and the watches
 //!    waiting for it to change (uses [`config`], [`error`], [`metrics`], [`model`]).
@@ -30,6 +32,7 @@
 pub mod app;
 pub mod auth;
 pub mod cache;
+pub mod claims;
 pub mod config;
 pub mod console;
 pub mod error;

@@ -13,9 +13,11 @@
 //! | key | what |
 //! |---|---|
 //! | `blobs/{sha256}` | a sealed pack, content-addressed |
-//! | `packs/{name}/{version}.json` | which blob holds pack `name` at `version` (create-only) |
+//! | `packs/{name}/{version}.json` | which blob holds pack `name` at `version`: created create-only, rewritten only by the upload that holds the record's claim |
+//! | `pack-claims/{name}/{version}/{sha256}.json` | the claim on the record whose bytes hash to `sha256` (create-only, never removed): taken by the one upload that replaces it, or by the first publish that releases it, never both (the `claims` module) |
 //! | `channels/{channel}/history/{sequence:020}.json` | every document ever published (create-only); the highest is live |
 //! | `channels/{channel}/head.json` | a hint: a recently live document, for finding the live one without a LIST |
+//! | `fleet/{channel}/{day}/{node}.json` | one node's fleet counts of one UTC day (the `fleet` module) |
 //! | `readyz-probe-{random}` | one process's write probe ([`Storage::check_writable`]), deleted after each probe |
 
 use std::ops::Range;
@@ -133,6 +135,11 @@ pub mod keys {
         format!("packs/{name}/{version}.json")
     }
     pub const PACKS: &str = "packs";
+    /// The claim on the record of pack `name` at `version` whose stored bytes hash to
+    /// `record_sha256`: the `claims` module takes it.
+    pub fn pack_claim(name: &str, version: &str, record_sha256: &str) -> String {
+        format!("pack-claims/{name}/{version}/{record_sha256}.json")
+    }
     pub const CHANNELS: &str = "channels";
     pub fn head(channel: &str) -> String {
         format!("channels/{channel}/head.json")

@@ -3,10 +3,13 @@
 //! document names a version (live or in any channel's history), it never changes again.
 //! Every scenario runs on a data directory and on SeaweedFS.
 
+#![allow(clippy::print_stderr)] // the race reports how its rounds went
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::*;
 use reqwest::StatusCode;
@@ -20,6 +23,8 @@ on_both_backends!(
     an_unreleased_version_takes_other_bytes_until_a_release_names_it,
     racing_replacements_through_two_nodes_lose_none,
     a_replacement_cut_off_after_its_claim_holds_the_version_and_names_the_claim,
+    a_publish_racing_a_replacement_never_releases_bytes_the_record_left,
+    a_publish_that_claimed_a_version_and_did_not_commit_holds_it_and_names_the_claim,
 );
 
 async fn json(response: reqwest::Response) -> Value {
@@ -338,11 +343,251 @@ async fn a_replacement_cut_off_after_its_claim_holds_the_version_and_names_the_c
         recorded(&server, "core", "1.0.0").await,
         pack_format::sha256_hex(&a)
     );
+    // Nor is the record released while that upload may still write: the claim decided.
+    let r = publish(
+        &server,
+        "stable",
+        &fx.publish_body(&fx.document("stable", 1, &a, "a")),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let (code, message) = error(r).await;
+    assert_eq!(code, "pack_mismatch");
+    assert!(
+        message.contains(&format!(
+            "pack core 1.0.0 is being replaced by blob {cut_off} (an upload claimed it at \
+             2026-01-01T00:00:00Z), the document says {}",
+            pack_format::sha256_hex(&a)
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("remove {claim_key} from the storage")),
+        "{message}"
+    );
 
     delete_key(&env, &claim_key);
     assert_eq!(upload(&server, &b).await.status(), StatusCode::CREATED);
     assert_eq!(
         recorded(&server, "core", "1.0.0").await,
         pack_format::sha256_hex(&b)
+    );
+}
+
+/// A publish naming a version's first bytes races an upload of other bytes under it, through
+/// two nodes, round after round. Exactly one wins each round: the document is committed and
+/// the upload refused, or the record is replaced and the document refused. Whichever won,
+/// every committed document names the bytes its pack version's record points at: no client
+/// is ever told to fetch bytes the server says that version is not.
+async fn a_publish_racing_a_replacement_never_releases_bytes_the_record_left(env: Env) {
+    const ROUNDS: usize = 60;
+    const TIME: Duration = Duration::from_secs(40);
+    let fx = &env.fx;
+    let nodes = [
+        Arc::new(Packd::start(&env.backend, Some(&fx.config))),
+        Arc::new(Packd::start(&env.backend, Some(&fx.config))),
+    ];
+    let started = Instant::now();
+    let (mut published, mut replaced) = (0usize, 0usize);
+    // How long the last replacement took: the publish starts at a point inside that span
+    // that moves from round to round, so the two meet at every stage of each other.
+    let mut span = Duration::from_millis(5);
+    let mut sequence = 1;
+    let mut round = 0;
+    while round < ROUNDS && started.elapsed() < TIME {
+        let version = format!("1.{round}.0");
+        let old = fx.pack("core", &version, &format!("old {round}"));
+        let new = fx.pack("core", &version, &format!("new {round}"));
+        let (sha_old, sha_new) = (pack_format::sha256_hex(&old), pack_format::sha256_hex(&new));
+        assert_eq!(upload(&nodes[0], &old).await.status(), StatusCode::CREATED);
+        let body = fx.publish_body(&fx.document("race", sequence, &old, "race"));
+        let delay = span.mul_f64((round % 7) as f64 / 6.0);
+        let (publisher, uploader) = (nodes[round % 2].clone(), nodes[(round + 1) % 2].clone());
+        let publishing = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let r = publish(&publisher, "race", &body).await;
+            let status = r.status();
+            (status, r.text().await.unwrap())
+        });
+        let replacing = tokio::spawn(async move {
+            let at = Instant::now();
+            let r = upload(&uploader, &new).await;
+            let status = r.status();
+            (status, r.text().await.unwrap(), at.elapsed())
+        });
+        let (published_status, published_text) = publishing.await.unwrap();
+        let (replaced_status, replaced_text, took) = replacing.await.unwrap();
+        span = took;
+        let record = recorded(&nodes[round % 2], "core", &version).await;
+        match (published_status, replaced_status) {
+            (StatusCode::CREATED, StatusCode::CONFLICT) => {
+                assert!(
+                    replaced_text.contains("version_exists"),
+                    "round {round}: {replaced_text}"
+                );
+                assert_eq!(
+                    record, sha_old,
+                    "round {round}: released, so never replaced"
+                );
+                published += 1;
+                sequence += 1;
+            }
+            (StatusCode::UNPROCESSABLE_ENTITY, StatusCode::CREATED) => {
+                assert!(
+                    published_text.contains("pack_mismatch"),
+                    "round {round}: {published_text}"
+                );
+                assert_eq!(
+                    record, sha_new,
+                    "round {round}: replaced, so never released"
+                );
+                replaced += 1;
+            }
+            (p, r) => panic!(
+                "round {round}: exactly one of the publish and the replacement wins; the \
+                 publish got {p} {published_text}, the replacement {r} {replaced_text} (the \
+                 record is {record}; old {sha_old}, new {sha_new})"
+            ),
+        }
+        round += 1;
+    }
+    eprintln!(
+        "{round} rounds in {:.1} s: {published} releases won, {replaced} replacements won",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(round >= 10, "only {round} rounds ran in {TIME:?}");
+    // Both sides won some rounds: the two really met.
+    assert!(
+        published > 0 && replaced > 0,
+        "{published} releases, {replaced} replacements"
+    );
+
+    // Every committed document, read back through the other node: its pack version is still
+    // the bytes it names.
+    let history = json(
+        client()
+            .get(nodes[1].url("/v1/channels/race/history"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let entries = history["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), published);
+    for entry in entries {
+        let sequence = entry["sequence"].as_u64().unwrap();
+        let document: Value = client()
+            .get(nodes[1].url(&format!("/v1/channels/race/history/{sequence}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for target in document["entries"].as_array().unwrap() {
+            let pack = &target["target"]["pack"];
+            let version = pack["version"].as_str().unwrap();
+            assert_eq!(
+                recorded(&nodes[1], "core", version).await,
+                pack["sha256"].as_str().unwrap(),
+                "sequence {sequence} names core {version}"
+            );
+        }
+    }
+}
+
+/// A publish claims every version its document newly names before it commits the document.
+/// One that claimed and then did not commit (another publisher took its sequence, or its
+/// packd was killed) leaves the version held: other bytes are refused with the claim named,
+/// the same bytes are still released by the next document, and deleting the claim frees
+/// the version.
+async fn a_publish_that_claimed_a_version_and_did_not_commit_holds_it_and_names_the_claim(
+    env: Env,
+) {
+    let fx = &env.fx;
+    let server = Packd::start(&env.backend, Some(&fx.config));
+    let a = fx.pack("core", "1.0.0", "a");
+    let sha_a = pack_format::sha256_hex(&a);
+    assert_eq!(upload(&server, &a).await.status(), StatusCode::CREATED);
+    let record = read_key(&env, "packs/core/1.0.0.json").unwrap();
+    let claim_key = format!(
+        "pack-claims/core/1.0.0/{}.json",
+        pack_format::sha256_hex(&record)
+    );
+    // As a publish of stable sequence 1 leaves it when it claims and then loses its create.
+    write_key(
+        &env,
+        &claim_key,
+        serde_json::to_vec(&serde_json::json!({
+            "record": pack_format::sha256_hex(&record),
+            "from": sha_a,
+            "at": "2026-01-01T00:00:00Z",
+            "by": "publisher",
+            "release": {"channel": "stable", "sequence": 1, "document": "dd".repeat(32)},
+        }))
+        .unwrap(),
+    );
+
+    let b = fx.pack("core", "1.0.0", "b");
+    let r = upload(&server, &b).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let (code, message) = error(r).await;
+    assert_eq!(code, "version_exists");
+    assert!(
+        message.contains(
+            "a publish of channel stable sequence 1 claimed it for release at \
+             2026-01-01T00:00:00Z"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("removing {claim_key} from the storage")),
+        "{message}"
+    );
+    assert_eq!(recorded(&server, "core", "1.0.0").await, sha_a);
+
+    // The claim is a release's: a document naming these bytes goes through, and then the
+    // refusal names it.
+    publish_created(
+        &server,
+        "beta",
+        &fx.publish_body(&fx.document("beta", 1, &a, "a")),
+    )
+    .await;
+    let r = upload(&server, &b).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let (_, message) = error(r).await;
+    assert!(
+        message.contains("channel beta sequence 1 names it"),
+        "{message}"
+    );
+
+    // Never named, the version is freed by removing the claim.
+    let c = fx.pack("core", "2.0.0", "c");
+    assert_eq!(upload(&server, &c).await.status(), StatusCode::CREATED);
+    let record = read_key(&env, "packs/core/2.0.0.json").unwrap();
+    let claim_key = format!(
+        "pack-claims/core/2.0.0/{}.json",
+        pack_format::sha256_hex(&record)
+    );
+    write_key(
+        &env,
+        &claim_key,
+        serde_json::to_vec(&serde_json::json!({
+            "record": pack_format::sha256_hex(&record),
+            "from": pack_format::sha256_hex(&c),
+            "at": "2026-01-01T00:00:00Z",
+            "by": "publisher",
+            "release": {"channel": "stable", "sequence": 7, "document": "dd".repeat(32)},
+        }))
+        .unwrap(),
+    );
+    let d = fx.pack("core", "2.0.0", "d");
+    assert_eq!(upload(&server, &d).await.status(), StatusCode::CONFLICT);
+    delete_key(&env, &claim_key);
+    assert_eq!(upload(&server, &d).await.status(), StatusCode::CREATED);
+    assert_eq!(
+        recorded(&server, "core", "2.0.0").await,
+        pack_format::sha256_hex(&d)
     );
 }

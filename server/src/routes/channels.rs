@@ -22,7 +22,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
-use pack_format::{EntryTarget, VerifiedChannel};
+use pack_format::{ChannelDocument, EntryTarget, VerifiedChannel};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
@@ -30,6 +30,7 @@ use utoipa::IntoParams;
 use pack_protocol::headers;
 
 use crate::auth::Scope;
+use crate::claims::{self, Claim, Purpose, Release, Taken};
 use crate::error::{ApiError, ErrorBody};
 use crate::live::{self, WaitEnd, Watched};
 use crate::metrics::FetchResult;
@@ -113,14 +114,14 @@ pub async fn publish(
             document: verified.document.channel,
         });
     }
-    check_packs(&state, &verified).await?;
+    let checked = check_packs(&state, &verified).await?;
 
     let record = ChannelRecord {
         summary: summary(&verified, &token),
         document: request.document,
         signature: request.signature,
     };
-    let created = commit(&state, &record).await?;
+    let created = commit(&state, &record, &checked).await?;
     if created {
         tracing::info!(
             token,
@@ -164,8 +165,20 @@ fn summary(verified: &VerifiedChannel, token: &str) -> ChannelSummary {
     }
 }
 
+/// A pack version a document names, as its record was when the publish checked it.
+#[derive(Debug)]
+struct Checked {
+    version: String,
+    sha256: String,
+    /// SHA-256 of the record's bytes as read: the record a release claims.
+    record: String,
+}
+
 /// Every pack the document points at was uploaded as that pack, version, size and schema.
-async fn check_packs(state: &SharedState, verified: &VerifiedChannel) -> Result<(), ApiError> {
+async fn check_packs(
+    state: &SharedState,
+    verified: &VerifiedChannel,
+) -> Result<Vec<Checked>, ApiError> {
     let doc = &verified.document;
     let refs: BTreeSet<_> = doc
         .entries
@@ -178,6 +191,7 @@ async fn check_packs(state: &SharedState, verified: &VerifiedChannel) -> Result<
         })
         .collect();
     let mut missing = Vec::new();
+    let mut checked = Vec::new();
     for (version, sha256, size, schema) in refs {
         if state.storage.head(&keys::blob(&sha256)).await?.is_none() {
             missing.push(sha256);
@@ -196,12 +210,7 @@ async fn check_packs(state: &SharedState, verified: &VerifiedChannel) -> Result<
             ApiError::Internal(format!("stored record {record_key} is corrupt: {e}"))
         })?;
         if record.sha256 != sha256 {
-            return Err(ApiError::PackMismatch {
-                reason: format!(
-                    "pack {} {version} is blob {}, the document says {sha256}",
-                    doc.pack, record.sha256
-                ),
-            });
+            return Err(other_blob(&doc.pack, &version, &record.sha256, &sha256));
         }
         if record.size != size || record.schema != schema {
             return Err(ApiError::PackMismatch {
@@ -211,17 +220,120 @@ async fn check_packs(state: &SharedState, verified: &VerifiedChannel) -> Result<
                 ),
             });
         }
+        checked.push(Checked {
+            version,
+            sha256,
+            record: pack_format::sha256_hex(&stored),
+        });
     }
     if missing.is_empty() {
-        Ok(())
+        Ok(checked)
     } else {
         Err(ApiError::MissingBlobs { missing })
     }
 }
 
-/// Commits `record` as the next sequence of its channel. `Ok(true)`: created, now live;
-/// `Ok(false)`: this exact document is already live.
-async fn commit(state: &SharedState, record: &ChannelRecord) -> Result<bool, ApiError> {
+fn other_blob(pack: &str, version: &str, recorded: &str, named: &str) -> ApiError {
+    ApiError::PackMismatch {
+        reason: format!("pack {pack} {version} is blob {recorded}, the document says {named}"),
+    }
+}
+
+/// Claims as released the record of every pack version `record`'s document names and the
+/// live document (`live`) does not, each as `check_packs` read it. An upload that has not
+/// claimed one of these records yet never will; one that has wins, and the document is
+/// refused. Exactly one of the two, on disk and on S3: see `claims`. A version the live
+/// document names was claimed when that document was published (or, published before
+/// claims, is found released by every upload's look at the histories).
+async fn release(
+    state: &SharedState,
+    record: &ChannelRecord,
+    checked: &[Checked],
+    live: Option<&ChannelRecord>,
+) -> Result<(), ApiError> {
+    let pack = &record.summary.pack;
+    let live_names: BTreeSet<(String, String)> = live
+        .and_then(|l| serde_json::from_str::<ChannelDocument>(&l.document).ok())
+        .filter(|doc| &doc.pack == pack)
+        .map(|doc| {
+            doc.entries
+                .iter()
+                .filter_map(|e| match &e.target {
+                    EntryTarget::Pack(r) => Some((r.version.to_string(), r.sha256.clone())),
+                    EntryTarget::Builtin => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for named in checked {
+        if live_names.contains(&(named.version.clone(), named.sha256.clone())) {
+            continue;
+        }
+        let claim = Claim {
+            record: named.record.clone(),
+            from: named.sha256.clone(),
+            at: rfc3339(OffsetDateTime::now_utc()),
+            by: record.summary.published_by.clone().unwrap_or_default(),
+            purpose: Purpose::Release {
+                release: Release {
+                    channel: record.summary.channel.clone(),
+                    sequence: record.summary.sequence,
+                    document: record.summary.sha256.clone(),
+                },
+            },
+        };
+        let (key, claim) = match claims::take(&state.storage, pack, &named.version, &claim).await? {
+            Taken::Ours => continue,
+            Taken::Theirs { key, claim } => (key, claim),
+        };
+        match claim.purpose {
+            // Another publish released this record (or is releasing it): it stays.
+            Purpose::Release { .. } => {}
+            Purpose::Replace { to } => {
+                return Err(replaced(state, pack, named, &key, &to, &claim.at).await);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of a document naming a record that an upload claimed for replacement.
+async fn replaced(
+    state: &SharedState,
+    pack: &str,
+    named: &Checked,
+    key: &str,
+    to: &str,
+    since: &str,
+) -> ApiError {
+    let record_key = keys::pack_record(pack, &named.version);
+    let now = match state.storage.get(&record_key).await {
+        Ok(Some(bytes)) => serde_json::from_slice::<PackRecord>(&bytes).ok(),
+        Ok(None) | Err(_) => None,
+    };
+    match now {
+        Some(record) if record.sha256 != named.sha256 => {
+            other_blob(pack, &named.version, &record.sha256, &named.sha256)
+        }
+        Some(_) | None => ApiError::PackMismatch {
+            reason: format!(
+                "pack {pack} {} is being replaced by blob {to} (an upload claimed it at {since}), \
+                 the document says {}: sign a document naming the new blob (if the upload \
+                 stopped mid-way, remove {key} from the storage to keep the old one)",
+                named.version, named.sha256
+            ),
+        },
+    }
+}
+
+/// Commits `record` as the next sequence of its channel, once the pack records it names
+/// (`checked`) are claimed as released. `Ok(true)`: created, now live; `Ok(false)`: this
+/// exact document is already live.
+async fn commit(
+    state: &SharedState,
+    record: &ChannelRecord,
+    checked: &[Checked],
+) -> Result<bool, ApiError> {
     let channel = &record.summary.channel;
     let sequence = record.summary.sequence;
     // Storage's answer, not memory's: the sequence check must see the latest commit.
@@ -238,6 +350,9 @@ async fn commit(state: &SharedState, record: &ChannelRecord) -> Result<bool, Api
             current,
         });
     }
+    // Only now, when nothing but a racing publisher can still stop this one: a claim taken
+    // for a document that is then not committed holds its version all the same.
+    release(state, record, checked, live.as_deref()).await?;
     let key = keys::history(channel, sequence);
     // Storage held nothing newer than the live document before this create.
     let before = Instant::now();

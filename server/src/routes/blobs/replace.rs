@@ -5,46 +5,38 @@
 //! corrected bytes under the same version (say after `packer release` refused the first
 //! ones), and nobody ever received the old ones.
 //!
-//! Storage offers create-only writes and whole-object overwrites, and no compare-and-swap
-//! (object_store's local file system has no `PutMode::Update`). So the right to replace a
-//! record is itself a create-only object: a claim keyed by the SHA-256 of the record's exact
-//! bytes, `pack-claims/{name}/{version}/{record sha256}.json`. Of the uploads that found the
-//! same record exactly one creates its claim, and only that one overwrites the record (one
-//! whole-object write: a rename on disk, one PUT on S3), so two replacements never both
-//! succeed and none is lost: the next replacement must claim the new record's bytes, which
-//! exist only once the write landed (every record carries the time of its upload to the
-//! nanosecond, so a record's bytes never repeat). A claim is never removed: it is what
-//! happened to that record. A packd killed between its claim and its write leaves the
-//! record as it was and unreplaceable, as before this rule (the 409 names the claim, which
-//! an operator may delete); the work after the claim runs in a task of its own, so a
-//! publisher who disconnects does not cut it short.
+//! The right to replace a record is its claim ([`crate::claims`]), keyed by the SHA-256 of
+//! the record's exact bytes. Of the uploads that found the same record exactly one creates
+//! its claim, and only that one overwrites the record (one whole-object write: a rename on
+//! disk, one PUT on S3), so two replacements never both succeed and none is lost: the next
+//! replacement must claim the new record's bytes, which exist only once the write landed. A
+//! publish claims the record it checked before it commits a document naming it, so of a
+//! release and a replacement of one record exactly one wins (the argument is in
+//! [`crate::claims`]). A claim is never removed: it is what happened to that record. A packd
+//! killed between its claim and its write leaves the record as it was and unreplaceable (the
+//! 409 names the claim, which an operator may delete); the work after the claim runs in a
+//! task of its own, so a publisher who disconnects does not cut it short.
 //!
-//! Whether a version was released is read from every channel's history: one LIST per
-//! channel and one GET per document ever published, made twice per replacement (before the
-//! claim, and after it to catch a release that landed in between) and once per refused
-//! upload. Only uploads of other bytes under an existing version pay it.
+//! Whether a version was released is first read from every channel's history (one LIST per
+//! channel and one GET per document ever published) before the claim, and again when a
+//! release claim holds the record, to say which document names it. Documents published
+//! before publishes took claims have none, so this look is what keeps them released. Only
+//! uploads of other bytes under an existing version pay it.
 //!
-//! The old blob stays: blobs are content-addressed and never deleted, and a document that
-//! named it in the window below still points at bytes clients can fetch.
-//!
-//! What this cannot close alone: a publish that read the old record in its pack check and
-//! commits its document after this upload's second scan. The publish route checks packs
-//! before it commits without a claim of its own, so that window (the few storage calls
-//! between a publish's check and its create) stays open until publishing takes the same
-//! claim key.
+//! The old blob stays: blobs are content-addressed and never deleted.
 
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use pack_format::{ChannelDocument, EntryTarget};
-use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::PendingBlob;
+use crate::claims::{self, Claim, Purpose, Taken};
 use crate::error::{ApiError, VersionHeld};
 use crate::live;
 use crate::model::{PackRecord, rfc3339};
 use crate::routes::check_name;
-use crate::storage::{Created, Storage, keys};
+use crate::storage::{Storage, keys};
 
 /// The record an upload found under its pack name and version.
 pub(super) struct Found {
@@ -64,26 +56,8 @@ pub(super) enum Outcome {
     Moved,
 }
 
-/// The right to replace one record, as stored at [`claim_key`].
-#[derive(Debug, Serialize, Deserialize)]
-struct Claim {
-    /// SHA-256 of the replaced record's bytes.
-    record: String,
-    /// The blob the replaced record pointed at.
-    from: String,
-    /// The blob the new record points at.
-    to: String,
-    at: String,
-    /// The name of the publish token.
-    by: String,
-}
-
-fn claim_key(name: &str, version: &str, record_sha256: &str) -> String {
-    format!("pack-claims/{name}/{version}/{record_sha256}.json")
-}
-
 /// Replaces `found` with `new` (stored as `encoded`) unless the version was released or
-/// another upload claimed `found` first. `blob`, the one `new` points at, is stored before
+/// another upload or a publish claimed `found` first. `blob`, the one `new` points at, is stored before
 /// the claim.
 pub(super) async fn replace(
     storage: &Storage,
@@ -98,57 +72,64 @@ pub(super) async fn replace(
         return Ok(Outcome::Held(held));
     }
     blob.store(storage).await?;
-    let record_sha256 = pack_format::sha256_hex(&found.bytes);
-    let key = claim_key(&old.name, &old.version, &record_sha256);
     let claim = Claim {
-        record: record_sha256,
+        record: pack_format::sha256_hex(&found.bytes),
         from: old.sha256.clone(),
-        to: new.sha256.clone(),
         at: rfc3339(OffsetDateTime::now_utc()),
         by: token.to_string(),
+        purpose: Purpose::Replace {
+            to: new.sha256.clone(),
+        },
     };
-    let claimed = serde_json::to_vec(&claim).map_err(|e| ApiError::Internal(e.to_string()))?;
-    match storage.create(&key, Bytes::from(claimed)).await? {
-        Created::Created => {}
-        Created::AlreadyExists => return claimed_by_another(storage, &found, &key).await,
+    match claims::take(storage, &old.name, &old.version, &claim).await? {
+        Taken::Ours => {}
+        Taken::Theirs { key, claim } => {
+            return claimed_by_another(storage, &found, key, claim).await;
+        }
     }
     // Ours to finish: in a task of its own, so that a publisher who goes away now does not
-    // leave the claim taken and the record unwritten.
-    let storage = storage.clone();
-    let old = found.record.clone();
-    let record_key = found.key;
-    tokio::spawn(async move {
-        if let Some(held) = released(&storage, &old).await? {
-            return Ok(Outcome::Held(held));
-        }
-        storage.put(&record_key, encoded).await?;
-        Ok(Outcome::Replaced)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("replacing {key}: {e}")))?
+    // leave the claim taken and the record unwritten. No publish can release this record
+    // any more (it would need the claim we hold), so there is nothing to look at again.
+    let (storage, record_key) = (storage.clone(), found.key.clone());
+    tokio::spawn(async move { storage.put(&record_key, encoded).await })
+        .await
+        .map_err(|e| ApiError::Internal(format!("replacing {}: {e}", found.key)))??;
+    Ok(Outcome::Replaced)
 }
 
-/// Another upload holds the claim on `found`: it is still writing (or its packd stopped
-/// mid-way) when the record is unchanged, else it finished and the caller looks again.
+/// Another claim holds `found`. A release: the version is released, or a publish is
+/// committing a document that names it (or stopped before it could). A replacement: the
+/// other upload is still writing (or its packd stopped mid-way) when the record is
+/// unchanged, else it finished and the caller looks again.
 async fn claimed_by_another(
     storage: &Storage,
     found: &Found,
-    key: &str,
+    key: String,
+    claim: Claim,
 ) -> Result<Outcome, ApiError> {
-    if storage.get(&found.key).await?.as_ref() != Some(&found.bytes) {
-        return Ok(Outcome::Moved);
+    match claim.purpose {
+        Purpose::Release { release } => {
+            if let Some(held) = released(storage, &found.record).await? {
+                return Ok(Outcome::Held(held));
+            }
+            Ok(Outcome::Held(VersionHeld::Releasing {
+                channel: release.channel,
+                sequence: release.sequence,
+                since: claim.at,
+                claim: key,
+            }))
+        }
+        Purpose::Replace { to } => {
+            if storage.get(&found.key).await?.as_ref() != Some(&found.bytes) {
+                return Ok(Outcome::Moved);
+            }
+            Ok(Outcome::Held(VersionHeld::Replacing {
+                sha256: to,
+                since: claim.at,
+                claim: key,
+            }))
+        }
     }
-    let stored = storage
-        .get(key)
-        .await?
-        .ok_or_else(|| ApiError::Internal(format!("{key} exists but cannot be read")))?;
-    let claim: Claim = serde_json::from_slice(&stored)
-        .map_err(|e| ApiError::Internal(format!("stored claim {key} is corrupt: {e}")))?;
-    Ok(Outcome::Held(VersionHeld::Replacing {
-        sha256: claim.to,
-        since: claim.at,
-        claim: key.to_string(),
-    }))
 }
 
 /// The first channel document (by channel name, then sequence) that names `record`'s
