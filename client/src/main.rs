@@ -280,7 +280,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     }
                 }
             });
+            let cron = pack_client::schedule::cron_for(client.install_id());
             let schedule = pack_client::schedule::start(client).await?;
+            let watching = schedule.watching();
+            log_line(
+                json,
+                &serde_json::json!({"event": "scheduled", "cron": cron, "watching": watching}),
+                &format!(
+                    "refreshing on '{cron}' (UTC){}",
+                    if watching {
+                        " and watching the channel"
+                    } else {
+                        "; not watching (no server, auto_update or watch off)"
+                    }
+                ),
+            );
             tokio::signal::ctrl_c().await?;
             schedule.shutdown().await?;
             logger.abort();

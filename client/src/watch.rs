@@ -19,8 +19,11 @@
 //! With `auto_update = false` (or `watch = false`) nothing watches; a local pin is
 //! honoured by the refresh, and a change the pin skips is not acted on twice.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use pack_format::retry::{Backoff, Delays};
 use pack_protocol::{headers, paths};
@@ -69,6 +72,59 @@ pub fn spawn(client: Arc<Client>) -> Option<Watch> {
     Some(Watch {
         task: tokio::spawn(run(client)),
     })
+}
+
+/// What the watch loop needs of a client: what it holds, one watch request, a refresh, and
+/// someone to tell. [`Client`] is the real one (over HTTP); the loop's tests drive it on a
+/// paused clock with a scripted one, so its pauses are checked to the millisecond without
+/// any wall time passing.
+pub trait Watched: Send + Sync + 'static {
+    /// The ETag of the accepted channel document, if any.
+    fn accepted_etag(&self) -> Option<String>;
+    /// The sequence of the accepted channel document.
+    fn accepted_sequence(&self) -> u64;
+    /// One watch request (see [`watch_once`]).
+    fn watch(
+        &self,
+        held: &Held,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Answer, Failure>> + Send;
+    /// A scheduled refresh (see [`Client::refresh`]).
+    fn refresh(&self) -> impl Future<Output = Result<RefreshOutcome, ClientError>> + Send;
+    /// The channel watched, for the operator's log.
+    fn channel(&self) -> String;
+    /// Tells the process's listeners (see [`crate::activity`]).
+    fn emit(&self, event: Event);
+}
+
+impl Watched for Client {
+    fn accepted_etag(&self) -> Option<String> {
+        Client::accepted_etag(self)
+    }
+
+    fn accepted_sequence(&self) -> u64 {
+        Client::accepted_sequence(self)
+    }
+
+    fn watch(
+        &self,
+        held: &Held,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Answer, Failure>> + Send {
+        watch_once(self, held, wait)
+    }
+
+    fn refresh(&self) -> impl Future<Output = Result<RefreshOutcome, ClientError>> + Send {
+        Client::refresh(self)
+    }
+
+    fn channel(&self) -> String {
+        self.config().channel.clone()
+    }
+
+    fn emit(&self, event: Event) {
+        Client::emit(self, event);
+    }
 }
 
 /// The document a watch holds: the watch waits for the live one to be another.
@@ -219,7 +275,7 @@ fn spread(cap: Duration) -> Duration {
 }
 
 /// Watches until the task is dropped.
-async fn run(client: Arc<Client>) {
+async fn run<W: Watched>(client: Arc<W>) {
     let mut backoff = Pauses::default();
     // A change a refresh acted on without the accepted document moving (a pin skipped it,
     // or the document was refused), with the accepted ETag of that moment: watched from, so
@@ -254,12 +310,12 @@ async fn run(client: Arc<Client>) {
         };
         if !announced {
             client.emit(Event::Watching {
-                channel: client.config().channel.clone(),
+                channel: client.channel(),
             });
             announced = true;
         }
         let sent = Instant::now();
-        match watch_once(&client, &held, WAIT).await {
+        match client.watch(&held, WAIT).await {
             Ok(Answer::Unchanged { granted }) => {
                 if failing {
                     tracing::info!("watching the channel again");
@@ -343,7 +399,7 @@ async fn run(client: Arc<Client>) {
 /// Waits until [`MIN_REFRESH_GAP`] has passed since the last refresh a watch started.
 async fn pause_for_refresh(last: &mut Option<Instant>) {
     if let Some(at) = *last {
-        tokio::time::sleep_until((at + MIN_REFRESH_GAP).into()).await;
+        tokio::time::sleep_until(at + MIN_REFRESH_GAP).await;
     }
     *last = Some(Instant::now());
 }
@@ -351,6 +407,286 @@ async fn pause_for_refresh(last: &mut Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::sync::Mutex;
+
+    /// What a scripted server does with one watch request: how long it holds it, and what
+    /// it answers then.
+    type Script = Box<dyn FnMut(&Held) -> (Duration, Result<Answer, Failure>) + Send>;
+
+    /// A client whose watch requests a script answers, on tokio's clock: with the clock
+    /// paused, hours of backoff run in milliseconds, and every moment is exact.
+    struct Scripted {
+        script: Mutex<Script>,
+        /// The accepted document, moved by a refresh that installs.
+        accepted: Mutex<Option<Held>>,
+        /// What a refresh does to the accepted document and answers.
+        on_refresh:
+            Mutex<Box<dyn FnMut() -> (Option<Held>, Result<RefreshOutcome, ClientError>) + Send>>,
+        watches: Mutex<Vec<(Instant, Held)>>,
+        refreshes: Mutex<Vec<Instant>>,
+        events: Mutex<Vec<Event>>,
+    }
+
+    fn held(n: u64) -> Held {
+        Held {
+            etag: format!("\"{n}\""),
+            sequence: n,
+        }
+    }
+
+    fn scripted(script: Script) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            script: Mutex::new(script),
+            accepted: Mutex::new(Some(held(1))),
+            on_refresh: Mutex::new(Box::new(|| (None, Ok(RefreshOutcome::NotModified)))),
+            watches: Mutex::default(),
+            refreshes: Mutex::default(),
+            events: Mutex::default(),
+        })
+    }
+
+    impl Watched for Scripted {
+        fn accepted_etag(&self) -> Option<String> {
+            self.accepted
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|h| h.etag.clone())
+        }
+
+        fn accepted_sequence(&self) -> u64 {
+            self.accepted
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map_or(0, |h| h.sequence)
+        }
+
+        fn watch(
+            &self,
+            held: &Held,
+            _wait: Duration,
+        ) -> impl Future<Output = Result<Answer, Failure>> + Send {
+            self.watches
+                .lock()
+                .unwrap()
+                .push((Instant::now(), held.clone()));
+            let (hold, answer) = (self.script.lock().unwrap())(held);
+            async move {
+                tokio::time::sleep(hold).await;
+                answer
+            }
+        }
+
+        fn refresh(&self) -> impl Future<Output = Result<RefreshOutcome, ClientError>> + Send {
+            self.refreshes.lock().unwrap().push(Instant::now());
+            let (moved, outcome) = (self.on_refresh.lock().unwrap())();
+            if let Some(moved) = moved {
+                *self.accepted.lock().unwrap() = Some(moved);
+            }
+            std::future::ready(outcome)
+        }
+
+        fn channel(&self) -> String {
+            "stable".to_string()
+        }
+
+        fn emit(&self, event: Event) {
+            self.events.lock().unwrap().push(event);
+        }
+    }
+
+    /// Runs the watch for `simulated` time on the paused clock; the start and the gaps
+    /// between watch requests.
+    async fn watch_for(client: &Arc<Scripted>, simulated: Duration) -> Vec<Duration> {
+        let _ = tokio::time::timeout(simulated, run(client.clone())).await;
+        let watches = client.watches.lock().unwrap();
+        watches.windows(2).map(|w| w[1].0 - w[0].0).collect()
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// The backoff from [`MIN_BACKOFF`] to the cap: about ten pauses, then one every 2.5-5
+    /// minutes — 12 to 40 requests an hour, not thousands.
+    fn assert_backs_off(gaps: &[Duration]) {
+        assert!(
+            gaps.len() >= 10 && gaps.len() <= 40,
+            "{} gaps: {gaps:?}",
+            gaps.len()
+        );
+        assert!(gaps[0] >= MIN_BACKOFF, "{gaps:?}");
+        for gap in &gaps[gaps.len() - 5..] {
+            assert!(
+                *gap >= MAX_BACKOFF / 2 - Duration::from_millis(1) && *gap < MAX_BACKOFF,
+                "{gaps:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_answering_304_at_once_forever_gets_a_backoff() {
+        let client = scripted(Box::new(|_| {
+            (Duration::ZERO, Ok(Answer::Unchanged { granted: WAIT }))
+        }));
+        assert_backs_off(&watch_for(&client, HOUR).await);
+        assert!(client.refreshes.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_holding_each_watch_gets_the_next_at_once() {
+        let client = scripted(Box::new(|_| {
+            (WAIT, Ok(Answer::Unchanged { granted: WAIT }))
+        }));
+        // Requests at 0, 50 s, ..., 3550 s.
+        let gaps = watch_for(&client, HOUR - Duration::from_secs(1)).await;
+        assert_eq!(gaps.len(), 71, "{gaps:?}");
+        assert!(gaps.iter().all(|gap| *gap == WAIT), "{gaps:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_announcing_the_held_document_as_a_change_forever_gets_a_backoff() {
+        let client = scripted(Box::new(|held| {
+            (
+                Duration::ZERO,
+                Ok(Answer::Changed {
+                    etag: Some(held.etag.clone()),
+                    sequence: Some(held.sequence),
+                }),
+            )
+        }));
+        assert_backs_off(&watch_for(&client, HOUR).await);
+        assert!(client.refreshes.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_a_refresh_does_not_confirm_get_a_backoff_and_refreshes_a_gap_apart() {
+        let next = std::sync::atomic::AtomicU64::new(10);
+        let client = scripted(Box::new(move |_| {
+            let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (
+                Duration::ZERO,
+                Ok(Answer::Changed {
+                    etag: Some(format!("\"{n}\"")),
+                    sequence: Some(n),
+                }),
+            )
+        }));
+        assert_backs_off(&watch_for(&client, HOUR).await);
+        let refreshes = client.refreshes.lock().unwrap();
+        assert!(!refreshes.is_empty());
+        for pair in refreshes.windows(2) {
+            assert!(pair[1] - pair[0] >= MIN_REFRESH_GAP, "{refreshes:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_failing_forever_gets_a_backoff_and_at_least_its_retry_after() {
+        let client = scripted(Box::new(|_| {
+            (
+                Duration::ZERO,
+                Err(Failure {
+                    error: ClientError::Status {
+                        url: "http://packd/v1/channels/stable".to_string(),
+                        status: 503,
+                        detail: "watchers_full".to_string(),
+                    },
+                    retry_after: Some(Duration::from_secs(120)),
+                }),
+            )
+        }));
+        let gaps = watch_for(&client, HOUR).await;
+        assert!(!gaps.is_empty());
+        // A Retry-After, plus up to a quarter more, and never under the backoff.
+        for gap in &gaps {
+            assert!(
+                *gap >= Duration::from_secs(120) && *gap < MAX_BACKOFF + Duration::from_secs(150),
+                "{gaps:?}"
+            );
+        }
+        // Each failure is told as a reconnect; the watch is announced once, before the first.
+        let events = client.events.lock().unwrap();
+        let reconnects = events
+            .iter()
+            .filter(|e| matches!(e, Event::Reconnecting { .. }))
+            .count();
+        assert_eq!(reconnects, gaps.len() + 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_does_not_watch_is_asked_again_only_every_few_minutes() {
+        let client = scripted(Box::new(|_| (Duration::ZERO, Ok(Answer::Unsupported))));
+        let gaps = watch_for(&client, HOUR).await;
+        assert!(gaps.len() >= 11 && gaps.len() <= 24, "{gaps:?}");
+        for gap in &gaps {
+            assert!(
+                *gap >= MAX_BACKOFF / 2 - Duration::from_millis(1) && *gap < MAX_BACKOFF,
+                "{gaps:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_refreshes_once_and_the_watch_then_holds_the_new_document() {
+        let client = scripted(Box::new(|held| {
+            if held.sequence == 1 {
+                (
+                    Duration::from_secs(5),
+                    Ok(Answer::Changed {
+                        etag: Some(self::held(2).etag),
+                        sequence: Some(2),
+                    }),
+                )
+            } else {
+                (WAIT, Ok(Answer::Unchanged { granted: WAIT }))
+            }
+        }));
+        *client.on_refresh.lock().unwrap() =
+            Box::new(|| (Some(held(2)), Ok(RefreshOutcome::Unchanged { sequence: 2 })));
+        let gaps = watch_for(&client, Duration::from_secs(5 + 3 * 50 + 1)).await;
+        assert_eq!(client.refreshes.lock().unwrap().len(), 1);
+        let watches = client.watches.lock().unwrap();
+        assert_eq!(watches[0].1, held(1));
+        assert!(
+            watches[1..].iter().all(|(_, h)| *h == held(2)),
+            "{watches:?}"
+        );
+        // The next watch went out at once after the refresh, and then back to back.
+        assert_eq!(gaps[0], Duration::from_secs(5));
+        assert!(gaps[1..].iter().all(|gap| *gap == WAIT), "{gaps:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_a_pin_skips_is_watched_from_and_not_acted_on_again() {
+        let client = scripted(Box::new(|held| {
+            if held.sequence == 1 {
+                (
+                    Duration::ZERO,
+                    Ok(Answer::Changed {
+                        etag: Some(self::held(2).etag),
+                        sequence: Some(2),
+                    }),
+                )
+            } else {
+                (WAIT, Ok(Answer::Unchanged { granted: WAIT }))
+            }
+        }));
+        *client.on_refresh.lock().unwrap() = Box::new(|| {
+            (
+                None,
+                Ok(RefreshOutcome::Skipped {
+                    reason: "pinned to 1.0.0".to_string(),
+                }),
+            )
+        });
+        let _ = watch_for(&client, Duration::from_secs(10 * 60)).await;
+        assert_eq!(client.refreshes.lock().unwrap().len(), 1);
+        let watches = client.watches.lock().unwrap();
+        assert!(
+            watches[1..].iter().all(|(_, h)| *h == held(2)),
+            "{watches:?}"
+        );
+    }
 
     #[test]
     fn pauses_double_on_the_shared_schedule_under_the_cap_and_reset() {
