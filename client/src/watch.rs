@@ -414,6 +414,9 @@ mod tests {
     /// it answers then.
     type Script = Box<dyn FnMut(&Held) -> (Duration, Result<Answer, Failure>) + Send>;
 
+    /// What a refresh does: the document it makes accepted (if it moves), and its answer.
+    type OnRefresh = Box<dyn FnMut() -> (Option<Held>, Result<RefreshOutcome, ClientError>) + Send>;
+
     /// A client whose watch requests a script answers, on tokio's clock: with the clock
     /// paused, hours of backoff run in milliseconds, and every moment is exact.
     struct Scripted {
@@ -421,8 +424,7 @@ mod tests {
         /// The accepted document, moved by a refresh that installs.
         accepted: Mutex<Option<Held>>,
         /// What a refresh does to the accepted document and answers.
-        on_refresh:
-            Mutex<Box<dyn FnMut() -> (Option<Held>, Result<RefreshOutcome, ClientError>) + Send>>,
+        on_refresh: Mutex<OnRefresh>,
         watches: Mutex<Vec<(Instant, Held)>>,
         refreshes: Mutex<Vec<Instant>>,
         events: Mutex<Vec<Event>>,

@@ -271,7 +271,8 @@ impl Hostile {
 #[test]
 fn each_kind_of_watch_answer_is_read_from_the_wire() {
     use pack_client::watch::{Answer, Held, watch_once};
-    let cases: [(fn(&str) -> String, &str); 4] = [
+    type Answering = fn(&str) -> String;
+    let cases: [(Answering, &str); 4] = [
         (
             |_| {
                 "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\nX-Promptpack-Wait: 50\r\nConnection: close\r\n\r\n".to_string()
