@@ -1,11 +1,18 @@
 //! Talking to `packd`: the server URL and token options shared by `publish`, `release` and
 //! `status`, and one blocking HTTP client that turns the server's JSON errors into messages
 //! that name the URL, the status, the server's error code and its explanation.
+//!
+//! A connection packd refuses is tried again for up to [`REFUSED_RETRY_FOR`] (2 s), with
+//! short pauses: a script that starts packd and publishes at once finds it listening. Only a
+//! refused connection: nothing of the request was sent then, so sending it again cannot do
+//! anything twice. Any other failure (a timeout, a name that does not resolve, a connection
+//! that breaks) is reported at once.
 
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use reqwest::StatusCode;
@@ -21,10 +28,21 @@ pub const TOKEN_ENV: &str = "PROMPTPACK_TOKEN";
 /// Largest JSON answer read from the server (pack and channel lists included).
 const MAX_JSON_BYTES: u64 = 16 * 1024 * 1024;
 
+/// How long a refused connection is tried again (packd may be starting).
+pub const REFUSED_RETRY_FOR: Duration = Duration::from_secs(2);
+
+/// The pauses between those tries: 50 ms doubling, jittered, each under half a second.
+const REFUSED_BACKOFF: pack_format::retry::Backoff = pack_format::retry::Backoff {
+    first: Duration::from_millis(50),
+    cap: Duration::from_millis(500),
+    retries: None,
+};
+
 /// `--server` and `--token-file`, shared by every command that talks to packd.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// Base URL of packd, e.g. http://127.0.0.1:8470.
+    /// Base URL of packd, e.g. http://127.0.0.1:8470. A refused connection (packd still
+    /// starting) is tried again for up to 2 s.
     #[arg(long, value_name = "URL", env = "PROMPTPACK_SERVER")]
     pub server: String,
 
@@ -118,15 +136,47 @@ impl Remote {
         }
     }
 
-    /// Sends a request; any status other than 2xx becomes a [`ServerError`].
-    fn send(&self, method: &'static str, url: &str, request: RequestBuilder) -> Result<Response> {
-        let response = self.authorized(request).send().map_err(|e| {
-            anyhow::anyhow!(
-                "{method} {url}: could not reach packd at {}: {}; check --server and that packd is running",
-                self.base,
-                error_chain(&e)
-            )
-        })?;
+    /// Sends the request `request` builds; any status other than 2xx becomes a
+    /// [`ServerError`]. A refused connection is tried again, with a request built anew, for up
+    /// to [`REFUSED_RETRY_FOR`].
+    fn send(
+        &self,
+        method: &'static str,
+        url: &str,
+        request: impl Fn() -> RequestBuilder,
+    ) -> Result<Response> {
+        let started = Instant::now();
+        let mut pauses = REFUSED_BACKOFF.delays();
+        let mut said = false;
+        let response = loop {
+            let error = match self.authorized(request()).send() {
+                Ok(response) => break response,
+                Err(error) => error,
+            };
+            let pause = pauses.next().unwrap_or(REFUSED_BACKOFF.cap / 2);
+            let refused = refused(&error);
+            if !refused || started.elapsed() + pause > REFUSED_RETRY_FOR {
+                let tried = if refused {
+                    format!(" (tried for {} s)", REFUSED_RETRY_FOR.as_secs())
+                } else {
+                    String::new()
+                };
+                bail!(
+                    "{method} {url}: could not reach packd at {}: {}{tried}; check --server and that packd is running",
+                    self.base,
+                    error_chain(&error)
+                );
+            }
+            if !said {
+                eprintln!(
+                    "note: {} refused the connection; trying again for up to {} s (is packd starting?)",
+                    self.base,
+                    REFUSED_RETRY_FOR.as_secs()
+                );
+                said = true;
+            }
+            std::thread::sleep(pause);
+        };
         if response.status().is_success() {
             return Ok(response);
         }
@@ -155,7 +205,7 @@ impl Remote {
     /// GET a JSON answer.
     pub fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let url = self.url(path);
-        let response = self.send("GET", &url, self.client.get(&url))?;
+        let response = self.send("GET", &url, || self.client.get(&url))?;
         json_body(&url, response)
     }
 
@@ -171,7 +221,7 @@ impl Remote {
         limit: u64,
     ) -> Result<Option<(Vec<u8>, reqwest::header::HeaderMap)>> {
         let url = self.url(path);
-        let response = match self.send("GET", &url, self.client.get(&url)) {
+        let response = match self.send("GET", &url, || self.client.get(&url)) {
             Ok(response) => response,
             Err(e) => return not_found_is_none(Err(e)),
         };
@@ -188,18 +238,23 @@ impl Remote {
     ) -> Result<T> {
         let url = self.url(path);
         let len = bytes.len() as u64;
-        let body = match progress {
-            Some(bar) => Body::sized(bar.wrap_read(std::io::Cursor::new(bytes)), len),
-            None => Body::from(bytes),
+        // Shared, so a request built again after a refused connection sends the same bytes.
+        let bytes: Arc<[u8]> = bytes.into();
+        let body = || {
+            let reader = std::io::Cursor::new(bytes.clone());
+            match &progress {
+                Some(bar) => Body::sized(bar.wrap_read(reader), len),
+                None => Body::sized(reader, len),
+            }
         };
         // A large pack over a slow link takes longer than the default deadline.
-        let request = self
-            .client
-            .put(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .timeout(Duration::from_secs(600))
-            .body(body);
-        let response = self.send("PUT", &url, request)?;
+        let response = self.send("PUT", &url, || {
+            self.client
+                .put(&url)
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .timeout(Duration::from_secs(600))
+                .body(body())
+        })?;
         json_body(&url, response)
     }
 
@@ -210,11 +265,12 @@ impl Remote {
     pub fn check_publish_token(&self) -> Result<()> {
         let path = pack_protocol::paths::blob("token-check");
         let url = self.url(&path);
-        let request = self
-            .client
-            .put(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(Vec::new());
+        let request = || {
+            self.client
+                .put(&url)
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .body(Vec::new())
+        };
         let error = match self.send("PUT", &url, request) {
             Ok(response) => {
                 bail!(
@@ -238,7 +294,7 @@ impl Remote {
         body: &impl serde::Serialize,
     ) -> Result<T> {
         let url = self.url(path);
-        let response = self.send("PUT", &url, self.client.put(&url).json(body))?;
+        let response = self.send("PUT", &url, || self.client.put(&url).json(body))?;
         json_body(&url, response)
     }
 }
@@ -304,6 +360,21 @@ fn json_body<T: DeserializeOwned>(url: &str, response: Response) -> Result<T> {
     serde_json::from_slice(&bytes).with_context(|| {
         format!("{url}: the answer is not the JSON packd sends (is --server a packd of the same version?)")
     })
+}
+
+/// Whether packd refused the connection: nothing of the request was sent.
+fn refused(error: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(error);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// Every cause of a reqwest error on one line ("error sending request: connection refused").
