@@ -10,12 +10,36 @@ use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 
 /// Reads a request body of at most `limit` bytes: `413` as soon as it is known to be longer,
 /// from `Content-Length` before reading anything, or while reading.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<Bytes, ApiError> {
+    read_body_with(headers, body, limit, |_| {}).await
+}
+
+/// [`read_body`], and the body's SHA-256 (lowercase hex). The hash takes each piece as it
+/// arrives: hashing 64 MiB in one go would hold the thread for tens of milliseconds, and with
+/// it every other connection that thread serves.
+pub async fn read_body_sha256(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+) -> Result<(Bytes, String), ApiError> {
+    let mut hasher = Sha256::new();
+    let bytes = read_body_with(headers, body, limit, |piece| hasher.update(piece)).await?;
+    Ok((bytes, hex::encode(hasher.finalize())))
+}
+
+/// [`read_body`], calling `each` with every piece of the body as it arrives.
+async fn read_body_with(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    mut each: impl FnMut(&[u8]),
+) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -32,6 +56,7 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: u64) -> Result<By
         if (buf.len() + chunk.len()) as u64 > limit {
             return Err(ApiError::PayloadTooLarge { limit });
         }
+        each(&chunk);
         buf.extend_from_slice(&chunk);
     }
     Ok(buf.freeze())

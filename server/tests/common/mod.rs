@@ -190,6 +190,31 @@ impl Packd {
     }
 
     pub fn start_in(backend: &Backend, config: Option<&Path>, cwd: &Path) -> Packd {
+        Self::spawn(Command::new(packd_bin()), backend, config, cwd)
+    }
+
+    /// A packd that may run on one core only (`taskset`): it then serves every connection
+    /// on one thread, as each of its threads does on a machine of many cores, so whatever
+    /// holds that thread up shows as the latency of every other request.
+    pub fn start_on_one_core(backend: &Backend, config: Option<&Path>) -> Packd {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let allowed = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+            .expect("Cpus_allowed_list in /proc/self/status");
+        let first: String = allowed
+            .trim()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let mut cmd = Command::new("taskset");
+        cmd.arg("--cpu-list").arg(first).arg(packd_bin());
+        Self::spawn(cmd, backend, config, &std::env::temp_dir())
+    }
+
+    /// Starts `cmd`, a packd binary (or a command that runs one, with the arguments so
+    /// far), serving on `backend`.
+    fn spawn(mut cmd: Command, backend: &Backend, config: Option<&Path>, cwd: &Path) -> Packd {
         let stderr_log = tempfile::Builder::new()
             .prefix("packd-stderr-")
             .tempfile()
@@ -197,7 +222,6 @@ impl Packd {
             .into_temp_path()
             .keep()
             .unwrap();
-        let mut cmd = Command::new(packd_bin());
         cmd.arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
