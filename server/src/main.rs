@@ -2,7 +2,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the binary owns the terminal
 
 use std::io::{IsTerminal as _, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -37,6 +37,11 @@ enum Command {
         /// S3-compatible storage, s3://bucket/prefix (endpoint and credentials from AWS_* variables).
         #[arg(long, env = "PACKD_STORAGE")]
         storage: Option<String>,
+        /// Written once packd listens and its storage took the start-up write probe: the URL
+        /// it serves on, one line. Replaced whole (never seen half-written); removed on a
+        /// clean exit (SIGTERM, SIGINT). Scripts wait for it instead of sleeping.
+        #[arg(long, value_name = "PATH", env = "PACKD_READY_FILE")]
+        ready_file: Option<PathBuf>,
     },
     /// Read a token from stdin and print the SHA-256 to put in the config.
     HashToken,
@@ -79,6 +84,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
             config,
             storage,
+            ready_file,
         } => serve(
             config,
             Overrides {
@@ -86,6 +92,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 data_dir,
                 storage,
             },
+            ready_file,
         ),
         Command::HashToken => {
             let mut token = String::new();
@@ -124,7 +131,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn serve(config: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
+fn serve(
+    config: Option<PathBuf>,
+    overrides: Overrides,
+    ready_file: Option<PathBuf>,
+) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(log_level())
@@ -136,6 +147,10 @@ fn serve(config: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    // One left by a packd that was killed says nothing about this one.
+    if let Some(path) = &ready_file {
+        remove_ready_file(path)?;
+    }
     runtime.block_on(async move {
         let keys = settings.trusted_keys.ids().join(", ");
         let server = Server::bind(settings).await.context("starting packd")?;
@@ -150,9 +165,40 @@ fn serve(config: Option<PathBuf>, overrides: Overrides) -> anyhow::Result<()> {
         // Tests and scripts read this line to find the port.
         println!("listening on http://{addr}");
         std::io::stdout().flush().ok();
+        if let Some(path) = &ready_file {
+            write_ready_file(path, &format!("http://{addr}\n"))?;
+        }
         server.run(shutdown_signal()).await;
+        if let Some(path) = &ready_file {
+            remove_ready_file(path)?;
+        }
         Ok(())
     })
+}
+
+/// Writes `--ready-file` whole: into a file of this process's own beside it, then renamed
+/// over it, so a script that sees the file never reads it half-written.
+fn write_ready_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    let name = path
+        .file_name()
+        .with_context(|| format!("--ready-file {}: not a file name", path.display()))?;
+    let mut staging = name.to_os_string();
+    staging.push(format!(".{}.tmp", std::process::id()));
+    let staging = path.with_file_name(staging);
+    std::fs::write(&staging, text)
+        .and_then(|()| std::fs::rename(&staging, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&staging);
+        })
+        .with_context(|| format!("writing the ready file {}", path.display()))
+}
+
+fn remove_ready_file(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing the ready file {}", path.display())),
+    }
 }
 
 /// Colour only for a person at a terminal who has not asked for none (https://no-color.org).
