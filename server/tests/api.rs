@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -985,18 +985,26 @@ async fn kill_9_during_an_upload_leaves_nothing_partial(env: Env) {
     let pack2 = fx.pack("core", "2.0.0", &"big ".repeat(4000));
     let sha2 = pack_format::sha256_hex(&pack2);
     let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let head = format!(
         "PUT /v1/blobs/{sha2} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {PUBLISH_TOKEN}\r\n\
-         Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+         Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\
+         Expect: 100-continue\r\n\r\n",
         pack2.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
-    let half = &pack2[..pack2.len() / 2];
-    for chunk in half.chunks(half.len() / 8 + 1) {
-        stream.write_all(chunk).unwrap();
-        stream.flush().unwrap();
-        std::thread::sleep(Duration::from_millis(40));
+    // The sign that the upload is in flight: packd took the token and asks for the body.
+    let mut interim = Vec::new();
+    let mut byte = [0u8; 1];
+    while !interim.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+        interim.push(byte[0]);
     }
+    let interim = String::from_utf8_lossy(&interim);
+    assert!(interim.starts_with("HTTP/1.1 100 "), "{interim}");
+    stream.write_all(&pack2[..pack2.len() / 2]).unwrap();
+    stream.flush().unwrap();
     server.kill9();
     drop(stream);
 

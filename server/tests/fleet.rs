@@ -219,8 +219,8 @@ async fn fifty_installs_through_two_nodes_are_counted_once_each(env: Env) {
         assert_eq!(today.installs, 50);
     }
 
-    // Each node wrote its own file; none holds an install hash.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Each node wrote its own file (each view above holds installs only the other node
+    // saw, so both have written); none holds an install hash.
     let stored = stored_fleet_bytes(&env);
     assert_eq!(
         stored.len(),
@@ -551,9 +551,21 @@ async fn sigterm_writes_the_counts_not_yet_written() {
     for install in installs(5, &sha).iter() {
         fetch(&b, install).await;
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(fleet(&a, "").await.installs, 0, "b wrote before it was due");
+    // The sign that a node writing every second would have written b's counts by now: a
+    // writes twice, each write seen by b (its view is its own 5 and the files it reads). The
+    // first came after b's fetches, the second a whole interval after the first.
+    for (n, seen) in [(0, 6), (1, 7)] {
+        let late = Install {
+            hash: install_hash(PUBLIC_URL, "stable", &format!("late-{n}")),
+            release: "1.4.2",
+            pack: sha.clone(),
+        };
+        fetch(&a, &late).await;
+        let view = fleet_until(&b, |v| v.installs == seen).await;
+        assert_eq!(view.installs, seen, "a's write {n} never reached b");
+    }
+    assert_eq!(fleet(&a, "").await.installs, 2, "b wrote before it was due");
     b.sigterm();
     let _ = b.child.wait();
-    assert_eq!(fleet(&a, "").await.installs, 5);
+    assert_eq!(fleet(&a, "").await.installs, 7);
 }

@@ -216,13 +216,15 @@ async fn sigterm_lets_the_request_in_flight_finish() {
         .unwrap();
     let head = format!(
         "PUT /v1/blobs/{sha} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {PUBLISH_TOKEN}\r\n\
-         Content-Length: {}\r\n\r\n",
+         Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
         pack.len()
     );
     stream.write_all(head.as_bytes()).unwrap();
+    // The sign that the upload is in flight: packd took the token and asks for the body.
+    let interim = head_of(&mut stream);
+    assert!(interim.starts_with("HTTP/1.1 100 "), "{interim}");
     let (first, rest) = pack.split_at(pack.len() / 2);
     stream.write_all(first).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
 
     server.sigterm();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -514,4 +516,18 @@ async fn stale_staging_files_are_swept_at_start_and_young_ones_kept() {
         .await
         .unwrap();
     assert_eq!(blob.bytes().await.unwrap().as_ref(), pack.as_slice());
+}
+
+/// Reads one response head (through the blank line) from `stream`, byte by byte so nothing
+/// after it is taken.
+fn head_of(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).unwrap() {
+            0 => break,
+            _ => head.push(byte[0]),
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
 }
