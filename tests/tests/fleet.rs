@@ -373,12 +373,20 @@ fn with_telemetry_off_nothing_identifies_the_install_and_nothing_is_reported() {
         prompt_metadata(home.path(), "gemini-2.5-pro");
     }
     assert!(status(home.path()).contains("its templates failed to render 3 times"));
+    // A refresh sends the failure reports that wait before it returns (with telemetry on,
+    // the 3 failures would be on the wire when it ends). The sign that it ran: its channel
+    // fetch went through the proxy.
+    let before = captured.lock().unwrap().len();
     let mut cmd = agent(home.path());
     cmd.args(["packs", "refresh"]);
     let _ = cmd.output().unwrap();
-    std::thread::sleep(Duration::from_secs(1));
     let seen = captured.lock().unwrap();
-    assert!(!seen.is_empty());
+    assert!(
+        seen[before..]
+            .iter()
+            .any(|r| r.starts_with(b"GET /v1/channels/stable ")),
+        "the refresh fetched no channel through the proxy"
+    );
     for request in seen.iter() {
         let text = String::from_utf8_lossy(request).to_ascii_lowercase();
         assert!(!text.contains("x-promptpack-install:"), "{text}");

@@ -146,13 +146,6 @@ fn a_one_shot_run_on_a_stale_cache_leaves_the_next_run_updated() {
         &publisher,
         &publisher.sign(&[format!("*={}", newer.display())], "30d"),
     );
-    let config = home.path().join("config.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace("[updates]\n", "[updates]\nauto_update = false\n"),
-    )
-    .unwrap();
     let state = home.path().join("packs/state.json");
     // Make the cache stale again: only auto_update = false keeps the refresh away.
     let mut value: serde_json::Value =
@@ -160,8 +153,39 @@ fn a_one_shot_run_on_a_stale_cache_leaves_the_next_run_updated() {
     value["last_success"] = serde_json::json!(0);
     value["last_check"] = serde_json::json!(0);
     std::fs::write(&state, value.to_string()).unwrap();
+    // A twin of this data directory keeps updates on: the refresh its run starts is the sign
+    // of life. Started after the run with updates off, once it has installed the release a
+    // refresh that run started would have checked the channel too.
+    let twin = tempfile::tempdir().unwrap();
+    copy_tree(home.path(), twin.path());
+    let config = home.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("[updates]\n", "[updates]\nauto_update = false\n"),
+    )
+    .unwrap();
     prompt_json(home.path());
-    std::thread::sleep(std::time::Duration::from_secs(2));
+    prompt_json(twin.path());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !prompt_json(twin.path())["prompt"]
+        .as_str()
+        .unwrap()
+        .contains("NOT-WITH-UPDATES-OFF")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the twin with updates on installed nothing within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let checked: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(
+        (&checked["last_check"], &checked["last_success"]),
+        (&serde_json::json!(0), &serde_json::json!(0)),
+        "a refresh ran with auto_update = false"
+    );
     let after = prompt_json(home.path());
     assert!(
         after["prompt"]

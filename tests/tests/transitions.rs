@@ -240,7 +240,23 @@ fn two_running_releases_on_one_cache_follow_their_own_entries_through_a_release(
         ">=2.0.0=builtin".to_string(),
     ]);
     settle("2.2.0", builtin());
-    settle("1.2.0", remote("1.0.0"));
+    // The 1.x process acted on the rollback too: it recorded what sequence 2 gives its
+    // release. Only then is "still 1.0.0" worth anything.
+    let given = |release: &str| {
+        let record = std::fs::read_to_string(w.cache.path().join("refreshes.json")).unwrap();
+        let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+        record["releases"][release]["sequence"].as_u64()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while given("1.2.0") != Some(2) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the 1.x process never acted on sequence 2: {:?}",
+            given("1.2.0")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(w.serves("1.2.0"), remote("1.0.0"));
     // Each runner logged what happened to it, one JSON line per event.
     drop(old);
     let lines = new.finish();
