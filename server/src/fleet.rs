@@ -687,15 +687,18 @@ impl Fleet {
         Ok(removed)
     }
 
-    /// Every node's counts of `channel` on `day`, this node's unwritten ones included.
-    /// Returns the merged day and how many sources went into it.
+    /// Every node's counts of `channel` on `day`, merged (this node's unwritten ones are
+    /// merged in by [`DayParts::combine`]). Parsing and merging run on the blocking pool, a
+    /// file at a time: a node file of 256 dense cells is 1.5 MiB of JSON, and a week of a
+    /// large fleet is hundreds of them, which would hold up every connection this thread
+    /// serves.
     async fn read_day(
         &self,
         storage: &Storage,
         channel: &str,
         day: Date,
         today: Date,
-    ) -> Result<(DayData, usize), StorageError> {
+    ) -> Result<DayParts, StorageError> {
         let own = lock(&self.live)
             .get(&(channel.to_string(), day))
             .map(|e| e.data.clone());
@@ -729,8 +732,8 @@ impl Fleet {
             None
         };
         let sources = listing.len() + usize::from(own.is_some());
-        let mut merged = match cached {
-            Some(data) => (*data).clone(),
+        let nodes = match cached {
+            Some(data) => data,
             None => {
                 let mut merged = DayData::default();
                 for meta in &metas {
@@ -746,26 +749,32 @@ impl Fleet {
                     let Some(bytes) = storage.get(&key).await? else {
                         continue; // deleted by a sweep in the meantime
                     };
-                    let parsed = serde_json::from_slice::<NodeFile>(&bytes)
-                        .map_err(|e| e.to_string())
-                        .and_then(|file| DayData::from_file(&file));
-                    match parsed {
-                        Ok(data) => merged.merge(&data),
-                        Err(reason) => {
-                            tracing::warn!(key, reason, "unreadable fleet file; left out");
+                    merged = off_thread(move || {
+                        let parsed = serde_json::from_slice::<NodeFile>(&bytes)
+                            .map_err(|e| e.to_string())
+                            .and_then(|file| DayData::from_file(&file));
+                        match parsed {
+                            Ok(data) => merged.merge(&data),
+                            Err(reason) => {
+                                tracing::warn!(key, reason, "unreadable fleet file; left out");
+                            }
                         }
-                    }
+                        merged
+                    })
+                    .await?;
                 }
+                let merged = Arc::new(merged);
                 if closed {
-                    lock(&self.closed).insert(cache_key, (listing, Arc::new(merged.clone())));
+                    lock(&self.closed).insert(cache_key, (listing, merged.clone()));
                 }
                 merged
             }
         };
-        if let Some(own) = &own {
-            merged.merge(own);
-        }
-        Ok((merged, sources))
+        Ok(DayParts {
+            nodes,
+            own,
+            sources,
+        })
     }
 
     /// The fleet view of `channel` over the last `days` UTC days (today included), merged
@@ -786,187 +795,24 @@ impl Fleet {
             .rev()
             .map(|back| today - time::Duration::days(i64::from(back)))
             .collect();
-        let mut per_day = Vec::with_capacity(dates.len());
-        let mut sources = 0;
+        let mut parts = Vec::with_capacity(dates.len());
         for &day in &dates {
-            let (data, n) = self.read_day(storage, channel, day, today).await?;
-            sources += n;
-            per_day.push(data);
+            parts.push(self.read_day(storage, channel, day, today).await?);
         }
         let versions = match pack {
             Some(pack) => self.versions(storage, pack).await?,
             None => HashMap::new(),
         };
-        Ok(self.assemble(channel, &dates, &per_day, sources, &versions, ranges))
-    }
-
-    fn assemble(
-        &self,
-        channel: &str,
-        dates: &[Date],
-        per_day: &[DayData],
-        sources: usize,
-        versions: &HashMap<String, String>,
-        ranges: &[semver::VersionReq],
-    ) -> FleetView {
-        let mut window = DayData::default();
-        for day in per_day {
-            window.merge(day);
-        }
-        // Each release under the first range that matches it, as clients select.
-        let mut distinct: Vec<&semver::VersionReq> = Vec::new();
-        for range in ranges {
-            if !distinct.iter().any(|r| r.to_string() == range.to_string()) {
-                distinct.push(range);
-            }
-        }
-        let mut range_totals: Vec<(Sketch, BTreeMap<String, Sketch>)> =
-            vec![(Sketch::default(), BTreeMap::new()); distinct.len()];
-        for ((release, pack), sketch) in &window.cells {
-            let Ok(version) = semver::Version::parse(release) else {
-                continue;
-            };
-            if let Some(i) = distinct.iter().position(|r| r.matches(&version)) {
-                range_totals[i].0.merge(sketch);
-                range_totals[i]
-                    .1
-                    .entry(pack.clone())
-                    .or_default()
-                    .merge(sketch);
-            }
-        }
-        let range_views: Vec<RangeView> = distinct
-            .iter()
-            .zip(range_totals)
-            .map(|(range, (total, packs))| {
-                let mut packs: Vec<RangePack> = packs
-                    .into_iter()
-                    .map(|(pack, sketch)| RangePack {
-                        pack_version: versions.get(&pack).cloned(),
-                        installs: sketch.estimate(),
-                        pack,
-                    })
-                    .collect();
-                packs.sort_by(|a, b| {
-                    b.installs
-                        .cmp(&a.installs)
-                        .then_with(|| a.pack.cmp(&b.pack))
-                });
-                RangeView {
-                    clients: range.to_string(),
-                    installs: total.estimate(),
-                    packs,
-                }
-            })
-            .collect();
-        let mut total = Sketch::default();
-        for sketch in window.cells.values() {
-            total.merge(sketch);
-        }
-        let version_of = |pack: &str| versions.get(pack).cloned();
-        let mut cells: Vec<(CellKey, Sketch)> = window.cells.into_iter().collect();
-        cells.sort_by_key(|(key, sketch)| (std::cmp::Reverse(sketch.estimate()), key.clone()));
-        let mut overflow = window.overflow;
-        let cap = self.settings.max_cells.max(1);
-        if cells.len() > cap {
-            overflow = true;
-            let mut other = Sketch::default();
-            for (_, sketch) in cells.drain(cap - 1..) {
-                other.merge(&sketch);
-            }
-            cells.push(((OTHER.to_string(), OTHER.to_string()), other));
-        }
-        let fleet_cells = cells
-            .into_iter()
-            .map(|((release, pack), sketch)| FleetCell {
-                daily: per_day
-                    .iter()
-                    .map(|d| {
-                        d.cells
-                            .get(&(release.clone(), pack.clone()))
-                            .map_or(0, Sketch::estimate)
-                    })
-                    .collect(),
-                installs: sketch.estimate(),
-                pack_version: version_of(&pack),
-                client_version: release,
-                pack,
-            })
-            .collect();
-        // Per pack, over reasons and releases: the union of the installs' sketches, per day
-        // and over the window, so an install reporting twice counts once.
-        let mut by_pack: BTreeMap<String, (u64, Sketch, Vec<Sketch>)> = BTreeMap::new();
-        for (d, day) in per_day.iter().enumerate() {
-            for ((pack, _, _), f) in &day.failures {
-                let (_, window_installs, daily) =
-                    by_pack.entry(pack.clone()).or_insert_with(|| {
-                        (0, Sketch::default(), vec![Sketch::default(); per_day.len()])
-                    });
-                window_installs.merge(&f.installs);
-                daily[d].merge(&f.installs);
-            }
-        }
-        for ((pack, _, _), f) in &window.failures {
-            if let Some((reports, _, _)) = by_pack.get_mut(pack) {
-                *reports = reports.saturating_add(f.reports);
-            }
-        }
-        let mut failing_packs: Vec<FailingPack> = by_pack
-            .into_iter()
-            .map(|(pack, (reports, installs, daily))| FailingPack {
-                pack_version: version_of(&pack),
-                pack,
-                reports,
-                installs: installs.estimate(),
-                daily: daily.iter().map(Sketch::estimate).collect(),
-            })
-            .collect();
-        failing_packs.sort_by(|a, b| {
-            b.installs
-                .cmp(&a.installs)
-                .then_with(|| a.pack.cmp(&b.pack))
-        });
-        let mut failures: Vec<FailureCell> = window
-            .failures
-            .into_iter()
-            .map(|((pack, reason, release), f)| FailureCell {
-                daily: per_day
-                    .iter()
-                    .map(|d| {
-                        d.failures
-                            .get(&(pack.clone(), reason.clone(), release.clone()))
-                            .map_or(0, |f| f.installs.estimate())
-                    })
-                    .collect(),
-                pack_version: version_of(&pack),
-                pack,
-                reason,
-                client_version: release,
-                reports: f.reports,
-                installs: f.installs.estimate(),
-            })
-            .collect();
-        failures.sort_by(|a, b| {
-            b.reports
-                .cmp(&a.reports)
-                .then_with(|| a.pack.cmp(&b.pack))
-                .then_with(|| a.reason.cmp(&b.reason))
-        });
-        FleetView {
-            channel: channel.to_string(),
-            days: dates.iter().map(|d| day_text(*d)).collect(),
-            installs: total.estimate(),
-            cells: fleet_cells,
-            ranges: range_views,
-            failures,
-            failing_packs,
-            overflow,
-            sources,
-            estimate: EstimateInfo {
-                exact_up_to: EXACT_MAX as u64,
-                relative_error: RELATIVE_ERROR,
-            },
-        }
+        let (channel, ranges) = (channel.to_string(), ranges.to_vec());
+        let max_cells = self.settings.max_cells;
+        off_thread(move || {
+            let sources = parts.iter().map(|p| p.sources).sum();
+            let per_day: Vec<DayData> = parts.into_iter().map(DayParts::combine).collect();
+            assemble(
+                &channel, &dates, &per_day, sources, &versions, &ranges, max_cells,
+            )
+        })
+        .await
     }
 
     /// SHA-256 → version of every uploaded version of `pack`. Pack records are create-only,
@@ -1051,6 +897,213 @@ impl Fleet {
             self.flush(&storage).await;
         }
     }
+}
+
+/// The fleet view of `channel` from the merged counts of each of `dates`: sketch merges
+/// and estimates only, no I/O, run on the blocking pool by [`Fleet::view`].
+fn assemble(
+    channel: &str,
+    dates: &[Date],
+    per_day: &[DayData],
+    sources: usize,
+    versions: &HashMap<String, String>,
+    ranges: &[semver::VersionReq],
+    max_cells: usize,
+) -> FleetView {
+    let mut window = DayData::default();
+    for day in per_day {
+        window.merge(day);
+    }
+    // Each release under the first range that matches it, as clients select.
+    let mut distinct: Vec<&semver::VersionReq> = Vec::new();
+    for range in ranges {
+        if !distinct.iter().any(|r| r.to_string() == range.to_string()) {
+            distinct.push(range);
+        }
+    }
+    let mut range_totals: Vec<(Sketch, BTreeMap<String, Sketch>)> =
+        vec![(Sketch::default(), BTreeMap::new()); distinct.len()];
+    for ((release, pack), sketch) in &window.cells {
+        let Ok(version) = semver::Version::parse(release) else {
+            continue;
+        };
+        if let Some(i) = distinct.iter().position(|r| r.matches(&version)) {
+            range_totals[i].0.merge(sketch);
+            range_totals[i]
+                .1
+                .entry(pack.clone())
+                .or_default()
+                .merge(sketch);
+        }
+    }
+    let range_views: Vec<RangeView> = distinct
+        .iter()
+        .zip(range_totals)
+        .map(|(range, (total, packs))| {
+            let mut packs: Vec<RangePack> = packs
+                .into_iter()
+                .map(|(pack, sketch)| RangePack {
+                    pack_version: versions.get(&pack).cloned(),
+                    installs: sketch.estimate(),
+                    pack,
+                })
+                .collect();
+            packs.sort_by(|a, b| {
+                b.installs
+                    .cmp(&a.installs)
+                    .then_with(|| a.pack.cmp(&b.pack))
+            });
+            RangeView {
+                clients: range.to_string(),
+                installs: total.estimate(),
+                packs,
+            }
+        })
+        .collect();
+    let mut total = Sketch::default();
+    for sketch in window.cells.values() {
+        total.merge(sketch);
+    }
+    let version_of = |pack: &str| versions.get(pack).cloned();
+    let mut cells: Vec<(CellKey, Sketch)> = window.cells.into_iter().collect();
+    cells.sort_by_key(|(key, sketch)| (std::cmp::Reverse(sketch.estimate()), key.clone()));
+    let mut overflow = window.overflow;
+    let cap = max_cells.max(1);
+    if cells.len() > cap {
+        overflow = true;
+        let mut other = Sketch::default();
+        for (_, sketch) in cells.drain(cap - 1..) {
+            other.merge(&sketch);
+        }
+        cells.push(((OTHER.to_string(), OTHER.to_string()), other));
+    }
+    let fleet_cells = cells
+        .into_iter()
+        .map(|((release, pack), sketch)| FleetCell {
+            daily: per_day
+                .iter()
+                .map(|d| {
+                    d.cells
+                        .get(&(release.clone(), pack.clone()))
+                        .map_or(0, Sketch::estimate)
+                })
+                .collect(),
+            installs: sketch.estimate(),
+            pack_version: version_of(&pack),
+            client_version: release,
+            pack,
+        })
+        .collect();
+    // Per pack, over reasons and releases: the union of the installs' sketches, per day
+    // and over the window, so an install reporting twice counts once.
+    let mut by_pack: BTreeMap<String, (u64, Sketch, Vec<Sketch>)> = BTreeMap::new();
+    for (d, day) in per_day.iter().enumerate() {
+        for ((pack, _, _), f) in &day.failures {
+            let (_, window_installs, daily) = by_pack
+                .entry(pack.clone())
+                .or_insert_with(|| (0, Sketch::default(), vec![Sketch::default(); per_day.len()]));
+            window_installs.merge(&f.installs);
+            daily[d].merge(&f.installs);
+        }
+    }
+    for ((pack, _, _), f) in &window.failures {
+        if let Some((reports, _, _)) = by_pack.get_mut(pack) {
+            *reports = reports.saturating_add(f.reports);
+        }
+    }
+    let mut failing_packs: Vec<FailingPack> = by_pack
+        .into_iter()
+        .map(|(pack, (reports, installs, daily))| FailingPack {
+            pack_version: version_of(&pack),
+            pack,
+            reports,
+            installs: installs.estimate(),
+            daily: daily.iter().map(Sketch::estimate).collect(),
+        })
+        .collect();
+    failing_packs.sort_by(|a, b| {
+        b.installs
+            .cmp(&a.installs)
+            .then_with(|| a.pack.cmp(&b.pack))
+    });
+    let mut failures: Vec<FailureCell> = window
+        .failures
+        .into_iter()
+        .map(|((pack, reason, release), f)| FailureCell {
+            daily: per_day
+                .iter()
+                .map(|d| {
+                    d.failures
+                        .get(&(pack.clone(), reason.clone(), release.clone()))
+                        .map_or(0, |f| f.installs.estimate())
+                })
+                .collect(),
+            pack_version: version_of(&pack),
+            pack,
+            reason,
+            client_version: release,
+            reports: f.reports,
+            installs: f.installs.estimate(),
+        })
+        .collect();
+    failures.sort_by(|a, b| {
+        b.reports
+            .cmp(&a.reports)
+            .then_with(|| a.pack.cmp(&b.pack))
+            .then_with(|| a.reason.cmp(&b.reason))
+    });
+    FleetView {
+        channel: channel.to_string(),
+        days: dates.iter().map(|d| day_text(*d)).collect(),
+        installs: total.estimate(),
+        cells: fleet_cells,
+        ranges: range_views,
+        failures,
+        failing_packs,
+        overflow,
+        sources,
+        estimate: EstimateInfo {
+            exact_up_to: EXACT_MAX as u64,
+            relative_error: RELATIVE_ERROR,
+        },
+    }
+}
+
+/// One day of a channel as [`Fleet::read_day`] found it: what the nodes wrote, and this
+/// node's counts not yet written.
+struct DayParts {
+    nodes: Arc<DayData>,
+    own: Option<DayData>,
+    sources: usize,
+}
+
+impl DayParts {
+    /// The day's counts, this node's included. Copies a cached day: up to a few MiB of
+    /// sketches, so on the blocking pool too.
+    fn combine(self) -> DayData {
+        let mut day = Arc::unwrap_or_clone(self.nodes);
+        if let Some(own) = &self.own {
+            day.merge(own);
+        }
+        day
+    }
+}
+
+/// Runs the fleet reader's work between storage reads (parsing node files, merging
+/// sketches, assembling the view) on the blocking pool, off the thread that serves this
+/// request's neighbours.
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, StorageError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+        StorageError::Io {
+            what: "merging fleet counts".to_string(),
+            source: std::io::Error::other(e),
+        }
+    })
 }
 
 #[cfg(test)]

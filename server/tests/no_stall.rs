@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use common::*;
 use sha2::Digest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -158,5 +159,118 @@ async fn uploads_of_64_mib_ending_together_do_not_hold_up_a_neighbour() {
     assert!(
         slowest < NEIGHBOUR_BOUND,
         "a health check took {slowest:?} while the uploads ended (bound {NEIGHBOUR_BOUND:?})"
+    );
+}
+
+/// Node files written per day: packd reads up to 256, so a week of a large fleet is this
+/// and more.
+const NODES_PER_DAY: usize = 6;
+/// Release × pack cells in each file, the default `max_cells`, each a dense sketch. Each
+/// node saw other releases, so a day merges to `NODES_PER_DAY` times as many cells.
+const CELLS: usize = 256;
+/// How long a neighbour's `/healthz` may take while the fleet view of a week is merged.
+/// Merged on the serving thread, these files held it up for a second at a time (debug
+/// build, 2 cores); on the blocking pool, 7-90 ms.
+const MERGE_BOUND: Duration = Duration::from_millis(250);
+
+/// One node's file of `day`, as packd writes it: [`CELLS`] cells of releases only this node
+/// saw, each a dense sketch (4,096 registers) as a cell of a few thousand installs is.
+fn node_file(day: &str, node: usize) -> Vec<u8> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let cells: Vec<serde_json::Value> = (0..CELLS)
+        .map(|cell| {
+            let registers: Vec<u8> = (0..4096usize)
+                .map(|r| ((r * 31 + cell * 7 + node * 13) % 12) as u8)
+                .collect();
+            serde_json::json!({
+                "client_version": format!("1.{node}.{cell}"),
+                "pack": "builtin",
+                "sketch": {"dense": b64.encode(registers)},
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "format": 1,
+        "channel": "stable",
+        "day": day,
+        "node": format!("{node:016x}"),
+        "written_at": format!("{day}T23:59:59Z"),
+        "overflow": false,
+        "cells": cells,
+        "failures": [],
+    }))
+    .unwrap()
+}
+
+/// A week of node files from a large fleet is merged for the fleet view. The merge runs on
+/// the blocking pool, so a neighbour's `/healthz` is answered meanwhile within
+/// [`MERGE_BOUND`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn merging_a_week_of_fleet_counts_does_not_hold_up_a_neighbour() {
+    let fx = Fixture::new("");
+    // Where `fx.disk()` keeps its data.
+    let data = fx.dir.path().join("data");
+    let today = time::OffsetDateTime::now_utc().date();
+    for back in 0..7 {
+        let day = today - time::Duration::days(back);
+        let day = format!(
+            "{:04}-{:02}-{:02}",
+            day.year(),
+            u8::from(day.month()),
+            day.day()
+        );
+        let dir = data.join(format!("fleet/stable/{day}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for node in 0..NODES_PER_DAY {
+            std::fs::write(dir.join(format!("{node:016x}.json")), node_file(&day, node)).unwrap();
+        }
+    }
+    let server = Arc::new(Packd::start_on_one_core(&fx.disk(), Some(&fx.config)));
+    let pack = fx.pack("core", "1.0.0", "fleet");
+    assert_eq!(
+        upload(&server, &pack).await.status(),
+        reqwest::StatusCode::CREATED
+    );
+    publish_created(
+        &server,
+        "stable",
+        &fx.publish_body(&fx.document("stable", 1, &pack, "fleet")),
+    )
+    .await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let probing = {
+        let (server, stop) = (server.clone(), stop.clone());
+        tokio::spawn(async move { Probes::run(&server, &stop).await })
+    };
+    // The probes are under way.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let from = Instant::now();
+    let r = client()
+        .get(server.url("/v1/channels/stable/fleet"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    let view: serde_json::Value = r.json().await.unwrap();
+    let to = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    let probes = probing.await.unwrap();
+    // Every file went into the view.
+    assert_eq!(view["sources"], 7 * NODES_PER_DAY, "{}", view["sources"]);
+    assert_eq!(view["cells"].as_array().unwrap().len(), CELLS);
+
+    let (during, slowest) = probes.during(from, to);
+    eprintln!(
+        "the fleet view of {} node files took {} ms; {during} health checks meanwhile, the \
+         slowest {} ms",
+        7 * NODES_PER_DAY,
+        (to - from).as_millis(),
+        slowest.as_millis()
+    );
+    assert!(during > 0, "no health check overlapped the merge");
+    assert!(
+        slowest < MERGE_BOUND,
+        "a health check took {slowest:?} while the fleet view was merged (bound {MERGE_BOUND:?})"
     );
 }
