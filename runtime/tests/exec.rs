@@ -311,8 +311,19 @@ fn ctrl_c_stops_the_step_saves_the_session_and_resume_continues() {
             break;
         }
     }
-    // Give the shell a moment to start `sleep`, then press Ctrl-C.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Once the shell runs (its first command leaves a file), press Ctrl-C.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !work.path().join("started").exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the agent exited before the shell started"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the shell never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
