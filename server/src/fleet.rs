@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use time::{Date, OffsetDateTime};
 
+use crate::metrics::capped_family;
 use crate::storage::{Storage, StorageError};
 
 /// HyperLogLog precision: 4,096 one-byte registers, about 1.6 % relative standard error.
@@ -469,6 +470,18 @@ struct LiveEntry {
     dirty: bool,
 }
 
+const INSTALLS_FAMILY: &str = "packd_fleet_installs";
+const REPORTS_FAMILY: &str = "packd_fleet_failure_reports";
+
+/// The fleet's part of `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct FleetMetrics {
+    /// Prometheus text.
+    pub text: String,
+    /// How many series of each family were folded into `other`.
+    pub folded: Vec<(&'static str, usize)>,
+}
+
 /// What a node has read of a closed day (before yesterday: no node writes it any more),
 /// with the listing it was read from, so an unchanged day is not read again.
 type ClosedDay = (Vec<(String, u64)>, Arc<DayData>);
@@ -483,7 +496,7 @@ pub struct Fleet {
     versions: Mutex<HashMap<String, String>>,
     records_read: Mutex<HashSet<String>>,
     last_sweep: Mutex<Option<Date>>,
-    metrics_cache: Mutex<Option<(Instant, String)>>,
+    metrics_cache: Mutex<Option<(Instant, FleetMetrics)>>,
     full_warned: Mutex<bool>,
 }
 
@@ -840,28 +853,24 @@ impl Fleet {
 
     /// The fleet of every channel in Prometheus text: `packd_fleet_installs` and
     /// `packd_fleet_failure_reports` over the whole window. Every node reports the whole
-    /// fleet, so aggregate across nodes with `max`, not `sum`. Recomputed at most once per
-    /// flush interval.
-    pub async fn metrics_text(&self, storage: &Storage) -> Result<String, StorageError> {
+    /// fleet, so aggregate across nodes with `max`, not `sum`. Each family keeps its
+    /// [`crate::metrics::MAX_SERIES`] largest series; the rest add up under `other`
+    /// ([`crate::metrics::capped_family`]). Recomputed at most once per flush interval.
+    pub async fn metrics_text(&self, storage: &Storage) -> Result<FleetMetrics, StorageError> {
         if !self.settings.enabled {
-            return Ok(String::new());
+            return Ok(FleetMetrics::default());
         }
-        if let Some((at, text)) = &*lock(&self.metrics_cache)
+        if let Some((at, metrics)) = &*lock(&self.metrics_cache)
             && at.elapsed() < self.settings.flush_interval
         {
-            return Ok(text.clone());
+            return Ok(metrics.clone());
         }
         let now = OffsetDateTime::now_utc();
         let mut channels: Vec<String> = storage.list_dirs(keys::FLEET).await?;
         channels.extend(lock(&self.live).keys().map(|(c, _)| c.clone()));
         channels.sort();
         channels.dedup();
-        let mut installs = String::from(
-            "# HELP packd_fleet_installs Distinct installs over the last 7 UTC days by channel, client release and installed pack, merged from every node (every node reports the whole fleet: aggregate with max, not sum).\n# TYPE packd_fleet_installs gauge\n",
-        );
-        let mut reports = String::from(
-            "# HELP packd_fleet_failure_reports Failure reports over the last 7 UTC days by channel, pack, reason and client release, merged from every node.\n# TYPE packd_fleet_failure_reports gauge\n",
-        );
+        let (mut installs, mut reports) = (Vec::new(), Vec::new());
         for channel in channels {
             if pack_format::validate_name("channel", &channel).is_err() {
                 continue;
@@ -869,22 +878,41 @@ impl Fleet {
             let view = self
                 .view(storage, &channel, MAX_WINDOW_DAYS, None, &[], now)
                 .await?;
-            for cell in &view.cells {
-                installs.push_str(&format!(
-                    "packd_fleet_installs{{channel=\"{channel}\",client_version=\"{}\",pack=\"{}\"}} {}\n",
-                    cell.client_version, cell.pack, cell.installs
+            for cell in view.cells {
+                installs.push((
+                    vec![channel.clone(), cell.client_version, cell.pack],
+                    cell.installs,
                 ));
             }
-            for f in &view.failures {
-                reports.push_str(&format!(
-                    "packd_fleet_failure_reports{{channel=\"{channel}\",pack=\"{}\",reason=\"{}\",client_version=\"{}\"}} {}\n",
-                    f.pack, f.reason, f.client_version, f.reports
+            for f in view.failures {
+                reports.push((
+                    vec![channel.clone(), f.pack, f.reason, f.client_version],
+                    f.reports,
                 ));
             }
         }
-        let text = format!("{installs}{reports}");
-        *lock(&self.metrics_cache) = Some((Instant::now(), text.clone()));
-        Ok(text)
+        let (installs, installs_folded) = capped_family(
+            INSTALLS_FAMILY,
+            &["channel", "client_version", "pack"],
+            installs,
+        );
+        let (reports, reports_folded) = capped_family(
+            REPORTS_FAMILY,
+            &["channel", "pack", "reason", "client_version"],
+            reports,
+        );
+        let metrics = FleetMetrics {
+            text: format!(
+                "# HELP {INSTALLS_FAMILY} Distinct installs over the last 7 UTC days by channel, client release and installed pack, merged from every node (every node reports the whole fleet: aggregate with max, not sum).\n# TYPE {INSTALLS_FAMILY} gauge\n{installs}\
+                 # HELP {REPORTS_FAMILY} Failure reports over the last 7 UTC days by channel, pack, reason and client release, merged from every node.\n# TYPE {REPORTS_FAMILY} gauge\n{reports}"
+            ),
+            folded: vec![
+                (INSTALLS_FAMILY, installs_folded),
+                (REPORTS_FAMILY, reports_folded),
+            ],
+        };
+        *lock(&self.metrics_cache) = Some((Instant::now(), metrics.clone()));
+        Ok(metrics)
     }
 
     /// Writes counts every flush interval until the process ends.

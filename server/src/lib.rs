@@ -13,7 +13,7 @@
 //!    key layout), [`auth`] (bearer tokens with scopes): nothing else of the crate.
 //! 2. [`cache`]: the in-memory blob cache; [`readiness`]: `/readyz`'s answer, a write probe
 //!    of [`storage`] kept for a few seconds; [`fleet`]: this node's fleet counts and the
-//!    reader that merges every node's (uses [`model`] and [`storage`]).
+//!    reader that merges every node's (uses [`metrics`], [`model`] and [`storage`]).
 //! 3. [`config`]: TOML config and command-line overrides (uses [`auth`]).
 //! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors;
 //!    then [`reports`]: the per-node bounds on failure reports, and [`claims`]: the

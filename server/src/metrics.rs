@@ -1,18 +1,28 @@
-//! Prometheus metrics. Label values that come from clients are capped: after
-//! [`MAX_LABEL_VALUES`] distinct values of one label, new ones are counted as `other`, so a
-//! misbehaving client cannot grow the registry without bound.
+//! Prometheus metrics, bounded whatever clients send. Label values that come from clients
+//! are capped: after [`MAX_LABEL_VALUES`] distinct values of one label, new ones are counted
+//! as `other`. That bounds each label but not their product (64 channels × 64 releases × 64
+//! installed packs is 262,144 series), so each family is capped too: after [`MAX_SERIES`]
+//! label combinations, new ones are counted in one series whose labels are all `other`, and
+//! `packd_metrics_series_folded{family}` says how many combinations went there.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Distinct values kept per client-supplied label.
 pub const MAX_LABEL_VALUES: usize = 64;
 const MAX_LABEL_LEN: usize = 64;
+/// Series kept per metric family; label combinations beyond are counted under `other`.
+pub const MAX_SERIES: usize = 1024;
+/// The label value of everything a cap folded.
+pub const OTHER: &str = "other";
 
 /// Whether a channel fetch sent the document or said it had not changed.
 #[derive(Debug, Clone, Copy)]
@@ -23,14 +33,85 @@ pub enum FetchResult {
 
 pub struct Metrics {
     registry: Registry,
-    requests: IntCounterVec,
-    bytes: IntCounterVec,
-    duration: HistogramVec,
-    fetches: IntCounterVec,
+    requests: Capped<IntCounterVec>,
+    bytes: Capped<IntCounterVec>,
+    duration: Capped<HistogramVec>,
+    fetches: Capped<IntCounterVec>,
+    /// Channel fetches answered with the document, and with `304`.
+    sent: AtomicU64,
+    not_modified: AtomicU64,
     not_modified_ratio: Gauge,
+    /// `packd_metrics_series_folded{family}`.
+    folded: IntGaugeVec,
     client_versions: LabelCap,
     installed_packs: LabelCap,
     channels: LabelCap,
+}
+
+/// A metric family with at most [`MAX_SERIES`] series of their own.
+struct Capped<M> {
+    family: &'static str,
+    metric: M,
+    /// Hashes of the label combinations that have a series.
+    admitted: RwLock<HashSet<u64>>,
+    /// Hashes of the combinations counted under `other` instead. Bounded as the combinations
+    /// are: by the product of the labels' caps.
+    folded: RwLock<HashSet<u64>>,
+    /// Keyed per process, so no client can pick values whose hashes collide.
+    hasher: RandomState,
+}
+
+impl<M> Capped<M> {
+    fn new(family: &'static str, metric: M) -> Self {
+        Capped {
+            family,
+            metric,
+            admitted: RwLock::new(HashSet::new()),
+            folded: RwLock::new(HashSet::new()),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// The labels to count `values` under: themselves when they have a series or may have a
+    /// new one, else `other` for each (`others`), counting the combination in `folded` the
+    /// first time. A combination seen before costs a shared read lock and no allocation.
+    fn labels<'a, const N: usize>(
+        &self,
+        values: &'a [&'a str; N],
+        others: &'a [&'a str; N],
+        folded: &IntGaugeVec,
+    ) -> &'a [&'a str; N] {
+        let hash = self.hasher.hash_one(values);
+        {
+            let admitted = self.admitted.read().unwrap_or_else(|p| p.into_inner());
+            if admitted.contains(&hash) {
+                return values;
+            }
+            if admitted.len() < MAX_SERIES {
+                drop(admitted);
+                let mut admitted = self.admitted.write().unwrap_or_else(|p| p.into_inner());
+                if admitted.len() < MAX_SERIES || admitted.contains(&hash) {
+                    admitted.insert(hash);
+                    return values;
+                }
+            }
+        }
+        let seen = self
+            .folded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&hash);
+        if !seen
+            && self
+                .folded
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(hash)
+        {
+            folded.with_label_values(&[self.family]).inc();
+        }
+        others
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -118,22 +199,44 @@ impl Metrics {
             "packd_channel_not_modified_ratio",
             "Share of channel fetches answered 304 Not Modified since start.",
         )?;
+        let folded = IntGaugeVec::new(
+            Opts::new(
+                "packd_metrics_series_folded",
+                format!(
+                    "Label combinations of a metric family beyond its first {MAX_SERIES} series, \
+                     counted in its series whose labels are all `other` instead."
+                ),
+            ),
+            &["family"],
+        )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(bytes.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(fetches.clone()))?;
         registry.register(Box::new(not_modified_ratio.clone()))?;
+        registry.register(Box::new(folded.clone()))?;
         Ok(Metrics {
             registry,
-            requests,
-            bytes,
-            duration,
-            fetches,
+            requests: Capped::new("packd_http_requests_total", requests),
+            bytes: Capped::new("packd_http_response_bytes_total", bytes),
+            duration: Capped::new("packd_http_request_duration_seconds", duration),
+            fetches: Capped::new("packd_channel_fetches_total", fetches),
+            sent: AtomicU64::new(0),
+            not_modified: AtomicU64::new(0),
             not_modified_ratio,
+            folded,
             client_versions: LabelCap::default(),
             installed_packs: LabelCap::default(),
             channels: LabelCap::default(),
         })
+    }
+
+    /// How many label combinations of `family` are counted under `other`, for a family
+    /// rendered elsewhere (the fleet's, with [`capped_family`]).
+    pub fn set_folded(&self, family: &str, combinations: usize) {
+        self.folded
+            .with_label_values(&[family])
+            .set(combinations as i64);
     }
 
     pub fn request(
@@ -144,14 +247,20 @@ impl Metrics {
         body_bytes: Option<u64>,
         seconds: f64,
     ) {
-        self.requests
-            .with_label_values(&[route, method, status])
-            .inc();
+        let values = [route, method, status];
+        let labels = self.requests.labels(&values, &[OTHER; 3], &self.folded);
+        self.requests.metric.with_label_values(labels).inc();
+        let route = [route];
         // Nothing to add for a 304 (most requests): no lookup of the counter either.
         if let Some(n) = body_bytes.filter(|&n| n > 0) {
-            self.bytes.with_label_values(&[route]).inc_by(n);
+            let labels = self.bytes.labels(&route, &[OTHER], &self.folded);
+            self.bytes.metric.with_label_values(labels).inc_by(n);
         }
-        self.duration.with_label_values(&[route]).observe(seconds);
+        let labels = self.duration.labels(&route, &[OTHER], &self.folded);
+        self.duration
+            .metric
+            .with_label_values(labels)
+            .observe(seconds);
     }
 
     pub fn channel_fetch(
@@ -162,15 +271,21 @@ impl Metrics {
         installed: Option<&str>,
     ) {
         let result = match result {
-            FetchResult::Sent => "200",
-            FetchResult::NotModified => "304",
+            FetchResult::Sent => {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+                "200"
+            }
+            FetchResult::NotModified => {
+                self.not_modified.fetch_add(1, Ordering::Relaxed);
+                "304"
+            }
         };
         let channel = self.channels.label(Some(channel));
         let version = self.client_versions.label(client_version);
         let installed = self.installed_packs.label(installed);
-        self.fetches
-            .with_label_values(&[channel, result, version, installed])
-            .inc();
+        let values = [channel, result, version, installed];
+        let labels = self.fetches.labels(&values, &[OTHER; 4], &self.folded);
+        self.fetches.metric.with_label_values(labels).inc();
     }
 
     /// Adds metrics kept elsewhere (the watch counts) to what [`Metrics::render`] shows.
@@ -180,22 +295,8 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> Result<String, prometheus::Error> {
-        let mut sent = 0u64;
-        let mut not_modified = 0u64;
-        for family in self.fetches.collect() {
-            for metric in family.get_metric() {
-                let count = metric.get_counter().get_value() as u64;
-                let is_304 = metric
-                    .get_label()
-                    .iter()
-                    .any(|l| l.name() == "result" && l.value() == "304");
-                if is_304 {
-                    not_modified += count;
-                } else {
-                    sent += count;
-                }
-            }
-        }
+        let sent = self.sent.load(Ordering::Relaxed);
+        let not_modified = self.not_modified.load(Ordering::Relaxed);
         let total = sent + not_modified;
         self.not_modified_ratio.set(if total == 0 {
             0.0
@@ -206,6 +307,42 @@ impl Metrics {
         TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
         String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
     }
+}
+
+/// The sample lines of a gauge family computed afresh for each exposition (the fleet's):
+/// the [`MAX_SERIES`] largest `samples` (label values in the order of `labels`) keep their
+/// labels, the rest add up into one series labelled `other` throughout. Returns the lines
+/// and how many series were folded.
+pub fn capped_family(
+    name: &str,
+    labels: &[&str],
+    mut samples: Vec<(Vec<String>, u64)>,
+) -> (String, usize) {
+    samples.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let rest = samples.split_off(samples.len().min(MAX_SERIES));
+    let folded = rest.len();
+    if folded > 0 {
+        let sum = rest.iter().map(|(_, value)| value).sum::<u64>();
+        // A kept series may be labelled `other` throughout already: it takes the rest too,
+        // since one exposition must not name one series twice.
+        match samples
+            .iter_mut()
+            .find(|(values, _)| values.iter().all(|v| v == OTHER))
+        {
+            Some((_, value)) => *value += sum,
+            None => samples.push((vec![OTHER.to_string(); labels.len()], sum)),
+        }
+    }
+    let mut text = String::new();
+    for (values, value) in samples {
+        let pairs: Vec<String> = labels
+            .iter()
+            .zip(&values)
+            .map(|(label, value)| format!("{label}=\"{value}\""))
+            .collect();
+        text.push_str(&format!("{name}{{{}}} {value}\n", pairs.join(",")));
+    }
+    (text, folded)
 }
 
 #[cfg(test)]
@@ -238,5 +375,60 @@ mod tests {
             text.contains(&format!("packd_channel_not_modified_ratio {ratio}")),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_family_past_its_series_cap_counts_new_combinations_under_other() {
+        let m = Metrics::new().unwrap();
+        for i in 0..MAX_SERIES + 5 {
+            m.request(&format!("/route/{i}"), "GET", "200", None, 0.001);
+        }
+        // Seen before the cap: still its own series. Folded once: counted once.
+        m.request("/route/0", "GET", "200", None, 0.001);
+        m.request(
+            &format!("/route/{}", MAX_SERIES + 1),
+            "GET",
+            "200",
+            None,
+            0.001,
+        );
+        let text = m.render().unwrap();
+        let requests: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("packd_http_requests_total{"))
+            .collect();
+        assert_eq!(requests.len(), MAX_SERIES + 1);
+        assert!(
+            text.contains(
+                r#"packd_http_requests_total{method="other",route="other",status="other"} 6"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"packd_http_requests_total{method="GET",route="/route/0",status="200"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"packd_metrics_series_folded{family="packd_http_requests_total"} 5"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_capped_family_names_its_other_series_once() {
+        let mut samples: Vec<(Vec<String>, u64)> = (0..MAX_SERIES as u64 + 2)
+            .map(|i| (vec![format!("c{i}")], i + 10))
+            .collect();
+        // A channel named `other` is as large as any.
+        samples.push((vec![OTHER.to_string()], 5_000));
+        let (text, folded) = capped_family("fleet", &["channel"], samples);
+        assert_eq!(folded, 3);
+        assert_eq!(text.lines().count(), MAX_SERIES);
+        // The three smallest (10, 11, 12) went into the `other` already there.
+        assert!(text.contains("fleet{channel=\"other\"} 5033\n"), "{text}");
+        assert!(!text.contains("fleet{channel=\"c2\"}"), "{text}");
+        assert!(text.contains("fleet{channel=\"c3\"} 13\n"), "{text}");
     }
 }

@@ -55,11 +55,15 @@ pub async fn metrics(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     state.settings.tokens.authorize_read(&headers)?;
+    let fleet = state.fleet.metrics_text(&state.storage).await?;
+    for (family, folded) in &fleet.folded {
+        state.metrics.set_folded(family, *folded);
+    }
     let mut text = state
         .metrics
         .render()
         .map_err(|e| ApiError::Internal(format!("rendering metrics: {e}")))?;
-    text.push_str(&state.fleet.metrics_text(&state.storage).await?);
+    text.push_str(&fleet.text);
     Ok((
         StatusCode::OK,
         [(
