@@ -31,7 +31,7 @@ use sha2::Digest;
 use time::{Date, OffsetDateTime};
 
 use crate::metrics::capped_family;
-use crate::storage::{Storage, StorageError};
+use crate::storage::{Storage, StorageError, listed_write};
 
 /// HyperLogLog precision: 4,096 one-byte registers, about 1.6 % relative standard error.
 pub const PRECISION: u8 = 12;
@@ -492,9 +492,12 @@ pub struct Fleet {
     node: String,
     live: Mutex<HashMap<(String, Date), LiveEntry>>,
     closed: Mutex<HashMap<(String, Date), ClosedDay>>,
-    /// SHA-256 → version of uploaded packs, from their create-only records (never change).
+    /// SHA-256 → version of uploaded packs, from their records. A record replaced while its
+    /// version was unreleased leaves its old entry, which stays true: that blob is that
+    /// version.
     versions: Mutex<HashMap<String, String>>,
-    records_read: Mutex<HashSet<String>>,
+    /// The records read, by key and write ([`crate::storage::listed_write`]).
+    records_read: Mutex<HashSet<(String, String)>>,
     last_sweep: Mutex<Option<Date>>,
     metrics_cache: Mutex<Option<(Instant, FleetMetrics)>>,
     full_warned: Mutex<bool>,
@@ -828,8 +831,8 @@ impl Fleet {
         .await
     }
 
-    /// SHA-256 → version of every uploaded version of `pack`. Pack records are create-only,
-    /// so each is read once per process.
+    /// SHA-256 → version of every uploaded version of `pack`. Each write of a record is
+    /// read once per process (a record changes only while its version is unreleased).
     async fn versions(
         &self,
         storage: &Storage,
@@ -837,11 +840,11 @@ impl Fleet {
     ) -> Result<HashMap<String, String>, StorageError> {
         let prefix = format!("{}/{pack}", crate::storage::keys::PACKS);
         for meta in storage.list(&prefix).await? {
-            let key = meta.location.to_string();
+            let key = (meta.location.to_string(), listed_write(&meta));
             if lock(&self.records_read).contains(&key) {
                 continue;
             }
-            if let Some(bytes) = storage.get(&key).await?
+            if let Some(bytes) = storage.get(&key.0).await?
                 && let Ok(record) = serde_json::from_slice::<PackRecord>(&bytes)
             {
                 lock(&self.versions).insert(record.sha256, record.version);

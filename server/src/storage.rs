@@ -162,6 +162,17 @@ pub mod keys {
     }
 }
 
+/// What tells one write of a listed object from another: its ETag (a hash of the content on
+/// S3; inode, time and size on disk), or where a store gives none, its time and size. A
+/// reader that caches what it read of an object rewritten in place (a pack record, while its
+/// version is unreleased) reads it again when this changes.
+pub fn listed_write(meta: &ObjectMeta) -> String {
+    match &meta.e_tag {
+        Some(tag) => tag.clone(),
+        None => format!("{}-{}", meta.last_modified.to_rfc3339(), meta.size),
+    }
+}
+
 fn path(key: &str) -> Result<Path, StorageError> {
     Path::parse(key).map_err(|source| StorageError::Key {
         key: key.to_string(),

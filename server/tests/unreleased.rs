@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use pack_protocol::{FleetView, headers};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -25,6 +26,7 @@ on_both_backends!(
     a_replacement_cut_off_after_its_claim_holds_the_version_and_names_the_claim,
     a_publish_racing_a_replacement_never_releases_bytes_the_record_left,
     a_publish_that_claimed_a_version_and_did_not_commit_holds_it_and_names_the_claim,
+    readers_that_read_a_record_before_it_was_replaced_see_the_replacement,
 );
 
 async fn json(response: reqwest::Response) -> Value {
@@ -590,4 +592,75 @@ async fn a_publish_that_claimed_a_version_and_did_not_commit_holds_it_and_names_
         recorded(&server, "core", "2.0.0").await,
         pack_format::sha256_hex(&d)
     );
+}
+
+/// The console's pack list and the fleet view's version labels keep the pack records they
+/// read. A record replaced afterwards is read again: the console shows the new SHA-256, and
+/// installs of the new bytes are labelled with their version.
+async fn readers_that_read_a_record_before_it_was_replaced_see_the_replacement(env: Env) {
+    let fx = &env.fx;
+    let server = Packd::start(&env.backend, Some(&fx.config));
+    let older = fx.pack("core", "0.9.0", "older");
+    let a = fx.pack("core", "1.0.0", "a");
+    let (sha_older, sha_a) = (pack_format::sha256_hex(&older), pack_format::sha256_hex(&a));
+    assert_eq!(upload(&server, &older).await.status(), StatusCode::CREATED);
+    assert_eq!(upload(&server, &a).await.status(), StatusCode::CREATED);
+    publish_created(
+        &server,
+        "stable",
+        &fx.publish_body(&fx.document("stable", 1, &older, "older")),
+    )
+    .await;
+    let console = || async {
+        let r = client()
+            .get(server.url("/console/packs"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.text().await.unwrap()
+    };
+    let fleet = || async {
+        let r = client()
+            .get(server.url("/v1/channels/stable/fleet?days=1"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json::<FleetView>().await.unwrap()
+    };
+    // Both read every record of core now, 1.0.0 as a.
+    assert!(console().await.contains(&sha_a));
+    fleet().await;
+
+    let b = fx.pack("core", "1.0.0", "b");
+    let sha_b = pack_format::sha256_hex(&b);
+    assert_eq!(upload(&server, &b).await.status(), StatusCode::CREATED);
+    let page = console().await;
+    assert!(page.contains(&sha_b), "the console shows the new bytes");
+    assert!(!page.contains(&sha_a), "and no longer the replaced ones");
+    assert!(page.contains(&sha_older));
+
+    publish_created(
+        &server,
+        "stable",
+        &fx.publish_body(&fx.document("stable", 2, &b, "b")),
+    )
+    .await;
+    let r = client()
+        .get(server.url("/v1/channels/stable"))
+        .header(headers::CLIENT_VERSION, "1.4.2")
+        .header(headers::INSTALLED_PACK, &sha_b)
+        .header(headers::INSTALL, "ab".repeat(16))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let view = fleet().await;
+    let cell = view
+        .cells
+        .iter()
+        .find(|c| c.pack == sha_b)
+        .unwrap_or_else(|| panic!("no cell of {sha_b}: {view:?}"));
+    assert_eq!(cell.pack_version.as_deref(), Some("1.0.0"));
 }

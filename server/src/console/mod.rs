@@ -48,7 +48,7 @@ use crate::model::ChannelRecord;
 use crate::routes::channels::live;
 use crate::routes::check_name;
 use crate::state::SharedState;
-use crate::storage::keys;
+use crate::storage::{keys, listed_write};
 
 use access::Viewer;
 use layout::{Section, page};
@@ -72,16 +72,18 @@ const FLEET_VIEW_STALE_MAX: u32 = 30;
 pub const OVERVIEW_FLEET_WAIT: Duration = Duration::from_millis(25);
 /// Fleet views kept for the overview.
 const MAX_CACHED_VIEWS: usize = 4096;
-/// Pack records kept (they never change; a deployment has far fewer).
+/// Pack records kept (a deployment has far fewer).
 const MAX_CACHED_RECORDS: usize = 100_000;
 /// Storage reads in flight for one page.
 const CONCURRENT_READS: usize = 16;
 
 /// What the console pages share: packd's state and two caches of data that cannot go stale
-/// in a way that matters (create-only pack records; fleet views at most a flush old).
+/// in a way that matters (pack records, read again when the listing shows another write;
+/// fleet views at most a flush old).
 pub struct Console {
     pub app: SharedState,
-    records: Mutex<HashMap<String, Arc<PackRecord>>>,
+    /// Pack records by key, with the write they were read from.
+    records: Mutex<HashMap<String, (String, Arc<PackRecord>)>>,
     views: Mutex<HashMap<String, (Instant, Arc<FleetView>)>>,
     /// Channels whose fleet view a background task is computing.
     refreshing: Mutex<HashSet<String>>,
@@ -303,24 +305,25 @@ impl Console {
             .await
     }
 
-    /// Every uploaded pack record. Records are create-only, so each is read once.
+    /// Every uploaded pack record. Each write of a record is read once (a record changes
+    /// only while its version is unreleased, by a replacing upload).
     async fn pack_records(&self) -> Result<Vec<Arc<PackRecord>>, ApiError> {
         let listing = self.app.storage.list(keys::PACKS).await?;
-        let keys: Vec<String> = listing
+        let keys: Vec<(String, String)> = listing
             .iter()
-            .map(|m| m.location.to_string())
-            .filter(|k| k.ends_with(".json"))
+            .map(|m| (m.location.to_string(), listed_write(m)))
+            .filter(|(k, _)| k.ends_with(".json"))
             .collect();
-        let missing: Vec<String> = {
+        let missing: Vec<(String, String)> = {
             let records = lock(&self.records);
             keys.iter()
-                .filter(|k| !records.contains_key(*k))
+                .filter(|(k, write)| records.get(k).is_none_or(|(read, _)| read != write))
                 .cloned()
                 .collect()
         };
-        let read: Vec<(String, Option<PackRecord>)> = futures_util::stream::iter(missing)
+        let read: Vec<((String, String), Option<PackRecord>)> = futures_util::stream::iter(missing)
             .map(|key| async move {
-                let bytes = self.app.storage.get(&key).await?;
+                let bytes = self.app.storage.get(&key.0).await?;
                 let record = bytes.and_then(|b| serde_json::from_slice::<PackRecord>(&b).ok());
                 Ok::<_, ApiError>((key, record))
             })
@@ -331,17 +334,17 @@ impl Console {
         if records.len() + read.len() > MAX_CACHED_RECORDS {
             records.clear();
         }
-        for (key, record) in read {
+        for ((key, write), record) in read {
             match record {
                 Some(r) => {
-                    records.insert(key, Arc::new(r));
+                    records.insert(key, (write, Arc::new(r)));
                 }
                 None => tracing::warn!(key, "unreadable pack record; left out of the console"),
             }
         }
         Ok(keys
             .iter()
-            .filter_map(|k| records.get(k).cloned())
+            .filter_map(|(k, _)| records.get(k).map(|(_, r)| r.clone()))
             .collect())
     }
 
