@@ -26,7 +26,8 @@ const PIECE: usize = 256 << 10;
 const UPLOADS: usize = 8;
 /// How long a neighbour's `/healthz` may take while the uploads end. Hashed in one go each
 /// (a 64 MiB SHA-256 takes 30-200 ms depending on the CPU, 35 ms with SHA extensions), eight
-/// uploads held it up 350-500 ms on a busy 2-core machine; hashed as they arrive, 5-120 ms.
+/// uploads held it up 350-500 ms on a busy 2-core machine; hashed as they arrive, and freed
+/// off the thread one at a time, 1-20 ms (more when other processes take the core).
 const NEIGHBOUR_BOUND: Duration = Duration::from_millis(200);
 
 /// A fixture whose packd takes [`UPLOADS`] packs up to the format's 64 MiB at once.
