@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v minisign >/dev/null 2>&1 || need_apt+=(minisign)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
+# packer's extract test (packer/tests/extract_sync.rs) counts its sync calls with strace.
+command -v strace >/dev/null 2>&1 || need_apt+=(strace)
 # The console's browser tests (tests/tests/console_browser.rs) drive a headless Chromium.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # The watch through a caching proxy (tests/tests/proxy_watch.rs) runs nginx, which Debian
