@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use agent_runtime::config::Config;
 use agent_runtime::environment::Environment;
-use agent_runtime::instructions::{INSTRUCTIONS_MAX_BYTES, Instructions};
+use agent_runtime::instructions::{INSTRUCTIONS_MAX_BYTES, Instructions, Sources};
 use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest, assemble};
 use pack_client::PromptStore;
 
@@ -60,8 +60,8 @@ fn main() {
     let config = Config::default();
     let store = PromptStore::new(pack_client::builtin::snapshot());
     let snapshot = store.capture();
-    let instructions = Instructions::read(&global, &work);
-    assert!(instructions.project.is_some());
+    let instructions = Instructions::read(&Sources::new(&global, &work));
+    assert!(!instructions.project.is_empty());
 
     let run = |instructions: &Instructions| {
         let request = TurnRequest {
@@ -102,7 +102,7 @@ fn main() {
     let mut samples = Vec::with_capacity(RUNS);
     for i in 0..WARMUP + RUNS {
         let start = Instant::now();
-        let instructions = Instructions::read(&global, &work);
+        let instructions = Instructions::read(&Sources::new(&global, &work));
         std::hint::black_box(run(&instructions));
         if i >= WARMUP {
             samples.push(start.elapsed());

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use agent_runtime::agent_loop::{dispatch, prepare_turn};
 use agent_runtime::config::Config;
 use agent_runtime::environment::Environment;
-use agent_runtime::instructions::Instructions;
+use agent_runtime::instructions::{Instructions, Sources};
 use agent_runtime::permissions::Policy;
 use agent_runtime::provider::{
     Api, Message, ModelRequest, Provider, ProviderSettings, ToolCall, Usage,
@@ -85,7 +85,7 @@ fn main() {
     assert_eq!(messages.len(), 50);
 
     let environment = Environment::detect(&work, "claude-sonnet-4", &work);
-    let instructions = Instructions::read(&work.join("none"), &work);
+    let instructions = Instructions::read(&Sources::new(&work.join("none"), &work));
     let config = Config::default();
     let store = PromptStore::new(pack_client::builtin::snapshot());
     let request = TurnRequest {

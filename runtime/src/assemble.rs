@@ -2,7 +2,9 @@
 //!
 //! Order: persona → core template (runtime rules inserted under their headings) →
 //! model-family notes → shared layers → instructions preamble (only when an instruction
-//! file is present) → global AGENTS.md → project CLAUDE.md / AGENTS.md → environment →
+//! file is present) → global AGENTS.md → project CLAUDE.md / AGENTS.md (worktree root
+//! first, down to the working directory) → configured instruction files → a note naming
+//! the files the total budget left out → environment →
 //! session context (delegated children only) → memory → MCP server instructions → skills
 //! catalog.
 //!
@@ -265,15 +267,15 @@ pub fn assemble(
     if !instructions.is_empty() {
         push(pack.render(INSTRUCTIONS_TEMPLATE, &context)?);
     }
-    for file in [&instructions.global, &instructions.project]
-        .into_iter()
-        .flatten()
-    {
+    for file in instructions.files() {
         push(format!(
             "Contents of {}:\n\n{}",
             file.path.display(),
             file.text
         ));
+    }
+    if let Some(note) = instructions.left_out_note() {
+        push(note);
     }
 
     push(format!(

@@ -7,6 +7,13 @@
 //! memory = false                     # unset features stay on
 //! ```
 //!
+//! ```toml
+//! instructions = ["docs/conventions.md", "rules/*.md"]   # more instruction files
+//! ```
+//!
+//! `instructions` are paths and globs, relative to the workspace (the worktree root) and
+//! kept inside it, unless absolute or under `~/`; see [`crate::instructions`].
+//!
 //! A `tools` list may name MCP tools too (`mcp__time__get_current_time`, a whole server
 //! as `mcp__time`, or `mcp__*`); a list that names none allows none. The servers
 //! themselves are `[mcp_servers.<name>]` tables, read by [`crate::mcp`].
@@ -29,6 +36,8 @@ struct ConfigFile {
     agents: AgentsSection,
     #[serde(default)]
     mcp_servers: BTreeMap<String, crate::mcp::Entry>,
+    #[serde(default)]
+    instructions: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +60,8 @@ pub struct Config {
     pub defaults: Capabilities,
     /// `[mcp_servers.<name>]`, in name order.
     pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
+    /// More instruction files: paths and globs, in the order they go into the prompt.
+    pub instructions: Vec<String>,
 }
 
 impl Config {
@@ -72,10 +83,19 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config, String> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
         let mcp_servers = crate::mcp::parse(file.mcp_servers)?;
+        for entry in &file.instructions {
+            if entry.trim().is_empty() {
+                return Err("instructions: an entry is empty".to_string());
+            }
+            crate::instructions::sources::check_glob(entry)
+                .map_err(|e| format!("instructions: {e}"))?;
+        }
+        let instructions = file.instructions;
         let Some(defaults) = file.agents.default else {
             return Ok(Config {
                 defaults: Capabilities::default(),
                 mcp_servers,
+                instructions,
             });
         };
         // A list names the MCP tools it allows too (`mcp__time`, `mcp__*`); without one
@@ -110,6 +130,7 @@ impl Config {
                 permissions: None,
             },
             mcp_servers,
+            instructions,
         })
     }
 }

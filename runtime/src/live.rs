@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
-use crate::instructions::{Instructions, PROJECT_FILES};
+use crate::instructions::{Instructions, Sources};
 use crate::skills::{self, Skill};
 
 /// Where the skills on disk live, under the data directory and the workspace.
@@ -33,9 +33,10 @@ fn stamp(path: &Path) -> Stamp {
 /// The instruction files and skills of one session.
 #[derive(Debug)]
 pub struct LiveContext {
-    global_instructions: PathBuf,
+    /// Where the instruction files are looked for; its working directory is the
+    /// workspace the project's skills come from.
+    sources: Sources,
     data_dir: PathBuf,
-    workspace: PathBuf,
     /// The workspace's notes (`record_note`), which feed the prompt's memory layer.
     notes_file: Option<PathBuf>,
     state: Mutex<State>,
@@ -58,16 +59,10 @@ struct State {
 
 impl LiveContext {
     /// Reads everything once.
-    pub fn new(
-        global_instructions: &Path,
-        data_dir: &Path,
-        workspace: &Path,
-        notes_file: Option<&Path>,
-    ) -> LiveContext {
+    pub fn new(sources: Sources, data_dir: &Path, notes_file: Option<&Path>) -> LiveContext {
         let live = LiveContext {
-            global_instructions: global_instructions.to_path_buf(),
+            sources,
             data_dir: data_dir.to_path_buf(),
-            workspace: workspace.to_path_buf(),
             notes_file: notes_file.map(Path::to_path_buf),
             state: Mutex::new(State {
                 stamps: Vec::new(),
@@ -96,8 +91,8 @@ impl LiveContext {
     fn read(&self) -> State {
         // Stamps first: a change landing while reading shows up on the next call.
         let stamps = self.stamps();
-        let instructions = Instructions::read(&self.global_instructions, &self.workspace);
-        let (skills, _warnings) = skills::from_disk(&self.data_dir, &self.workspace);
+        let instructions = Instructions::read(&self.sources);
+        let (skills, _warnings) = skills::from_disk(&self.data_dir, &self.sources.cwd);
         let memory =
             self.notes_file
                 .as_deref()
@@ -118,15 +113,15 @@ impl LiveContext {
         }
     }
 
-    /// Every file the context is read from, with its stamp: the instruction files, each
-    /// skill root, and each skill directory's `SKILL.md`.
+    /// Every file the context is read from, with its stamp: the instruction files (those
+    /// read and those that would be, were they there), each skill root, and each skill
+    /// directory's `SKILL.md`.
     fn stamps(&self) -> Vec<(PathBuf, Stamp)> {
-        let mut files = vec![self.global_instructions.clone()];
-        files.extend(PROJECT_FILES.iter().map(|name| self.workspace.join(name)));
+        let mut files = self.sources.watched();
         files.extend(self.notes_file.iter().cloned());
         for (base, root) in [
             (&self.data_dir, SKILL_ROOTS[0]),
-            (&self.workspace, SKILL_ROOTS[1]),
+            (&self.sources.cwd, SKILL_ROOTS[1]),
         ] {
             let root = base.join(root);
             if let Ok(entries) = std::fs::read_dir(&root) {
@@ -184,17 +179,10 @@ mod tests {
         let data = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
         std::fs::write(work.path().join("AGENTS.md"), "Use tabs.").unwrap();
-        let live = LiveContext::new(
-            &data.path().join("AGENTS.md"),
-            data.path(),
-            work.path(),
-            None,
-        );
+        let sources = Sources::new(&data.path().join("AGENTS.md"), work.path());
+        let live = LiveContext::new(sources, data.path(), None);
         let first = live.current();
-        assert_eq!(
-            first.instructions.project.as_ref().unwrap().text,
-            "Use tabs."
-        );
+        assert_eq!(first.instructions.project[0].text, "Use tabs.");
         assert!(first.skills.is_empty());
         // Same stamps: the very same values come back, nothing is read again.
         assert!(Arc::ptr_eq(
@@ -211,10 +199,7 @@ mod tests {
         )
         .unwrap();
         let second = live.current();
-        assert_eq!(
-            second.instructions.project.as_ref().unwrap().text,
-            "Use spaces, four."
-        );
+        assert_eq!(second.instructions.project[0].text, "Use spaces, four.");
         assert_eq!(second.skills[0].name, "deploy");
     }
 

@@ -56,12 +56,12 @@ pub fn sample_instructions() -> Instructions {
             text: "Answer in English.".to_string(),
             truncated_from: None,
         }),
-        project: Some(InstructionFile {
+        project: vec![InstructionFile {
             path: PathBuf::from("/home/dev/project/AGENTS.md"),
             text: "Run `make test` before you say a change is done.".to_string(),
             truncated_from: None,
-        }),
-        warnings: Vec::new(),
+        }],
+        ..Instructions::default()
     }
 }
 

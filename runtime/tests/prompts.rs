@@ -81,8 +81,9 @@ fn parts_come_in_the_documented_order() {
     std::fs::write(dir.path().join("AGENTS.md"), "global rule").unwrap();
     std::fs::write(dir.path().join("CLAUDE.md"), "project rule").unwrap();
     let mut turn = Turn::new("worker");
-    turn.instructions =
-        agent_runtime::instructions::Instructions::read(&dir.path().join("AGENTS.md"), dir.path());
+    turn.instructions = agent_runtime::instructions::Instructions::read(
+        &agent_runtime::instructions::Sources::new(&dir.path().join("AGENTS.md"), dir.path()),
+    );
     turn.config = agent_runtime::config::Config::default();
     turn.memory = Some("remembered fact".to_string());
     // The command line's memory layer is the workspace's notes, which the host passes in.

@@ -501,7 +501,8 @@ impl ToolContext {
     pub fn attach_nested(&self, file: &Path) -> String {
         let mut attached = self.attached.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
-        for found in crate::instructions::nested(&self.cwd, file) {
+        let switches = crate::instructions::Switches::from_process();
+        for found in crate::instructions::nested(&self.cwd, file, switches) {
             // Reading the instruction file itself shows it already.
             if !attached.insert(found.path.clone()) || found.path == file {
                 continue;

@@ -10,7 +10,7 @@ use agent_runtime::config::Config;
 use agent_runtime::data_dir::DataDir;
 use agent_runtime::delegation::Subagents;
 use agent_runtime::environment::Environment;
-use agent_runtime::instructions::Instructions;
+use agent_runtime::instructions::{Instructions, Sources, Switches};
 use agent_runtime::live::LiveContext;
 use agent_runtime::mcp::McpServers;
 use agent_runtime::packs::Packs;
@@ -118,9 +118,8 @@ impl Host {
         // Instruction files and skills are read now and again whenever they change.
         let notes = notes_file(self.data_dir.root(), &header.cwd);
         let live = LiveContext::new(
-            &self.data_dir.global_instructions(),
+            instruction_sources(&self.data_dir, &self.config, &header.cwd),
             self.data_dir.root(),
-            &header.cwd,
             Some(&notes),
         );
         let current = live.current();
@@ -240,6 +239,19 @@ impl Host {
             }
             Some(_) | None => self.provider.clone(),
         }
+    }
+}
+
+/// Where a session in `cwd` looks for instruction files: the data directory's AGENTS.md
+/// (else `~/.claude/CLAUDE.md`), the project's files, the config's `instructions`, under
+/// the switches in the environment.
+pub fn instruction_sources(data_dir: &DataDir, config: &Config, cwd: &std::path::Path) -> Sources {
+    Sources {
+        global: data_dir.global_instructions(),
+        home: crate::safety::home(),
+        cwd: cwd.to_path_buf(),
+        configured: config.instructions.clone(),
+        switches: Switches::from_process(),
     }
 }
 
