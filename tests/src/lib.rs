@@ -315,6 +315,43 @@ impl Packd {
         std::panic::resume_unwind(last.unwrap());
     }
 
+    /// Sum of every sample of `name` in packd's metrics whose labels contain `labels`.
+    pub fn metric(&self, name: &str, labels: &str) -> f64 {
+        let text = Self::http()
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        text.lines()
+            .filter(|line| {
+                line.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with([' ', '{']) && rest.contains(labels))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Waits until packd holds `n` watches.
+    pub fn until_watching(&self, n: f64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.metric("packd_watchers", "") != n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "packd never held {n} watches"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Watch requests packd answered, by the route they are counted under.
+    pub fn watch_requests(&self) -> f64 {
+        self.metric(
+            "packd_http_requests_total",
+            "route=\"/v1/channels/{channel}?wait\"",
+        )
+    }
+
     fn http() -> reqwest::blocking::Client {
         reqwest::blocking::Client::builder()
             .timeout(Duration::from_secs(30))
@@ -373,6 +410,23 @@ pub fn client_cmd(cache: &Path, config: &Path, client_version: &str) -> Command 
     cmd.arg("--cache").arg(cache).arg("--config").arg(config);
     cmd.args(["--client-version", client_version]);
     cmd
+}
+
+/// Waits until a fresh `pack-client` of release 1.0.0 on `cache` serves `version`; how long
+/// that took.
+pub fn until_served(cache: &Path, config: &Path, version: &str, within: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    loop {
+        let (now, source, _) = dump(cache, config, "1.0.0");
+        if now == version {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{version} not served within {within:?}; serving {now} ({source})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Runs `pack-client … dump` and returns (version, source, {key: sha256}).

@@ -208,63 +208,6 @@ fn served(cache: &Path, config: &Path) -> String {
     dump(cache, config, "1.0.0").0
 }
 
-/// Waits until the cache serves `version`; how long that took.
-fn until_served(cache: &Path, config: &Path, version: &str, within: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        if served(cache, config) == version {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < within,
-            "{version} not served within {within:?}; serving {:?}",
-            served(cache, config)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Sum of every sample of `name` in packd's metrics whose labels contain `labels`.
-fn metric(packd: &Packd, name: &str, labels: &str) -> f64 {
-    let text = reqwest::blocking::get(format!("{}/metrics", packd.url))
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .filter(|line| {
-            line.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with([' ', '{']) && rest.contains(labels))
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Watches packd holds now.
-fn watchers(packd: &Packd) -> f64 {
-    metric(packd, "packd_watchers", "")
-}
-
-fn until_watching(packd: &Packd) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while watchers(packd) != 1.0 {
-        assert!(
-            Instant::now() < deadline,
-            "packd never held the client's watch"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Watch requests packd answered.
-fn watch_requests(packd: &Packd) -> f64 {
-    metric(
-        packd,
-        "packd_http_requests_total",
-        "route=\"/v1/channels/{channel}?wait\"",
-    )
-}
-
-/// The `p`-th percentile of `samples` (nearest rank).
 fn percentile(samples: &[Duration], p: f64) -> Duration {
     let mut sorted = samples.to_vec();
     sorted.sort();
@@ -303,17 +246,17 @@ fn a_rollback_reaches_a_client_watching_through_a_caching_nginx_within_two_secon
 
     // A minute idle: the watch is held through nginx all along, not answered early (one
     // answer at the end of its 50 s wait).
-    let answered_before = watch_requests(&packd);
+    let answered_before = packd.watch_requests();
     let idle = Instant::now();
     let (mut samples, mut held) = (0, 0);
     while idle.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_secs(1));
         samples += 1;
-        if watchers(&packd) == 1.0 {
+        if packd.metric("packd_watchers", "") == 1.0 {
             held += 1;
         }
     }
-    let answered = watch_requests(&packd) - answered_before;
+    let answered = packd.watch_requests() - answered_before;
     eprintln!(
         "a minute idle: packd held the watch at {held} of {samples} samples, answered {answered} watches"
     );
@@ -338,7 +281,7 @@ fn a_rollback_reaches_a_client_watching_through_a_caching_nginx_within_two_secon
     };
     let settle = || {
         let settled = Instant::now();
-        until_watching(&packd);
+        packd.until_watching(1.0);
         std::thread::sleep(MIN_REFRESH_GAP.saturating_sub(settled.elapsed()));
     };
     let v2_entry = v2.display().to_string();

@@ -40,54 +40,6 @@ fn served(cache: &Path, config: &Path) -> (String, String) {
     (version, source)
 }
 
-/// Waits until the cache serves `version`; how long that took.
-fn until_served(cache: &Path, config: &Path, version: &str, within: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        if served(cache, config).0 == version {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < within,
-            "{version} not served within {within:?}; serving {:?}",
-            served(cache, config)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Sum of every sample of `name` in packd's metrics whose labels contain `labels`.
-fn metric(packd: &Packd, name: &str, labels: &str) -> f64 {
-    let text = reqwest::blocking::get(format!("{}/metrics", packd.url))
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .filter(|line| {
-            line.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with([' ', '{']) && rest.contains(labels))
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-fn until_watching(packd: &Packd, n: f64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(packd, "packd_watchers", "") != n {
-        assert!(Instant::now() < deadline, "packd never held {n} watches");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Watch requests packd answered, by the route they are counted under.
-fn watch_requests(packd: &Packd) -> f64 {
-    metric(
-        packd,
-        "packd_http_requests_total",
-        "route=\"/v1/channels/{channel}?wait\"",
-    )
-}
-
 /// A packd with `version` released to every client, and a publisher to release more.
 fn released(version: &str) -> (Publisher, tempfile::TempDir, Packd) {
     let publisher = Publisher::new();
@@ -114,14 +66,14 @@ fn a_release_and_a_rollback_reach_a_watching_pack_client_run_within_seconds() {
     let _run = pack_client_run(cache.path(), &config);
     // The start-up refresh installs what is live, then the watch holds.
     until_served(cache.path(), &config, "1.0.0", Duration::from_secs(30));
-    until_watching(&packd, 1.0);
+    packd.until_watching(1.0);
 
     release(&publisher, &packd, "2.0.0");
     let took = until_served(cache.path(), &config, "2.0.0", Duration::from_secs(10));
     eprintln!("release reached pack-client run in {} ms", took.as_millis());
     assert!(took < Duration::from_secs(5), "{took:?}");
 
-    until_watching(&packd, 1.0);
+    packd.until_watching(1.0);
     packd.publish(
         &publisher,
         &publisher.sign(&["*=builtin".to_string()], "30d"),
@@ -144,22 +96,22 @@ fn a_pinned_client_keeps_its_pin_and_does_not_refresh_in_a_loop() {
     let cache = tempfile::tempdir().unwrap();
     let _run = pack_client_run(cache.path(), &config);
     until_served(cache.path(), &config, "1.0.0", Duration::from_secs(30));
-    until_watching(&packd, 1.0);
-    let fetches = metric(&packd, "packd_channel_fetches_total", "");
-    let watches = watch_requests(&packd);
+    packd.until_watching(1.0);
+    let fetches = packd.metric("packd_channel_fetches_total", "");
+    let watches = packd.watch_requests();
 
     release(&publisher, &packd, "2.0.0");
     // First the sign that the client acted on the change (its refresh fetched the channel),
     // then that it watches again; only then is "still 1.0.0" worth anything.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(&packd, "packd_channel_fetches_total", "") <= fetches {
+    while packd.metric("packd_channel_fetches_total", "") <= fetches {
         assert!(Instant::now() < deadline, "the client never refreshed");
         std::thread::sleep(Duration::from_millis(50));
     }
-    until_watching(&packd, 1.0);
+    packd.until_watching(1.0);
     assert_eq!(served(cache.path(), &config).0, "1.0.0");
-    let fetched = metric(&packd, "packd_channel_fetches_total", "") - fetches;
-    let watched = watch_requests(&packd) - watches;
+    let fetched = packd.metric("packd_channel_fetches_total", "") - fetches;
+    let watched = packd.watch_requests() - watches;
     assert!(
         fetched <= 3.0,
         "{fetched} channel fetches after one release"
@@ -210,8 +162,8 @@ fn no_watch_with_auto_update_off_or_watch_off() {
             run.0.try_wait().unwrap().is_none(),
             "pack-client run exited"
         );
-        assert_eq!(metric(&packd, "packd_watchers", ""), 0.0, "{extra}");
-        assert_eq!(watch_requests(&packd), 0.0, "{extra}");
+        assert_eq!(packd.metric("packd_watchers", ""), 0.0, "{extra}");
+        assert_eq!(packd.watch_requests(), 0.0, "{extra}");
         drop(run);
     }
 }
@@ -441,7 +393,7 @@ fn a_rollback_reaches_a_watching_interactive_session_within_seconds() {
         }
         eprintln!("driver: {next}");
     }
-    until_watching(&packd, 1.0);
+    packd.until_watching(1.0);
     packd.publish(
         &publisher,
         &publisher.sign(&["*=builtin".to_string()], "30d"),
