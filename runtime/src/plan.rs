@@ -3,7 +3,8 @@
 //! `plan` is mavis with a read-only ceiling: it reads, searches and runs commands in the
 //! read-only sandbox, and writes one file, the session's plan
 //! (`<workspace>/.agents/plans/<session id>.md`). While it is active, every user turn
-//! starts with a reminder of what it may do and where the plan goes; on the switch back
+//! starts with a reminder of what it may do, where the plan goes and whether that file
+//! exists yet (looked up at each turn, not once at `/plan`); on the switch back
 //! to building, a one-off reminder says what the model may now do and hands it the plan
 //! from the file. The reminder texts come from the pack (`shared/plan_mode.md`,
 //! `shared/build_switch.md`); the runtime adds the plan file's path and content.
@@ -46,18 +47,20 @@ fn text(snapshot: &Snapshot, key: &str) -> String {
         .unwrap_or_default()
 }
 
-/// What the model is told while it plans.
+/// What the model is told while it plans, with the plan file as it is now.
 pub fn plan_reminder(snapshot: &Snapshot, plan: &Path) -> String {
+    reminder_text(&text(snapshot, PLAN_REMINDER), plan)
+}
+
+/// The pack's reminder and where the plan goes. Whether the file exists is looked up each
+/// time: the model creates it during plan mode, and later turns must say so.
+fn reminder_text(intro: &str, plan: &Path) -> String {
     let state = if plan.exists() {
         "it exists already: read it and improve it rather than starting over"
     } else {
         "it does not exist yet: create it with `write`"
     };
-    format!(
-        "{}\n\nPlan file: {} ({state}).",
-        text(snapshot, PLAN_REMINDER),
-        plan.display()
-    )
+    format!("{intro}\n\nPlan file: {} ({state}).", plan.display())
 }
 
 /// What the model is told when building starts: what it may do now, and the plan.
@@ -94,23 +97,49 @@ pub fn build_reminder(snapshot: &Snapshot, plan: &Path) -> String {
 /// Whether plan mode is on, shared by the session and its reminder provider.
 #[derive(Debug, Clone, Default)]
 pub struct PlanState {
-    /// The reminder text while planning; `None` when building.
-    reminder: Arc<Mutex<Option<String>>>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// `None` when building.
+    active: Option<Active>,
+    /// How many times plan mode was entered, so a switch in shows right away.
+    entered: u64,
+}
+
+#[derive(Debug)]
+struct Active {
+    /// The pack's reminder text, as it was when plan mode started.
+    intro: String,
+    file: PathBuf,
+    entered: u64,
 }
 
 impl PlanState {
-    pub fn enter(&self, reminder: String) {
-        *self.reminder.lock().unwrap_or_else(PoisonError::into_inner) = Some(reminder);
+    /// Turns plan mode on, with the reminder from `snapshot` and the plan file `plan`.
+    pub fn enter(&self, snapshot: &Snapshot, plan: &Path) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.entered += 1;
+        inner.active = Some(Active {
+            intro: text(snapshot, PLAN_REMINDER),
+            file: plan.to_path_buf(),
+            entered: inner.entered,
+        });
     }
 
     pub fn leave(&self) {
-        *self.reminder.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .active = None;
     }
 
     pub fn active(&self) -> bool {
-        self.reminder
+        self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .active
             .is_some()
     }
 
@@ -118,6 +147,7 @@ impl PlanState {
     pub fn reminder_provider(&self) -> Box<dyn ReminderProvider> {
         Box::new(PlanReminder {
             state: self.clone(),
+            shown: Mutex::new(0),
         })
     }
 }
@@ -125,6 +155,8 @@ impl PlanState {
 #[derive(Debug)]
 struct PlanReminder {
     state: PlanState,
+    /// The entry into plan mode the reminder was last given for.
+    shown: Mutex<u64>,
 }
 
 impl ReminderProvider for PlanReminder {
@@ -132,16 +164,23 @@ impl ReminderProvider for PlanReminder {
         "plan_mode"
     }
 
-    fn provide(&self, input: &ReminderInput<'_>, last: Option<&Injected>) -> Option<Injection> {
-        let text = self
-            .state
-            .reminder
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()?;
+    fn provide(&self, input: &ReminderInput<'_>, _last: Option<&Injected>) -> Option<Injection> {
+        let (text, entered) = {
+            let inner = self
+                .state
+                .inner
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let active = inner.active.as_ref()?;
+            (reminder_text(&active.intro, &active.file), active.entered)
+        };
+        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
         // At every new turn, and right away after a switch into plan mode.
-        let switched = last.is_none_or(|l| l.text != text);
-        (input.new_turn || switched).then_some(Injection::Full(text))
+        if !input.new_turn && *shown == entered {
+            return None;
+        }
+        *shown = entered;
+        Some(Injection::Full(text))
     }
 }
 
@@ -151,17 +190,51 @@ mod tests {
 
     #[test]
     fn the_reminder_is_restated_each_turn_and_stops_on_leaving() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot = pack_client::builtin::snapshot();
         let state = PlanState::default();
         let mut reminders = crate::reminders::Reminders::default();
         reminders.register(state.reminder_provider());
         assert!(reminders.before_step(true, &[], &[]).is_empty());
-        state.enter("plan now".to_string());
+        state.enter(&snapshot, &plan_file(dir.path(), "s1"));
         let next = reminders.before_step(false, &[], &[]);
-        assert!(next.len() == 1 && next[0].contains("plan now"), "{next:?}");
+        assert!(
+            next.len() == 1 && next[0].contains("Plan file: "),
+            "{next:?}"
+        );
         assert!(reminders.before_step(false, &[], &[]).is_empty());
         assert_eq!(reminders.before_step(true, &[], &[]).len(), 1);
         state.leave();
         assert!(reminders.before_step(true, &[], &[]).is_empty());
+        state.enter(&snapshot, &plan_file(dir.path(), "s1"));
+        assert_eq!(
+            reminders.before_step(false, &[], &[]).len(),
+            1,
+            "entering again shows it right away"
+        );
+    }
+
+    #[test]
+    fn a_later_turn_says_the_plan_exists_once_it_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = plan_file(dir.path(), "s1");
+        let state = PlanState::default();
+        let mut reminders = crate::reminders::Reminders::default();
+        reminders.register(state.reminder_provider());
+        state.enter(&pack_client::builtin::snapshot(), &plan);
+        let first = reminders.before_step(true, &[], &[]).join("\n");
+        assert!(first.contains("does not exist yet"), "{first}");
+        std::fs::create_dir_all(plan.parent().unwrap()).unwrap();
+        std::fs::write(&plan, "1. read the code\n").unwrap();
+        assert!(
+            reminders.before_step(false, &[], &[]).is_empty(),
+            "not restated within the turn"
+        );
+        let next = reminders.before_step(true, &[], &[]).join("\n");
+        assert!(
+            next.contains("it exists already") && !next.contains("does not exist"),
+            "{next}"
+        );
     }
 
     #[test]

@@ -38,7 +38,7 @@ impl Planning {
             }
         }
         let snapshot = host.packs.store().capture();
-        self.state.enter(plan::plan_reminder(&snapshot, &self.file));
+        self.state.enter(&snapshot, &self.file);
     }
 
     /// Turns plan mode off and returns the reminder that hands the plan to the build phase.
