@@ -68,6 +68,12 @@ pub enum Event {
         usage: Usage,
         stop_reason: Option<String>,
     },
+    /// Old tool outputs were cut to their start and end to make room: `outputs` of them,
+    /// about `saved_tokens` less to send.
+    Trimmed {
+        outputs: usize,
+        saved_tokens: u64,
+    },
     /// Older history was summarised: `summarized` original messages are now covered by
     /// the summary, `kept` follow it unchanged.
     Compacted {
@@ -234,6 +240,9 @@ pub struct LoopState {
     pub reminders: Reminders,
     /// The latest compaction, if the history has been summarised.
     pub compaction: Option<Compaction>,
+    /// Tool outputs among the first `trimmed` original messages are sent trimmed
+    /// ([`compaction::trimmed_output`]).
+    pub trimmed: usize,
     /// Input plus output tokens the server reported for the last call.
     pub reported_tokens: u64,
     /// Messages compaction keeps as they are (moved earlier to keep tool pairs whole).
@@ -249,6 +258,7 @@ impl Default for LoopState {
         LoopState {
             reminders: Reminders::default(),
             compaction: None,
+            trimmed: 0,
             reported_tokens: 0,
             keep_recent: 6,
             mcp_seen: 0,
@@ -265,7 +275,10 @@ pub struct AgentLoop<'a> {
     pub tools: Arc<ToolContext>,
     pub max_steps: u32,
     pub session_id: String,
-    /// Compact when the conversation passes this many tokens; `None` never compacts.
+    /// The model's context in tokens as configured; the server's own word, once it gave
+    /// it, beats this. Older history is trimmed, then summarised, once a request would
+    /// leave less than the answer's reserve ([`crate::provider::context::compaction_trigger`]).
+    /// `None` never compacts.
     pub context_limit: Option<u64>,
     pub state: LoopState,
     /// Re-reads instruction files and skills when they change; `None` keeps the ones in
@@ -296,6 +309,65 @@ impl AgentLoop<'_> {
             ));
         }
         self.state.pack = Some(now);
+    }
+
+    /// Where the next request must stay below, or `None` when the loop never compacts:
+    /// the context (the server's word, else [`AgentLoop::context_limit`]) less the reserve
+    /// for the answer.
+    pub fn compaction_trigger(&self) -> Option<u64> {
+        let limit = self.context_limit?;
+        let context = self.provider.learned_context().unwrap_or(limit);
+        let max_output = self.provider.settings().max_tokens.map_or_else(
+            || u64::from(crate::provider::anthropic::default_max_tokens(context)),
+            u64::from,
+        );
+        Some(crate::provider::context::compaction_trigger(
+            context, max_output,
+        ))
+    }
+
+    /// Makes room when the next request would pass `trigger`: trims the old tool outputs
+    /// first, and summarises older history only when that is not enough.
+    async fn make_room(
+        &mut self,
+        messages: &[Message],
+        prepared: &PreparedTurn,
+        trigger: u64,
+        transcript: &mut Transcript,
+        sink: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<(), RunError> {
+        let estimate = |state: &LoopState| {
+            let view = compaction::view(messages, state.compaction.as_ref(), state.trimmed);
+            compaction::estimate_tokens(&prepared.prompt.text, &view, &prepared.specs)
+        };
+        let before = estimate(&self.state);
+        if before.max(self.state.reported_tokens) <= trigger {
+            return Ok(());
+        }
+        let covered = self.state.compaction.as_ref().map_or(0, |c| c.covered);
+        if let Some(cut) =
+            compaction::cut_point(messages, self.state.keep_recent, self.state.trimmed)
+        {
+            let from = self.state.trimmed.max(covered).min(cut);
+            let outputs = compaction::trimmable(&messages[from..cut]);
+            if outputs > 0 {
+                self.state.trimmed = cut;
+                let after = estimate(&self.state);
+                let saved_tokens = before.saturating_sub(after);
+                sink(Event::Trimmed {
+                    outputs,
+                    saved_tokens,
+                });
+                // What the server counted for the last request, less what was cut.
+                self.state.reported_tokens =
+                    self.state.reported_tokens.saturating_sub(saved_tokens);
+                if after.max(self.state.reported_tokens) <= trigger {
+                    return Ok(());
+                }
+            }
+        }
+        self.compact(messages, transcript, sink).await?;
+        Ok(())
     }
 
     /// Summarises the history before the most recent messages, from the original
@@ -440,12 +512,14 @@ impl AgentLoop<'_> {
                 sink(Event::Notification { text: text.clone() });
                 inject(text, messages, transcript)?;
             }
-            if let Some(limit) = self.context_limit {
-                let view = compaction::view(messages, self.state.compaction.as_ref());
-                let estimate =
-                    compaction::estimate_tokens(&prepared.prompt.text, &view, &prepared.specs);
-                if estimate.max(self.state.reported_tokens) > limit {
-                    self.compact(messages, transcript, sink).await?;
+            if self.context_limit.is_some() {
+                // Once per provider: how large the server says its context is.
+                if steps == 1 {
+                    self.provider.discover_context().await;
+                }
+                if let Some(trigger) = self.compaction_trigger() {
+                    self.make_room(messages, &prepared, trigger, transcript, sink)
+                        .await?;
                 }
             }
             let names = prepared.toolbox.names();
@@ -453,7 +527,8 @@ impl AgentLoop<'_> {
             for text in self.state.reminders.before_step(steps == 1, &todos, &names) {
                 inject(text, messages, transcript)?;
             }
-            let view = compaction::view(messages, self.state.compaction.as_ref());
+            let view =
+                compaction::view(messages, self.state.compaction.as_ref(), self.state.trimmed);
             let request = ModelRequest {
                 system: &prepared.prompt.text,
                 messages: &view,
@@ -490,7 +565,8 @@ impl AgentLoop<'_> {
                     ..
                 }) if !overflow_retried => {
                     overflow_retried = true;
-                    self.context_limit = Some(context.saturating_mul(3) / 4);
+                    self.provider.learn_context(context);
+                    self.context_limit = Some(context);
                     if self.compact(messages, transcript, sink).await? {
                         sink(Event::Warning {
                             message: format!(

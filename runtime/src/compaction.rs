@@ -7,6 +7,12 @@
 //! blur a little more each time. The system prompt is rebuilt every step anyway; the most
 //! recent messages are kept as they are, and the cut never falls between a tool call and
 //! its result. Reminders are left out of the summary: they are restated after compaction.
+//!
+//! Before a summary is written, old tool outputs are trimmed: a long result before the
+//! recent messages keeps its start and its end, with a line saying how much of the middle
+//! was cut. That alone often makes room, at no model call. A trim is a marker too (the
+//! index it reaches), so every later request shows the same trimmed history and the
+//! server's prompt cache keeps matching it.
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +29,11 @@ pub const SUMMARY_HEADING: &str =
 const MAX_SUMMARY_INPUT: usize = 400_000;
 /// Longest tool result kept in that text.
 const MAX_RESULT_CHARS: usize = 2_000;
+
+/// Old tool outputs longer than this many bytes are trimmed before any summary.
+pub const TRIM_ABOVE: usize = 4_000;
+/// What a trimmed output keeps: this many bytes of its start, and as many of its end.
+pub const TRIM_KEEP: usize = 1_000;
 
 /// One compaction: the first `covered` original messages are replaced by `summary`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,19 +69,68 @@ pub fn estimate_tokens(system: &str, messages: &[Message], tools: &[ToolSpec]) -
     (bytes / 4) as u64
 }
 
-/// What the model sees: the summary, then the original messages it does not cover.
-pub fn view(original: &[Message], compaction: Option<&Compaction>) -> Vec<Message> {
-    match compaction {
+/// What the model sees: the summary, then the original messages it does not cover, the
+/// tool outputs among the first `trimmed` of them trimmed.
+pub fn view(original: &[Message], compaction: Option<&Compaction>, trimmed: usize) -> Vec<Message> {
+    let mut out = Vec::with_capacity(original.len() + 1);
+    let start = match compaction {
         Some(c) if c.covered <= original.len() => {
-            let mut out = Vec::with_capacity(original.len() - c.covered + 1);
             out.push(Message::User {
                 content: format!("{SUMMARY_HEADING}\n\n{}", c.summary.trim()),
             });
-            out.extend_from_slice(&original[c.covered..]);
-            out
+            c.covered
         }
-        _ => original.to_vec(),
+        _ => 0,
+    };
+    for (index, message) in original.iter().enumerate().skip(start) {
+        match message {
+            Message::Tool {
+                call_id,
+                name,
+                content,
+                is_error,
+            } if index < trimmed => out.push(Message::Tool {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                content: trimmed_output(content).unwrap_or_else(|| content.clone()),
+                is_error: *is_error,
+            }),
+            _ => out.push(message.clone()),
+        }
     }
+    out
+}
+
+/// A tool output past [`TRIM_ABOVE`] bytes as its first and last [`TRIM_KEEP`] bytes with
+/// a line between saying what was cut; `None` for a shorter one.
+pub fn trimmed_output(content: &str) -> Option<String> {
+    if content.len() <= TRIM_ABOVE {
+        return None;
+    }
+    let mut head = TRIM_KEEP;
+    while !content.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = content.len() - TRIM_KEEP;
+    while !content.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let cut = tail - head;
+    Some(format!(
+        "{}\n[… {cut} bytes (about {} tokens) cut from the middle of this old tool output to make room in the context; its first {head} and last {} bytes are kept. Run the tool again if you need the rest. …]\n{}",
+        &content[..head],
+        cut / 4,
+        content.len() - tail,
+        &content[tail..]
+    ))
+}
+
+/// How many tool outputs among `messages` trimming would cut.
+pub fn trimmable(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { content, .. } if content.len() > TRIM_ABOVE))
+        .count()
 }
 
 /// Where to cut so about `keep_recent` messages stay: moved earlier until the first kept
@@ -167,8 +227,39 @@ mod tests {
                 covered: 3,
                 summary: "did a".into(),
             }),
+            0,
         );
         assert_eq!(v.len(), 3);
         assert!(matches!(&v[0], Message::User { content } if content.ends_with("did a")));
+    }
+
+    #[test]
+    fn old_long_outputs_keep_their_ends() {
+        let long = |id: &str, text: String| Message::Tool {
+            call_id: id.into(),
+            name: "read".into(),
+            content: text,
+            is_error: false,
+        };
+        // Multi-byte characters around both cuts.
+        let body = format!("START{}{}END", "é".repeat(3_000), "x".repeat(3_000));
+        let history = vec![
+            call("a"),
+            long("a", body.clone()),
+            call("b"),
+            long("b", body.clone()),
+        ];
+        let v = view(&history, None, 2);
+        let Message::Tool { content, .. } = &v[1] else {
+            panic!("not a tool result");
+        };
+        assert!(content.starts_with("START"), "{content}");
+        assert!(content.ends_with("xxxEND"), "{content}");
+        assert!(content.contains("cut from the middle of this old tool output"));
+        assert!(content.len() < 2 * TRIM_KEEP + 300, "{}", content.len());
+        // Past the trimmed range the output is whole.
+        assert!(matches!(&v[3], Message::Tool { content, .. } if *content == body));
+        assert_eq!(trimmable(&history), 2);
+        assert_eq!(trimmed_output("short"), None);
     }
 }

@@ -128,7 +128,10 @@ fn read_edit_run_resume(api: &str) {
             .unwrap()
             .to_string()
     } else {
-        requests[0].body["system"].as_str().unwrap().to_string()
+        requests[0].body["system"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
     assert!(system.contains("Mavis"), "the pack's prompt is sent");
     let tools: Vec<&str> = requests[0].body["tools"]

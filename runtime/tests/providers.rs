@@ -119,7 +119,7 @@ async fn anthropic_stream_content_blocks_and_usage() {
     let request = &server.requests()[0];
     assert_eq!(request.path, "/v1/messages");
     assert_eq!(request.authorization.as_deref(), Some("sk-test"));
-    assert_eq!(request.body["system"], "You are terse.");
+    assert_eq!(request.body["system"][0]["text"], "You are terse.");
     assert_eq!(request.body["tools"][0]["input_schema"]["type"], "object");
     assert!(request.body["max_tokens"].as_u64().unwrap() > 0);
 }

@@ -28,7 +28,13 @@ pub fn default_max_tokens(context_tokens: u64) -> u32 {
         .clamp(256, DEFAULT_MAX_TOKENS)
 }
 
-pub(crate) fn body(settings: &ProviderSettings, request: &ModelRequest<'_>) -> Value {
+/// The request body. `context_tokens` is the context as far as it is known (the server's
+/// word or the settings), for the default `max_tokens`.
+pub(crate) fn body(
+    settings: &ProviderSettings,
+    context_tokens: u64,
+    request: &ModelRequest<'_>,
+) -> Value {
     // Roles must alternate, so consecutive tool results (and a user message after them)
     // merge into one user turn.
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
@@ -76,25 +82,57 @@ pub(crate) fn body(settings: &ProviderSettings, request: &ModelRequest<'_>) -> V
             ),
         }
     }
+    mark_breakpoints(&mut turns);
     let messages: Vec<Value> = turns
         .into_iter()
         .map(|(role, content)| json!({ "role": role, "content": content }))
         .collect();
     let mut body = json!({
         "model": settings.model,
-        "max_tokens": settings.max_tokens.unwrap_or_else(|| default_max_tokens(settings.context_tokens)),
-        "system": request.system,
+        "max_tokens": settings.max_tokens.unwrap_or_else(|| default_max_tokens(context_tokens)),
         "messages": messages,
         "stream": true,
     });
+    // An empty text block is refused, and so would be a breakpoint on it.
+    if !request.system.is_empty() {
+        body["system"] =
+            json!([{ "type": "text", "text": request.system, "cache_control": ephemeral() }]);
+    }
     if !request.tools.is_empty() {
-        body["tools"] = request
+        let mut tools: Vec<Value> = request
             .tools
             .iter()
             .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
             .collect();
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = ephemeral();
+        }
+        body["tools"] = tools.into();
     }
     body
+}
+
+/// Marks the last block of the conversation, so the next step reads everything up to it
+/// from the cache, and the last block of the previous request (the turn before the latest
+/// answer), where the previous step's breakpoint was: the server looks for an earlier
+/// entry only 20 blocks back from a breakpoint, and one step can add more than that (many
+/// parallel calls). With the tools and the system prompt that makes four, the most the
+/// API allows.
+fn mark_breakpoints(turns: &mut [(&str, Vec<Value>)]) {
+    let last_answer = turns.iter().rposition(|(role, _)| *role == "assistant");
+    let previous_end = last_answer.and_then(|i| i.checked_sub(1));
+    let last = turns.len().checked_sub(1);
+    for index in [previous_end, last].into_iter().flatten() {
+        if let Some(block) = turns[index].1.last_mut() {
+            block["cache_control"] = ephemeral();
+        }
+    }
+}
+
+/// A prompt-cache breakpoint: the server caches the request up to and including the block
+/// that carries it (tools, then system, then messages), for five minutes from its last use.
+fn ephemeral() -> Value {
+    json!({ "type": "ephemeral" })
 }
 
 #[derive(Deserialize)]
@@ -178,6 +216,12 @@ impl Fold {
             .saturating_add(usage.cache_read_input_tokens.unwrap_or(0));
         if input > 0 {
             self.usage.input_tokens = input;
+        }
+        if let Some(read) = usage.cache_read_input_tokens {
+            self.usage.cache_read_tokens = read;
+        }
+        if let Some(written) = usage.cache_creation_input_tokens {
+            self.usage.cache_write_tokens = written;
         }
         // `output_tokens` is cumulative in every event that carries it.
         if let Some(output) = usage.output_tokens {
@@ -314,6 +358,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cache_reads_and_writes_are_part_of_the_input() {
+        let mut fold = Fold::default();
+        for data in [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":1800,"cache_creation_input_tokens":200,"output_tokens":1}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":7}}"#,
+        ] {
+            let event = SseEvent {
+                event: None,
+                data: data.to_string(),
+            };
+            fold.event(&event, &mut |_| {}).unwrap();
+        }
+        let usage = fold.finish().usage;
+        assert_eq!(
+            usage,
+            Usage {
+                input_tokens: 2010,
+                output_tokens: 7,
+                cache_read_tokens: 1800,
+                cache_write_tokens: 200,
+            }
+        );
+    }
+
+    #[test]
     fn the_default_answer_limit_follows_a_small_context() {
         assert_eq!(default_max_tokens(128_000), DEFAULT_MAX_TOKENS);
         assert_eq!(default_max_tokens(8192), 2048);
@@ -361,6 +430,7 @@ mod tests {
         ];
         let body = body(
             &settings,
+            settings.context_tokens,
             &ModelRequest {
                 system: "sys",
                 messages: &messages,

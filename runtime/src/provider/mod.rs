@@ -6,11 +6,13 @@
 //! empty ids, and split tool calls across chunks in their own ways.
 
 pub mod anthropic;
+pub mod context;
 pub mod openai;
 pub mod retry;
 pub mod settings;
 pub mod sse;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -68,8 +70,17 @@ pub struct ToolSpec {
 /// Token counts of one model call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Every input token, read from the prompt cache or not.
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of the input, what the server read from its prompt cache (Anthropic's
+    /// `cache_read_input_tokens`, OpenAI's `prompt_tokens_details.cached_tokens`).
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Of the input, what the server wrote to its prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`; OpenAI caches without saying).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 impl Usage {
@@ -84,6 +95,12 @@ impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
     }
 }
 
@@ -265,6 +282,17 @@ pub const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
 pub struct Provider {
     settings: ProviderSettings,
     http: reqwest::Client,
+    /// What the server said about its context, shared by every clone (a helper on the
+    /// same model learns nothing twice).
+    learned: Arc<LearnedContext>,
+}
+
+#[derive(Debug, Default)]
+struct LearnedContext {
+    /// Set once the server was asked, whatever it answered.
+    asked: tokio::sync::OnceCell<()>,
+    /// The context in tokens the server gave, 0 while it said nothing.
+    tokens: AtomicU64,
 }
 
 /// Folds one API's stream events into a response.
@@ -288,16 +316,22 @@ impl Provider {
                 url: settings.base_url.clone(),
                 reason: e.to_string(),
             })?;
-        Ok(Provider { settings, http })
+        Ok(Provider {
+            settings,
+            http,
+            learned: Arc::default(),
+        })
     }
 
-    /// The same endpoint and connection pool, another model: an agent's own `model`.
+    /// The same endpoint and connection pool, another model: an agent's own `model`. Its
+    /// context is its own to learn.
     pub fn with_model(&self, model: &str) -> Provider {
         let mut settings = self.settings.clone();
         settings.model = model.to_string();
         Provider {
             settings,
             http: self.http.clone(),
+            learned: Arc::default(),
         }
     }
 
@@ -305,11 +339,57 @@ impl Provider {
         &self.settings
     }
 
+    /// Asks the server how large the model's context is, once per provider (see
+    /// [`context`]); later calls return what the first learned. `None` when the server
+    /// does not say: the settings' `context_tokens` holds.
+    pub async fn discover_context(&self) -> Option<u64> {
+        self.learned
+            .asked
+            .get_or_init(|| async {
+                if let Some(tokens) = context::discover(&self.http, &self.settings).await {
+                    self.learn_context(tokens);
+                }
+            })
+            .await;
+        self.learned_context()
+    }
+
+    /// What the server said about the context: through discovery, or in an answer that
+    /// refused a request as too large.
+    pub fn learned_context(&self) -> Option<u64> {
+        match self.learned.tokens.load(Ordering::Relaxed) {
+            0 => None,
+            tokens => Some(tokens),
+        }
+    }
+
+    /// Records the context the server gave (an overflow answer naming `n_ctx`).
+    pub fn learn_context(&self, tokens: u64) {
+        self.learned.tokens.store(tokens, Ordering::Relaxed);
+    }
+
+    /// The context in tokens: the server's word when it gave one, else the settings'
+    /// (configured, or the model family's default).
+    pub fn context_tokens(&self) -> u64 {
+        self.learned_context()
+            .unwrap_or(self.settings.context_tokens)
+    }
+
+    /// The most tokens one answer may take: `max_tokens` as configured, else the default
+    /// the Messages API is sent ([`anthropic::default_max_tokens`] of the context), which
+    /// is also what an OpenAI-compatible request without `max_tokens` is allowed for.
+    pub fn max_output_tokens(&self) -> u64 {
+        self.settings
+            .max_tokens
+            .unwrap_or_else(|| anthropic::default_max_tokens(self.context_tokens()))
+            .into()
+    }
+
     /// The request body this provider would send (also used by the benchmark).
     pub fn body(&self, request: &ModelRequest<'_>) -> Value {
         match self.settings.api {
             Api::OpenAi => openai::body(&self.settings, request),
-            Api::Anthropic => anthropic::body(&self.settings, request),
+            Api::Anthropic => anthropic::body(&self.settings, self.context_tokens(), request),
         }
     }
 

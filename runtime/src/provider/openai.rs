@@ -144,6 +144,18 @@ struct WireUsage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    /// Of the prompt, how much came from the server's prompt cache.
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    /// DeepSeek's name for the same number.
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 #[derive(Default)]
@@ -228,9 +240,17 @@ impl StreamFold for Fold {
             return Err(server_error(&error));
         }
         if let Some(usage) = chunk.usage {
+            let cached = usage
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .or(usage.prompt_cache_hit_tokens)
+                .unwrap_or(0);
             self.usage = Usage {
                 input_tokens: usage.prompt_tokens,
                 output_tokens: usage.completion_tokens,
+                // The server's numbers: never more cached than sent.
+                cache_read_tokens: cached.min(usage.prompt_tokens),
+                cache_write_tokens: 0,
             };
         }
         for choice in chunk.choices {
@@ -332,6 +352,22 @@ mod tests {
         assert_eq!(r.tool_calls[1].id, "b");
         assert_eq!(r.usage.input_tokens, 10);
         assert_eq!(r.stop_reason.as_deref(), Some("tool_calls"));
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_reported() {
+        let r = run(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":1920}}}"#,
+        ]);
+        assert_eq!(
+            (r.usage.input_tokens, r.usage.cache_read_tokens),
+            (2006, 1920)
+        );
+        let r = run(&[
+            r#"{"choices":[],"usage":{"prompt_tokens":500,"completion_tokens":3,"prompt_cache_hit_tokens":384,"prompt_tokens_details":null}}"#,
+        ]);
+        assert_eq!(r.usage.cache_read_tokens, 384);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! idle_timeout_secs = 120             # optional
 //! max_retries = 4                     # optional
 //! max_retry_wait_secs = 60            # optional: longest pause between two attempts
+//! context_tokens = 131072             # optional: used when the server does not say
 //! ```
 //!
 //! A 429 or 5xx answer is retried after the pause the server asks for (`Retry-After` in
@@ -40,7 +41,9 @@ pub const CONTEXT_TOKENS_ENV: &str = "AGENT_CONTEXT_TOKENS";
 pub const MAX_TOKENS_ENV: &str = "AGENT_MAX_TOKENS";
 /// The longest pause between two attempts of a model call when the config sets none.
 pub const DEFAULT_MAX_RETRY_WAIT_SECS: u64 = 60;
-/// Context window assumed when neither the file nor the environment gives one.
+/// The context window of [`ProviderSettings::for_tests`]. Elsewhere, when neither the file
+/// nor the environment gives one, the model family's default applies
+/// ([`super::context::family_default`]), unless the server says (see [`super::context`]).
 pub const DEFAULT_CONTEXT_TOKENS: u64 = 128_000;
 
 /// The wire format a provider speaks.
@@ -122,7 +125,8 @@ pub struct ProviderSettings {
     pub max_retry_wait: Duration,
     /// The most bytes one streamed answer may take on the wire.
     pub max_response_bytes: usize,
-    /// The context window: past it, older history is summarised.
+    /// The context window as configured, else the model family's default. The server's
+    /// own word, when it gives one, beats it ([`super::Provider::context_tokens`]).
     pub context_tokens: u64,
 }
 
@@ -203,6 +207,15 @@ impl ProviderSettings {
             })?),
             (None, None) => None,
         };
+        let context_tokens = match env(CONTEXT_TOKENS_ENV) {
+            Some(text) => text
+                .trim()
+                .parse()
+                .map_err(|e| format!("{CONTEXT_TOKENS_ENV}: {e}"))?,
+            None => entry
+                .context_tokens
+                .unwrap_or_else(|| super::context::family_default(&model)),
+        };
         Ok(ProviderSettings {
             id,
             api,
@@ -226,13 +239,7 @@ impl ProviderSettings {
                     .unwrap_or(DEFAULT_MAX_RETRY_WAIT_SECS),
             ),
             max_response_bytes: super::MAX_RESPONSE_BYTES,
-            context_tokens: match env(CONTEXT_TOKENS_ENV) {
-                Some(text) => text
-                    .trim()
-                    .parse()
-                    .map_err(|e| format!("{CONTEXT_TOKENS_ENV}: {e}"))?,
-                None => entry.context_tokens.unwrap_or(DEFAULT_CONTEXT_TOKENS),
-            },
+            context_tokens,
         })
     }
 
@@ -320,6 +327,32 @@ model = "m"
         assert_eq!(
             (s.id.as_str(), s.base_url.as_str(), s.model.as_str()),
             ("other", "http://other", "flag-model")
+        );
+    }
+
+    #[test]
+    fn the_context_comes_from_the_config_else_the_model_family() {
+        let flags = |model: &str| ProviderOverrides {
+            base_url: Some("http://x".into()),
+            model: Some(model.into()),
+            ..Default::default()
+        };
+        let resolve = |text: &str, model: &str, vars: &[(&str, &str)]| {
+            ProviderSettings::resolve(text, &flags(model), env(vars))
+                .unwrap()
+                .context_tokens
+        };
+        assert_eq!(resolve("", "claude-sonnet-4", &[]), 200_000);
+        assert_eq!(resolve("", "llama-3-8b", &[]), 8_192);
+        assert_eq!(
+            resolve("", "some-new-model", &[]),
+            super::super::context::UNKNOWN_FAMILY_CONTEXT
+        );
+        let file = "[providers.p]\ncontext_tokens = 65536\n";
+        assert_eq!(resolve(file, "llama-3-8b", &[]), 65_536);
+        assert_eq!(
+            resolve(file, "llama-3-8b", &[(CONTEXT_TOKENS_ENV, "4096")]),
+            4_096
         );
     }
 

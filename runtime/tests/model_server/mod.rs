@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod prompt_cache;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -14,7 +16,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::Value;
 
@@ -100,6 +102,15 @@ struct Inner {
     /// next request must answer them. Conversations are told apart by their first user
     /// message, because a delegated child talks to the model in between its parent's calls.
     handed_out: BTreeMap<String, Vec<String>>,
+    /// When set, answers report input tokens read from and written to this cache.
+    cache: Option<prompt_cache::PromptCache>,
+    /// What the cache counted for each model request, in order.
+    counted: Vec<prompt_cache::Counted>,
+    /// JSON answered to `GET <path>` (a model list, llama.cpp's `/props`); any other GET
+    /// is a 404.
+    gets: BTreeMap<String, Value>,
+    /// The paths of every GET, in order.
+    get_log: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -133,7 +144,7 @@ impl ModelServer {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 let app = axum::Router::new()
-                    .fallback(axum::routing::post(handle))
+                    .fallback(axum::routing::any(handle))
                     .with_state(state);
                 axum::serve(listener, app).await.unwrap();
             });
@@ -158,6 +169,32 @@ impl ModelServer {
         self.inner.lock().unwrap().replies.push_back(reply);
     }
 
+    /// Keeps a prompt cache as the real APIs do ([`prompt_cache`]) and reports its reads
+    /// and writes in every answer's usage, in place of the script's numbers.
+    pub fn with_prompt_cache(self) -> ModelServer {
+        self.inner.lock().unwrap().cache = Some(prompt_cache::PromptCache::default());
+        self
+    }
+
+    /// What the prompt cache counted for each model request so far.
+    pub fn counted(&self) -> Vec<prompt_cache::Counted> {
+        self.inner.lock().unwrap().counted.clone()
+    }
+
+    /// Answers `GET path` with `json` from now on.
+    pub fn serve_get(&self, path: &str, json: Value) {
+        self.inner
+            .lock()
+            .unwrap()
+            .gets
+            .insert(path.to_string(), json);
+    }
+
+    /// The paths of the GET requests so far.
+    pub fn gets(&self) -> Vec<String> {
+        self.inner.lock().unwrap().get_log.clone()
+    }
+
     /// Panics with every protocol violation seen so far.
     pub fn assert_clean(&self) {
         let inner = self.inner.lock().unwrap();
@@ -171,14 +208,33 @@ impl ModelServer {
 
 async fn handle(
     State(state): State<Arc<Mutex<Inner>>>,
+    method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: String,
 ) -> Response {
+    if method == Method::GET {
+        let mut inner = state.lock().unwrap();
+        inner.get_log.push(uri.path().to_string());
+        return match inner.gets.get(uri.path()) {
+            Some(json) => Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from(json.to_string()))
+                .unwrap(),
+            None => Response::builder()
+                .status(404)
+                .body(Body::from("not found"))
+                .unwrap(),
+        };
+    }
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let anthropic = uri.path().ends_with("/v1/messages");
     let reply = {
         let mut inner = state.lock().unwrap();
         let mut problems = check_conversation(&body);
+        if anthropic {
+            problems.extend(prompt_cache::breakpoint_problems(&body));
+        }
         let answered = call_ids(&body);
         let key = conversation_key(&body);
         for id in inner.handed_out.remove(&key).unwrap_or_default() {
@@ -207,6 +263,21 @@ async fn handle(
         }
         if let Some(Reply::Sse(text) | Reply::Delayed { sse: text, .. }) = &reply {
             inner.handed_out.insert(key, handed_out_ids(text));
+        }
+        let inner = &mut *inner;
+        let request = &inner.requests[n].body;
+        let counted = inner.cache.as_mut().map(|cache| {
+            if anthropic {
+                cache.anthropic(request)
+            } else {
+                cache.openai(request)
+            }
+        });
+        if let Some(counted) = counted {
+            inner.counted.push(counted);
+            if let Some(Reply::Sse(text) | Reply::Delayed { sse: text, .. }) = &mut reply {
+                *text = prompt_cache::with_usage(text, counted, anthropic);
+            }
         }
         reply
     };
@@ -331,6 +402,41 @@ pub fn openai_calls_with_usage(calls: &[(&str, &str, Value)], prompt_tokens: u64
     });
     text.push_str(&format!("data: {done}\n\ndata: [DONE]\n\n"));
     Reply::Sse(text)
+}
+
+/// A Messages-format answer with text only.
+pub fn anthropic_text(text: &str) -> Reply {
+    let events = [
+        serde_json::json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+        serde_json::json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        serde_json::json!({"type": "content_block_stop", "index": 0}),
+        serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 20}}),
+        serde_json::json!({"type": "message_stop"}),
+    ];
+    Reply::Sse(anthropic_sse(&events))
+}
+
+/// A Messages-format answer calling tools: `(id, name, arguments)`.
+pub fn anthropic_calls(calls: &[(&str, &str, Value)]) -> Reply {
+    let mut events = vec![
+        serde_json::json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+    ];
+    for (i, (id, name, args)) in calls.iter().enumerate() {
+        events.push(serde_json::json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}));
+        events.push(serde_json::json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": args.to_string()}}));
+        events.push(serde_json::json!({"type": "content_block_stop", "index": i}));
+    }
+    events.push(serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}}));
+    events.push(serde_json::json!({"type": "message_stop"}));
+    Reply::Sse(anthropic_sse(&events))
+}
+
+fn anthropic_sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
 }
 
 /// Runs `agent exec --json` against `server` (OpenAI format) and returns the output.

@@ -414,6 +414,14 @@ impl Printer {
                 }
                 writeln!(err, "warning: {message}")?
             }
+            Event::Trimmed {
+                outputs,
+                saved_tokens,
+            } => writeln!(
+                err,
+                "· trimmed {outputs} old tool output{}: about {saved_tokens} tokens less to send",
+                if outputs == 1 { "" } else { "s" }
+            )?,
             Event::Compacted { summarized, kept } => writeln!(
                 err,
                 "· compacted: {summarized} earlier messages summarised, {kept} kept"
@@ -440,9 +448,19 @@ impl Printer {
                     Finish::StepLimit => "step limit reached",
                     Finish::Interrupted => "interrupted, saved",
                 };
+                // The cache figures only when the server reported any: most local
+                // servers say nothing about their cache.
+                let cache = if usage.cache_read_tokens + usage.cache_write_tokens > 0 {
+                    format!(
+                        " · cache: {} read, {} written",
+                        usage.cache_read_tokens, usage.cache_write_tokens
+                    )
+                } else {
+                    String::new()
+                };
                 writeln!(
                     err,
-                    "{how} · session {session_id} · {turns} turns · {} in / {} out tokens",
+                    "{how} · session {session_id} · {turns} turns · {} in / {} out tokens{cache}",
                     usage.input_tokens, usage.output_tokens
                 )?;
             }
