@@ -53,7 +53,6 @@ fn main() {
         platform: "linux".to_string(),
         shell: "/bin/bash".to_string(),
         os_version: "Linux".to_string(),
-        model: "claude-sonnet-4".to_string(),
         date: "2026-03-14".to_string(),
         data_dir: PathBuf::from("/home/dev/.local/share/promptpack"),
     };

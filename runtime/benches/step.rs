@@ -84,7 +84,7 @@ fn main() {
     });
     assert_eq!(messages.len(), 50);
 
-    let environment = Environment::detect(&work, "claude-sonnet-4", &work);
+    let environment = Environment::detect(&work, &work);
     let instructions = Instructions::read(&Sources::new(&work.join("none"), &work));
     let config = Config::default();
     let store = PromptStore::new(pack_client::builtin::snapshot());

@@ -281,7 +281,7 @@ pub fn assemble(
     push(format!(
         "{}\n{}",
         pack.text(ENVIRONMENT_TEXT)?.trim_end(),
-        env.block()
+        env.block(request.model)
     ));
 
     if task_child && let Some(session) = request.session {

@@ -1,5 +1,7 @@
-//! The environment block: facts about the machine, gathered once per turn. Tests build an
-//! [`Environment`] by hand so rendered prompts are deterministic.
+//! The environment block: facts about the machine, gathered once per session, and the
+//! model of the turn (which `/model`, an agent's own `model` or a helper's can change, so
+//! the block names the one the request goes to). Tests build an [`Environment`] by hand so
+//! rendered prompts are deterministic.
 
 use std::path::{Path, PathBuf};
 
@@ -13,7 +15,6 @@ pub struct Environment {
     pub platform: String,
     pub shell: String,
     pub os_version: String,
-    pub model: String,
     /// `YYYY-MM-DD`.
     pub date: String,
     pub data_dir: PathBuf,
@@ -21,7 +22,7 @@ pub struct Environment {
 
 impl Environment {
     /// Looks at the real machine.
-    pub fn detect(cwd: &Path, model: &str, data_dir: &Path) -> Environment {
+    pub fn detect(cwd: &Path, data_dir: &Path) -> Environment {
         let shell = std::env::var("SHELL")
             .or_else(|_| std::env::var("COMSPEC"))
             .unwrap_or_else(|_| "unknown".to_string());
@@ -32,7 +33,6 @@ impl Environment {
             platform: std::env::consts::OS.to_string(),
             shell,
             os_version: os_version(),
-            model: model.to_string(),
             date: format!(
                 "{:04}-{:02}-{:02}",
                 date.year(),
@@ -47,8 +47,8 @@ impl Environment {
         self.platform == "windows"
     }
 
-    /// The `<env>` lines that follow the pack's heading.
-    pub fn block(&self) -> String {
+    /// The `<env>` lines that follow the pack's heading, for a turn that runs `model`.
+    pub fn block(&self, model: &str) -> String {
         format!(
             "<env>\nWorking directory: {}\nGit repository: {}\nPlatform: {}\nShell: {}\nOS version: {}\nModel: {}\nDate: {}\nData directory: {}\n</env>",
             self.cwd.display(),
@@ -56,7 +56,7 @@ impl Environment {
             self.platform,
             self.shell,
             self.os_version,
-            self.model,
+            model,
             self.date,
             self.data_dir.display(),
         )

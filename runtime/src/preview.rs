@@ -35,14 +35,13 @@ pub const SAMPLE_TASK: &str =
     "Find where the retry limit is configured and report the file and line.";
 
 /// The same machine every time.
-pub fn sample_environment(model: &str) -> Environment {
+pub fn sample_environment() -> Environment {
     Environment {
         cwd: PathBuf::from("/home/dev/project"),
         is_git_repo: true,
         platform: "linux".to_string(),
         shell: "/bin/bash".to_string(),
         os_version: "Debian GNU/Linux 12 (bookworm)".to_string(),
-        model: model.to_string(),
         date: "2026-01-01".to_string(),
         data_dir: PathBuf::from("/home/dev/.local/share/promptpack"),
     }
@@ -86,7 +85,7 @@ pub const PREVIEW_AGENTS: [&str; 5] = [
 /// Every agent of [`PREVIEW_AGENTS`] in every prompt mode, in that order, for `model`.
 pub fn sample_prompts(snapshot: &Snapshot, model: &str) -> Vec<SamplePrompt> {
     let config = Config::default();
-    let environment = sample_environment(model);
+    let environment = sample_environment();
     let instructions = sample_instructions();
     let session = SessionContext {
         task_id: "task-1".to_string(),

@@ -138,6 +138,14 @@ fn model_family_is_the_first_substring_match_then_the_default() {
 }
 
 #[test]
+fn the_environment_block_names_the_model_of_the_turn() {
+    let mut turn = Turn::new("worker");
+    turn.model = "reviewer-model".to_string();
+    let text = turn.render().text;
+    assert!(text.contains("\nModel: reviewer-model\n"), "{text}");
+}
+
+#[test]
 fn runtime_rules_land_under_their_headings() {
     let text = Turn::new("mavis").render().text;
     let harness = text.find("# Harness").unwrap();

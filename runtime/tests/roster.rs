@@ -211,6 +211,36 @@ fn a_session_started_as_a_custom_agent_runs_on_its_model() {
 }
 
 #[test]
+fn the_environment_block_names_the_model_each_prompt_runs_on() {
+    let home = home_with_reviewer();
+    let work = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(vec![
+        openai_calls(&[(
+            "d1",
+            "task",
+            json!({"agent": "reviewer", "task": "Review the last change."}),
+        )]),
+        openai_text("Nothing wrong."),
+        openai_text("The reviewer found nothing."),
+    ]);
+    let out = exec(&server, home.path(), work.path(), &[], &["review it"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.requests();
+    let parent = system_of(&requests[0]);
+    assert!(parent.contains("\nModel: test-model\n"), "{parent}");
+    assert_eq!(requests[1].body["model"], "reviewer-model");
+    let helper = system_of(&requests[1]);
+    assert!(
+        helper.contains("\nModel: reviewer-model\n") && !helper.contains("Model: test-model"),
+        "{helper}"
+    );
+}
+
+#[test]
 fn a_helper_compacts_its_history_like_the_parent() {
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();

@@ -23,7 +23,6 @@ pub fn environment() -> Environment {
         platform: "linux".to_string(),
         shell: "/bin/bash".to_string(),
         os_version: "Debian GNU/Linux 12 (bookworm)".to_string(),
-        model: "default".to_string(),
         date: "2026-03-14".to_string(),
         data_dir: PathBuf::from("/home/dev/.local/share/promptpack"),
     }

@@ -110,11 +110,7 @@ impl Host {
         )?;
         crate::safety::announce(&safety, crate::colour_stderr());
         let policy = Policy::new(safety.permissions.clone());
-        let environment = Arc::new(Environment::detect(
-            &header.cwd,
-            &self.settings.model,
-            self.data_dir.root(),
-        ));
+        let environment = Arc::new(Environment::detect(&header.cwd, self.data_dir.root()));
         // Instruction files and skills are read now and again whenever they change.
         let notes = notes_file(self.data_dir.root(), &header.cwd);
         let live = LiveContext::new(

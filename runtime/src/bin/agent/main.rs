@@ -485,7 +485,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     };
     let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
 
-    let environment = Environment::detect(&cwd, &args.model, data_dir.root());
+    let environment = Environment::detect(&cwd, data_dir.root());
     let instructions = Instructions::read(&host::instruction_sources(&data_dir, &config, &cwd));
     // A pack from a directory is the developer's, not the channel's: its render failures
     // are neither counted against this device's packs nor reported.
