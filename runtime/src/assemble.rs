@@ -1,7 +1,7 @@
 //! Per-turn system-prompt assembly.
 //!
 //! Order: persona → core template (runtime rules inserted under their headings) →
-//! model-family notes → shared layers → instructions preamble (only when an instruction
+//! model-family notes (built-in prompts only) → shared layers → instructions preamble (only when an instruction
 //! file is present) → global AGENTS.md → project CLAUDE.md / AGENTS.md (worktree root
 //! first, down to the working directory) → configured instruction files → a note naming
 //! the files the total budget left out → environment →
@@ -233,7 +233,11 @@ pub fn assemble(
     }
     push(insert_rules(&core, &rules));
 
-    if let Some(key) = model_template(&mut pack, request.model)? {
+    // A custom agent's own prompt is written for whatever model runs it; notes meant for
+    // the built-in prompts would only contradict it.
+    if matches!(definition.core, CorePrompt::Builtin)
+        && let Some(key) = model_template(&mut pack, request.model)?
+    {
         push(pack.render(&key, &context)?);
     }
 
@@ -392,12 +396,17 @@ struct Families {
 
 #[derive(Deserialize)]
 struct Family {
+    /// The id contains one of these…
     contains: Vec<String>,
+    /// …and every one of these (`gpt` for `codex`: a codex model outside the GPT line is
+    /// not one).
+    #[serde(default)]
+    all: Vec<String>,
     template: String,
 }
 
-/// The model-family template for `model`: the first family with a substring of the
-/// lower-cased model id, else the default. A pack without a family list has none.
+/// The model-family template for `model`: the first family whose substrings the
+/// lower-cased model id has, else the default. A pack without a family list has none.
 fn model_template(pack: &mut Pack<'_>, model: &str) -> Result<Option<String>, PromptError> {
     if pack.snapshot.get(MODEL_FAMILIES).is_none() {
         return Ok(None);
@@ -412,9 +421,8 @@ fn model_template(pack: &mut Pack<'_>, model: &str) -> Result<Option<String>, Pr
         .families
         .into_iter()
         .find(|f| {
-            f.contains
-                .iter()
-                .any(|needle| model.contains(&needle.to_lowercase()))
+            let has = |needle: &String| model.contains(&needle.to_lowercase());
+            f.contains.iter().any(has) && f.all.iter().all(has)
         })
         .map_or(families.default, |f| f.template);
     Ok(Some(chosen))

@@ -116,11 +116,23 @@ fn parts_come_in_the_documented_order() {
 #[test]
 fn model_family_is_the_first_substring_match_then_the_default() {
     let cases = [
-        ("claude-sonnet-4-5", "models/claude.hbs"),
-        // "codex" comes before "gpt" in the list, so a codex model never gets the gpt notes.
+        ("muse-spark", "models/muse.hbs"),
+        // gpt-4 (gpt-4o, gpt-4.1 too), o1 and o3 come before every other GPT entry.
+        ("GPT-4o", "models/persistent.hbs"),
+        ("gpt-4.1-codex", "models/persistent.hbs"),
+        ("o1-preview", "models/persistent.hbs"),
+        ("o3-mini", "models/persistent.hbs"),
+        ("gpt-6", "models/harness.hbs"),
+        // "codex" comes before "gpt", so a codex model never gets the gpt notes; without
+        // "gpt" in the id it is no GPT codex.
         ("gpt-5-codex", "models/codex.hbs"),
-        ("GPT-4o", "models/gpt.hbs"),
+        ("codex-mini-latest", "models/default.hbs"),
+        ("gpt-5", "models/gpt.hbs"),
         ("gemini-2.5-pro", "models/gemini.hbs"),
+        ("claude-sonnet-4-5", "models/claude.hbs"),
+        ("trinity-large", "models/trinity.hbs"),
+        ("kimi-k2", "models/kimi.hbs"),
+        ("moonshot-v1-128k", "models/kimi.hbs"),
         ("MiniMax-M2", "models/open-weights.hbs"),
         ("some-local-model", "models/default.hbs"),
     ];
@@ -143,6 +155,39 @@ fn the_environment_block_names_the_model_of_the_turn() {
     turn.model = "reviewer-model".to_string();
     let text = turn.render().text;
     assert!(text.contains("\nModel: reviewer-model\n"), "{text}");
+}
+
+#[test]
+fn a_custom_agent_with_its_own_prompt_gets_no_model_notes() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("reviewer");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("agent.md"),
+        "---\ndescription: Reviews diffs.\n---\nYou review diffs and nothing else.\n",
+    )
+    .unwrap();
+    let (custom, errors) = agent_runtime::agents::load_custom_agents(home.path());
+    assert!(errors.is_empty(), "{errors:?}");
+    let mut turn = Turn::new("reviewer");
+    turn.custom_agents = custom;
+    turn.model = "gpt-4o".to_string();
+    let prompt = turn.render();
+    assert!(prompt.text.contains("You review diffs and nothing else."));
+    assert!(!prompt.text.contains("# Model Notes"), "{}", prompt.text);
+    assert!(
+        !prompt
+            .metadata
+            .templates
+            .keys()
+            .any(|k| k.starts_with("models/")),
+        "{:?}",
+        prompt.metadata.templates
+    );
+    // The built-in prompts still get them.
+    let mut worker = Turn::new("worker");
+    worker.model = "gpt-4o".to_string();
+    assert!(worker.render().text.contains("# Model Notes"));
 }
 
 #[test]
