@@ -419,8 +419,13 @@ pub fn anthropic_text(text: &str) -> Reply {
 
 /// A Messages-format answer calling tools: `(id, name, arguments)`.
 pub fn anthropic_calls(calls: &[(&str, &str, Value)]) -> Reply {
+    anthropic_calls_with_usage(calls, 100)
+}
+
+/// Like [`anthropic_calls`], reporting `input_tokens` input tokens.
+pub fn anthropic_calls_with_usage(calls: &[(&str, &str, Value)], input_tokens: u64) -> Reply {
     let mut events = vec![
-        serde_json::json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+        serde_json::json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": input_tokens, "output_tokens": 1}}}),
     ];
     for (i, (id, name, args)) in calls.iter().enumerate() {
         events.push(serde_json::json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}));
