@@ -3,7 +3,8 @@
 //! and transcript, under its ceiling and the delegated-task contract, with a session
 //! context naming the task and the files the parent has produced. It is a task child, so
 //! it has no `task` tool itself. Its final message is the handoff the parent receives,
-//! with `ROLE_MISMATCH` and `VERDICT:` lines recognised and called out.
+//! with `ROLE_MISMATCH` and `VERDICT:` lines recognised and called out, and its middle cut
+//! past [`handoff_limit`], so one long report cannot crowd the parent's context.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -28,6 +29,17 @@ use crate::session::{SessionContext, TaskSession};
 use crate::skills::Skill;
 use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError, WebSettings};
 use crate::transcript::{Record, SessionHeader, Transcript};
+
+/// The longest handoff a helper's final message makes, in bytes (about 24,000 tokens).
+pub const MAX_HANDOFF_BYTES: usize = 97_500;
+
+/// The handoff limit for a parent whose context is `context_tokens`: [`MAX_HANDOFF_BYTES`],
+/// and never more than about a quarter of that context (four bytes a token).
+pub fn handoff_limit(context_tokens: u64) -> usize {
+    usize::try_from(context_tokens)
+        .unwrap_or(usize::MAX)
+        .min(MAX_HANDOFF_BYTES)
+}
 
 /// A verifier's conclusion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -304,15 +316,25 @@ impl Subagents {
             .verdict
             .map(|v| format!(" verdict=\"{}\"", v.as_str()))
             .unwrap_or_default();
+        // The markers were read from the whole message; the parent gets its ends.
+        let limit = handoff_limit(self.provider.context_tokens());
+        let shown = crate::tools::cut_middle(&text, limit);
         let mut out = format!(
             "<handoff agent=\"{}\" task_id=\"{task_id}\" status=\"{status}\"{verdict}>\n{}\n</handoff>",
             request.agent,
             if text.is_empty() {
                 "(the helper ended without a final message)"
             } else {
-                &text
+                &shown
             }
         );
+        if text.len() > limit {
+            out.push_str(&format!(
+                "\nThe {} helper's final message was {} bytes, past the {limit} a handoff may take, so its middle was cut. If you need the part that is missing, hand a task that asks for just that part.",
+                request.agent,
+                text.len()
+            ));
+        }
         if handoff.role_mismatch {
             out.push_str(&format!(
                 "\nThe {} helper refused this task as outside its role. Hand it to an agent that can do it (for changes: worker), or do it yourself.",
@@ -352,6 +374,12 @@ impl Delegate for Subagents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_handoff_limit_follows_a_small_context() {
+        assert_eq!(handoff_limit(200_000), MAX_HANDOFF_BYTES);
+        assert_eq!(handoff_limit(8_192), 8_192);
+    }
 
     #[test]
     fn markers() {
