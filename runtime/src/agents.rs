@@ -1,5 +1,5 @@
 //! Agent definitions: the built-in roster (whose ceilings ship in the pack) and custom
-//! agents from `<data_dir>/agents/<name>/agent.md`.
+//! agent files (`<dir>/<name>/agent.md`; [`crate::roster`] says which directories).
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -204,10 +204,38 @@ struct AgentFile {
     frontmatter: Frontmatter,
     ceiling: Ceiling,
     body: String,
+    /// Extension keys (`x-mavis`, any `x-…`) other agents keep in their files; accepted
+    /// and not used.
+    ignored: Vec<String>,
 }
 
-/// Splits `---\nYAML\n---\nbody` and checks the fields. Errors carry the field to blame.
-fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
+/// Takes the extension keys (`x-…`) out of a frontmatter mapping, returning the YAML left
+/// and the keys taken. Files without any go to the parser exactly as written, so its
+/// errors keep their line numbers.
+fn strip_extensions(yaml: &str) -> (std::borrow::Cow<'_, str>, Vec<String>) {
+    let Ok(serde_norway::Value::Mapping(mut mapping)) = serde_norway::from_str(yaml) else {
+        return (yaml.into(), Vec::new());
+    };
+    let ignored: Vec<String> = mapping
+        .keys()
+        .filter_map(serde_norway::Value::as_str)
+        .filter(|key| key.starts_with("x-"))
+        .map(str::to_string)
+        .collect();
+    if ignored.is_empty() {
+        return (yaml.into(), ignored);
+    }
+    for key in &ignored {
+        mapping.remove(key.as_str());
+    }
+    match serde_norway::to_string(&mapping) {
+        Ok(rest) => (rest.into(), ignored),
+        Err(_) => (yaml.into(), Vec::new()),
+    }
+}
+
+/// Splits `---\nYAML\n---\nbody` into the YAML and the body.
+fn split_frontmatter(text: &str) -> Result<(&str, &str), (Option<String>, String)> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let no_frontmatter = || {
         (
@@ -219,21 +247,23 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
         .strip_prefix("---\n")
         .or_else(|| text.strip_prefix("---\r\n"))
         .ok_or_else(no_frontmatter)?;
-    let (yaml, body) = match rest.find("\n---") {
-        Some(end) => {
-            let after = &rest[end + 4..];
-            let body = after
-                .strip_prefix("\r\n")
-                .or_else(|| after.strip_prefix('\n'))
-                .unwrap_or(after);
-            (&rest[..end], body)
-        }
-        None => return Err(no_frontmatter()),
-    };
+    let end = rest.find("\n---").ok_or_else(no_frontmatter)?;
+    let after = &rest[end + 4..];
+    let body = after
+        .strip_prefix("\r\n")
+        .or_else(|| after.strip_prefix('\n'))
+        .unwrap_or(after);
+    Ok((&rest[..end], body))
+}
+
+/// Splits `---\nYAML\n---\nbody` and checks the fields. Errors carry the field to blame.
+fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
+    let (yaml, body) = split_frontmatter(text)?;
+    let (yaml, ignored) = strip_extensions(yaml);
     let frontmatter: Frontmatter = if yaml.trim().is_empty() {
         Frontmatter::default()
     } else {
-        serde_norway::from_str(yaml).map_err(|e| {
+        serde_norway::from_str(&yaml).map_err(|e| {
             let message = e.to_string();
             // serde reports unknown and mistyped fields by name; surface that name as the
             // field so the error reads the same as the ones below.
@@ -311,24 +341,43 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
         },
         frontmatter,
         body: body.to_string(),
+        ignored,
     })
 }
 
 /// Custom agents found in `agents_dir`, sorted by name, and one error per file that could
 /// not be loaded. A bad file never stops the others from loading.
 pub fn load_custom_agents(agents_dir: &Path) -> (Vec<AgentDefinition>, Vec<AgentFileError>) {
-    let mut agents = Vec::new();
-    let mut errors = Vec::new();
+    let loaded = load_agents_dir(agents_dir);
+    for note in &loaded.notes {
+        tracing::debug!("{note}");
+    }
+    (loaded.agents, loaded.errors)
+}
+
+/// The agents of one directory, what failed to load, and what was accepted but ignored.
+#[derive(Debug, Default)]
+pub struct LoadedAgents {
+    pub agents: Vec<AgentDefinition>,
+    pub errors: Vec<AgentFileError>,
+    /// One line per file with extension keys (`x-mavis`, …) that were ignored.
+    pub notes: Vec<String>,
+}
+
+/// Loads every `<agents_dir>/<name>/agent.md`, sorted by name. Dot directories (the
+/// `.builtin` mirror) are not custom agents.
+pub fn load_agents_dir(agents_dir: &Path) -> LoadedAgents {
+    let mut loaded = LoadedAgents::default();
     let entries = match std::fs::read_dir(agents_dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (agents, errors),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return loaded,
         Err(e) => {
-            errors.push(AgentFileError {
+            loaded.errors.push(AgentFileError {
                 path: agents_dir.to_path_buf(),
                 field: None,
                 reason: e.to_string(),
             });
-            return (agents, errors);
+            return loaded;
         }
     };
     let mut dirs: Vec<PathBuf> = entries
@@ -349,37 +398,108 @@ pub fn load_custom_agents(agents_dir: &Path) -> (Vec<AgentDefinition>, Vec<Agent
         if !path.exists() {
             continue;
         }
-        match load_custom_agent(&path, dir_name) {
-            Ok(agent) => agents.push(agent),
+        match load_agent_file(&path, dir_name) {
+            Ok((agent, ignored)) => {
+                if !ignored.is_empty() {
+                    loaded.notes.push(ignored_note(&path, &ignored));
+                }
+                loaded.agents.push(agent);
+            }
             Err(e) => {
                 tracing::warn!("{e}");
-                errors.push(e);
+                loaded.errors.push(e);
             }
         }
     }
-    (agents, errors)
+    loaded
 }
 
-/// Loads one custom agent file; `dir_name` is the name of the directory holding it.
-pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition, AgentFileError> {
+/// What the user hears about extension keys this runtime does not use.
+pub(crate) fn ignored_note(path: &Path, keys: &[String]) -> String {
+    let keys: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
+    format!(
+        "{}: {} ignored (extension keys of other agents; this runtime does not use them)",
+        path.display(),
+        keys.join(", ")
+    )
+}
+
+/// An agent file's text, within [`AGENT_FILE_MAX_BYTES`].
+fn read_agent_text(path: &Path) -> Result<String, AgentFileError> {
+    let fail = |reason: String| AgentFileError {
+        path: path.to_path_buf(),
+        field: None,
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let mut bytes = Vec::new();
+    // Read one byte past the cap so an oversize file is detected without reading it all.
+    file.take(AGENT_FILE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    if bytes.len() as u64 > AGENT_FILE_MAX_BYTES {
+        return Err(fail(format!(
+            "larger than the {AGENT_FILE_MAX_BYTES}-byte limit for agent files"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| fail("not UTF-8".to_string()))
+}
+
+/// The model a built-in agent's mirror file (`.builtin/<name>/agent.md`) chooses, and the
+/// other frontmatter keys it carries, which are ignored: only the model of a built-in
+/// agent is the user's to change. `None` for `inherit` or no `model`.
+pub(crate) fn read_builtin_mirror(
+    path: &Path,
+) -> Result<(Option<String>, Vec<String>), AgentFileError> {
     let fail = |field: Option<&str>, reason: String| AgentFileError {
         path: path.to_path_buf(),
         field: field.map(str::to_string),
         reason,
     };
-    let file = std::fs::File::open(path).map_err(|e| fail(None, e.to_string()))?;
-    let mut bytes = Vec::new();
-    // Read one byte past the cap so an oversize file is detected without reading it all.
-    file.take(AGENT_FILE_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| fail(None, e.to_string()))?;
-    if bytes.len() as u64 > AGENT_FILE_MAX_BYTES {
-        return Err(fail(
-            None,
-            format!("larger than the {AGENT_FILE_MAX_BYTES}-byte limit for agent files"),
-        ));
+    let text = read_agent_text(path)?;
+    let (yaml, _body) =
+        split_frontmatter(&text).map_err(|(field, reason)| fail(field.as_deref(), reason))?;
+    let mapping = match serde_norway::from_str::<serde_norway::Value>(yaml) {
+        Ok(serde_norway::Value::Mapping(mapping)) => mapping,
+        Ok(serde_norway::Value::Null) => serde_norway::Mapping::new(),
+        Ok(_) => return Err(fail(None, "the frontmatter is not a mapping".to_string())),
+        Err(e) => return Err(fail(None, e.to_string())),
+    };
+    let mut model = None;
+    let mut ignored = Vec::new();
+    for (key, value) in &mapping {
+        match (key.as_str(), value) {
+            (Some("model"), serde_norway::Value::String(m)) => model = Some(m.clone()),
+            (Some("model"), serde_norway::Value::Null) => {}
+            (Some("model"), other) => {
+                return Err(fail(
+                    Some("model"),
+                    format!("expected a model id, found {other:?}"),
+                ));
+            }
+            (Some(other), _) => ignored.push(other.to_string()),
+            (None, _) => ignored.push(format!("{key:?}")),
+        }
     }
-    let text = String::from_utf8(bytes).map_err(|_| fail(None, "not UTF-8".to_string()))?;
+    Ok((own_model(model), ignored))
+}
+
+/// Loads one custom agent file; `dir_name` is the name of the directory holding it.
+pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition, AgentFileError> {
+    load_agent_file(path, dir_name).map(|(agent, _ignored)| agent)
+}
+
+/// One custom agent file and the extension keys it carried.
+fn load_agent_file(
+    path: &Path,
+    dir_name: &str,
+) -> Result<(AgentDefinition, Vec<String>), AgentFileError> {
+    let fail = |field: Option<&str>, reason: String| AgentFileError {
+        path: path.to_path_buf(),
+        field: field.map(str::to_string),
+        reason,
+    };
+    let text = read_agent_text(path)?;
     let file = parse_agent_file(&text).map_err(|(field, reason)| fail(field.as_deref(), reason))?;
     let fm = file.frontmatter;
     if fm.disabled_features.is_some() {
@@ -416,7 +536,7 @@ pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition,
             "the body (the agent's system prompt) is empty".to_string(),
         ));
     }
-    Ok(AgentDefinition {
+    let agent = AgentDefinition {
         name,
         description,
         role: Role::Subagent,
@@ -427,5 +547,6 @@ pub fn load_custom_agent(path: &Path, dir_name: &str) -> Result<AgentDefinition,
             path: path.to_path_buf(),
             body: file.body,
         },
-    })
+    };
+    Ok((agent, file.ignored))
 }

@@ -111,6 +111,8 @@ pub struct Subagents {
     pub web: WebSettings,
     /// The parent's MCP servers: a helper may use their tools as its ceiling allows.
     pub mcp: Option<Arc<McpServers>>,
+    /// The user's choice of model for built-in agents (`agents/.builtin/<name>/agent.md`).
+    pub builtin_models: std::collections::BTreeMap<String, String>,
     pub(crate) next: AtomicU32,
 }
 
@@ -145,16 +147,22 @@ impl Subagents {
             max_steps: 30,
             web: WebSettings::default(),
             mcp: None,
+            builtin_models: Default::default(),
             next: AtomicU32::new(0),
         }
     }
 
-    /// The helper's definition as it stands now: a built-in one from the current pack,
-    /// or a custom one from the data directory.
+    /// The helper's definition as it stands now: a built-in one from the current pack (on
+    /// the user's choice of model, if any), or a custom one.
     fn definition(&self, agent: &str) -> Option<AgentDefinition> {
         let snapshot = self.store.capture();
         match AgentDefinition::builtin(agent, &snapshot) {
-            Some(Ok(definition)) => Some(definition),
+            Some(Ok(mut definition)) => {
+                if let Some(model) = self.builtin_models.get(&definition.name) {
+                    definition.model = Some(model.clone());
+                }
+                Some(definition)
+            }
             // A broken built-in definition in a remote pack: leave the lookup to the
             // prompt assembly, which falls back to the built-in pack wholesale.
             Some(Err(_)) => None,

@@ -1,7 +1,9 @@
 //! `agent-runtime`: turns a captured prompt-pack snapshot into the system prompt of one
 //! turn.
 //!
-//! - [`agents`]: the built-in roster and custom agents from the data directory.
+//! - [`agents`]: the built-in roster and custom agent files; [`roster`]: the agents on
+//!   disk for a session (the user's, a trusted workspace's, the user's model for each
+//!   built-in agent).
 //! - [`capabilities`]: tools and features, narrowed in layers (config defaults, the agent's
 //!   ceiling, the occasion, the host profile).
 //! - [`instructions`]: the global and project instruction files, read as data under byte
@@ -45,6 +47,7 @@ pub mod plan;
 pub mod preview;
 pub mod provider;
 pub mod reminders;
+pub mod roster;
 pub mod sandbox;
 pub mod session;
 pub mod skills;

@@ -94,6 +94,37 @@ fn good_files_load_and_bad_ones_are_reported_by_file_and_field() {
 }
 
 #[test]
+fn extension_keys_of_other_agents_are_ignored_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    agent_file(
+        dir.path(),
+        "writer",
+        "---\ndescription: Writes release notes.\nx-mavis:\n  avatar: quill\n  surfaces: [desktop]\nx-team: docs\n---\nYou write release notes.\n",
+    );
+    agent_file(
+        dir.path(),
+        "typo",
+        "---\ndescription: x\nx-ok: 1\ncolour: blue\n---\nbody\n",
+    );
+    let loaded = agent_runtime::agents::load_agents_dir(dir.path());
+    let names: Vec<&str> = loaded.agents.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["writer"]);
+    assert_eq!(loaded.notes.len(), 1, "{:?}", loaded.notes);
+    let note = &loaded.notes[0];
+    assert!(
+        note.contains("writer/agent.md") && note.contains("`x-mavis`") && note.contains("`x-team`"),
+        "{note}"
+    );
+    // Only `x-` keys are let through: other unknown keys are still typos.
+    assert_eq!(loaded.errors.len(), 1);
+    assert!(
+        loaded.errors[0].to_string().contains("field `colour`"),
+        "{}",
+        loaded.errors[0]
+    );
+}
+
+#[test]
 fn a_custom_agent_body_is_data_and_gets_the_delegated_contract_when_it_lacks_one() {
     let dir = tempfile::tempdir().unwrap();
     agent_file(dir.path(), "reviewer", REVIEWER);

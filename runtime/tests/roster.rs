@@ -240,6 +240,124 @@ fn the_environment_block_names_the_model_each_prompt_runs_on() {
     );
 }
 
+/// The `task` tool's `agent` choices in a recorded request.
+fn task_choices(request: &model_server::Recorded) -> Vec<String> {
+    request.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "task")
+        .unwrap()["function"]["parameters"]["properties"]["agent"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn workspace_agents_are_offered_only_in_a_trusted_workspace() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join(".agents/agents/linter");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("agent.md"),
+        "---\ndescription: Runs the linters and reports.\nx-mavis:\n  icon: broom\n---\nYou run linters.\n",
+    )
+    .unwrap();
+    let run = |env: &[(&str, &str)]| {
+        let server = ModelServer::start(vec![openai_text("ok")]);
+        let out = exec(&server, home.path(), work.path(), env, &["lint"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let choices = task_choices(&server.requests()[0]);
+        (choices, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+
+    let (choices, stderr) = run(&[]);
+    assert!(!choices.contains(&"linter".to_string()), "{choices:?}");
+    assert!(
+        stderr.contains("not trusted") && stderr.contains(".agents/agents"),
+        "{stderr}"
+    );
+
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[permissions]\ntrusted_workspaces = [{:?}]\n",
+            work.path().display().to_string()
+        ),
+    )
+    .unwrap();
+    let (choices, stderr) = run(&[]);
+    assert!(choices.contains(&"linter".to_string()), "{choices:?}");
+    assert!(stderr.contains("`x-mavis` ignored"), "{stderr}");
+
+    let (choices, _) = run(&[("OPENCODE_DISABLE_PROJECT_CONFIG", "1")]);
+    assert!(!choices.contains(&"linter".to_string()), "{choices:?}");
+}
+
+#[test]
+fn the_builtin_mirror_chooses_the_model_of_a_builtin_agent() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for (agent, model) in [("explore", "explore-model"), ("worker", "worker-model")] {
+        let dir = home.path().join("agents/.builtin").join(agent);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("agent.md"),
+            format!("---\nname: {agent}\nmodel: {model}\n---\n"),
+        )
+        .unwrap();
+    }
+    let server = ModelServer::start(vec![
+        openai_calls(&[(
+            "d1",
+            "task",
+            json!({"agent": "explore", "task": "List the files."}),
+        )]),
+        openai_text("No files."),
+        openai_text("The workspace is empty."),
+    ]);
+    let out = exec(&server, home.path(), work.path(), &[], &["what is here?"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["model"], "test-model",
+        "mavis has no choice"
+    );
+    assert_eq!(requests[1].body["model"], "explore-model");
+    assert!(system_of(&requests[1]).contains("\nModel: explore-model\n"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`name` ignored"),
+        "only the model of a built-in agent is read"
+    );
+
+    // A session started as a built-in agent runs on its chosen model too.
+    let server = ModelServer::start(vec![openai_text("done")]);
+    let out = exec(
+        &server,
+        home.path(),
+        work.path(),
+        &[],
+        &["--agent", "worker", "do it"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(server.requests()[0].body["model"], "worker-model");
+}
+
 #[test]
 fn a_helper_compacts_its_history_like_the_parent() {
     let home = tempfile::tempdir().unwrap();

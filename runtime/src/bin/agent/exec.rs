@@ -160,7 +160,12 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
                 .map_or(ORCHESTRATOR, canonical_name)
                 .to_string();
             // The agent's own `model`, when it names one, is the session's model.
-            let model = host.provider_for(&agent, None).settings().model.clone();
+            let roster = crate::host::session_roster(&host.roster, &host.config_text, &cwd);
+            let model = host
+                .provider_for(&agent, None, &roster)
+                .settings()
+                .model
+                .clone();
             let header = SessionHeader {
                 id: Transcript::new_id(),
                 created_at: time::OffsetDateTime::now_utc()

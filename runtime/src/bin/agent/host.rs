@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use agent_runtime::agent_loop::{AgentLoop, LoopState};
-use agent_runtime::agents::{self, AgentDefinition, BUILTIN_AGENTS, ORCHESTRATOR};
+use agent_runtime::agents::{AgentDefinition, BUILTIN_AGENTS, ORCHESTRATOR};
 use agent_runtime::config::Config;
 use agent_runtime::data_dir::DataDir;
 use agent_runtime::delegation::Subagents;
@@ -14,8 +14,10 @@ use agent_runtime::instructions::{Instructions, Sources, Switches};
 use agent_runtime::live::LiveContext;
 use agent_runtime::mcp::McpServers;
 use agent_runtime::packs::Packs;
-use agent_runtime::permissions::Policy;
+use agent_runtime::permissions::trust;
+use agent_runtime::permissions::{Policy, RuleContext};
 use agent_runtime::provider::{Api, Message, Provider, ProviderOverrides, ProviderSettings};
+use agent_runtime::roster::Roster;
 use agent_runtime::session::{SessionContext, TaskSession};
 use agent_runtime::skills::Skill;
 use agent_runtime::tools::{Protected, ToolContext, WebSettings, notes_file};
@@ -31,7 +33,8 @@ pub struct Host {
     /// still serves /agents, /prompt and /packs, and refuses only what needs a model.
     pub no_model: Option<String>,
     pub packs: Packs,
-    pub custom_agents: Arc<Vec<AgentDefinition>>,
+    /// The data directory's agents; a session adds its workspace's.
+    pub roster: Roster,
     /// What the entry point chose about permissions; each session builds its own from it.
     pub safety: crate::safety::Choice,
     /// The config file's text, for the permissions each session reads from it.
@@ -68,10 +71,8 @@ impl Host {
             }
             Err(reason) => anyhow::bail!("model provider: {reason}"),
         };
-        let (custom_agents, errors) = agents::load_custom_agents(&data_dir.agents_dir());
-        for error in errors {
-            tracing::warn!("{error}");
-        }
+        // Files that cannot be loaded are logged as they are read.
+        let roster = Roster::load(&data_dir.agents_dir());
         let packs = crate::open_packs_or_builtin(&data_dir, &config_text);
         let provider = Arc::new(Provider::new(settings.clone())?);
         let web = WebSettings::parse(&config_text)
@@ -86,7 +87,7 @@ impl Host {
             provider,
             no_model,
             packs,
-            custom_agents: Arc::new(custom_agents),
+            roster,
             safety: crate::safety::Choice::default(),
             config_text,
             web,
@@ -110,6 +111,11 @@ impl Host {
         )?;
         crate::safety::announce(&safety, crate::colour_stderr());
         let policy = Policy::new(safety.permissions.clone());
+        let roster = Arc::new(session_roster(&self.roster, &self.config_text, &header.cwd));
+        for note in &roster.notes {
+            eprintln!("note: {note}");
+        }
+        let custom_agents = Arc::new(roster.custom.clone());
         let environment = Arc::new(Environment::detect(&header.cwd, self.data_dir.root()));
         // Instruction files and skills are read now and again whenever they change.
         let notes = notes_file(self.data_dir.root(), &header.cwd);
@@ -124,7 +130,7 @@ impl Host {
             self.packs.store().clone(),
             self.provider.clone(),
             self.config.clone(),
-            self.custom_agents.clone(),
+            custom_agents.clone(),
             environment.clone(),
             instructions.clone(),
             disk_skills.clone(),
@@ -134,6 +140,7 @@ impl Host {
             header.id.clone(),
         );
         subagents.web = self.web.clone();
+        subagents.builtin_models = roster.builtin_models.clone();
         // MCP servers start in the background; the first model call waits for them.
         let mcp = match tokio::runtime::Handle::try_current() {
             Ok(runtime) if !self.config.mcp_servers.is_empty() => Some(McpServers::spawn(
@@ -185,9 +192,11 @@ impl Host {
                 },
             ),
         };
-        let provider = self.provider_for(&header.agent, frozen.as_ref());
+        let provider = self.provider_for(&header.agent, frozen.as_ref(), &roster);
         Ok(Session {
             header,
+            roster,
+            custom_agents,
             environment,
             instructions,
             disk_skills,
@@ -215,15 +224,21 @@ impl Host {
         }
     }
 
-    /// The provider for `agent`: its own `model` when its definition names one.
-    pub fn provider_for(&self, agent: &str, frozen: Option<&AgentDefinition>) -> Arc<Provider> {
+    /// The provider for `agent`: its own `model` (for a built-in agent, the user's choice
+    /// in the `.builtin` mirror first) when there is one.
+    pub fn provider_for(
+        &self,
+        agent: &str,
+        frozen: Option<&AgentDefinition>,
+        roster: &Roster,
+    ) -> Arc<Provider> {
         let model = match frozen {
             Some(definition) => definition.model.clone(),
-            None => match AgentDefinition::builtin(agent, &self.packs.store().capture()) {
+            None => match roster.builtin(agent, &self.packs.store().capture()) {
                 Some(Ok(definition)) => definition.model,
                 Some(Err(_)) => None,
-                None => self
-                    .custom_agents
+                None => roster
+                    .custom
                     .iter()
                     .find(|a| a.name == agent)
                     .and_then(|a| a.model.clone()),
@@ -236,6 +251,22 @@ impl Host {
             Some(_) | None => self.provider.clone(),
         }
     }
+}
+
+/// The agents of a session in `cwd`: the data directory's, and the workspace's
+/// `.agents/agents/` when the workspace is trusted (listed under `trusted_workspaces`) and
+/// the project switch does not leave the project out.
+pub fn session_roster(base: &Roster, config_text: &str, cwd: &std::path::Path) -> Roster {
+    if Switches::from_process().no_project {
+        return base.clone();
+    }
+    let context = RuleContext {
+        workspace: cwd.to_path_buf(),
+        home: crate::safety::home(),
+    };
+    let trusted = agent_runtime::permissions::config::section(config_text)
+        .is_ok_and(|section| trust::is_listed(&section, &context));
+    base.with_workspace(cwd, trusted)
 }
 
 /// Where a session in `cwd` looks for instruction files: the data directory's AGENTS.md
@@ -253,6 +284,10 @@ pub fn instruction_sources(data_dir: &DataDir, config: &Config, cwd: &std::path:
 
 pub struct Session {
     pub header: SessionHeader,
+    /// The agents this session can use: the data directory's and a trusted workspace's.
+    pub roster: Arc<Roster>,
+    /// `roster.custom`, shared with the helpers.
+    pub custom_agents: Arc<Vec<AgentDefinition>>,
     pub environment: Arc<Environment>,
     pub instructions: Arc<Instructions>,
     pub disk_skills: Arc<Vec<Skill>>,
@@ -283,7 +318,7 @@ impl Session {
                 profile: Profile::Cli,
                 interactive,
                 config: &host.config,
-                custom_agents: &host.custom_agents,
+                custom_agents: &self.custom_agents,
                 frozen: self.frozen.as_ref(),
                 environment: &self.environment,
                 instructions: &self.instructions,

@@ -28,6 +28,7 @@ use agent_runtime::data_dir::DataDir;
 use agent_runtime::environment::Environment;
 use agent_runtime::instructions::Instructions;
 use agent_runtime::packs::Packs;
+use agent_runtime::roster::Roster;
 use agent_runtime::session::{SessionContext, TaskSession};
 use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest, assemble_turn};
 use anyhow::{Context as _, bail};
@@ -449,7 +450,6 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     if let Some(note) = packs.refresh_in_background_if_due() {
         eprintln!("{note}");
     }
-    let (custom_agents, _errors) = agents::load_custom_agents(&data_dir.agents_dir());
     let cwd = match args.cwd {
         Some(dir) => dir,
         None => std::env::current_dir().context("reading the current directory")?,
@@ -458,6 +458,11 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     if !cwd.is_dir() {
         bail!("--cwd {} is not a directory", cwd.display());
     }
+    let roster = host::session_roster(
+        &Roster::load(&data_dir.agents_dir()),
+        &config_text,
+        &cwd,
+    );
 
     let session = match &args.session {
         Some(id) => Some(TaskSession::load(&data_dir.sessions_dir(), id)?),
@@ -506,7 +511,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         profile: Profile::Cli,
         interactive: !args.non_interactive,
         config: &config,
-        custom_agents: &custom_agents,
+        custom_agents: &roster.custom,
         frozen,
         environment: &environment,
         instructions: &instructions,

@@ -169,7 +169,7 @@ pub fn repl(
             let mut words = command.split_whitespace();
             match words.next().unwrap_or("") {
                 "exit" | "quit" => break,
-                "agents" => writeln!(out, "{}", agents(&host))?,
+                "agents" => writeln!(out, "{}", agents(&host, &session))?,
                 "packs" => write!(out, "{}", host.packs.describe())?,
                 "permissions" => write!(
                     out,
@@ -193,7 +193,7 @@ pub fn repl(
                     Some(name) => {
                         let name = canonical_name(name).to_string();
                         let known = BUILTIN_AGENTS.contains(&name.as_str())
-                            || host.custom_agents.iter().any(|a| a.name == name);
+                            || session.custom_agents.iter().any(|a| a.name == name);
                         if !known {
                             writeln!(out, "unknown agent {name:?}; /agents lists them")?;
                             continue;
@@ -206,7 +206,7 @@ pub fn repl(
                             };
                         steer.provider = match &steer.model {
                             Some(model) => Arc::new(host.provider.with_model(model)),
-                            None => host.provider_for(&name, None),
+                            None => host.provider_for(&name, None, &session.roster),
                         };
                         steer.agent = name;
                         steer.record(&mut transcript, turns)?;
@@ -399,7 +399,7 @@ async fn announce_changes(
     }
 }
 
-fn agents(host: &Host) -> String {
+fn agents(host: &Host, session: &Session) -> String {
     let snapshot = host.packs.store().capture();
     let mut out = String::new();
     for name in BUILTIN_AGENTS.iter().chain([&agent_runtime::agents::PLAN]) {
@@ -409,11 +409,14 @@ fn agents(host: &Host) -> String {
         };
         out.push_str(&format!("{name:<10} {description}\n"));
     }
-    for agent in host.custom_agents.iter() {
+    for agent in session.custom_agents.iter() {
         out.push_str(&format!(
             "{:<10} {} (custom)\n",
             agent.name, agent.description
         ));
+    }
+    for note in &session.roster.notes {
+        out.push_str(&format!("note: {note}\n"));
     }
     out.trim_end().to_string()
 }
