@@ -235,6 +235,38 @@ fn tools_of_stdio_and_http_servers_are_offered_called_and_their_instructions_ren
 }
 
 #[test]
+fn agent_prompt_shows_server_instructions_only_when_asked_to_start_the_servers() {
+    require(
+        "mcp-server-everything",
+        "@modelcontextprotocol/server-everything from npm",
+    );
+    let home = home_with("[mcp_servers.everything]\ncommand = \"mcp-server-everything\"\n");
+    let work = tempfile::tempdir().unwrap();
+    let prompt = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+            .arg("prompt")
+            .args(args)
+            .current_dir(work.path())
+            .env("AGENT_HOME", home.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let without = prompt(&[]);
+    assert!(!without.contains("<mcp_instructions>"), "{without}");
+    let with = prompt(&["--mcp"]);
+    assert!(
+        with.contains("<mcp_instructions>") && with.contains("<server name=\"everything\">"),
+        "{with}"
+    );
+}
+
+#[test]
 fn mcp_list_shows_state_and_tools_and_fails_for_a_server_that_cannot_start() {
     let home = home_with(&format!(
         "{}\n[mcp_servers.missing]\ncommand = \"no-such-mcp-server\"\n[mcp_servers.off]\ncommand = \"x\"\nenabled = false\n",

@@ -26,8 +26,10 @@ use agent_runtime::agents::{self, BUILTIN_AGENTS, ORCHESTRATOR};
 use agent_runtime::config::Config;
 use agent_runtime::data_dir::DataDir;
 use agent_runtime::environment::Environment;
-use agent_runtime::instructions::Instructions;
+use agent_runtime::live::LiveContext;
+use agent_runtime::mcp::McpServers;
 use agent_runtime::packs::Packs;
+use agent_runtime::provider::{ProviderOverrides, ProviderSettings};
 use agent_runtime::roster::Roster;
 use agent_runtime::session::{SessionContext, TaskSession};
 use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest, assemble_turn};
@@ -137,9 +139,11 @@ struct PromptArgs {
     /// The orchestrator's prompt mode: tui, coding or work.
     #[arg(long, default_value = "tui")]
     mode: PromptMode,
-    /// The model id; picks the model-family template.
-    #[arg(long, default_value = "default")]
-    model: String,
+    /// The model id, which picks the model-family notes and is named in the environment
+    /// block. Default: the model a session would run the agent on (its own, else the
+    /// configured one).
+    #[arg(long)]
+    model: Option<String>,
     /// The workspace root (default: the current directory).
     #[arg(long)]
     cwd: Option<PathBuf>,
@@ -159,6 +163,10 @@ struct PromptArgs {
     /// Resume this task session: its frozen agent definition and mode are used.
     #[arg(long, value_name = "ID")]
     session: Option<String>,
+    /// Start the configured MCP servers, as a session does, so their instructions are in
+    /// the prompt (without it the prompt has no MCP block).
+    #[arg(long)]
+    mcp: bool,
 }
 
 fn main() -> ExitCode {
@@ -458,11 +466,7 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     if !cwd.is_dir() {
         bail!("--cwd {} is not a directory", cwd.display());
     }
-    let roster = host::session_roster(
-        &Roster::load(&data_dir.agents_dir()),
-        &config_text,
-        &cwd,
-    );
+    let roster = host::session_roster(&Roster::load(&data_dir.agents_dir()), &config_text, &cwd);
 
     let session = match &args.session {
         Some(id) => Some(TaskSession::load(&data_dir.sessions_dir(), id)?),
@@ -491,7 +495,15 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
     let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
 
     let environment = Environment::detect(&cwd, data_dir.root());
-    let instructions = Instructions::read(&host::instruction_sources(&data_dir, &config, &cwd));
+    // Instruction files, skills on disk and the workspace's notes, read as a session reads
+    // them.
+    let notes = agent_runtime::tools::notes_file(data_dir.root(), &cwd);
+    let live = LiveContext::new(
+        host::instruction_sources(&data_dir, &config, &cwd),
+        data_dir.root(),
+        Some(&notes),
+    )
+    .current();
     // A pack from a directory is the developer's, not the channel's: its render failures
     // are neither counted against this device's packs nor reported.
     let local;
@@ -503,10 +515,27 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         }
         None => packs.store().as_ref(),
     };
+    let model = match args.model {
+        Some(model) => model,
+        None => session_model(agent, frozen, &roster, store, &config_text),
+    };
+    // With --mcp the servers start as a session starts them, and the prompt waits for them.
+    let mcp = if args.mcp && !config.mcp_servers.is_empty() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let servers = McpServers::spawn(&config.mcp_servers, &cwd, runtime.handle());
+        runtime.block_on(servers.wait_started());
+        Some((runtime, servers))
+    } else {
+        None
+    };
     let request = TurnRequest {
         agent,
         mode: args.mode,
-        model: &args.model,
+        model: &model,
         occasion,
         profile: Profile::Cli,
         interactive: !args.non_interactive,
@@ -514,14 +543,22 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         custom_agents: &roster.custom,
         frozen,
         environment: &environment,
-        instructions: &instructions,
-        // The command-line profile keeps no memory.
-        memory: None,
+        instructions: &live.instructions,
+        // A helper started by `task` gets no memory layer; a session does.
+        memory: if args.delegated {
+            None
+        } else {
+            live.memory.as_deref()
+        },
         session: Some(session_context),
-        disk_skills: &[],
-        mcp: None,
+        disk_skills: &live.skills,
+        mcp: mcp.as_ref().map(|(_, servers)| &**servers),
     };
-    let prompt = assemble_turn(store, &request)?;
+    let prompt = assemble_turn(store, &request);
+    if let Some((runtime, servers)) = &mcp {
+        runtime.block_on(servers.shutdown());
+    }
+    let prompt = prompt?;
     packs.send_reports_in_background();
 
     let mut out = std::io::stdout().lock();
@@ -559,6 +596,38 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The model a session would run `agent` on: a task session's frozen choice, the user's
+/// choice for a built-in agent, a custom agent's own, else the configured model (`default`
+/// when none is configured, as there is nothing to run).
+fn session_model(
+    agent: &str,
+    frozen: Option<&agents::AgentDefinition>,
+    roster: &Roster,
+    store: &pack_client::PromptStore,
+    config_text: &str,
+) -> String {
+    let own = match frozen {
+        Some(definition) => definition.model.clone(),
+        None => match roster.builtin(agent, &store.capture()) {
+            Some(Ok(definition)) => definition.model,
+            Some(Err(_)) => None,
+            None => roster
+                .custom
+                .iter()
+                .find(|a| a.name == agent)
+                .and_then(|a| a.model.clone()),
+        },
+    };
+    own.or_else(|| {
+        ProviderSettings::resolve(config_text, &ProviderOverrides::default(), |name| {
+            std::env::var(name).ok()
+        })
+        .ok()
+        .map(|settings| settings.model)
+    })
+    .unwrap_or_else(|| "default".to_string())
 }
 
 /// An unsealed pack directory as a remote snapshot, for review before release. The
