@@ -21,12 +21,11 @@ use crate::agents::{AgentDefinition, BUILTIN_AGENTS, ORCHESTRATOR};
 use crate::capabilities::{Occasion, Profile};
 use crate::config::Config;
 use crate::environment::Environment;
-use crate::instructions::Instructions;
+use crate::live::LiveContext;
 use crate::mcp::McpServers;
 use crate::mode::PromptMode;
 use crate::provider::{Message, Provider};
 use crate::session::{SessionContext, TaskSession};
-use crate::skills::Skill;
 use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError, WebSettings};
 use crate::transcript::{Record, SessionHeader, Transcript};
 
@@ -98,8 +97,10 @@ pub struct Subagents {
     pub config: Arc<Config>,
     pub custom_agents: Arc<Vec<AgentDefinition>>,
     pub environment: Arc<Environment>,
-    pub instructions: Arc<Instructions>,
-    pub disk_skills: Arc<Vec<Skill>>,
+    /// The parent's instruction files and skills, without the workspace's notes (helpers
+    /// get no memory layer): a helper reads them as they are when it starts, and again
+    /// before each of its model calls when one changed, as the parent does.
+    pub live: LiveContext,
     pub sessions_dir: PathBuf,
     pub mode: PromptMode,
     pub cwd: PathBuf,
@@ -124,8 +125,7 @@ impl Subagents {
         config: Arc<Config>,
         custom_agents: Arc<Vec<AgentDefinition>>,
         environment: Arc<Environment>,
-        instructions: Arc<Instructions>,
-        disk_skills: Arc<Vec<Skill>>,
+        live: LiveContext,
         sessions_dir: PathBuf,
         mode: PromptMode,
         cwd: PathBuf,
@@ -137,8 +137,7 @@ impl Subagents {
             config,
             custom_agents,
             environment,
-            instructions,
-            disk_skills,
+            live,
             sessions_dir,
             mode,
             cwd,
@@ -258,6 +257,9 @@ impl Subagents {
             tools = tools.with_mcp(mcp.clone());
         }
         let tools = Arc::new(tools);
+        // The instruction files and skills as they are now; the loop reads them again
+        // before each call when one changed.
+        let current = self.live.current();
         let mut child = AgentLoop {
             store: &self.store,
             request: TurnRequest {
@@ -271,10 +273,10 @@ impl Subagents {
                 custom_agents: &self.custom_agents,
                 frozen: definition.as_ref(),
                 environment: &self.environment,
-                instructions: &self.instructions,
+                instructions: &current.instructions,
                 memory: None,
                 session: Some(&session),
-                disk_skills: &self.disk_skills,
+                disk_skills: &current.skills,
                 mcp: self.mcp.as_deref(),
             },
             provider: &provider,
@@ -284,7 +286,7 @@ impl Subagents {
             // Helpers compact like their parent.
             context_limit: Some(settings.context_tokens),
             state: Default::default(),
-            live: None,
+            live: Some(&self.live),
         };
         let agent = request.agent.clone();
         let mut sink = |event: Event| {

@@ -139,3 +139,46 @@ fn the_model_is_warned_two_steps_before_its_step_limit() {
     assert!(!warned(1));
     assert!(warned(2), "{}", requests[2].body["messages"]);
 }
+
+#[test]
+fn a_helper_reads_instruction_files_as_they_are_when_it_starts_and_at_each_turn() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("AGENTS.md"), "Indent with tabs.\n").unwrap();
+    let rewrite = |text: &str| json!({"command": format!("printf '{text}\\n' > AGENTS.md")});
+    let server = ModelServer::start(vec![
+        // The parent edits AGENTS.md after its session started, then starts a helper.
+        openai_calls(&[("b1", "bash", rewrite("Indent with four spaces."))]),
+        openai_calls(&[(
+            "t1",
+            "task",
+            json!({"agent": "worker", "task": "Tidy the indentation."}),
+        )]),
+        // The helper edits it again mid-run.
+        openai_calls(&[("b2", "bash", rewrite("Indent with two spaces."))]),
+        openai_text("Tidied."),
+        openai_text("The worker tidied it."),
+    ]);
+    let out = exec(&server, home.path(), work.path(), &[], &["tidy up"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.assert_clean();
+    let requests = server.requests();
+    assert!(system_of(&requests[0]).contains("Indent with tabs."));
+    let helper_first = system_of(&requests[2]);
+    assert!(helper_first.contains("You are `worker`"), "{helper_first}");
+    assert!(
+        helper_first.contains("Indent with four spaces.")
+            && !helper_first.contains("Indent with tabs."),
+        "the helper starts with the file as it is now: {helper_first}"
+    );
+    let helper_second = system_of(&requests[3]);
+    assert!(
+        helper_second.contains("Indent with two spaces.")
+            && !helper_second.contains("Indent with four spaces."),
+        "and reads it again when it changes: {helper_second}"
+    );
+}

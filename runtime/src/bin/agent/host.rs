@@ -119,21 +119,19 @@ impl Host {
         let environment = Arc::new(Environment::detect(&header.cwd, self.data_dir.root()));
         // Instruction files and skills are read now and again whenever they change.
         let notes = notes_file(self.data_dir.root(), &header.cwd);
-        let live = LiveContext::new(
-            instruction_sources(&self.data_dir, &self.config, &header.cwd),
-            self.data_dir.root(),
-            Some(&notes),
-        );
+        let sources = instruction_sources(&self.data_dir, &self.config, &header.cwd);
+        let live = LiveContext::new(sources.clone(), self.data_dir.root(), Some(&notes));
         let current = live.current();
         let (instructions, disk_skills) = (current.instructions, current.skills);
+        // Helpers read the same files, as they are when each starts and at each of its
+        // turns; the notes stay out, as helpers get no memory layer.
         let mut subagents = Subagents::new(
             self.packs.store().clone(),
             self.provider.clone(),
             self.config.clone(),
             custom_agents.clone(),
             environment.clone(),
-            instructions.clone(),
-            disk_skills.clone(),
+            LiveContext::new(sources, self.data_dir.root(), None),
             self.data_dir.sessions_dir(),
             header.mode,
             header.cwd.clone(),
