@@ -57,6 +57,21 @@ pub enum CorePrompt {
     Builtin,
     /// The body of a custom agent file, used as written (it is data, not a template).
     Custom { path: PathBuf, body: String },
+    /// A built-in agent's core template as it was when its task session started, with the
+    /// pack it came from: a resumed helper renders this text whatever pack is current.
+    Frozen {
+        key: String,
+        template: String,
+        pack: PackIdentity,
+    },
+}
+
+/// Which pack a frozen template came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackIdentity {
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
 }
 
 /// One agent.
@@ -77,6 +92,7 @@ impl AgentDefinition {
     pub fn template_key(&self, mode: PromptMode) -> Option<String> {
         match (&self.core, self.role) {
             (CorePrompt::Custom { .. }, _) => None,
+            (CorePrompt::Frozen { key, .. }, _) => Some(key.clone()),
             // Plan mode thinks with the orchestrator's prompt; the reminders say what differs.
             (CorePrompt::Builtin, Role::Orchestrator) if self.name == PLAN => {
                 Some(format!("agents/{ORCHESTRATOR}/{mode}.hbs"))
@@ -88,6 +104,35 @@ impl AgentDefinition {
                 Some(format!("agents/{}/system.hbs", self.name))
             }
         }
+    }
+
+    /// This definition with its core template taken out of `snapshot`, for a task
+    /// session to keep: a built-in agent's template text and the pack's identity. Custom
+    /// and already frozen definitions, and a template the pack lacks, stay as they are.
+    pub fn frozen(mut self, mode: PromptMode, snapshot: &Snapshot) -> AgentDefinition {
+        if self.core != CorePrompt::Builtin {
+            return self;
+        }
+        let Some(key) = self.template_key(mode) else {
+            return self;
+        };
+        let Some(template) = snapshot
+            .get(&key)
+            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+        else {
+            return self;
+        };
+        let meta = snapshot.meta();
+        self.core = CorePrompt::Frozen {
+            template: template.to_string(),
+            key,
+            pack: PackIdentity {
+                name: meta.name.clone(),
+                version: meta.version.to_string(),
+                sha256: meta.sha256.clone(),
+            },
+        };
+        self
     }
 
     /// A built-in agent as the snapshot describes it: its ceiling is the frontmatter of

@@ -20,7 +20,7 @@ use pack_contract::Contract;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::agents::{AgentDefinition, CorePrompt, Role};
+use crate::agents::{AgentDefinition, CorePrompt, PackIdentity, Role};
 use crate::capabilities::{Occasion, Profile, resolve};
 use crate::config::Config;
 use crate::context::{self, AgentEntry, ContextInputs, Layer, SkillEntry};
@@ -29,7 +29,7 @@ use crate::error::PromptError;
 use crate::instructions::Instructions;
 use pack_format::sha256_hex;
 
-use crate::metadata::{PackRef, PromptMetadata};
+use crate::metadata::{FrozenCore, PackRef, PromptMetadata};
 use crate::mode::PromptMode;
 use crate::session::SessionContext;
 
@@ -222,6 +222,14 @@ pub fn assemble(
 
     let core = match (&definition.core, definition.template_key(request.mode)) {
         (CorePrompt::Custom { body, .. }, _) => body.trim().to_string(),
+        (
+            CorePrompt::Frozen {
+                key,
+                template,
+                pack,
+            },
+            _,
+        ) => render_frozen(key, template, pack, &contract, &context)?,
         (CorePrompt::Builtin, Some(key)) => pack.render(&key, &context)?,
         // `template_key` is `Some` for every built-in agent.
         (CorePrompt::Builtin, None) => String::new(),
@@ -235,8 +243,10 @@ pub fn assemble(
 
     // A custom agent's own prompt is written for whatever model runs it; notes meant for
     // the built-in prompts would only contradict it.
-    if matches!(definition.core, CorePrompt::Builtin)
-        && let Some(key) = model_template(&mut pack, request.model)?
+    if matches!(
+        definition.core,
+        CorePrompt::Builtin | CorePrompt::Frozen { .. }
+    ) && let Some(key) = model_template(&mut pack, request.model)?
     {
         push(pack.render(&key, &context)?);
     }
@@ -256,7 +266,7 @@ pub fn assemble(
         if layer == Layer::Branch {
             let custom_body = match &definition.core {
                 CorePrompt::Custom { body, .. } => body.as_str(),
-                CorePrompt::Builtin => "",
+                CorePrompt::Builtin | CorePrompt::Frozen { .. } => "",
             };
             if !has_contract(&text) && !has_contract(custom_body) {
                 let contract_text = pack.render(CONTRACT_TEMPLATE, &context)?;
@@ -349,6 +359,18 @@ pub fn assemble(
         prompt_sha256: sha256_hex(text.as_bytes()),
         fallback: None,
         warnings: instructions.warnings.clone(),
+        frozen: match &definition.core {
+            CorePrompt::Frozen {
+                key,
+                template,
+                pack,
+            } => Some(Box::new(FrozenCore {
+                key: key.clone(),
+                sha256: sha256_hex(template.as_bytes()),
+                pack: pack.clone(),
+            })),
+            CorePrompt::Builtin | CorePrompt::Custom { .. } => None,
+        },
     };
     Ok(AssembledPrompt {
         text,
@@ -356,6 +378,37 @@ pub fn assemble(
         capabilities: resolved.capabilities,
         skills: skill_set,
     })
+}
+
+/// Renders a core template frozen in a task session, checked against the contract of the
+/// pack rendering the rest of the prompt, as a pack's own templates are.
+fn render_frozen(
+    key: &str,
+    template: &str,
+    pack: &PackIdentity,
+    contract: &Contract,
+    context: &Value,
+) -> Result<String, PromptError> {
+    let fail = |reason: String| PromptError::FrozenTemplate {
+        key: key.to_string(),
+        pack: format!("{} {}", pack.name, pack.version),
+        reason,
+    };
+    let compiled = pack_contract::compile_checked(key, template, contract).map_err(|errors| {
+        fail(
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    let mut registry = pack_contract::strict_registry();
+    registry.register_template(key, compiled);
+    let text = registry
+        .render(key, context)
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(tidy(&text))
 }
 
 /// The frozen definition, a built-in agent as this snapshot describes it, or a custom one.

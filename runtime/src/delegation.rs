@@ -151,8 +151,9 @@ impl Subagents {
         }
     }
 
-    /// The helper's definition as it stands now: a built-in one from the current pack (on
-    /// the user's choice of model, if any), or a custom one.
+    /// The helper's definition as it stands now, to be frozen: a built-in one from the
+    /// current pack (on the user's choice of model, if any) with its core template taken
+    /// out of that pack, or a custom one.
     fn definition(&self, agent: &str) -> Option<AgentDefinition> {
         let snapshot = self.store.capture();
         match AgentDefinition::builtin(agent, &snapshot) {
@@ -160,7 +161,7 @@ impl Subagents {
                 if let Some(model) = self.builtin_models.get(&definition.name) {
                     definition.model = Some(model.clone());
                 }
-                Some(definition)
+                Some(definition.frozen(self.mode, &snapshot))
             }
             // A broken built-in definition in a remote pack: leave the lookup to the
             // prompt assembly, which falls back to the built-in pack wholesale.

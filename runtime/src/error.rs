@@ -34,6 +34,14 @@ pub enum PromptError {
     },
     #[error("template schema {schema} is not known to this build")]
     UnknownSchema { schema: u32 },
+    #[error(
+        "the template {key} frozen from pack {pack} when the task session started does not render with this pack's schema: {reason}. Start a new session to use the current pack."
+    )]
+    FrozenTemplate {
+        key: String,
+        pack: String,
+        reason: String,
+    },
 }
 
 /// Errors that stop a run before any prompt is built.

@@ -33,4 +33,18 @@ pub struct PromptMetadata {
     pub fallback: Option<String>,
     /// Things the user should know (an instruction file cut or left out).
     pub warnings: Vec<String>,
+    /// Set when a task session's built-in agent rendered its core from the template frozen
+    /// when the session started, not from `pack`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Box<FrozenCore>>,
+}
+
+/// The frozen core template a prompt was rendered from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrozenCore {
+    /// The template's key in the pack it came from.
+    pub key: String,
+    /// SHA-256 of the template text.
+    pub sha256: String,
+    pub pack: crate::agents::PackIdentity,
 }

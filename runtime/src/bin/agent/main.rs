@@ -588,6 +588,17 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         for (key, sha) in &meta.templates {
             writeln!(err, "  {sha}  {key}")?;
         }
+        if let Some(frozen) = &meta.frozen {
+            writeln!(
+                err,
+                "  {}  {} (frozen from pack {} {} sha256 {})",
+                frozen.sha256,
+                frozen.key,
+                frozen.pack.name,
+                frozen.pack.version,
+                frozen.pack.sha256
+            )?;
+        }
         if let Some(fallback) = &meta.fallback {
             writeln!(err, "FALLBACK: {fallback}")?;
         }
