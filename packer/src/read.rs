@@ -305,8 +305,8 @@ enum Sealed {
 /// are written: on ext4 every `fsync` waits for a journal commit or a device flush of its
 /// own unless others are waiting at the same moment, when one commit or flush serves them
 /// all. On a freshly made ext4, the bench tree's 4,774 files and 8,081 directories took
-/// 3.5-3.8 s synced by the two threads that write the files, right after each; 0.60-0.70 s
-/// together at the end; 0.47-0.70 s with one `syncfs` (BENCHMARKS.md). A file system in
+/// 3.8-8.1 s synced by the two threads that write the files, right after each; 0.55-1.09 s
+/// together at the end; 0.45-0.78 s with one `syncfs` (BENCHMARKS.md). A file system in
 /// memory (tmpfs) is not synced at all: there is no disk to write to.
 struct IntoDir {
     root: OwnedFd,
@@ -318,8 +318,10 @@ struct IntoDir {
 }
 
 /// How many syncs wait at once: enough for the file system to serve many with one journal
-/// commit or device flush, each thread on a small stack.
-const SYNC_THREADS: usize = 64;
+/// commit or device flush, each thread on a small stack. On a fresh ext4, for the bench
+/// tree, 16 threads took 2.3 s, 64 took 1.3-1.4 s, 128 and 256 1.1 s, 512 1.2 s and 1,024
+/// 3.7 s (one `syncfs`: 0.8-0.9 s).
+const SYNC_THREADS: usize = 128;
 
 impl IntoDir {
     fn new(root: &Path, sync: bool) -> std::io::Result<Self> {
