@@ -10,7 +10,8 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use agent_runtime::agent_loop::{AgentLoop, LoopState};
-use agent_runtime::agents::AgentDefinition;
+use agent_runtime::agents::{AgentDefinition, CorePrompt};
+use agent_runtime::assemble_turn;
 use agent_runtime::permissions::Policy;
 use agent_runtime::provider::{Api, Message, Provider, ProviderSettings};
 use agent_runtime::session::TaskSession;
@@ -246,4 +247,28 @@ async fn a_task_session_resumed_after_a_refresh_runs_and_records_its_frozen_temp
     assert_eq!(frozen.pack.name, builtin.meta().name);
     assert_eq!(frozen.pack.version, builtin.meta().version.to_string());
     assert_eq!(frozen.pack.sha256, builtin.meta().sha256);
+}
+
+#[test]
+fn a_frozen_template_the_current_schema_does_not_fit_says_to_start_a_new_session() {
+    let builtin = common::builtin();
+    let mut turn = common::Turn::new("explore");
+    let mut definition = AgentDefinition::builtin("explore", &builtin)
+        .unwrap()
+        .unwrap()
+        .frozen(turn.mode, &builtin);
+    let CorePrompt::Frozen { template, .. } = &mut definition.core else {
+        panic!("explore's core is frozen: {:?}", definition.core);
+    };
+    *template = "You explore {{no_such_variable}}.\n".to_string();
+    turn.frozen = Some(definition);
+    let store = PromptStore::new(builtin);
+    let err = assemble_turn(&store, &turn.request()).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("agents/explore/system.hbs")
+            && message.contains("no_such_variable")
+            && message.contains("Start a new session"),
+        "{message}"
+    );
 }
