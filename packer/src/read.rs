@@ -361,14 +361,17 @@ impl IntoDir {
             Ok(())
         };
         std::thread::scope(|scope| {
-            let threads = (0..SYNC_THREADS.min(syncs.len()))
-                .map(|_| {
-                    std::thread::Builder::new()
-                        .stack_size(64 << 10)
-                        .spawn_scoped(scope, worker)
-                })
-                .collect::<std::io::Result<Vec<_>>>()?;
-            threads.into_iter().try_for_each(fsio::joined)
+            let mut threads = Vec::new();
+            for _ in 1..SYNC_THREADS.min(syncs.len()) {
+                let thread = std::thread::Builder::new().stack_size(64 << 10);
+                // Fewer threads if the system refuses more: they share one queue.
+                match thread.spawn_scoped(scope, worker) {
+                    Ok(thread) => threads.push(thread),
+                    Err(_) => break,
+                }
+            }
+            let here = worker();
+            threads.into_iter().try_for_each(fsio::joined).and(here)
         })
     }
 }
