@@ -8,7 +8,9 @@
 //! session context (delegated children only) → memory → MCP server instructions → skills
 //! catalog.
 //!
-//! Everything comes from one snapshot. [`assemble_turn`] runs [`assemble`] through
+//! Everything comes from one snapshot, except the core template a task session froze
+//! when it started ([`CorePrompt::Frozen`]), which is rendered from its saved text under
+//! that snapshot's contract. [`assemble_turn`] runs [`assemble`] through
 //! [`PromptStore::serve`], so any failure in a remote pack rebuilds the whole prompt from
 //! the built-in pack and the metadata says so. Inputs read from disk (instruction files,
 //! memory, the environment) are read once, before, so the retry sees the same data.
