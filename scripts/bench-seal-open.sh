@@ -6,7 +6,7 @@
 #
 # `packer` does everything it does for a user: build validates every template and checks
 # that the sealed pack opens before it writes it (temp file, fsync, rename); extract checks
-# every file and syncs them to disk (one syncfs) before renaming the directory into place.
+# every file and syncs them to disk (each file and directory it wrote) before renaming the directory into place.
 # The stock tools do not sync anything; to keep their deferred writeback out of the next timing,
 # `sync` runs after every timed command (untimed). Every open writes a fresh directory and
 # none is deleted before the end: ext4 hunts longer for free inodes right after thousands
