@@ -523,8 +523,6 @@ impl Client {
                 });
             }
             Err(e) => {
-                tracing::warn!("refresh failed, still serving the previous pack: {e}");
-                *lock(&self.last_error) = Some(e.to_string());
                 self.note_failure(OffsetDateTime::now_utc(), &e).await;
                 return Err(e);
             }
@@ -549,8 +547,6 @@ impl Client {
                 self.note_success(now, outcome, &before).await;
             }
             Err(e) => {
-                tracing::warn!("refresh failed, still serving the previous pack: {e}");
-                *lock(&self.last_error) = Some(e.to_string());
                 self.note_failure(now, e).await;
                 self.report_refusal(e).await;
             }
@@ -645,8 +641,11 @@ impl Client {
         }
     }
 
-    /// Records a failed refresh for every process on the cache (on the blocking pool).
+    /// Says that a refresh failed (the previous pack still serves), in this process's status
+    /// and, on the blocking pool, for every process on the cache.
     async fn note_failure(&self, now: OffsetDateTime, error: &ClientError) {
+        tracing::warn!("refresh failed, still serving the previous pack: {error}");
+        *lock(&self.last_error) = Some(error.to_string());
         let (activity, release, kind, message) = (
             self.activity.clone(),
             self.config.client_version.clone(),

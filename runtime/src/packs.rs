@@ -113,10 +113,15 @@ impl Packs {
     /// serves: that a refresh is on its way (`started`), or why none is and how to run one.
     fn first_run_note(&self, started: bool) -> Option<String> {
         let client = self.client.as_ref()?;
-        let status = client.status();
-        if status.last_success.is_some() || status.serving.source != pack_client::Source::Builtin {
+        // The common case, on every run, reads no file: something succeeded already.
+        if client
+            .since_last_success(time::OffsetDateTime::now_utc())
+            .is_some()
+            || self.store.capture().source() != pack_client::Source::Builtin
+        {
             return None;
         }
+        let status = client.status();
         let server = status.server.as_deref().unwrap_or("-");
         Some(if started {
             format!(
