@@ -89,6 +89,10 @@ pub enum Event {
     Failed { kind: String, message: String },
     /// The watch lost the server and tries again after a pause.
     Reconnecting { error: String, retry_in_ms: u64 },
+    /// The file view's link now names this version directory (see [`crate::files`]).
+    FilesPublished { link: String, dir: String },
+    /// The file view could not be brought up to date; its link names what it named before.
+    FilesFailed { error: String },
 }
 
 impl std::fmt::Display for Event {
@@ -126,6 +130,10 @@ impl std::fmt::Display for Event {
                 "watch lost the server ({error}); reconnecting in {:.1} s",
                 *retry_in_ms as f64 / 1000.0
             ),
+            Event::FilesPublished { link, dir } => write!(f, "file view {link} -> {dir}"),
+            Event::FilesFailed { error } => {
+                write!(f, "{error}; the file view is unchanged")
+            }
         }
     }
 }

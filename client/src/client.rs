@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 use crate::activity::{Activity, Choice, Event};
 use crate::cache::{BadPack, BadReason, Cache, Installed, State};
 use crate::config::key_set_fingerprint;
+use crate::files::{FileView, Published};
 use crate::health::Health;
 use crate::report::{Outbox, SendOutcome};
 use crate::schedule;
@@ -102,6 +103,27 @@ pub struct ClientStatus {
     pub telemetry: bool,
     /// Failure reports waiting to be sent.
     pub pending_reports: usize,
+    /// The file view, when the config turns it on.
+    pub files: Option<FilesStatus>,
+}
+
+/// The file view's state, for [`ClientStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FilesStatus {
+    /// The link readers resolve (`<cache>/files/<link>`).
+    pub link: String,
+    /// The version directory it names now, resolved; `None` before the first publish.
+    pub dir: Option<String>,
+    /// Why this process could not bring the view up to date, if its last try failed.
+    pub error: Option<String>,
+}
+
+/// What this process last did to the file view.
+#[derive(Debug, Default)]
+struct FilesState {
+    /// SHA-256 of the pack whose directory this process last made the link name.
+    published: Option<String>,
+    error: Option<String>,
 }
 
 /// A failure as the cache recorded it, for [`ClientStatus`].
@@ -210,6 +232,11 @@ pub struct Client {
     /// The held document selects a pack for this release that is not installed: a refresh
     /// is due now, whatever the schedule says.
     install_pending: Mutex<bool>,
+    /// The file view, when the config turns it on.
+    files: Option<FileView>,
+    /// Held for a whole sync of the file view: one at a time in this process, so a sync
+    /// that captured an older snapshot never publishes after one that captured a newer.
+    files_state: Mutex<FilesState>,
 }
 
 impl Client {
@@ -277,6 +304,11 @@ impl Client {
             activity: Activity::new(cache.clone()),
             serving_reason: Mutex::new(None),
             install_pending: Mutex::new(false),
+            files: config
+                .files
+                .as_ref()
+                .map(|files| FileView::new(&config.cache_dir, files)),
+            files_state: Mutex::new(FilesState::default()),
             config,
             cache,
             store,
@@ -327,7 +359,67 @@ impl Client {
                 *lock(&client.install_pending) = true;
             }
         }
+        client.sync_files();
         Ok(client)
+    }
+
+    /// The file view, when the config turns it on.
+    pub fn file_view(&self) -> Option<&FileView> {
+        self.files.as_ref()
+    }
+
+    /// Brings the file view (when on) up to date with what the store serves now, then
+    /// removes version directories out of their grace period. Blocking disk work, run at
+    /// start-up, after every refresh and periodically by [`schedule::start`]. A failure is
+    /// logged, kept for the status and told to listeners once; serving is not affected and
+    /// the link keeps naming what it named.
+    pub fn sync_files(&self) {
+        let Some(view) = &self.files else {
+            return;
+        };
+        let mut files = lock(&self.files_state);
+        let snapshot = self.store.capture();
+        let now = std::time::SystemTime::now();
+        if files.error.is_none() && files.published.as_deref() == Some(snapshot.sha256()) {
+            if let Err(e) = view.sweep(now) {
+                tracing::warn!("{e}");
+            }
+            return;
+        }
+        // A process whose state is older than the one on disk (another process installed
+        // meanwhile) must not move the link back: that process publishes what it installed.
+        let held = lock(&self.state).sequence;
+        let (cache, channel) = (&self.cache, &self.config.channel);
+        let still_current = || match cache.load_state() {
+            Ok(Some(disk)) => disk.channel != *channel || disk.sequence <= held,
+            Ok(None) | Err(_) => true,
+        };
+        match view.publish(&snapshot, now, still_current) {
+            Ok(Published::Current { dir, moved }) => {
+                let recovered = files.error.take().is_some();
+                files.published = Some(snapshot.sha256().to_string());
+                if moved || recovered {
+                    tracing::info!("file view {} -> {dir}", view.link_path().display());
+                    self.activity.emit(Event::FilesPublished {
+                        link: view.link_path().display().to_string(),
+                        dir,
+                    });
+                }
+            }
+            Ok(Published::Superseded) => {
+                tracing::debug!("file view left to the process that wrote the newer state");
+            }
+            Err(e) => {
+                let error = e.to_string();
+                tracing::warn!("{error}");
+                if files.error.as_deref() != Some(&error) {
+                    self.activity.emit(Event::FilesFailed {
+                        error: error.clone(),
+                    });
+                }
+                files.error = Some(error);
+            }
+        }
     }
 
     /// Serves what the stored document selects for this client's release of now, loaded and
@@ -437,6 +529,11 @@ impl Client {
                 .collect(),
             telemetry: self.config.telemetry,
             pending_reports: self.outbox.as_ref().map_or(0, |o| o.pending().len()),
+            files: self.files.as_ref().map(|view| FilesStatus {
+                link: view.link_path().display().to_string(),
+                dir: view.resolve().map(|dir| dir.display().to_string()),
+                error: lock(&self.files_state).error.clone(),
+            }),
         }
     }
 
@@ -551,6 +648,8 @@ impl Client {
                 self.report_refusal(e).await;
             }
         }
+        // Still under the refresh lock: no other process's refresh moves the link meanwhile.
+        crate::cache::off_async(|| self.sync_files());
         // The server was just reachable (or not): a good moment for what waits.
         if let Err(e) = self.send_reports().await {
             tracing::info!("failure reports not sent: {e}");

@@ -47,7 +47,37 @@ pub struct ClientConfig {
     /// is marked bad here, and the built-in pack serves until the mark is cleared or the
     /// channel offers other bytes.
     pub mark_bad_after_failures: u32,
+    /// The file view (`[files]` in the config file, see [`crate::files`]): a read-only
+    /// directory per pack version under `<cache>/files/` and a link to the one that serves,
+    /// for agents that read their prompts from files. `None`: off (the default).
+    pub files: Option<FilesConfig>,
 }
+
+/// Where the file view's link is and how long a version stays after it stops serving.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilesConfig {
+    /// The link's name under `<cache>/files/` (default `current`).
+    pub link: String,
+    /// How long a version directory stays on disk after the link stops naming it: a reader
+    /// that resolved the link just before the swap reads it whole if its request takes less.
+    pub grace: Duration,
+}
+
+impl Default for FilesConfig {
+    fn default() -> Self {
+        FilesConfig {
+            link: DEFAULT_FILES_LINK.to_string(),
+            grace: DEFAULT_FILES_GRACE,
+        }
+    }
+}
+
+/// The default of [`FilesConfig::link`].
+pub const DEFAULT_FILES_LINK: &str = "current";
+/// The default of [`FilesConfig::grace`]: ten minutes.
+pub const DEFAULT_FILES_GRACE: Duration = Duration::from_secs(10 * 60);
+/// The longest grace period a config may ask for (a week).
+pub const MAX_FILES_GRACE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// The default of [`ClientConfig::mark_bad_after_failures`].
 pub const MARK_BAD_AFTER_FAILURES: u32 = 3;
@@ -80,6 +110,7 @@ impl ClientConfig {
             limits: Limits::DEFAULT,
             telemetry: !do_not_track(),
             mark_bad_after_failures: MARK_BAD_AFTER_FAILURES,
+            files: None,
         }
     }
 
@@ -95,11 +126,64 @@ impl ClientConfig {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        let file: ConfigFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let file: ClientFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let mut config = ClientConfig::new(cache_dir, client_version);
-        file.apply(base, &mut config).map_err(bad)?;
+        ConfigFile {
+            updates: file.updates,
+        }
+        .apply(base, &mut config)
+        .map_err(bad)?;
+        if let Some(files) = file.files {
+            config.files = files.apply().map_err(|e| bad(format!("[files]: {e}")))?;
+        }
         Ok(config)
+    }
+}
+
+/// A `pack-client` config file: the `[updates]` table every client reads, and the
+/// `[files]` table of the file view. (The agent reads `[updates]` out of its own config
+/// through [`ConfigFile`].)
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientFile {
+    #[serde(default)]
+    updates: UpdatesSection,
+    files: Option<FilesSection>,
+}
+
+/// The `[files]` table: present turns the file view on, unless `enabled = false`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesSection {
+    pub enabled: Option<bool>,
+    /// The link's name under `<cache>/files/`.
+    pub link: Option<String>,
+    pub grace_secs: Option<u64>,
+}
+
+impl FilesSection {
+    /// The file view this table asks for (`None`: off).
+    pub fn apply(self) -> Result<Option<FilesConfig>, String> {
+        if self.enabled == Some(false) {
+            return Ok(None);
+        }
+        let mut files = FilesConfig::default();
+        if let Some(link) = self.link {
+            pack_format::validate_name("link", &link).map_err(|e| e.to_string())?;
+            files.link = link;
+        }
+        if let Some(secs) = self.grace_secs {
+            let grace = Duration::from_secs(secs);
+            if secs == 0 || grace > MAX_FILES_GRACE {
+                return Err(format!(
+                    "grace_secs must be between 1 and {} (a week), found {secs}",
+                    MAX_FILES_GRACE.as_secs()
+                ));
+            }
+            files.grace = grace;
+        }
+        Ok(Some(files))
     }
 }
 

@@ -9,6 +9,8 @@
 //! - When anything is wrong the store serves the pack compiled into the binary, whole;
 //!   [`health`] marks a pack that keeps failing to render bad on the device, and [`report`]
 //!   tells the server what failed (reason codes only).
+//! - [`files`] keeps, when the config asks for it, what serves as read-only files behind
+//!   one link, for agents that read their prompts from files.
 
 pub mod activity;
 pub mod builtin;
@@ -16,6 +18,7 @@ pub mod cache;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod health;
 pub mod report;
 pub mod schedule;
@@ -23,7 +26,7 @@ pub mod snapshot;
 pub mod store;
 pub mod watch;
 
-pub use client::{Client, ClientStatus, FailureRecord, RefreshOutcome, RefusedPack};
+pub use client::{Client, ClientStatus, FailureRecord, FilesStatus, RefreshOutcome, RefusedPack};
 pub use config::ClientConfig;
 pub use error::ClientError;
 pub use snapshot::{Snapshot, SnapshotError, Source};

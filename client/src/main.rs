@@ -54,6 +54,15 @@ enum Command {
     Show { key: String },
     /// Every file of one captured snapshot with its SHA-256 (one capture, so never a mix).
     Dump,
+    /// Print a template of the pack the client serves, rendered under the strict contract
+    /// (a variable the template reads but `--vars` lacks is an error).
+    Render {
+        /// The template's path in the pack, e.g. `shared/memory.hbs`.
+        template: String,
+        /// The variables: a JSON object, `@FILE` to read one from a file, or `-` for stdin.
+        #[arg(long, value_name = "JSON", value_parser = parse_vars, default_value = "{}")]
+        vars: serde_json::Value,
+    },
     /// Run the six-hour schedule and watch the channel, in the foreground until interrupted.
     Run,
     /// Clear bad-pack marks (all, or the given SHA-256s) so the next refresh tries those
@@ -67,9 +76,11 @@ fn main() -> ExitCode {
     // warnings for unattended refreshes would only say it a second time.
     let client_level = match cli.command {
         Command::Refresh | Command::Run => tracing::Level::ERROR,
-        Command::Status | Command::Show { .. } | Command::Dump | Command::ForgetBad { .. } => {
-            tracing::Level::WARN
-        }
+        Command::Status
+        | Command::Show { .. }
+        | Command::Dump
+        | Command::Render { .. }
+        | Command::ForgetBad { .. } => tracing::Level::WARN,
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -187,6 +198,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some(e) = &status.last_error {
                     outln!("last error: {e}");
                 }
+                if let Some(files) = &status.files {
+                    outln!(
+                        "files     {} -> {}",
+                        files.link,
+                        files.dir.as_deref().unwrap_or("(nothing yet)")
+                    );
+                    if let Some(e) = &files.error {
+                        outln!("files     not updated: {e}");
+                    }
+                }
                 for bad in &status.bad_packs {
                     outln!(
                         "refused   {} ({:?}): {}",
@@ -221,6 +242,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::io::stdout().write_all(bytes)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Render { template, vars } => render(&client, &template, &vars, cli.json),
         Command::Dump => {
             let snapshot = client.store().capture();
             let files: Vec<serde_json::Value> = snapshot
@@ -301,6 +323,113 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
     }
+}
+
+/// `pack-client render`: the template rendered from one captured snapshot, through the
+/// store's wholesale fallback (a remote pack that fails is replaced, for this render, by the
+/// built-in one, as the agent's prompts are). Exit 1 when neither renders it.
+fn render(
+    client: &Client,
+    template: &str,
+    vars: &serde_json::Value,
+    json: bool,
+) -> Result<ExitCode> {
+    let snapshot = client.store().capture();
+    // A file that is not a template has nothing to render: say what prints it instead.
+    if snapshot.get(template).is_some() && !snapshot.has_template(template) {
+        let error = format!(
+            "{template} in pack {} {} is not a template (only .hbs files render); `pack-client show {template}` prints it",
+            snapshot.name(),
+            snapshot.version()
+        );
+        return render_failed(json, "not_a_template", &error);
+    }
+    match client
+        .store()
+        .serve_from(snapshot, |s| s.render(template, vars))
+    {
+        Ok(served) => {
+            if json {
+                outln!(
+                    "{}",
+                    serde_json::to_string(&serde_json::json!({
+                        "ok": true,
+                        "text": served.value,
+                        "pack": served.snapshot.meta(),
+                        "fallback": served.fallback,
+                    }))?
+                );
+            } else {
+                if let Some(reason) = &served.fallback {
+                    eprintln!("note: {reason}");
+                }
+                use std::io::Write;
+                match std::io::stdout().write_all(served.value.as_bytes()) {
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                    other => other?,
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => render_failed(json, e.kind(), &e.to_string()),
+    }
+}
+
+fn render_failed(json: bool, kind: &str, error: &str) -> Result<ExitCode> {
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({"ok": false, "kind": kind, "error": error}))?
+        );
+    } else {
+        eprintln!("error: {error}");
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// Input `render --vars` accepts beyond this is refused (a prompt's variables are a few KB).
+const MAX_VARS_LEN: u64 = 4 * 1024 * 1024;
+
+/// `--vars`: JSON text, `@FILE` or `-` (stdin), which must hold one JSON object.
+fn parse_vars(arg: &str) -> Result<serde_json::Value, String> {
+    use std::io::Read as _;
+    let (text, from) = if arg == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .take(MAX_VARS_LEN + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("reading stdin: {e}"))?;
+        (bytes, "stdin".to_string())
+    } else if let Some(path) = arg.strip_prefix('@') {
+        let file = std::fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_VARS_LEN + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("{path}: {e}"))?;
+        (bytes, path.to_string())
+    } else {
+        (arg.as_bytes().to_vec(), "the argument".to_string())
+    };
+    if text.len() as u64 > MAX_VARS_LEN {
+        return Err(format!("{from} is over {MAX_VARS_LEN} bytes"));
+    }
+    let value: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
+        format!("{from} is not JSON: {e} (expected an object such as '{{\"data_dir\": \"/tmp\"}}')")
+    })?;
+    if !value.is_object() {
+        return Err(format!(
+            "{from} must be a JSON object of variables, found {}",
+            match value {
+                serde_json::Value::Null => "null",
+                serde_json::Value::Bool(_) => "a bool",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::Object(_) => "an object",
+            }
+        ));
+    }
+    Ok(value)
 }
 
 /// `pack-client refresh`'s exit status when the refresh failed (the previous pack still

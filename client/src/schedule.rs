@@ -33,6 +33,12 @@ pub fn cron_for(install_id: &str) -> String {
     format!("{second} {minute} {hour}/6 * * *")
 }
 
+/// How often a long-running process syncs and sweeps the file view: half its grace
+/// period, between 1 s and a minute, so a directory goes at most that long after its grace.
+pub fn files_sweep_interval(grace: Duration) -> Duration {
+    (grace / 2).clamp(Duration::from_secs(1), Duration::from_secs(60))
+}
+
 /// A stable spread value from the install id (FNV-1a; no secrecy needed).
 fn offset_for(install_id: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -95,6 +101,20 @@ pub async fn start(
             }
         }
     });
+    // The file view's old versions go once their grace period is over, and a switch to the
+    // built-in pack made while serving (a pack marked bad) reaches the view, without
+    // waiting for a refresh.
+    if let Some(view) = client.file_view() {
+        let every = files_sweep_interval(view.grace());
+        let files = client.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let client = files.clone();
+                let _ = tokio::task::spawn_blocking(move || client.sync_files()).await;
+            }
+        });
+    }
     if client.install_pending()
         || client
             .since_last_success(OffsetDateTime::now_utc())

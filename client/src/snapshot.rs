@@ -55,6 +55,20 @@ pub enum SnapshotError {
     Incomplete { pack: String, missing: String },
 }
 
+impl SnapshotError {
+    /// A stable, machine-readable name for the kind of failure (`snake_case`), as
+    /// [`crate::ClientError::kind`] gives for refreshes.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SnapshotError::Missing { .. } => "missing",
+            SnapshotError::Render { .. } => "render_failed",
+            SnapshotError::UnknownSchema { .. } => "unknown_schema",
+            SnapshotError::Invalid { .. } => "invalid_templates",
+            SnapshotError::Incomplete { .. } => "incomplete",
+        }
+    }
+}
+
 /// One pack, immutable. Cheap to share: callers hold it in an `Arc`.
 pub struct Snapshot {
     meta: SnapshotMeta,
