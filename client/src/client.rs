@@ -530,7 +530,10 @@ impl Client {
             telemetry: self.config.telemetry,
             pending_reports: self.outbox.as_ref().map_or(0, |o| o.pending().len()),
             files: self.files.as_ref().map(|view| FilesStatus {
-                link: view.link_path().display().to_string(),
+                link: std::path::absolute(view.link_path())
+                    .unwrap_or_else(|_| view.link_path())
+                    .display()
+                    .to_string(),
                 dir: view.resolve().map(|dir| dir.display().to_string()),
                 error: lock(&self.files_state).error.clone(),
             }),

@@ -74,13 +74,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // `refresh` prints its own failure, and `run` logs one line per event: the library's
     // warnings for unattended refreshes would only say it a second time.
+    // `render` says itself when the built-in pack stood in, and the store's warning that it
+    // would is wrong when the built-in pack fails too.
     let client_level = match cli.command {
-        Command::Refresh | Command::Run => tracing::Level::ERROR,
-        Command::Status
-        | Command::Show { .. }
-        | Command::Dump
-        | Command::Render { .. }
-        | Command::ForgetBad { .. } => tracing::Level::WARN,
+        Command::Refresh | Command::Run | Command::Render { .. } => tracing::Level::ERROR,
+        Command::Status | Command::Show { .. } | Command::Dump | Command::ForgetBad { .. } => {
+            tracing::Level::WARN
+        }
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -344,10 +344,19 @@ fn render(
         );
         return render_failed(json, "not_a_template", &error);
     }
-    match client
-        .store()
-        .serve_from(snapshot, |s| s.render(template, vars))
-    {
+    // When neither pack renders it, the serving pack's error is the one to show: the
+    // built-in pack's attempt only confirms the request was at fault.
+    let first = std::cell::RefCell::new(None);
+    let rendered = client.store().serve_from(snapshot, |s| {
+        let result = s.render(template, vars);
+        if let Err(e) = &result {
+            first
+                .borrow_mut()
+                .get_or_insert_with(|| (e.kind(), e.to_string()));
+        }
+        result
+    });
+    match rendered {
         Ok(served) => {
             if json {
                 outln!(
@@ -371,7 +380,10 @@ fn render(
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => render_failed(json, e.kind(), &e.to_string()),
+        Err(e) => {
+            let (kind, error) = first.into_inner().unwrap_or((e.kind(), e.to_string()));
+            render_failed(json, kind, &error)
+        }
     }
 }
 

@@ -1,0 +1,376 @@
+//! The file view through the binaries: `pack-client` with `[files]` in its config keeps the
+//! pack that serves as read-only files behind `<cache>/files/current`, for agents that read
+//! their prompts from files, and `pack-client render` prints a template of what serves.
+//! A real packd on loopback publishes; every step is a `pack-client` process.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use promptpack_tests::*;
+
+struct World {
+    publisher: Publisher,
+    _data: tempfile::TempDir,
+    packd: Packd,
+    cache: tempfile::TempDir,
+    config: PathBuf,
+}
+
+fn world(files: &str) -> World {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = Packd::start(data.path(), &publisher.server_config());
+    let config = publisher.client_config(&packd.url, files);
+    World {
+        publisher,
+        _data: data,
+        packd,
+        cache: tempfile::tempdir().unwrap(),
+        config,
+    }
+}
+
+/// A pack built from `packs/builtin` with `MARKER-<version>` in every template, uploaded:
+/// its channel entry path and the name of its directory in the view.
+struct Built {
+    path: PathBuf,
+    dir: String,
+}
+
+impl World {
+    fn pack(&self, version: &str) -> Built {
+        self.pack_edited(version, |_| {})
+    }
+
+    fn pack_edited(&self, version: &str, edit: impl FnOnce(&Path)) -> Built {
+        let path = self
+            .publisher
+            .build_edited(version, &format!("MARKER-{version}"), edit);
+        let sha = self.packd.upload(&self.publisher, &path);
+        Built {
+            path,
+            dir: format!("builtin-{version}-{}", &sha[..8]),
+        }
+    }
+
+    fn release(&self, entry: &str) {
+        self.packd.publish(
+            &self.publisher,
+            &self.publisher.sign(&[format!("*={entry}")], "30d"),
+        );
+    }
+
+    fn cmd(&self) -> Command {
+        client_cmd(self.cache.path(), &self.config, "1.0.0")
+    }
+
+    /// `pack-client --json refresh`: the outcome's tag.
+    fn refresh(&self) -> String {
+        let mut cmd = self.cmd();
+        cmd.args(["--json", "refresh"]);
+        let out: serde_json::Value = serde_json::from_str(&run(cmd)).unwrap();
+        out["outcome"]["outcome"].as_str().unwrap().to_string()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let mut cmd = self.cmd();
+        cmd.args(["--json", "status"]);
+        serde_json::from_str(&run(cmd)).unwrap()
+    }
+
+    fn files(&self) -> PathBuf {
+        self.cache.path().join("files")
+    }
+
+    /// What a reader does first: resolve the link once.
+    fn resolve(&self) -> PathBuf {
+        std::fs::canonicalize(self.files().join("current")).unwrap()
+    }
+
+    /// The name of the version directory the link names.
+    fn current(&self) -> String {
+        let resolved = self.resolve();
+        resolved.file_name().unwrap().to_string_lossy().into_owned()
+    }
+}
+
+fn manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join(".promptpack.json")).unwrap()).unwrap()
+}
+
+/// The built-in pack's directory: `builtin-0.0.0-<first 8 of its sha256>`.
+fn builtin_dir(w: &World) -> String {
+    let sha = w.status()["serving"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    format!("builtin-0.0.0-{}", &sha[..8])
+}
+
+#[test]
+fn the_link_follows_what_serves_and_an_old_version_goes_after_its_grace() {
+    let w = world("[files]\ngrace_secs = 3\n");
+    // Nothing installed yet: the built-in pack, materialized like any other.
+    let builtin = builtin_dir(&w);
+    assert_eq!(w.current(), builtin);
+    assert_eq!(manifest(&w.resolve())["source"], "builtin");
+
+    let one = w.pack("1.0.0");
+    w.release(&one.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    assert_eq!(w.current(), one.dir);
+    let system = w.resolve().join("agents/explore/system.hbs");
+    assert!(
+        std::fs::read_to_string(&system)
+            .unwrap()
+            .contains("MARKER-1.0.0")
+    );
+    assert_eq!(
+        system.metadata().unwrap().permissions().mode() & 0o777,
+        0o444
+    );
+    let status = w.status();
+    assert_eq!(
+        status["files"]["dir"],
+        w.resolve().display().to_string(),
+        "{status}"
+    );
+    assert_eq!(status["files"]["error"], serde_json::Value::Null);
+
+    // `pack-client run` keeps the view: a release reaches it through the watch.
+    let mut running = w
+        .cmd()
+        .args(["--json", "run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    w.packd.until_watching(1.0);
+    let two = w.pack("2.0.0");
+    w.release(&two.path.display().to_string());
+    let within = std::time::Instant::now() + Duration::from_secs(30);
+    while w.current() != two.dir {
+        assert!(
+            std::time::Instant::now() < within,
+            "the link never moved to 2.0.0"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // 1.0.0 stopped serving: it is still there, marked with when it stopped.
+    let old = w.files().join(&one.dir);
+    let retired = old.metadata().unwrap().modified().unwrap();
+    assert!(
+        std::fs::read_to_string(old.join("agents/explore/system.hbs"))
+            .unwrap()
+            .contains("MARKER-1.0.0")
+    );
+    // `run` sweeps every 1.5 s: the directory goes once its 3 s are over, never before.
+    while old.exists() {
+        let age = SystemTime::now()
+            .duration_since(retired)
+            .unwrap_or_default();
+        assert!(
+            age < Duration::from_secs(30),
+            "1.0.0 still on disk {age:?} after it stopped serving"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let age = SystemTime::now().duration_since(retired).unwrap();
+    assert!(
+        age >= Duration::from_secs(3),
+        "removed {age:?} after it stopped serving"
+    );
+    let _ = running.kill();
+    let _ = running.wait();
+    // What serves stays; the built-in pack's directory, which stopped serving at the first
+    // install, has had its grace too.
+    assert_eq!(w.current(), two.dir);
+    assert!(w.files().join(&two.dir).join("shared/memory.hbs").exists());
+    assert!(!w.files().join(&builtin).exists());
+}
+
+#[test]
+fn a_rollback_and_a_fallback_to_the_builtin_pack_move_the_link() {
+    let w = world("[files]\n");
+    let one = w.pack("1.0.0");
+    let two = w.pack("2.0.0");
+    w.release(&one.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    w.release(&two.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    assert_eq!(w.current(), two.dir);
+
+    // The publisher rolls back: the link names 1.0.0 again (its directory was kept: the
+    // default grace is ten minutes).
+    w.release(&one.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    assert_eq!(w.current(), one.dir);
+    assert_eq!(manifest(&w.resolve())["version"], "1.0.0");
+
+    // The channel sends this release to the built-in pack.
+    w.release("builtin");
+    assert_eq!(w.refresh(), "builtin");
+    assert_eq!(w.current(), builtin_dir(&w));
+    assert_eq!(manifest(&w.resolve())["source"], "builtin");
+    assert!(
+        !std::fs::read_to_string(w.resolve().join("agents/explore/system.hbs"))
+            .unwrap()
+            .contains("MARKER-")
+    );
+}
+
+#[test]
+fn a_reader_holding_the_resolved_path_reads_one_version_across_a_swap() {
+    let w = world("[files]\n");
+    let one = w.pack("1.0.0");
+    w.release(&one.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+
+    // One request: resolve once, read a first file…
+    let held = w.resolve();
+    let first = std::fs::read_to_string(held.join("agents/explore/system.hbs")).unwrap();
+    // …a release lands and is installed in the middle of it…
+    let two = w.pack("2.0.0");
+    w.release(&two.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    assert_eq!(w.current(), two.dir);
+    // …and the rest of the request, under the path it resolved, is still 1.0.0, whole.
+    let second = std::fs::read_to_string(held.join("shared/memory.hbs")).unwrap();
+    assert!(first.contains("MARKER-1.0.0") && second.contains("MARKER-1.0.0"));
+    let listed = manifest(&held);
+    assert_eq!(listed["version"], "1.0.0");
+    for (key, sha) in listed["files"].as_object().unwrap() {
+        let bytes = std::fs::read(held.join(key)).unwrap();
+        assert_eq!(&pack_format::sha256_hex(&bytes), sha, "{key}");
+    }
+    // The next request resolves again and reads 2.0.0.
+    let next = std::fs::read_to_string(w.resolve().join("shared/memory.hbs")).unwrap();
+    assert!(next.contains("MARKER-2.0.0"));
+}
+
+#[test]
+fn a_view_that_cannot_be_written_keeps_its_link_and_the_pack_still_serves() {
+    let w = world("[files]\n");
+    let one = w.pack("1.0.0");
+    w.release(&one.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    // 2.0.0 carries a file named like the view's manifest: it installs and serves, but the
+    // view cannot show it.
+    let two = w.pack_edited("2.0.0", |src| {
+        std::fs::write(src.join(".promptpack.json"), "{}").unwrap();
+    });
+    w.release(&two.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    let (version, source, _) = dump(w.cache.path(), &w.config, "1.0.0");
+    assert_eq!((version.as_str(), source.as_str()), ("2.0.0", "remote"));
+    assert_eq!(
+        w.current(),
+        one.dir,
+        "the link moved to a view it could not write"
+    );
+    assert!(!w.files().join(&two.dir).exists());
+    let status = w.status();
+    assert!(
+        status["files"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(".promptpack.json") && e.contains("previous version")),
+        "{status}"
+    );
+    let mut cmd = w.cmd();
+    cmd.arg("status");
+    let said = run(cmd);
+    assert!(
+        said.contains(
+            "files     not updated: file view: pack builtin 2.0.0 has a file named .promptpack.json"
+        ),
+        "{said}"
+    );
+
+    // The next good release brings the view back.
+    let three = w.pack("3.0.0");
+    w.release(&three.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    assert_eq!(w.current(), three.dir);
+    assert_eq!(w.status()["files"]["error"], serde_json::Value::Null);
+}
+
+#[test]
+fn render_prints_a_template_of_what_serves_and_refuses_a_missing_variable() {
+    // No [files]: the view is off, and render does not need it.
+    let mut w = world("");
+    let render = |w: &World, args: &[&str]| {
+        let mut cmd = w.cmd();
+        cmd.arg("render").args(args);
+        cmd.output().unwrap()
+    };
+    let vars = r#"{"data_dir": "/home/me/.agent"}"#;
+
+    // Nothing installed: the built-in pack renders.
+    let out = render(&w, &["shared/memory.hbs", "--vars", vars]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("# Memory\n"), "{text}");
+    assert!(text.contains("(stored under /home/me/.agent)"), "{text}");
+    assert!(!text.contains("MARKER-"));
+
+    let one = w.pack("1.0.0");
+    w.release(&one.path.display().to_string());
+    assert_eq!(w.refresh(), "installed");
+    assert!(
+        !w.files().exists(),
+        "the file view is written without [files]"
+    );
+    // With packd gone, what was installed renders.
+    w.packd.stop();
+    let out = render(&w, &["shared/memory.hbs", "--vars", vars]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("(stored under /home/me/.agent)") && text.ends_with("MARKER-1.0.0\n"),
+        "{text}"
+    );
+    let mut cmd = w.cmd();
+    cmd.args(["--json", "render", "shared/memory.hbs", "--vars", vars]);
+    let out: serde_json::Value = serde_json::from_str(&run(cmd)).unwrap();
+    assert_eq!(out["pack"]["version"], "1.0.0");
+    assert_eq!(out["text"], text);
+
+    // The strict contract: a variable the template reads and --vars lacks is an error
+    // naming it, exit 1, nothing on stdout.
+    let out = render(&w, &["shared/memory.hbs", "--vars", r#"{"persona": "x"}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let said = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        said.starts_with(
+            "error: pack builtin 1.0.0: template \"shared/memory.hbs\" failed to render"
+        ) && said.contains("strict mode")
+            && said.contains("data_dir"),
+        "{said}"
+    );
+    let mut cmd = w.cmd();
+    cmd.args(["--json", "render", "shared/memory.hbs"]);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ok"], false);
+    assert_eq!(doc["kind"], "render_failed");
+
+    // A template the pack lacks, a file that is not a template, malformed variables.
+    let out = render(&w, &["shared/nope.hbs"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no file \"shared/nope.hbs\""));
+    let out = render(&w, &["shared/environment.md"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pack-client show shared/environment.md")
+    );
+    let out = render(&w, &["shared/memory.hbs", "--vars", "{data_dir: 1}"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a malformed value is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not JSON"));
+}
