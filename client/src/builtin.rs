@@ -25,3 +25,55 @@ pub fn snapshot() -> Arc<Snapshot> {
     };
     Arc::new(Snapshot::new(meta, files).expect("packs/builtin was validated at build time"))
 }
+
+/// A built-in pack read from a directory at run time, for programs that do not compile one
+/// in (the Python package takes its bundled prompts this way). It is held to what `build.rs`
+/// holds `packs/builtin` to: every file passes the pack-directory reader (no unsafe path,
+/// no link, no oversize file), every template fits the contract of schema 1, and every
+/// template the contract requires is there. Its `sha256` is that of its canonical tar, as
+/// for the compiled-in pack, so the same files give the same digest either way.
+pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, crate::ClientError> {
+    use pack_contract::{Contract, template_check};
+    use pack_format::{DirProblem, FormatError, Limits, PackDir};
+
+    let failed = |reason: String| crate::ClientError::Builtin {
+        path: dir.display().to_string(),
+        reason,
+    };
+    if !dir.is_dir() {
+        return Err(failed("not a directory".to_string()));
+    }
+    let contract = Contract::builtin(1).expect("schema 1 is compiled in");
+    let limits = Limits::DEFAULT;
+    let mut pack = PackDir::scan(dir, &limits);
+    let missing: Vec<String> = (contract.required_templates().iter())
+        .filter(|path| !pack.contains(path))
+        .cloned()
+        .collect();
+    for path in missing {
+        pack.add_problem(DirProblem::new(
+            dir.join(&path),
+            "missing; the runtime renders it",
+        ));
+    }
+    let check = template_check(&contract);
+    let payload = match pack.read(&limits, Some(&check)) {
+        Ok(payload) => payload,
+        Err(FormatError::PackDirectory { problems, .. }) => {
+            let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            return Err(failed(lines.join("; ")));
+        }
+        Err(e) => return Err(failed(e.to_string())),
+    };
+    let tar = payload.to_tar(0).map_err(|e| failed(e.to_string()))?;
+    let meta = SnapshotMeta {
+        name: BUILTIN_NAME.to_string(),
+        version: semver::Version::new(0, 0, 0),
+        sequence: 0,
+        source: Source::Builtin,
+        sha256: pack_format::sha256_hex(&tar),
+        schema: 1,
+    };
+    let snapshot = Snapshot::new(meta, payload.into_files()).map_err(|e| failed(e.to_string()))?;
+    Ok(Arc::new(snapshot))
+}

@@ -1,5 +1,6 @@
 //! The refresh state machine (DESIGN.md, "Client state machine"), start-up load, and status.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -243,9 +244,16 @@ impl Client {
     /// Opens the cache and loads what it holds, re-verified; anything wrong → built-in,
     /// with the reason in [`ClientStatus::last_error`].
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
+        Client::with_builtin(config, builtin::snapshot())
+    }
+
+    /// [`Client::new`] with another built-in pack than the one compiled in (see
+    /// [`builtin::from_dir`]): what serves when nothing else can, and what every fallback
+    /// serves whole.
+    pub fn with_builtin(config: ClientConfig, builtin: Arc<Snapshot>) -> Result<Self, ClientError> {
         let cache = Cache::open(&config.cache_dir)?;
         let install_id = cache.install_id()?;
-        let store = Arc::new(PromptStore::new(builtin::snapshot()));
+        let store = Arc::new(PromptStore::new(builtin));
         let http = reqwest::Client::builder()
             // No per-request timeout: the whole refresh runs under one deadline
             // (`refresh_now`), which then reports itself as such rather than as a body error.
@@ -380,7 +388,12 @@ impl Client {
         let mut files = lock(&self.files_state);
         let snapshot = self.store.capture();
         let now = std::time::SystemTime::now();
-        if files.error.is_none() && files.published.as_deref() == Some(snapshot.sha256()) {
+        // The link still names what this process published (nobody removed the view):
+        // only the sweep is due.
+        let linked = std::fs::read_link(view.link_path())
+            .is_ok_and(|dir| dir == Path::new(&crate::files::dir_name(snapshot.meta())));
+        if files.error.is_none() && files.published.as_deref() == Some(snapshot.sha256()) && linked
+        {
             if let Err(e) = view.sweep(now) {
                 tracing::warn!("{e}");
             }
@@ -826,6 +839,7 @@ impl Client {
             | ClientError::Cache { .. }
             | ClientError::Config { .. }
             | ClientError::NotMarked { .. }
+            | ClientError::Builtin { .. }
             | ClientError::Worker { .. } => return,
         };
         let outbox = outbox.clone();
@@ -1787,6 +1801,7 @@ fn bad_reason(error: &ClientError) -> Option<BadReason> {
         | ClientError::Cache { .. }
         | ClientError::Config { .. }
         | ClientError::NotMarked { .. }
+        | ClientError::Builtin { .. }
         | ClientError::Worker { .. } => None,
     }
 }

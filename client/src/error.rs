@@ -78,6 +78,8 @@ pub enum ClientError {
     Config { path: String, reason: String },
     #[error("no bad-pack mark for {sha256}; marked: [{}] (see the client's status)", marked.join(", "))]
     NotMarked { sha256: String, marked: Vec<String> },
+    #[error("built-in pack {path}: {reason}")]
+    Builtin { path: String, reason: String },
     #[error("refresh worker thread failed: {reason}")]
     Worker { reason: String },
 }
@@ -119,6 +121,7 @@ impl ClientError {
             ClientError::Cache { .. } => "cache",
             ClientError::Config { .. } => "config",
             ClientError::NotMarked { .. } => "not_marked",
+            ClientError::Builtin { .. } => "builtin",
             ClientError::Worker { .. } => "worker",
         }
     }
@@ -148,6 +151,7 @@ impl ClientError {
             | ClientError::Cache { .. }
             | ClientError::Config { .. }
             | ClientError::NotMarked { .. }
+            | ClientError::Builtin { .. }
             | ClientError::Worker { .. } => false,
         }
     }
