@@ -43,7 +43,11 @@ use serde_json::Value;
 
 use pack_format::FileProblem;
 
+mod pieces;
 mod syntax;
+mod validator;
+
+pub use validator::Validator;
 
 /// Text of every contract schema this build knows, by schema number.
 const SCHEMA_1: &str = include_str!("../schema-1.json");
@@ -298,16 +302,15 @@ pub fn validate_template(
 /// machine (the cost per size is in BENCHMARKS.md).
 pub const MAX_TEMPLATE_LEN: usize = 128 * 1024;
 
-/// Like [`validate_template`], but returns every problem in source order.
+/// Like [`validate_template`], but returns every problem in source order. To check many
+/// templates against one contract, [`Validator::problems`] does the same and compiles a
+/// piece that several of them share once.
 pub fn validate_template_all(
     file_name: &str,
     source: &str,
     contract: &Contract,
 ) -> Vec<TemplateError> {
-    match compile_checked(file_name, source, contract) {
-        Ok(_) => Vec::new(),
-        Err(errors) => errors,
-    }
+    Validator::new(contract).problems(file_name, source)
 }
 
 /// [`validate_template_all`] that hands back the compiled template when there is no
@@ -354,17 +357,7 @@ pub fn compile_checked(
             }]);
         }
     };
-    let mut checker = Checker {
-        file: file_name,
-        frames: vec![Frame {
-            this: &contract.root,
-            is_each: false,
-            block_params: Vec::new(),
-        }],
-        errors: Vec::new(),
-    };
-    checker.template(&template, 1);
-    let mut errors = checker.errors;
+    let mut errors = static_check(file_name, &template, contract);
     if errors.is_empty() {
         // The static walk above is the real check. The render is a second opinion from the
         // engine the runtime uses, with both bool settings so both sides of most branches
@@ -378,16 +371,34 @@ pub fn compile_checked(
     Err(errors)
 }
 
+/// Every problem of the walk over `template`'s elements against `contract`, in walk order.
+fn static_check(file_name: &str, template: &Template, contract: &Contract) -> Vec<TemplateError> {
+    let mut checker = Checker {
+        file: file_name,
+        frames: vec![Frame {
+            this: &contract.root,
+            is_each: false,
+            block_params: Vec::new(),
+        }],
+        errors: Vec::new(),
+    };
+    checker.template(template, 1);
+    checker.errors
+}
+
 /// The check a pack directory's reader runs on every file ([`pack_format::FileCheck`]):
 /// every `*.hbs` file must be UTF-8 and pass [`validate_template_all`] against `contract`;
-/// other files are data.
+/// other files are data. One [`Validator`] serves every file, so a piece of template that
+/// many files share is compiled once.
 pub fn template_check(contract: &Contract) -> impl Fn(&str, &[u8]) -> Vec<FileProblem> + Sync + '_ {
+    let validator = Validator::new(contract);
     move |path, bytes| {
         if !path.ends_with(".hbs") {
             return Vec::new();
         }
         match std::str::from_utf8(bytes) {
-            Ok(source) => validate_template_all(path, source, contract)
+            Ok(source) => validator
+                .problems(path, source)
                 .into_iter()
                 .map(|error| FileProblem {
                     line: Some(error.line),

@@ -7,7 +7,7 @@
 //! every file against the index, and the contract of the pack's schema.
 
 use anyhow::{Context, Result, bail};
-use pack_contract::{Contract, validate_template_all};
+use pack_contract::{Contract, Validator};
 use pack_format::{ContentKeyRing, FormatError, Limits, OpenedPack, PackRef, sha256_hex};
 
 use crate::build::missing_templates;
@@ -116,13 +116,15 @@ fn contract_problems(opened: &OpenedPack, contract: &Contract) -> Vec<String> {
                 )
             })
             .collect();
+    let validator = Validator::new(contract);
     for (path, bytes) in opened.payload.files() {
         if !path.ends_with(".hbs") {
             continue;
         }
         match std::str::from_utf8(bytes) {
             Ok(source) => problems.extend(
-                validate_template_all(path, source, contract)
+                validator
+                    .problems(path, source)
                     .iter()
                     .map(ToString::to_string),
             ),

@@ -65,3 +65,51 @@ fn build_names_where_an_unclosed_block_opens_and_a_missing_brace() {
     assert!(!message.contains("expected escape"), "{message}");
     assert!(!out.exists(), "nothing is written on failure");
 }
+
+#[test]
+fn build_reports_each_copy_of_a_shared_template_by_its_own_path_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    assert_ok(&packer(&["keygen", "--dir", s(&keys)]));
+    let pack_dir = dir.path().join("prompts");
+    write_required_templates(&pack_dir);
+    // The same block in many files, passing: checked once, it must not vouch for what
+    // stands around it in the next file.
+    let block = "{{#if tools.read}}\nRead {{persona}}'s notes first.\n{{/if}}\n";
+    for i in 0..20 {
+        let path = pack_dir.join(format!("locales/l{i}/rules.hbs"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, block).unwrap();
+    }
+    let bad = format!("{block}Ask {{{{user_name}}}}.\n");
+    let copies = [
+        pack_dir.join("locales/en/task.hbs"),
+        pack_dir.join("locales/fr/task.hbs"),
+    ];
+    for copy in &copies {
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::write(copy, &bad).unwrap();
+    }
+    let out = dir.path().join("p.pack");
+
+    let result = packer(&[
+        "build",
+        s(&pack_dir),
+        "--version",
+        "1.0.0",
+        "--keys",
+        s(&keys),
+        "-o",
+        s(&out),
+    ]);
+    assert_fails(&result);
+    let message = stderr(&result);
+    for copy in &copies {
+        assert!(
+            message.contains(&format!("{}:4: unknown variable 'user_name'", s(copy))),
+            "{message}"
+        );
+    }
+    assert!(message.contains("2 problem(s)"), "{message}");
+    assert!(!out.exists(), "nothing is written on failure");
+}
