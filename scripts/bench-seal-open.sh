@@ -14,7 +14,12 @@
 #
 # The tree is the library benchmark's (format/benches/tree/mod.rs: ~100 MB of markdown,
 # handlebars and text in thousands of directories), plus packs/builtin for the templates
-# clients require. Each pair runs both commands back to back, alternating which goes
+# clients require. SHAPE picks its layout (the same seed, so the same tree every run):
+#   mixed          (default) ~4,800 files 1-3 levels deep, a fifth of them templates of 1-16 KB
+#   small-shallow  ~8,900 files of 4-24 KB one level deep, a fifth of them templates
+#   few-large      ~16 documents of 2-12 MB, no templates but the built-in ones
+#   markdown       ~4,100 Markdown and text files 3-7 levels deep, one in twenty a template
+#   templates      ~7,400 files, nine in ten templates of 3-32 KB (82 MB of templates) Each pair runs both commands back to back, alternating which goes
 # first; the ratio is per pair (stock wall / packer wall: above 1 means packer is faster).
 # Wall time is measured to the microsecond around each command; CPU (user + system) and
 # peak RSS come from /usr/bin/time; for the stock pipeline
@@ -23,6 +28,7 @@
 #
 #   bash scripts/bench-seal-open.sh
 #   PAIRS=9 MB=100 BENCH_DIR=/dev/shm bash scripts/bench-seal-open.sh
+#   SHAPE=templates BENCH_DIR=/dev/shm bash scripts/bench-seal-open.sh
 #   PACKER_BIN=/path/to/other/packer bash scripts/bench-seal-open.sh
 #   BUILD_FLAGS="--no-validate --no-check-open" EXTRACT_FLAGS="--no-fsync" \
 #     bash scripts/bench-seal-open.sh     # the same with those steps off
@@ -35,6 +41,7 @@ export LC_ALL=C
 
 PAIRS=${PAIRS:-5}
 MB=${MB:-100}
+SHAPE=${SHAPE:-mixed}
 LEVEL=${LEVEL:-3}
 BUILD_FLAGS=${BUILD_FLAGS:-}
 EXTRACT_FLAGS=${EXTRACT_FLAGS:-}
@@ -76,8 +83,8 @@ cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "writing a ${MB} MB tree in $work"
-cargo run --release -q -p pack-format --example bench_tree -- "$work/tree" "$MB" >&2
+say "writing a ${MB} MB $SHAPE tree in $work"
+cargo run --release -q -p pack-format --example bench_tree -- "$work/tree" "$MB" 24301 "$SHAPE" >&2
 cp -R packs/builtin/. "$work/tree/"
 files=$(find "$work/tree" -type f | wc -l)
 dirs=$(find "$work/tree" -mindepth 1 -type d | wc -l)
@@ -143,7 +150,8 @@ for pair in $(seq 1 "$PAIRS"); do
 done
 
 # --- report ------------------------------------------------------------------------------
-echo "tree: $files files, $((bytes / 1000000)) MB in $dirs directories ($(df -PT "$work" | awk 'NR == 2 {print $2}') at $parent); level $LEVEL"
+templates=$(find "$work/tree" -type f -name '*.hbs' | wc -l)
+echo "tree: $SHAPE, $files files ($templates templates), $((bytes / 1000000)) MB in $dirs directories ($(df -PT "$work" | awk 'NR == 2 {print $2}') at $parent); level $LEVEL"
 echo "sealed: packer $((sealed_ours / 1000)) kB, stock $((sealed_stock / 1000)) kB"
 echo "packer: $PACKER ${BUILD_FLAGS:+(build $BUILD_FLAGS) }${EXTRACT_FLAGS:+(extract $EXTRACT_FLAGS)}"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -160,6 +168,14 @@ report() {
   local median
   median=$(paste -d' ' "$work/$step-ours" "$work/$step-stock" | awk '{print $4 / $1}' | sort -g |
     awk '{r[NR] = $1} END {print (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2}')
+  # Median wall and CPU of each side, column by column.
+  local col side
+  for side in ours stock; do
+    for col in 1 2; do
+      cut -d' ' -f"$col" "$work/$step-$side" | sort -g |
+        awk '{r[NR] = $1} END {printf "%.3f ", (NR % 2) ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2}'
+    done
+  done | awk -v step="$step" '{printf "\n%s medians: packer %.3f s wall, %.2f s CPU; stock %.3f s wall, %.2f s CPU\n", step, $1, $2, $3, $4}'
   local verdict="met"
   awk -v m="$median" -v t="$target" 'BEGIN {exit !(m < t)}' && verdict="MISSED" && missed=1
   printf '\n%s: median ratio %.2fx (target >= %sx: %s)\n\n' "$step" "$median" "$target" "$verdict"

@@ -14,7 +14,8 @@
 //! directory.
 //!
 //! MB/s = tree bytes (10^6) / wall time, best of `BENCH_RUNS` (default 10) runs each.
-//! `BENCH_MB` sets the tree size (default 100). Needs `tar`, `zstd`, `age`, `age-keygen`
+//! `BENCH_MB` sets the tree size (default 100), `BENCH_SHAPE` its layout (`mixed`, the
+//! default, or another of `benches/tree/mod.rs`'s shapes). Needs `tar`, `zstd`, `age`, `age-keygen`
 //! and `minisign` on the PATH.
 //!
 //! `cargo bench -p pack-format --bench seal_open`
@@ -78,7 +79,15 @@ fn main() -> Result<()> {
     }
     let dir = work.path();
     let tree = dir.join("tree");
-    let (files, tree_bytes) = tree::generate_tree(&tree, mb * 1_000_000, 0x5eed)?;
+    let shape_name = std::env::var("BENCH_SHAPE").unwrap_or_else(|_| "mixed".to_string());
+    let shape = tree::shape(&shape_name).ok_or_else(|| {
+        let known: Vec<&str> = tree::SHAPES.iter().map(|shape| shape.name).collect();
+        format!(
+            "no BENCH_SHAPE {shape_name:?}; the shapes are {}",
+            known.join(", ")
+        )
+    })?;
+    let (files, tree_bytes) = tree::generate_shape(&tree, mb * 1_000_000, 0x5eed, shape)?;
     let levels = max_depth(&tree)?;
     println!(
         "tree: {files} files, {:.1} MB, {levels} directory levels, in {}",

@@ -28,11 +28,91 @@ const FLAGS: &[&str] = &[
     "layer.root",
 ];
 
-/// Writes a template tree of about `target` bytes: areas / agents / sections / files, each
-/// file a mix of markdown prose, handlebars blocks and the odd code sample, identifier or
-/// hash. Words come from a Zipf-distributed vocabulary so the text compresses like real
-/// prose (about 3-5x with zstd -3), not like repeated boilerplate.
-pub fn generate_tree(root: &Path, target: u64, seed: u64) -> Result<(usize, u64)> {
+/// How a tree is laid out: where files go and what they are. Every shape fits the clients'
+/// limits at 100 MB (at most 10,000 files, 16 MiB each) and has the templates they require
+/// once `packs/builtin` is copied in.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub name: &'static str,
+    /// Directory levels under an area, drawn uniformly.
+    depth: (u32, u32),
+    /// Suffixes a directory name takes (`word-N`): fewer means more files per directory.
+    dir_variants: u32,
+    /// File extensions, drawn uniformly (repeat one to weigh it).
+    exts: &'static [&'static str],
+    /// Log-uniform size range of a template (`.hbs`), in KB.
+    template_kb: (f64, f64),
+    /// Log-uniform size range of any other file, in KB.
+    other_kb: (f64, f64),
+}
+
+/// The shapes `scripts/bench-seal-open.sh` takes as `SHAPE=`, `mixed` first (the default).
+pub const SHAPES: &[Shape] = &[
+    // Prompt-sized templates among documents of 1-120 KB, 1-3 levels deep: about 4,800
+    // files for 100 MB, a fifth of them templates (5 MB).
+    Shape {
+        name: "mixed",
+        depth: (1, 3),
+        dir_variants: 12,
+        exts: &["md", "md", "md", "hbs", "txt"],
+        template_kb: (1.0, 16.0),
+        other_kb: (1.0, 120.0),
+    },
+    // As many files as the limit allows (about 8,900 for 100 MB, 4-24 KB each), one level
+    // deep, many to a directory.
+    Shape {
+        name: "small-shallow",
+        depth: (1, 1),
+        dir_variants: 3,
+        exts: &["md", "md", "md", "hbs", "txt"],
+        template_kb: (4.0, 24.0),
+        other_kb: (4.0, 24.0),
+    },
+    // A few documents of 2-12 MB (about 18 for 100 MB) and the built-in templates.
+    Shape {
+        name: "few-large",
+        depth: (1, 2),
+        dir_variants: 12,
+        exts: &["md", "txt"],
+        template_kb: (1.0, 16.0),
+        other_kb: (2000.0, 12000.0),
+    },
+    // Markdown and text 3-7 levels deep, one file in twenty a template: about 4,000 files.
+    Shape {
+        name: "markdown",
+        depth: (3, 7),
+        dir_variants: 12,
+        exts: &[
+            "md", "md", "md", "md", "md", "md", "md", "md", "md", "md", "md", "md", "txt", "txt",
+            "txt", "txt", "txt", "txt", "txt", "hbs",
+        ],
+        template_kb: (1.0, 16.0),
+        other_kb: (1.0, 120.0),
+    },
+    // Nine files in ten templates of 3-32 KB: about 8,000 templates, 90 MB of them.
+    Shape {
+        name: "templates",
+        depth: (1, 3),
+        dir_variants: 12,
+        exts: &[
+            "hbs", "hbs", "hbs", "hbs", "hbs", "hbs", "hbs", "hbs", "hbs", "md",
+        ],
+        template_kb: (3.0, 32.0),
+        other_kb: (1.0, 120.0),
+    },
+];
+
+/// The shape called `name`, if there is one.
+pub fn shape(name: &str) -> Option<Shape> {
+    SHAPES.iter().copied().find(|shape| shape.name == name)
+}
+
+/// Writes a template tree of about `target` bytes in `shape`: areas / directories / files,
+/// each file a mix of markdown prose, handlebars blocks and the odd code sample, identifier
+/// or hash. Words come from a Zipf-distributed vocabulary so the text compresses like real
+/// prose (about 3-5x with zstd -3), not like repeated boilerplate. The same seed and shape
+/// give the same tree.
+pub fn generate_shape(root: &Path, target: u64, seed: u64, shape: Shape) -> Result<(usize, u64)> {
     let mut rng = StdRng::seed_from_u64(seed);
     let words = Vocabulary::new(&mut rng, 6000);
     let areas = ["agents", "shared", "skills", "tools", "modes", "locales"];
@@ -40,21 +120,24 @@ pub fn generate_tree(root: &Path, target: u64, seed: u64) -> Result<(usize, u64)
     let mut written = 0u64;
     while written < target {
         let mut dir = root.join(areas[rng.random_range(0..areas.len())]);
-        for _ in 0..rng.random_range(1..=3) {
+        for _ in 0..rng.random_range(shape.depth.0..=shape.depth.1) {
             dir.push(format!(
                 "{}-{}",
                 words.pick(&mut rng),
-                rng.random_range(0..12)
+                rng.random_range(0..shape.dir_variants)
             ));
         }
         std::fs::create_dir_all(&dir)?;
-        let ext = ["md", "md", "md", "hbs", "txt"][rng.random_range(0..5)];
+        let ext = shape.exts[rng.random_range(0..shape.exts.len())];
         let path = dir.join(format!("{}-{files}.{ext}", words.pick(&mut rng)));
         // Log-uniform sizes: templates (`.hbs`, validated by `packer build`) are prompt-sized,
-        // 1 KB to 16 KB; the other files (documents the prompts ship with) 1 KB to 120 KB,
-        // many small, a few long. That makes about 4,800 files for 100 MB.
-        let largest: f64 = if ext == "hbs" { 16.0 } else { 120.0 };
-        let size = (1000.0 * largest.powf(rng.random::<f64>())) as usize;
+        // the other files (documents the prompts ship with) many small, a few long.
+        let (smallest, largest) = if ext == "hbs" {
+            shape.template_kb
+        } else {
+            shape.other_kb
+        };
+        let size = (1000.0 * smallest * (largest / smallest).powf(rng.random::<f64>())) as usize;
         let size = size.min((target - written) as usize).max(1);
         let text = template_text(&mut rng, &words, size);
         std::fs::write(&path, &text)?;
