@@ -4,6 +4,7 @@
 #![allow(clippy::print_stderr)]
 
 pub mod browser;
+pub mod chat_server;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
