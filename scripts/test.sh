@@ -67,6 +67,19 @@ if ! command -v mcp-server-everything >/dev/null 2>&1; then
   command -v mcp-server-everything >/dev/null 2>&1 || { echo "mcp-server-everything is still not on PATH after installing it" >&2; exit 1; }
 fi
 
+# The real third-party agent tests/tests/third_party_agent.rs runs: OpenCode from npm, pinned,
+# in a directory of its own that stays for next time (it looks there). Its postinstall puts
+# the platform's binary in place; an npm that skipped it gets it run here.
+opencode_dir="${XDG_CACHE_HOME:-$HOME/.cache}/promptpack-tests/opencode-1.18.33"
+opencode_version() { env -i HOME="$opencode_dir" "$opencode_dir/node_modules/.bin/opencode" --version 2>/dev/null || true; }
+if [ "$(opencode_version)" != "1.18.33" ]; then
+  echo "installing OpenCode 1.18.33 (npm opencode-ai, ~180 MB) into $opencode_dir"
+  mkdir -p "$opencode_dir"
+  npm install --prefix "$opencode_dir" --no-audit --no-fund --silent opencode-ai@1.18.33
+  [ "$(opencode_version)" = "1.18.33" ] || (cd "$opencode_dir/node_modules/opencode-ai" && node postinstall.mjs)
+  [ "$(opencode_version)" = "1.18.33" ] || { echo "OpenCode 1.18.33 does not run from $opencode_dir after installing it" >&2; exit 1; }
+fi
+
 # A clean build of the suite writes about 14 GB under target/ and fuzz/target/, and the
 # tests' servers refuse work on a full disk: say so up front, not as a failed test later.
 free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')

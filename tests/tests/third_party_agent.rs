@@ -37,9 +37,12 @@ fn opencode() -> Option<PathBuf> {
                 .join("node_modules/.bin/opencode")
         }
     };
+    // Even `--version` makes OpenCode's directories under its home.
+    let home = tempfile::tempdir().unwrap();
     let version = Command::new(&path)
         .arg("--version")
-        .env("HOME", std::env::temp_dir())
+        .env_clear()
+        .env("HOME", home.path())
         .output()
         .ok()
         .filter(|out| out.status.success())
