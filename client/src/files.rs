@@ -307,8 +307,10 @@ impl FileView {
         snapshot: &Snapshot,
         manifest: &Manifest,
     ) -> Result<(), FileViewError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
         std::fs::create_dir(root).map_err(|e| self.io(root, "creating", e))?;
         let mut dirs = BTreeSet::from([root.to_path_buf()]);
+        let mut written = Vec::new();
         let files = snapshot
             .keys()
             .into_iter()
@@ -330,25 +332,32 @@ impl FileView {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| self.io(dir, "creating", e))?;
             }
+            // Made read-only from the start: the handle opened for writing still writes.
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
+                .mode(FILE_MODE)
                 .open(&path)
                 .map_err(|e| self.io(&path, "creating", e))?;
             file.write_all(&bytes)
-                .and_then(|()| file.sync_all())
-                .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE)))
                 .map_err(|e| self.io(&path, "writing", e))?;
+            written.push(path);
         }
-        // Deepest first, so each directory is synced with its final entries.
-        for dir in dirs.iter().rev() {
-            sync_dir(dir)
-                .and_then(|()| {
-                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
-                })
-                .map_err(|e| self.io(dir, "syncing", e))?;
+        for dir in &dirs {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
+                .map_err(|e| self.io(dir, "making read-only", e))?;
         }
-        Ok(())
+        // Synced together at the end rather than each right after its write: on ext4 syncs
+        // that wait at the same moment share one journal commit. The built-in pack's view
+        // (56 files) added a median 12 ms to a first `pack-client status` (24 ms against 11 ms
+        // without the view) on this project's machine (ext4); synced one by one right after
+        // each write it had added 320 ms (365 ms against 45 ms, the machine busier then).
+        let syncs: Vec<&Path> = written
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(dirs.iter().map(PathBuf::as_path))
+            .collect();
+        sync_all_at_once(&syncs).map_err(|(path, e)| self.io(path, "syncing", e))
     }
 
     /// The new link beside the old, renamed over it: a reader sees the old or the new.
@@ -498,6 +507,51 @@ fn make_writable(dir: &Path) {
             }
         }
     }
+}
+
+/// How many syncs wait at once (see [`FileView::write_tree`]); a pack has tens to a few
+/// hundred files.
+const SYNC_THREADS: usize = 32;
+
+/// Syncs every path (files and directories) on up to [`SYNC_THREADS`] threads that share
+/// one queue; the first failure stops the rest.
+fn sync_all_at_once<'a>(paths: &[&'a Path]) -> Result<(), (&'a Path, std::io::Error)> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let worker = || -> Result<(), (&'a Path, std::io::Error)> {
+        while !failed.load(Ordering::Relaxed) {
+            let Some(path) = paths.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                return Ok(());
+            };
+            std::fs::File::open(path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| {
+                    failed.store(true, Ordering::Relaxed);
+                    (*path, e)
+                })?;
+        }
+        Ok(())
+    };
+    std::thread::scope(|scope| {
+        let mut threads = Vec::new();
+        for _ in 1..SYNC_THREADS.min(paths.len()) {
+            let thread = std::thread::Builder::new().stack_size(64 << 10);
+            // Fewer threads if the system refuses more: they share one queue.
+            match thread.spawn_scoped(scope, worker) {
+                Ok(thread) => threads.push(thread),
+                Err(_) => break,
+            }
+        }
+        let here = worker();
+        for thread in threads {
+            match thread.join() {
+                Ok(result) => result?,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        here
+    })
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
