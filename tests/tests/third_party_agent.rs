@@ -212,9 +212,9 @@ impl Agent {
 
     /// `opencode run MESSAGE`, non-interactive, touching nothing outside its temp dirs and
     /// reaching nothing but loopback.
-    fn start(&self, message: &str) -> Child {
+    fn start(&self, message: &str) -> Running {
         let home = self.home.path();
-        Command::new(&self.exe)
+        let child = Command::new(&self.exe)
             .args(["run", message])
             .current_dir(self.project.path())
             .env_clear()
@@ -239,20 +239,51 @@ impl Agent {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap()
+            .unwrap();
+        Running(child)
     }
 }
 
-/// Waits for the agent, which must end well within a minute, and checks it did.
-fn finished(child: Child) -> Output {
-    let (done, result) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
-    });
-    let out = result
-        .recv_timeout(Duration::from_secs(120))
-        .expect("opencode did not finish within two minutes")
-        .unwrap();
+/// A running `opencode`, killed if the test ends before it does.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits for the agent, which must end within two minutes, and checks it ended well.
+fn finished(mut running: Running) -> Output {
+    let pipe = |mut from: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = from.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = pipe(Box::new(running.0.stdout.take().unwrap()));
+    let stderr = pipe(Box::new(running.0.stderr.take().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = running.0.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = running.0.kill();
+            panic!(
+                "opencode did not finish within two minutes:\n{}",
+                String::from_utf8_lossy(&stderr.join().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
     assert!(
         out.status.success(),
         "opencode failed ({}):\n{}\n{}",
@@ -327,7 +358,7 @@ fn the_agent_sends_the_packs_prompt_and_a_release_reaches_its_next_model_call() 
     let running = agent.start("What do the notes in this project say?");
 
     // The turn's first model call carries the pack's text in place of OpenCode's prompt.
-    let first = model.until_request(Duration::from_secs(60), |b| {
+    let first = model.until_request(Duration::from_secs(120), |b| {
         b["tools"].as_array().is_some_and(|t| !t.is_empty())
     });
     assert_eq!(prompt_part(&first), one);
