@@ -100,20 +100,26 @@ fn manifest(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join(".promptpack.json")).unwrap()).unwrap()
 }
 
-/// The built-in pack's directory: `builtin-0.0.0-<first 8 of its sha256>`.
-fn builtin_dir(w: &World) -> String {
-    let sha = w.status()["serving"]["sha256"]
-        .as_str()
-        .unwrap()
-        .to_string();
+/// The built-in pack's directory: `builtin-0.0.0-<first 8 of its sha256>`, the digest as a
+/// client with no config and an empty cache reports it.
+fn builtin_dir() -> String {
+    let cache = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(bin("pack-client", "pack-client"));
+    cmd.arg("--cache")
+        .arg(cache.path())
+        .args(["--json", "status"]);
+    let status: serde_json::Value = serde_json::from_str(&run(cmd)).unwrap();
+    let sha = status["serving"]["sha256"].as_str().unwrap().to_string();
     format!("builtin-0.0.0-{}", &sha[..8])
 }
 
 #[test]
 fn the_link_follows_what_serves_and_an_old_version_goes_after_its_grace() {
     let w = world("[files]\ngrace_secs = 3\n");
-    // Nothing installed yet: the built-in pack, materialized like any other.
-    let builtin = builtin_dir(&w);
+    // Nothing installed yet: the first command materializes the built-in pack like any other.
+    assert!(!w.files().exists());
+    w.status();
+    let builtin = builtin_dir();
     assert_eq!(w.current(), builtin);
     assert_eq!(manifest(&w.resolve())["source"], "builtin");
 
@@ -212,7 +218,7 @@ fn a_rollback_and_a_fallback_to_the_builtin_pack_move_the_link() {
     // The channel sends this release to the built-in pack.
     w.release("builtin");
     assert_eq!(w.refresh(), "builtin");
-    assert_eq!(w.current(), builtin_dir(&w));
+    assert_eq!(w.current(), builtin_dir());
     assert_eq!(manifest(&w.resolve())["source"], "builtin");
     assert!(
         !std::fs::read_to_string(w.resolve().join("agents/explore/system.hbs"))
@@ -294,6 +300,73 @@ fn a_view_that_cannot_be_written_keeps_its_link_and_the_pack_still_serves() {
     assert_eq!(w.refresh(), "installed");
     assert_eq!(w.current(), three.dir);
     assert_eq!(w.status()["files"]["error"], serde_json::Value::Null);
+}
+
+#[test]
+fn two_releases_sharing_a_cache_keep_their_own_links_and_neither_sweeps_the_other() {
+    let w = world("");
+    let config_for = |link: &str| {
+        w.publisher.client_config(
+            &w.packd.url,
+            &format!("[files]\nlink = {link:?}\ngrace_secs = 1\n"),
+        )
+    };
+    let (config_one, config_three) = (config_for("current-1"), config_for("current-3"));
+    let refresh = |config: &Path, release: &str| {
+        let mut cmd = client_cmd(w.cache.path(), config, release);
+        cmd.args(["--json", "refresh"]);
+        let out: serde_json::Value = serde_json::from_str(&run(cmd)).unwrap();
+        out["outcome"]["outcome"].as_str().unwrap().to_string()
+    };
+    let names = |link: &str| {
+        std::fs::read_link(w.files().join(link))
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    };
+    let one = w.pack("1.0.0");
+    let two = w.pack("2.0.0");
+    w.packd.publish(
+        &w.publisher,
+        &w.publisher.sign(
+            &[
+                format!(">=1.0.0, <3.0.0={}", one.path.display()),
+                format!(">=3.0.0={}", two.path.display()),
+            ],
+            "30d",
+        ),
+    );
+    assert_eq!(refresh(&config_one, "1.0.0"), "installed");
+    assert_eq!(names("current-1"), one.dir);
+    assert_eq!(refresh(&config_three, "3.0.0"), "installed");
+    assert_eq!(names("current-3"), two.dir);
+    assert_eq!(
+        names("current-1"),
+        one.dir,
+        "release 3.0.0 moved 1.0.0's link"
+    );
+    // Release 3.0.0 served the built-in pack before its install; that directory goes after
+    // its second of grace, and the two that links name stay, whoever sweeps.
+    let builtin = w.files().join(builtin_dir());
+    assert!(builtin.join("shared/memory.hbs").exists());
+    let within = std::time::Instant::now() + Duration::from_secs(30);
+    while builtin.exists() {
+        assert!(
+            std::time::Instant::now() < within,
+            "the built-in pack's directory stayed"
+        );
+        let mut cmd = client_cmd(w.cache.path(), &config_one, "1.0.0");
+        cmd.arg("status");
+        run(cmd);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (link, dir) in [("current-1", &one.dir), ("current-3", &two.dir)] {
+        assert_eq!(names(link), *dir);
+        assert!(
+            w.files().join(dir).join("shared/memory.hbs").exists(),
+            "{dir}"
+        );
+    }
 }
 
 #[test]
