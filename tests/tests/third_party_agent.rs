@@ -210,12 +210,13 @@ impl Agent {
         }
     }
 
-    /// `opencode run MESSAGE`, non-interactive, touching nothing outside its temp dirs and
+    /// `opencode run ARGS…`, non-interactive, touching nothing outside its temp dirs and
     /// reaching nothing but loopback.
-    fn start(&self, message: &str) -> Running {
+    fn start(&self, args: &[&str]) -> Running {
         let home = self.home.path();
         let child = Command::new(&self.exe)
-            .args(["run", message])
+            .arg("run")
+            .args(args)
             .current_dir(self.project.path())
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -343,7 +344,7 @@ fn prompt_part(body: &Value) -> String {
 }
 
 #[test]
-fn the_agent_sends_the_packs_prompt_and_a_release_reaches_its_next_model_call() {
+fn the_agent_sends_the_packs_prompt_and_a_release_reaches_its_next_model_call_and_turn() {
     let Some(exe) = opencode() else { return };
     let mut w = World::new();
     let one = "You are Scribe, a careful coding agent (pack 1.0.0).";
@@ -355,7 +356,7 @@ fn the_agent_sends_the_packs_prompt_and_a_release_reaches_its_next_model_call() 
     let project = project();
     let model = ChatServer::start(script(project.path(), Some(hold)));
     let agent = Agent::new(exe, project, &w.view(), &model);
-    let running = agent.start("What do the notes in this project say?");
+    let running = agent.start(&["What do the notes in this project say?"]);
 
     // The turn's first model call carries the pack's text in place of OpenCode's prompt.
     let first = model.until_request(Duration::from_secs(120), |b| {
@@ -396,6 +397,24 @@ fn the_agent_sends_the_packs_prompt_and_a_release_reaches_its_next_model_call() 
             "a title request got the pack's text:\n{system}"
         );
     }
+
+    // Between turns the publisher releases 3.0.0: the session's next turn carries it.
+    let three = "You are Scribe, third edition (pack 3.0.0).";
+    let dir_three = w.release("3.0.0", three);
+    w.until_view(|named| named == dir_three);
+    finished(agent.start(&["--continue", "Read them again, please."]));
+    let turns = turn_requests(&model);
+    assert_eq!(turns.len(), 4, "{turns:#?}");
+    let history = chat_server::messages(&turns[2]);
+    assert!(
+        history
+            .iter()
+            .any(|m| chat_server::content_text(&m["content"]).contains("What do the notes")),
+        "the next turn is not in the same session: {history:#?}"
+    );
+    for request in &turns[2..] {
+        assert_eq!(prompt_part(request), three);
+    }
     assert!(
         model.other_requests().is_empty(),
         "{:?}",
@@ -425,7 +444,7 @@ fn with_packd_down_and_nothing_installed_the_agent_runs_on_its_bundled_prompt() 
     let project = project();
     let model = ChatServer::start(script(project.path(), None));
     let agent = Agent::new(exe, project, &w.view(), &model);
-    let out = finished(agent.start("What do the notes in this project say?"));
+    let out = finished(agent.start(&["What do the notes in this project say?"]));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("The notes say: true"),
         "{}",
