@@ -270,16 +270,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "source": serving.serving.source,
                     "sha256": serving.serving.sha256,
                     "reason": serving.serving_reason,
+                    "files": serving.files,
                 }),
                 &format!(
-                    "serving {} {} ({}){}",
+                    "serving {} {} ({}){}{}",
                     serving.serving.name,
                     serving.serving.version,
                     serving.serving.source,
                     serving
                         .serving_reason
                         .as_ref()
-                        .map_or(String::new(), |r| format!(": {r}"))
+                        .map_or(String::new(), |r| format!(": {r}")),
+                    serving.files.as_ref().map_or(String::new(), |files| {
+                        match (&files.dir, &files.error) {
+                            (_, Some(error)) => format!("; {error}"),
+                            (Some(dir), None) => format!("; file view {} -> {dir}", files.link),
+                            (None, None) => String::new(),
+                        }
+                    })
                 ),
             );
             let mut events = client.events();

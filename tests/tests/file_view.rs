@@ -150,20 +150,39 @@ fn the_link_follows_what_serves_and_an_old_version_goes_after_its_grace() {
         .cmd()
         .args(["--json", "run"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let (lines, logged) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stderr = running.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(event) = serde_json::from_str(&line.unwrap()) else {
+                continue;
+            };
+            if lines.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    let first = logged.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(first["event"], "serving");
+    assert_eq!(first["files"]["dir"], w.resolve().display().to_string());
     w.packd.until_watching(1.0);
     let two = w.pack("2.0.0");
     w.release(&two.path.display().to_string());
-    let within = std::time::Instant::now() + Duration::from_secs(30);
-    while w.current() != two.dir {
-        assert!(
-            std::time::Instant::now() < within,
-            "the link never moved to 2.0.0"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    // `run` says when the link moves: the line comes after the swap.
+    loop {
+        let event = logged
+            .recv_timeout(Duration::from_secs(30))
+            .expect("run never logged the link moving to 2.0.0");
+        if event["event"] == "files_published" {
+            assert_eq!(event["dir"], two.dir, "{event}");
+            break;
+        }
     }
+    assert_eq!(w.current(), two.dir);
     // 1.0.0 stopped serving: it is still there, marked with when it stopped.
     let old = w.files().join(&one.dir);
     let retired = old.metadata().unwrap().modified().unwrap();
