@@ -73,7 +73,7 @@ fi
 opencode_dir="${XDG_CACHE_HOME:-$HOME/.cache}/promptpack-tests/opencode-1.18.33"
 opencode_version() { env -i HOME="$opencode_dir" "$opencode_dir/node_modules/.bin/opencode" --version 2>/dev/null || true; }
 if [ "$(opencode_version)" != "1.18.33" ]; then
-  echo "installing OpenCode 1.18.33 (npm opencode-ai, ~180 MB) into $opencode_dir"
+  echo "installing OpenCode 1.18.33 (npm opencode-ai, ~360 MB) into $opencode_dir"
   mkdir -p "$opencode_dir"
   npm install --prefix "$opencode_dir" --no-audit --no-fund --silent opencode-ai@1.18.33
   [ "$(opencode_version)" = "1.18.33" ] || (cd "$opencode_dir/node_modules/opencode-ai" && node postinstall.mjs)
@@ -101,6 +101,23 @@ cargo test --workspace 2>&1 | tee "$test_log"
 # building the instrumented targets.
 bash scripts/fuzz-smoke.sh
 
+# The Python package (python/, docs/PYTHON.md): its wheel built with maturin and installed,
+# with pytest, into a virtual environment that stays for next time; its tests run against
+# the packd, packer and pack-client the cargo tests built. Without the binaries they fail
+# here (CI=true), never pass unseen.
+py_env="${XDG_CACHE_HOME:-$HOME/.cache}/promptpack-tests/py-venv"
+if ! "$py_env/bin/python" -c 'import pytest' >/dev/null 2>&1 || [ ! -x "$py_env/bin/maturin" ]; then
+  echo "installing maturin 1.16.0 and pytest 9.2.0 (PyPI) into $py_env"
+  python3 -m venv "$py_env"
+  "$py_env/bin/python" -m pip install -q maturin==1.16.0 pytest==9.2.0
+fi
+wheel_dir=$(mktemp -d)
+trap 'rm -f "$test_log"; rm -rf "$wheel_dir"' EXIT
+"$py_env/bin/maturin" build -q -m python/Cargo.toml -o "$wheel_dir"
+"$py_env/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel_dir"/promptpack-*.whl
+py_log=$(mktemp)
+PROMPTPACK_BIN_DIR="$PWD/target/debug" CI=${CI:-} "$py_env/bin/python" -m pytest -q -rs python/tests 2>&1 | tee "$py_log"
+
 # One closing line for the whole run: every cargo test binary's counts added up. A test
 # whose tool is missing (outside CI) returns early, which cargo counts as passed; it says
 # `SKIPPED: <test> (<why>)` on stderr, and is counted here as skipped, not passed.
@@ -108,3 +125,6 @@ grep '^SKIPPED: ' "$test_log" || true
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      /^SKIPPED: / { k += 1 }
      END { printf "cargo test: %d passed, %d failed, %d skipped\n", p - k, f, s + k }' "$test_log"
+awk '/ in [0-9.]+s/ && /passed|failed|skipped/ { for (i = 1; i <= NF; i++) { n = $(i-1) + 0; if ($i ~ /^passed/) p += n; if ($i ~ /^failed/) f += n; if ($i ~ /^skipped/) s += n } }
+     END { printf "python tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$py_log"
+rm -f "$py_log"
