@@ -352,6 +352,9 @@ fn render(
         );
         return render_failed(json, "not_a_template", &error);
     }
+    if let Err(e) = pack_client::snapshot::check_vars(snapshot.meta().schema, vars) {
+        return render_failed(json, "contract", &format!("--vars: {e}"));
+    }
     // When neither pack renders it, the serving pack's error is the one to show: the
     // built-in pack's attempt only confirms the request was at fault.
     let first = std::cell::RefCell::new(None);

@@ -208,3 +208,116 @@ impl Snapshot {
         }
     }
 }
+
+/// Variables given for a render that do not fit the contract of the pack's schema: a name
+/// the contract does not have, or a value of another shape than it says. Names the path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("variables do not fit the contract of schema {schema}: {problem}")]
+pub struct VarsError {
+    pub schema: u32,
+    pub problem: String,
+}
+
+/// Checks `vars` against the contract of `schema`: every name is one the contract lists, and
+/// every value has the shape it gives (a string, a bool, an object, a list of those). Names
+/// the contract lists but `vars` lacks are left to the strict render, which refuses the ones
+/// a template reads.
+pub fn check_vars(schema: u32, vars: &serde_json::Value) -> Result<(), VarsError> {
+    use pack_contract::Shape;
+    use serde_json::Value;
+
+    fn found(value: &Value) -> &'static str {
+        match value {
+            Value::Null => "null",
+            Value::Bool(_) => "a bool",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "a list",
+            Value::Object(_) => "an object",
+        }
+    }
+    fn fields(
+        at: &str,
+        shape: &std::collections::BTreeMap<String, Shape>,
+        value: &Value,
+    ) -> Result<(), String> {
+        let Value::Object(given) = value else {
+            return Err(format!("{at} must be an object, found {}", found(value)));
+        };
+        for (name, value) in given {
+            let path = if at.is_empty() {
+                name.clone()
+            } else {
+                format!("{at}.{name}")
+            };
+            let Some(field) = shape.get(name) else {
+                let known: Vec<&str> = shape.keys().map(String::as_str).collect();
+                return Err(format!(
+                    "{path} is not in the contract; {} has {}",
+                    if at.is_empty() { "the top level" } else { at },
+                    known.join(", ")
+                ));
+            };
+            check(&path, field, value)?;
+        }
+        Ok(())
+    }
+    fn check(at: &str, shape: &Shape, value: &Value) -> Result<(), String> {
+        match (shape, value) {
+            (Shape::String, Value::String(_)) | (Shape::Bool, Value::Bool(_)) => Ok(()),
+            (Shape::Object(shape), value) => fields(at, shape, value),
+            (Shape::List(item), Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, value)| check(&format!("{at}.{i}"), item, value)),
+            (Shape::String, other) => Err(format!("{at} must be a string, found {}", found(other))),
+            (Shape::Bool, other) => Err(format!("{at} must be a bool, found {}", found(other))),
+            (Shape::List(_), other) => Err(format!("{at} must be a list, found {}", found(other))),
+        }
+    }
+
+    let Some(contract) = Contract::builtin(schema) else {
+        return Err(VarsError {
+            schema,
+            problem: "this build does not know that schema".to_string(),
+        });
+    };
+    fields("", contract.variables(), vars).map_err(|problem| VarsError { schema, problem })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_are_held_to_the_contract_names_and_shapes() {
+        let ok = serde_json::json!({
+            "data_dir": "/home/me",
+            "tools": {"read": true},
+        });
+        assert_eq!(check_vars(1, &ok), Ok(()));
+        let problem = |vars: serde_json::Value| check_vars(1, &vars).unwrap_err().problem;
+        assert_eq!(
+            problem(serde_json::json!({"data_dir": 5})),
+            "data_dir must be a string, found a number"
+        );
+        assert_eq!(
+            problem(serde_json::json!({"tools": {"read": "yes"}})),
+            "tools.read must be a bool, found a string"
+        );
+        assert!(
+            problem(serde_json::json!({"data-dir": "/x"}))
+                .starts_with("data-dir is not in the contract; the top level has ")
+        );
+        assert!(
+            problem(serde_json::json!({"tools": {"rea": true}}))
+                .starts_with("tools.rea is not in the contract; tools has bash, ")
+        );
+        assert!(
+            check_vars(99, &ok)
+                .unwrap_err()
+                .to_string()
+                .contains("schema 99")
+        );
+    }
+}

@@ -108,6 +108,31 @@ fn render_reads_its_variables_from_the_argument_a_file_or_stdin() {
             "{text}"
         );
     }
+    // Held to the contract: the names it lists, the shapes it gives.
+    for (vars, said) in [
+        (
+            r#"{"data_dir": 5}"#,
+            "data_dir must be a string, found a number",
+        ),
+        (
+            r#"{"data-dir": "/x"}"#,
+            "data-dir is not in the contract; the top level has ",
+        ),
+    ] {
+        let out = pack_client(
+            dir.path(),
+            &["render", "shared/memory.hbs", "--vars", vars],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(1), "{vars}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with("error: --vars: variables do not fit the contract of schema 1: ")
+                && stderr.contains(said),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
     let out = pack_client(
         dir.path(),
         &["render", "shared/memory.hbs", "--vars", "@missing.json"],
