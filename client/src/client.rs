@@ -242,9 +242,14 @@ pub struct Client {
 
 impl Client {
     /// Opens the cache and loads what it holds, re-verified; anything wrong → built-in,
-    /// with the reason in [`ClientStatus::last_error`].
+    /// with the reason in [`ClientStatus::last_error`]. The built-in pack is the one compiled
+    /// in, or the config's `builtin_dir`.
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
-        Client::with_builtin(config, builtin::snapshot())
+        let builtin = match &config.builtin_dir {
+            Some(dir) => builtin::from_dir(dir)?,
+            None => builtin::snapshot(),
+        };
+        Client::with_builtin(config, builtin)
     }
 
     /// [`Client::new`] with another built-in pack than the one compiled in (see

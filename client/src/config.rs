@@ -51,6 +51,11 @@ pub struct ClientConfig {
     /// directory per pack version under `<cache>/files/` and a link to the one that serves,
     /// for agents that read their prompts from files. `None`: off (the default).
     pub files: Option<FilesConfig>,
+    /// The pack that serves when nothing else can, read from this directory when the client
+    /// opens (`[updates] builtin_dir`, checked as `packs/builtin` is at build time, see
+    /// [`crate::builtin::from_dir`]) instead of the one compiled in: for an app whose
+    /// bundled prompts are not ours, such as a third-party agent reading the file view.
+    pub builtin_dir: Option<PathBuf>,
 }
 
 /// Where the file view's link is and how long a version stays after it stops serving.
@@ -111,6 +116,7 @@ impl ClientConfig {
             telemetry: !do_not_track(),
             mark_bad_after_failures: MARK_BAD_AFTER_FAILURES,
             files: None,
+            builtin_dir: None,
         }
     }
 
@@ -217,6 +223,8 @@ pub struct UpdatesSection {
     pub telemetry: Option<bool>,
     /// Render failures in a row before a remote pack is marked bad on this device (≥ 1).
     pub mark_bad_after_failures: Option<u32>,
+    /// A directory laid out as a pack, served instead of the compiled-in built-in pack.
+    pub builtin_dir: Option<String>,
 }
 
 impl ConfigFile {
@@ -270,6 +278,9 @@ impl ConfigFile {
         }
         if let Some(n) = u.attempts {
             config.attempts = n.max(1);
+        }
+        if let Some(dir) = u.builtin_dir {
+            config.builtin_dir = Some(base.join(dir));
         }
         // The environment's "do not track" wins over a config that leaves telemetry on.
         if let Some(on) = u.telemetry {
