@@ -30,6 +30,7 @@
 #   PAIRS=9 MB=100 BENCH_DIR=/dev/shm bash scripts/bench-seal-open.sh
 #   SHAPE=templates BENCH_DIR=/dev/shm bash scripts/bench-seal-open.sh
 #   PACKER_BIN=/path/to/other/packer bash scripts/bench-seal-open.sh
+#   TREE_BIN=target/release/examples/bench_tree ...   # no cargo run (no wait on its lock)
 #   BUILD_FLAGS="--no-validate --no-check-open" EXTRACT_FLAGS="--no-fsync" \
 #     bash scripts/bench-seal-open.sh     # the same with those steps off
 #
@@ -84,7 +85,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 say "writing a ${MB} MB $SHAPE tree in $work"
-cargo run --release -q -p pack-format --example bench_tree -- "$work/tree" "$MB" 24301 "$SHAPE" >&2
+if [ -n "${TREE_BIN:-}" ]; then
+  "$TREE_BIN" "$work/tree" "$MB" 24301 "$SHAPE" >&2
+else
+  cargo run --release -q -p pack-format --example bench_tree -- "$work/tree" "$MB" 24301 "$SHAPE" >&2
+fi
 cp -R packs/builtin/. "$work/tree/"
 files=$(find "$work/tree" -type f | wc -l)
 dirs=$(find "$work/tree" -mindepth 1 -type d | wc -l)
