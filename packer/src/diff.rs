@@ -1,18 +1,18 @@
 //! `packer diff`: what changes between two packs, file by file and in the system prompts the
 //! runtime assembles from them.
 //!
-//! The prompts come from the runtime's own library (`agent_runtime::preview`): the same
-//! assembly code an agent runs each turn, fed a fixed sample context, so what this prints is
+//! The prompts come from the runtime's own assembly library (`prompt_assembly::preview`):
+//! the same assembly code an agent runs each turn, fed a fixed sample context, so what this prints is
 //! what the model would see, and it cannot drift from the runtime.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use agent_runtime::preview::{SAMPLE_MODEL, sample_prompts};
 use anyhow::{Context, Result, bail};
 use pack_client::snapshot::SnapshotMeta;
 use pack_client::{Snapshot, Source};
 use pack_format::{FormatError, Limits, read_pack_dir};
+use prompt_assembly::preview::{SAMPLE_MODEL, sample_prompts};
 use serde_json::json;
 use similar::TextDiff;
 
@@ -367,7 +367,7 @@ fn prompt_diffs(
                     }
                 }
             }
-            let text = |rendered: &Result<agent_runtime::AssembledPrompt, _>| match rendered {
+            let text = |rendered: &Result<prompt_assembly::AssembledPrompt, _>| match rendered {
                 Ok(prompt) => prompt.text.clone(),
                 Err(error) => format!("[{label} does not render from this pack: {error}]\n"),
             };

@@ -20,6 +20,7 @@ use crate::agent_loop::{AgentLoop, Event, Finish};
 use crate::agents::{AgentDefinition, BUILTIN_AGENTS, ORCHESTRATOR};
 use crate::capabilities::{Occasion, Profile};
 use crate::config::Config;
+use crate::context::McpInstructions;
 use crate::environment::Environment;
 use crate::live::LiveContext;
 use crate::mcp::McpServers;
@@ -278,7 +279,7 @@ impl Subagents {
                 memory: None,
                 session: Some(&session),
                 disk_skills: &current.skills,
-                mcp: self.mcp.as_deref(),
+                mcp: self.mcp.as_deref().map(|m| m as &dyn McpInstructions),
             },
             provider: &provider,
             tools: tools.clone(),

@@ -1,5 +1,9 @@
 //! `agent-runtime`: turns a captured prompt-pack snapshot into the system prompt of one
-//! turn.
+//! turn, and runs the agent on it.
+//!
+//! The prompt-assembly modules ([`agents`], [`capabilities`], [`config`], [`context`],
+//! [`instructions`], [`mod@assemble`], [`preview`], [`metadata`], [`mode`], [`skills`],
+//! [`environment`]) come from the `prompt-assembly` crate and are re-exported here.
 //!
 //! - [`agents`]: the built-in roster and custom agent files; [`roster`]: the agents on
 //!   disk for a session (the user's, a trusted workspace's, the user's model for each
@@ -8,7 +12,7 @@
 //!   ceiling, the occasion, the host profile).
 //! - [`instructions`]: the global and project instruction files, read as data under byte
 //!   budgets.
-//! - [`assemble`]: the per-turn assembly, in a fixed order, from one snapshot, with
+//! - [`mod@assemble`]: the per-turn assembly, in a fixed order, from one snapshot, with
 //!   wholesale fallback to the built-in pack.
 //! - [`preview`]: every built-in agent × prompt mode rendered from a fixed sample context
 //!   (what `packer diff` compares).
@@ -26,35 +30,31 @@
 //! owns stdout and uses only this library's public API.
 
 pub mod agent_loop;
-pub mod agents;
-pub mod assemble;
-pub mod capabilities;
 pub mod compaction;
-pub mod config;
-pub mod context;
 pub mod data_dir;
 pub mod delegation;
-pub mod environment;
 pub mod error;
-pub mod instructions;
 pub mod live;
 pub mod mcp;
-pub mod metadata;
-pub mod mode;
 pub mod packs;
 pub mod permissions;
 pub mod plan;
-pub mod preview;
 pub mod provider;
 pub mod reminders;
 pub mod roster;
 pub mod sandbox;
 pub mod session;
-pub mod skills;
 pub mod tools;
 pub mod transcript;
 
-pub use assemble::{AssembledPrompt, TurnRequest, assemble, assemble_turn};
+// Prompt assembly lives in its own crate, which `packer diff` uses without linking the
+// agent loop; its modules are re-exported here at the paths they have always had.
+pub use prompt_assembly::{
+    agents, assemble, capabilities, config, context, environment, instructions, metadata, mode,
+    preview, skills,
+};
+
+pub use assemble::{AssembledPrompt, TurnRequest, assemble_turn};
 pub use capabilities::{Capabilities, Ceiling, Feature, Features, Occasion, Profile, ToolId};
 pub use error::{AgentFileError, PromptError, RuntimeError};
 pub use metadata::PromptMetadata;

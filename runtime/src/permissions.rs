@@ -23,7 +23,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -33,53 +33,8 @@ use crate::sandbox::Sandbox;
 
 pub mod trust;
 
-/// How far the agent may reach without asking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PermissionMode {
-    /// Reads anywhere; no writes; commands run in a sandbox that can write nowhere.
-    ReadOnly,
-    /// Writes under the workspace and the temp directories; commands run in a sandbox
-    /// that can write only there.
-    Workspace,
-    /// No limits and no sandbox.
-    Full,
-}
-
-impl PermissionMode {
-    pub const ALL: [PermissionMode; 3] = [
-        PermissionMode::ReadOnly,
-        PermissionMode::Workspace,
-        PermissionMode::Full,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionMode::ReadOnly => "read-only",
-            PermissionMode::Workspace => "workspace",
-            PermissionMode::Full => "full",
-        }
-    }
-}
-
-impl fmt::Display for PermissionMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for PermissionMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        PermissionMode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                format!("unknown permission mode {s:?}; expected read-only, workspace or full")
-            })
-    }
-}
+pub use prompt_assembly::paths::{normalise, real_path};
+pub use prompt_assembly::permission_mode::PermissionMode;
 
 /// What happens to a call outside the mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -291,21 +246,6 @@ impl RuleContext {
         };
         normalise(&joined)
     }
-}
-
-/// `.` and `..` resolved lexically.
-pub fn normalise(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 impl Rule {
@@ -964,43 +904,6 @@ impl Policy {
                     format!("the user denied this call ({why}). Their reason: {reason}")
                 })
             }
-        }
-    }
-}
-
-/// The path with every existing part resolved (symlinks followed, dangling ones too), so
-/// a link inside the workspace that points outside it is seen for what it is.
-pub fn real_path(path: &Path) -> PathBuf {
-    let mut path = normalise(path);
-    // A dangling link cannot be canonicalised, but writing to it creates its target.
-    for _ in 0..40 {
-        match std::fs::read_link(&path) {
-            Ok(target) => {
-                let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-                path = normalise(&base.join(target));
-            }
-            Err(_) => break,
-        }
-    }
-    let mut existing = path.clone();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(real) = existing.canonicalize() {
-            let mut out = real;
-            for part in rest.iter().rev() {
-                out.push(part);
-            }
-            return out;
-        }
-        match (
-            existing.file_name().map(|n| n.to_os_string()),
-            existing.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent.to_path_buf();
-            }
-            _ => return path,
         }
     }
 }

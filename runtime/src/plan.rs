@@ -17,7 +17,7 @@ use pack_client::Snapshot;
 use crate::reminders::{Injected, Injection, ReminderInput, ReminderProvider};
 
 /// The agent name of plan mode.
-pub const PLAN_AGENT: &str = "plan";
+pub const PLAN_AGENT: &str = crate::agents::PLAN;
 /// The reminder while planning.
 pub const PLAN_REMINDER: &str = "shared/plan_mode.md";
 /// The reminder on leaving plan mode.

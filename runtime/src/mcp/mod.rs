@@ -12,8 +12,6 @@
 //! schemas, and its results. Each is held to a limit ([`Limits`]) before the model sees it,
 //! and its instructions are data passed into the prompt template, never compiled.
 
-mod config;
-
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,15 +31,16 @@ use serde_json::Value;
 use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::watch;
 
-pub use config::{DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, McpServerConfig, Transport};
-pub(crate) use config::{Entry, parse};
+pub use prompt_assembly::config::mcp::{
+    DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, McpServerConfig, Transport,
+};
 
-use crate::context::McpServerEntry;
+use crate::context::{McpInstructions, McpServerEntry};
 use crate::provider::ToolSpec;
 use crate::tools::{ToolOutput, cut_middle};
 
 /// The prefix of every MCP tool name the model sees.
-pub const PREFIX: &str = "mcp__";
+pub const PREFIX: &str = prompt_assembly::capabilities::MCP_PREFIX;
 /// The longest tool name both wire formats accept.
 const MAX_NAME_LEN: usize = 64;
 
@@ -206,6 +205,25 @@ impl std::fmt::Debug for McpServers {
     }
 }
 
+impl McpInstructions for McpServers {
+    fn prompt_entries(&self, allowed: &dyn Fn(&str) -> bool) -> Vec<McpServerEntry> {
+        self.servers
+            .iter()
+            .filter_map(|server| {
+                let live = server.live()?;
+                let instructions = live.instructions.as_deref()?.trim();
+                if instructions.is_empty() || !live.tools.iter().any(|t| allowed(&t.exposed)) {
+                    return None;
+                }
+                Some(McpServerEntry {
+                    name: server.config.name.clone(),
+                    instructions: instructions.to_string(),
+                })
+            })
+            .collect()
+    }
+}
+
 impl McpServers {
     /// Starts every enabled server in the background on `runtime`; stdio servers run in
     /// `cwd` unless their table names another directory.
@@ -315,25 +333,6 @@ impl McpServers {
             }
         }
         out
-    }
-
-    /// The instructions of ready servers with at least one tool `allowed` lets through,
-    /// for the prompt. A server whose tools are all withheld says nothing to the model.
-    pub fn prompt_entries(&self, allowed: impl Fn(&str) -> bool) -> Vec<McpServerEntry> {
-        self.servers
-            .iter()
-            .filter_map(|server| {
-                let live = server.live()?;
-                let instructions = live.instructions.as_deref()?.trim();
-                if instructions.is_empty() || !live.tools.iter().any(|t| allowed(&t.exposed)) {
-                    return None;
-                }
-                Some(McpServerEntry {
-                    name: server.config.name.clone(),
-                    instructions: instructions.to_string(),
-                })
-            })
-            .collect()
     }
 
     /// Notices added since `seen`, which is moved past them.

@@ -213,7 +213,8 @@ pub fn registered() -> impl Iterator<Item = &'static str> {
 }
 
 /// Whether the runtime implements the capability-listed tool `id`: a prompt may only
-/// mention a tool the model is offered, so an unimplemented one reads as off.
+/// mention a tool the model is offered, so an unimplemented one reads as off. Prompt
+/// assembly reads the same fact from `capabilities::IMPLEMENTED`, which must agree.
 pub fn implemented(id: ToolId) -> bool {
     REGISTRY.iter().any(|t| t.gate() == Gate::Tool(id))
 }
@@ -736,6 +737,20 @@ fn parse<A: DeserializeOwned + JsonSchema>(name: &str, arguments: &str) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Prompt assembly cannot see the registry, so it keeps its own list of implemented
+    /// tools; a tool added to one and not the other would be offered and not mentioned, or
+    /// mentioned and not offered.
+    #[test]
+    fn the_prompt_names_exactly_the_implemented_tools() {
+        for id in ToolId::ALL {
+            assert_eq!(
+                crate::capabilities::IMPLEMENTED.contains(&id),
+                implemented(id),
+                "{id:?}"
+            );
+        }
+    }
 
     /// A panic while a lock is held (a tool thread crashing) leaves the session usable.
     #[test]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use agent_runtime::agent_loop::{AgentLoop, LoopState};
 use agent_runtime::agents::{AgentDefinition, BUILTIN_AGENTS, ORCHESTRATOR};
 use agent_runtime::config::Config;
+use agent_runtime::context::McpInstructions;
 use agent_runtime::data_dir::DataDir;
 use agent_runtime::delegation::Subagents;
 use agent_runtime::environment::Environment;
@@ -323,7 +324,7 @@ impl Session {
                 memory: None,
                 session: Some(&self.context),
                 disk_skills: &self.disk_skills,
-                mcp: self.tools.mcp.as_deref(),
+                mcp: self.tools.mcp.as_deref().map(|m| m as &dyn McpInstructions),
             },
             provider: &self.provider,
             tools: self.tools.clone(),

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use agent_runtime::agents::{self, BUILTIN_AGENTS, ORCHESTRATOR};
 use agent_runtime::config::Config;
+use agent_runtime::context::McpInstructions;
 use agent_runtime::data_dir::DataDir;
 use agent_runtime::environment::Environment;
 use agent_runtime::live::LiveContext;
@@ -552,7 +553,9 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         },
         session: Some(session_context),
         disk_skills: &live.skills,
-        mcp: mcp.as_ref().map(|(_, servers)| &**servers),
+        mcp: mcp
+            .as_ref()
+            .map(|(_, servers)| &**servers as &dyn McpInstructions),
     };
     let prompt = assemble_turn(store, &request);
     if let Some((runtime, servers)) = &mcp {

@@ -2,7 +2,7 @@
 //! a fixed sample context: what `packer diff` compares between two packs. The context is the
 //! same on every machine and every day, so two renders differ only where the packs do.
 //!
-//! Each prompt is assembled by [`assemble`] exactly as a turn is, with:
+//! Each prompt is assembled by [`assemble()`] exactly as a turn is, with:
 //!
 //! - `mavis` and `plan` at the root of an interactive session; `explore`, `worker` and `verifier` as
 //!   tasks delegated by `mavis` (task id `task-1`, the task text below), as `agent prompt`

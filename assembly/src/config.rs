@@ -16,17 +16,17 @@
 //!
 //! A `tools` list may name MCP tools too (`mcp__time__get_current_time`, a whole server
 //! as `mcp__time`, or `mcp__*`); a list that names none allows none. The servers
-//! themselves are `[mcp_servers.<name>]` tables, read by [`crate::mcp`].
+//! themselves are `[mcp_servers.<name>]` tables, read by [`mcp`].
+
+pub mod mcp;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde::Deserialize;
 
 use crate::capabilities::{
     Capabilities, Feature, Features, McpAccess, McpRule, ToolId, split_tool_list,
 };
-use crate::error::RuntimeError;
 
 /// The config file is shared with other parts of the agent, so unknown top-level sections
 /// are left alone; inside `[agents.default]` a typo is an error.
@@ -35,7 +35,7 @@ struct ConfigFile {
     #[serde(default)]
     agents: AgentsSection,
     #[serde(default)]
-    mcp_servers: BTreeMap<String, crate::mcp::Entry>,
+    mcp_servers: BTreeMap<String, mcp::Entry>,
     #[serde(default)]
     instructions: Vec<String>,
 }
@@ -59,30 +59,15 @@ pub struct Config {
     /// What every agent may use before its ceiling applies.
     pub defaults: Capabilities,
     /// `[mcp_servers.<name>]`, in name order.
-    pub mcp_servers: Vec<crate::mcp::McpServerConfig>,
+    pub mcp_servers: Vec<mcp::McpServerConfig>,
     /// More instruction files: paths and globs, in the order they go into the prompt.
     pub instructions: Vec<String>,
 }
 
 impl Config {
-    /// Reads the config file; a missing file means the defaults.
-    pub fn load(path: &Path) -> Result<Config, RuntimeError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Config::parse(&text).map_err(|reason| RuntimeError::Config {
-                path: path.to_path_buf(),
-                reason,
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
-            Err(e) => Err(RuntimeError::Config {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            }),
-        }
-    }
-
     pub fn parse(text: &str) -> Result<Config, String> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
-        let mcp_servers = crate::mcp::parse(file.mcp_servers)?;
+        let mcp_servers = mcp::parse(file.mcp_servers)?;
         for entry in &file.instructions {
             if entry.trim().is_empty() {
                 return Err("instructions: an entry is empty".to_string());

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::permissions::{normalise, real_path};
+use crate::paths::{normalise, real_path};
 
 use super::PROJECT_FILES;
 

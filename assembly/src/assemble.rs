@@ -25,7 +25,7 @@ use serde_json::Value;
 use crate::agents::{AgentDefinition, CorePrompt, PackIdentity, Role};
 use crate::capabilities::{Occasion, Profile, resolve};
 use crate::config::Config;
-use crate::context::{self, AgentEntry, ContextInputs, Layer, SkillEntry};
+use crate::context::{self, AgentEntry, ContextInputs, Layer, McpInstructions, SkillEntry};
 use crate::environment::Environment;
 use crate::error::PromptError;
 use crate::instructions::Instructions;
@@ -77,7 +77,7 @@ pub struct TurnRequest<'a> {
     pub disk_skills: &'a [crate::skills::Skill],
     /// The session's MCP servers: the instructions of those the agent may use go into
     /// the prompt.
-    pub mcp: Option<&'a crate::mcp::McpServers>,
+    pub mcp: Option<&'a dyn McpInstructions>,
 }
 
 /// The system prompt of one turn and what produced it.
@@ -175,7 +175,7 @@ pub fn assemble(
         })
         .collect();
     let mcp_servers = request.mcp.map_or_else(Vec::new, |mcp| {
-        mcp.prompt_entries(|tool| resolved.capabilities.mcp.allows(tool))
+        mcp.prompt_entries(&|tool| resolved.capabilities.mcp.allows(tool))
     });
     // The orchestrator's prompt names the custom agents it can hand tasks to.
     let custom_agents: Vec<AgentEntry> = if resolved.capabilities.features.delegation && !task_child

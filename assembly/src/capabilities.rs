@@ -10,14 +10,22 @@
 //!    workspace's notes.
 //!
 //! The ceiling also caps the permission mode an agent runs in (`permissions: read-only`
-//! for `explore` and `plan`); the session's mode narrows it further (see
-//! [`crate::permissions`]).
+//! for `explore` and `plan`); the session's mode narrows it further (the runtime's
+//! permissions).
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::permissions::PermissionMode;
+use crate::permission_mode::PermissionMode;
+
+/// The prefix of every MCP tool name the model sees (`mcp__<server>__<tool>`).
+pub const MCP_PREFIX: &str = "mcp__";
+
+/// The capability-listed tools the runtime implements. A prompt may only mention a tool the
+/// model is offered, so one left out of this list reads as off; the runtime checks its tool
+/// registry against it.
+pub const IMPLEMENTED: [ToolId; 12] = ToolId::ALL;
 
 /// A built-in tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -212,7 +220,7 @@ pub fn mcp_pattern_matches(pattern: &str, tool: &str) -> bool {
     }
     // `mcp__<server>` alone: every tool of that server.
     pattern
-        .strip_prefix(crate::mcp::PREFIX)
+        .strip_prefix(MCP_PREFIX)
         .is_some_and(|server| !server.contains("__"))
         && tool
             .strip_prefix(pattern)
@@ -224,7 +232,7 @@ pub fn split_tool_list(names: &[String]) -> Result<(BTreeSet<ToolId>, Vec<String
     let mut builtin = BTreeSet::new();
     let mut mcp = Vec::new();
     for name in names {
-        if name.starts_with(crate::mcp::PREFIX) {
+        if name.starts_with(MCP_PREFIX) {
             mcp.push(name.clone());
         } else {
             builtin.insert(ToolId::parse(name)?);

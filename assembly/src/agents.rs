@@ -1,5 +1,5 @@
 //! Agent definitions: the built-in roster (whose ceilings ship in the pack) and custom
-//! agent files (`<dir>/<name>/agent.md`; [`crate::roster`] says which directories).
+//! agent files (`<dir>/<name>/agent.md`; the runtime's roster says which directories).
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -17,7 +17,7 @@ pub const BUILTIN_AGENTS: [&str; 4] = ["mavis", "explore", "worker", "verifier"]
 /// The agent that talks to the user.
 pub const ORCHESTRATOR: &str = "mavis";
 /// Plan mode's agent: the orchestrator's prompt under a read-only ceiling.
-pub const PLAN: &str = crate::plan::PLAN_AGENT;
+pub const PLAN: &str = "plan";
 /// What the orchestrator used to be called; still accepted wherever an agent is named.
 pub const ORCHESTRATOR_OLD_NAME: &str = "main";
 
@@ -148,7 +148,7 @@ impl AgentDefinition {
             return Some(definition);
         }
         Some(definition.map(|mut def| {
-            let read_only = crate::permissions::PermissionMode::ReadOnly;
+            let read_only = crate::permission_mode::PermissionMode::ReadOnly;
             let ceiling = def.ceiling.get_or_insert_with(Ceiling::default);
             ceiling.permissions = Some(ceiling.permissions.map_or(read_only, |p| p.min(read_only)));
             def
@@ -214,7 +214,7 @@ struct Frontmatter {
     disabled_features: Option<Vec<String>>,
     skills: Option<Vec<String>>,
     /// The widest permission mode the agent may run in: read-only, workspace or full.
-    permissions: Option<crate::permissions::PermissionMode>,
+    permissions: Option<crate::permission_mode::PermissionMode>,
     /// MCP servers the agent may use, by name: all their tools.
     #[serde(alias = "mcpServers")]
     mcp_servers: Option<Vec<String>>,
@@ -344,7 +344,7 @@ fn parse_agent_file(text: &str) -> Result<AgentFile, (Option<String>, String)> {
     let servers = frontmatter.mcp_servers.as_ref().map(|names| {
         names
             .iter()
-            .map(|n| format!("{}{n}", crate::mcp::PREFIX))
+            .map(|n| format!("{}{n}", crate::capabilities::MCP_PREFIX))
             .collect::<Vec<_>>()
     });
     match (&tools, servers) {
@@ -493,9 +493,7 @@ fn read_agent_text(path: &Path) -> Result<String, AgentFileError> {
 /// The model a built-in agent's mirror file (`.builtin/<name>/agent.md`) chooses, and the
 /// other frontmatter keys it carries, which are ignored: only the model of a built-in
 /// agent is the user's to change. `None` for `inherit` or no `model`.
-pub(crate) fn read_builtin_mirror(
-    path: &Path,
-) -> Result<(Option<String>, Vec<String>), AgentFileError> {
+pub fn read_builtin_mirror(path: &Path) -> Result<(Option<String>, Vec<String>), AgentFileError> {
     let fail = |field: Option<&str>, reason: String| AgentFileError {
         path: path.to_path_buf(),
         field: field.map(str::to_string),

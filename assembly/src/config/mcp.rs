@@ -170,7 +170,7 @@ pub(crate) fn parse(entries: BTreeMap<String, Entry>) -> Result<Vec<McpServerCon
                     ));
                 }
                 for header in entry.headers.keys() {
-                    if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                    if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
                         return Err(format!("{at}: {header:?} is not a valid header name"));
                     }
                 }

@@ -11,7 +11,7 @@ use pack_contract::{Contract, Shape};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::capabilities::{Resolved, ToolId};
+use crate::capabilities::{IMPLEMENTED, Resolved, ToolId};
 use crate::error::PromptError;
 
 /// A skill as the catalog shows it.
@@ -34,6 +34,14 @@ pub struct AgentEntry {
 pub struct McpServerEntry {
     pub name: String,
     pub instructions: String,
+}
+
+/// A session's MCP servers as the prompt sees them. The runtime's live servers implement it,
+/// so assembly reads their instructions turn by turn without linking an MCP client.
+pub trait McpInstructions: std::fmt::Debug + Sync {
+    /// The instructions of ready servers with at least one tool `allowed` lets through; a
+    /// server whose tools are all withheld says nothing to the model.
+    fn prompt_entries(&self, allowed: &dyn Fn(&str) -> bool) -> Vec<McpServerEntry>;
 }
 
 /// Everything that decides the template variables of one turn.
@@ -70,7 +78,7 @@ pub fn build(inputs: &ContextInputs<'_>) -> Value {
     let tools: Map<String, Value> = ToolId::ALL
         .into_iter()
         .map(|t| {
-            let offered = caps.has(t) && crate::tools::implemented(t);
+            let offered = caps.has(t) && IMPLEMENTED.contains(&t);
             (t.as_str().to_string(), Value::Bool(offered))
         })
         .collect();
