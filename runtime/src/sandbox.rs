@@ -244,6 +244,7 @@ pub struct Enforced {
 }
 
 /// Files every command may write to whatever the mode: writing to them changes nothing.
+#[cfg(target_os = "linux")]
 const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random"];
 
 /// Restricts the calling process (and everything it starts) to `spec`. Call it before
