@@ -74,10 +74,15 @@ struct World {
 
 impl World {
     fn new() -> Self {
+        Self::with_updates("")
+    }
+
+    /// [`World::new`] with `updates` added to the client config's `[updates]` table.
+    fn with_updates(updates: &str) -> Self {
         let publisher = Publisher::new();
         let data = tempfile::tempdir().unwrap();
         let packd = Packd::start(data.path(), &publisher.server_config());
-        let config = publisher.client_config(&packd.url, "[files]\n");
+        let config = publisher.client_config(&packd.url, &format!("{updates}[files]\n"));
         World {
             publisher,
             _data: data,
@@ -425,21 +430,51 @@ fn the_agent_sends_the_packs_prompt_and_a_release_reaches_its_next_model_call_an
 #[test]
 fn with_packd_down_and_nothing_installed_the_agent_runs_on_its_bundled_prompt() {
     let Some(exe) = opencode() else { return };
-    let mut w = World::new();
+    // The app ships its own prompts (`builtin_dir`): the built-in pack's files and its
+    // OpenCode prompt. That is what serves with nothing installed.
+    let bundled_dir = tempfile::tempdir().unwrap();
+    copy_tree(&workspace().join("packs/builtin"), bundled_dir.path());
+    let bundled = "You are Scribe, as bundled with the app.";
+    std::fs::create_dir_all(bundled_dir.path().join("opencode")).unwrap();
+    std::fs::write(bundled_dir.path().join(PROMPT_FILE), bundled).unwrap();
+    let mut w = World::with_updates(&format!(
+        "builtin_dir = {:?}\n",
+        bundled_dir.path().display().to_string()
+    ));
     // A release exists, but packd goes down before this client ever asked.
     w.release("1.0.0", "You are Scribe (pack 1.0.0).");
     w.packd.stop();
     w.run_client();
-    // The view names the built-in pack, compiled into the client; it has no OpenCode prompt.
     let named = w.until_view(|named| named.starts_with("builtin-0.0.0-"));
+    let in_view = w.cache.path().join("files").join(&named).join(PROMPT_FILE);
+    assert_eq!(std::fs::read_to_string(in_view).unwrap(), bundled);
+
+    let project = project();
+    let model = ChatServer::start(script(project.path(), None));
+    let agent = Agent::new(exe, project, &w.view(), &model);
+    let out = finished(agent.start(&["What do the notes in this project say?"]));
     assert!(
-        !w.cache
-            .path()
-            .join("files")
-            .join(&named)
-            .join(PROMPT_FILE)
-            .exists()
+        String::from_utf8_lossy(&out.stdout).contains("The notes say: true"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
+    let turn = turn_requests(&model);
+    assert_eq!(turn.len(), 2, "{turn:#?}");
+    for request in &turn {
+        assert_eq!(prompt_part(request), bundled);
+    }
+}
+
+#[test]
+fn a_view_without_the_prompt_file_leaves_the_agent_its_own_prompt() {
+    let Some(exe) = opencode() else { return };
+    // No builtin_dir: the compiled-in pack serves, and it has no OpenCode prompt.
+    let mut w = World::new();
+    w.packd.stop();
+    w.run_client();
+    let named = w.until_view(|named| named.starts_with("builtin-0.0.0-"));
+    let in_view = w.cache.path().join("files").join(&named).join(PROMPT_FILE);
+    assert!(!in_view.exists());
 
     let project = project();
     let model = ChatServer::start(script(project.path(), None));
