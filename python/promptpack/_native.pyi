@@ -42,7 +42,7 @@ class Client:
         self,
         *,
         cache_dir: _Path,
-        builtin_dir: _Path,
+        builtin_dir: Optional[_Path] = None,
         config: Optional[_Path] = None,
         client_version: str = "0.0.0",
     ) -> None: ...

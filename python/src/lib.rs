@@ -4,7 +4,7 @@
 //!
 //! - `Client(cache_dir=…, builtin_dir=…, config=…, client_version=…)` opens the cache like
 //!   `pack-client` does, with the bundled prompts read from a directory (checked the way
-//!   `packs/builtin` is checked at build time).
+//!   `packs/builtin` is checked at build time), or the config's `builtin_dir`.
 //! - `capture()` gives an immutable `Snapshot`; `Snapshot.render` renders under the strict
 //!   contract and never falls back; `Client.render` serves a request whole from one pack, and
 //!   from the bundled pack when the installed one fails (counted, reported, marked bad after
@@ -224,11 +224,11 @@ struct PyClient {
 #[pymethods]
 impl PyClient {
     #[new]
-    #[pyo3(signature = (*, cache_dir, builtin_dir, config = None, client_version = "0.0.0"))]
+    #[pyo3(signature = (*, cache_dir, builtin_dir = None, config = None, client_version = "0.0.0"))]
     fn new(
         py: Python<'_>,
         cache_dir: PathBuf,
-        builtin_dir: PathBuf,
+        builtin_dir: Option<PathBuf>,
         config: Option<PathBuf>,
         client_version: &str,
     ) -> PyResult<Self> {
@@ -238,7 +238,6 @@ impl PyClient {
             ))
         })?;
         py.detach(|| {
-            let builtin = builtin::from_dir(&builtin_dir).map_err(|e| client_error(&e))?;
             let config = match &config {
                 Some(path) => ClientConfig::load(path, cache_dir, version),
                 None => Ok(ClientConfig::new(cache_dir, version)),
@@ -252,9 +251,16 @@ impl PyClient {
                 .map_err(|e| {
                     PromptpackError::new_err(format!("starting the client's runtime: {e}"))
                 })?;
+            // The bundled prompts: this argument, else the config's `builtin_dir`, else the
+            // pack compiled into the wheel (the repository's packs/builtin).
             let client = {
                 let _entered = runtime.enter();
-                Client::with_builtin(config, builtin).map_err(|e| client_error(&e))?
+                match &builtin_dir {
+                    Some(dir) => builtin::from_dir(dir)
+                        .and_then(|builtin| Client::with_builtin(config, builtin)),
+                    None => Client::new(config),
+                }
+                .map_err(|e| client_error(&e))?
             };
             Ok(PyClient {
                 client: Arc::new(client),

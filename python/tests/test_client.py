@@ -202,3 +202,13 @@ def test_the_type_stubs_name_what_the_module_has():
     for member in ["name", "version", "sequence", "source", "sha256", "schema", "keys", "read",
                    "render"]:
         assert hasattr(promptpack.Snapshot, member) and f"def {member}(" in stubs
+
+
+def test_without_builtin_dir_the_configs_builtin_dir_serves(tmp_path, bundled):
+    config = tmp_path / "client.toml"
+    config.write_text(f'[updates]\nbuiltin_dir = "{bundled}"\n')
+    client = promptpack.Client(cache_dir=tmp_path / "cache", config=config)
+    assert "BUNDLED-PROMPTS" in client.capture().render(MEMORY, VARS)
+    # Neither: the pack compiled into the wheel, the repository's packs/builtin.
+    plain = promptpack.Client(cache_dir=tmp_path / "cache-2")
+    assert plain.capture().sha256 == open_client(tmp_path, BUILTIN, cache="cache-3").capture().sha256
