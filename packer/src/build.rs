@@ -72,9 +72,10 @@ pub struct BuildArgs {
     /// must still be there). Clients validate every template of a pack they install and
     /// keep the pack they have when one fails, so a broken template never reaches a model
     /// call; it only fails the release. For trees validated already, say by an earlier
-    /// `packer build` of the same files in CI. Validation takes about 1 ms for a 4 KB
-    /// template and grows with the square of a template's length (templates are limited to
-    /// 128 KiB each).
+    /// `packer build` of the same files in CI. Validation compiles each distinct top-level
+    /// tag or block once per build, leaving out the text between tags, and checks a template
+    /// whole only to report a problem in it: for a tree of 82 MB of templates, about 0.1 CPU
+    /// seconds (templates are limited to 128 KiB each).
     #[arg(long)]
     no_validate: bool,
 
