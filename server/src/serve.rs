@@ -187,26 +187,41 @@ impl Server {
         http.timer(TokioTimer::new())
             .header_read_timeout(header_timeout);
         let (phase, phases) = watch::channel(Phase::Serve);
-        // One accept loop per core beyond this one, each on its own thread with its own
-        // single-threaded runtime and its own socket on the same port: the kernel spreads
-        // new connections over the sockets, and a connection's requests never move between
-        // threads (nginx's worker model). Without it a revalidation paid for tokio handing
-        // connections between the cores: 0.9x nginx's rate, 1.04-1.13x with it (BENCHMARKS.md).
+        // One accept loop per core, each on its own thread with its own single-threaded
+        // runtime and its own socket on the same port: the kernel spreads new connections
+        // over the sockets, and a connection's requests never move between threads (nginx's
+        // worker model). Without it a revalidation paid for tokio handing connections between
+        // the cores: 0.9x nginx's rate, 1.04-1.13x with it (BENCHMARKS.md). The first loop
+        // takes the socket `bind` made; this runtime keeps only the background work (fleet
+        // flushes, the staging sweep, shutdown), so its threads never serve a connection.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut loops = Vec::new();
-        if let Ok(addr) = listener.local_addr() {
-            for core in 1..cores {
-                match spawn_accept_thread(core, addr, &app, &http, &connections, &phases) {
-                    Ok(finished) => loops.push(finished),
-                    Err(err) => {
-                        tracing::warn!(%err, core, "serving on fewer threads: no accept loop for this core");
-                        break;
-                    }
+        let addr = listener.local_addr();
+        let mut first = Some(listener);
+        for core in 0..cores {
+            let socket = match first.take() {
+                Some(bound) => bound.into_std(),
+                None => addr
+                    .as_ref()
+                    .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+                    .and_then(|addr| reuse_port_listener(*addr))
+                    .and_then(TcpListener::into_std),
+            };
+            match socket.and_then(|socket| {
+                spawn_accept_thread(core, socket, &app, &http, &connections, &phases)
+            }) {
+                Ok(finished) => loops.push(finished),
+                Err(err) if core == 0 => {
+                    tracing::error!(%err, "cannot serve: no accept loop could start");
+                    return;
+                }
+                Err(err) => {
+                    tracing::warn!(%err, core, "serving on fewer threads: no accept loop for this core");
+                    break;
                 }
             }
         }
-        let graceful = GracefulShutdown::new();
-        accept_loop(0, listener, &app, &http, &connections, &graceful, shutdown).await;
+        shutdown.await;
         let _ = phase.send(Phase::Drain);
         // Watches are answered now (304, or the newer document) instead of holding the
         // shutdown for their whole wait; their clients reconnect, to another node.
@@ -216,7 +231,6 @@ impl Server {
             "shutting down: finishing in-flight requests"
         );
         let finishing = async {
-            graceful.shutdown().await;
             // A loop leaves the list once it has ended, so none is awaited twice.
             while let Some(finished) = loops.last_mut() {
                 let _ = finished.await;
@@ -227,7 +241,7 @@ impl Server {
             () = finishing => tracing::info!("all connections closed"),
             () = tokio::time::sleep(shutdown_grace) => tracing::warn!("grace period over; closing remaining connections"),
         }
-        // The other loops drop what is still open and end.
+        // The loops drop what is still open and end.
         let _ = phase.send(Phase::Abort);
         for finished in loops {
             let _ = finished.await;
@@ -297,7 +311,7 @@ async fn accept_loop(
     }
 }
 
-/// Threads for blocking work at most, per accept loop beyond the first.
+/// Threads for blocking work at most, per accept loop.
 const BLOCKING_THREADS_PER_LOOP: usize = 64;
 
 /// Where the accept loops are: serving, draining (no new connections; open ones finish),
@@ -309,17 +323,16 @@ enum Phase {
     Abort,
 }
 
-/// Starts the accept loop for one more core: a thread with a single-threaded runtime and a
-/// socket of its own on `addr`. The receiver fires once the thread's runtime is gone.
+/// Starts the accept loop of one core on `socket`: a thread with a single-threaded runtime.
+/// The receiver fires once the thread's runtime is gone.
 fn spawn_accept_thread(
     core: usize,
-    addr: SocketAddr,
+    socket: std::net::TcpListener,
     app: &axum::Router,
     http: &hyper::server::conn::http1::Builder,
     connections: &Arc<Semaphore>,
     phases: &watch::Receiver<Phase>,
 ) -> std::io::Result<oneshot::Receiver<()>> {
-    let listener = reuse_port_listener(addr)?;
     // Each loop's runtime has its own pool for blocking work (file reads of the data
     // directory); capped so that a machine with many cores does not multiply tokio's
     // default of 512 threads by its core count.
@@ -334,6 +347,13 @@ fn spawn_accept_thread(
         .name(format!("packd-accept-{core}"))
         .spawn(move || {
             runtime.block_on(async move {
+                let listener = match TcpListener::from_std(socket) {
+                    Ok(listener) => listener,
+                    Err(err) => {
+                        tracing::error!(%err, core, "no accept loop for this core");
+                        return;
+                    }
+                };
                 let graceful = GracefulShutdown::new();
                 let drain = async move {
                     let _ = draining.wait_for(|p| *p != Phase::Serve).await;
