@@ -427,6 +427,23 @@ fn the_agent_sends_the_packs_prompt_and_a_release_reaches_its_next_model_call_an
     );
 }
 
+/// One turn of OpenCode against the view of `w` with packd down: the turn's two model
+/// requests, after checking the turn finished with the model's answer.
+fn offline_turn(exe: PathBuf, w: &World) -> Vec<Value> {
+    let project = project();
+    let model = ChatServer::start(script(project.path(), None));
+    let agent = Agent::new(exe, project, &w.view(), &model);
+    let out = finished(agent.start(&["What do the notes in this project say?"]));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("The notes say: true"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let turn = turn_requests(&model);
+    assert_eq!(turn.len(), 2, "{turn:#?}");
+    turn
+}
+
 #[test]
 fn with_packd_down_and_nothing_installed_the_agent_runs_on_its_bundled_prompt() {
     let Some(exe) = opencode() else { return };
@@ -449,18 +466,7 @@ fn with_packd_down_and_nothing_installed_the_agent_runs_on_its_bundled_prompt() 
     let in_view = w.cache.path().join("files").join(&named).join(PROMPT_FILE);
     assert_eq!(std::fs::read_to_string(in_view).unwrap(), bundled);
 
-    let project = project();
-    let model = ChatServer::start(script(project.path(), None));
-    let agent = Agent::new(exe, project, &w.view(), &model);
-    let out = finished(agent.start(&["What do the notes in this project say?"]));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("The notes say: true"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let turn = turn_requests(&model);
-    assert_eq!(turn.len(), 2, "{turn:#?}");
-    for request in &turn {
+    for request in &offline_turn(exe, &w) {
         assert_eq!(prompt_part(request), bundled);
     }
 }
@@ -476,18 +482,7 @@ fn a_view_without_the_prompt_file_leaves_the_agent_its_own_prompt() {
     let in_view = w.cache.path().join("files").join(&named).join(PROMPT_FILE);
     assert!(!in_view.exists());
 
-    let project = project();
-    let model = ChatServer::start(script(project.path(), None));
-    let agent = Agent::new(exe, project, &w.view(), &model);
-    let out = finished(agent.start(&["What do the notes in this project say?"]));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("The notes say: true"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let turn = turn_requests(&model);
-    assert_eq!(turn.len(), 2, "{turn:#?}");
-    for request in &turn {
+    for request in &offline_turn(exe, &w) {
         let prompt = prompt_part(request);
         assert!(prompt.starts_with(OPENCODE_OWN_PROMPT), "{prompt}");
         assert!(!prompt.contains("Scribe"), "{prompt}");

@@ -24,7 +24,7 @@ mod write;
 
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -468,18 +468,7 @@ impl ToolContext {
     /// An absolute, lexically normalised path: relative ones are taken from the working
     /// directory, `.` and `..` are resolved without touching the disk.
     pub fn resolve(&self, path: &str) -> PathBuf {
-        let joined = self.cwd.join(path);
-        let mut out = PathBuf::new();
-        for component in joined.components() {
-            match component {
-                Component::ParentDir => {
-                    out.pop();
-                }
-                Component::CurDir => {}
-                other => out.push(other),
-            }
-        }
-        out
+        prompt_assembly::paths::normalise(&self.cwd.join(path))
     }
 
     pub fn mark_read(&self, path: &Path) {
