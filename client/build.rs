@@ -5,33 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-use pack_contract::{Contract, template_check};
-use pack_format::{DirProblem, FormatError, Limits, PackDir};
+use pack_contract::{Contract, read_complete_pack};
+use pack_format::{FormatError, Limits};
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packs/builtin");
     println!("cargo:rerun-if-changed={}", root.display());
     let contract = Contract::builtin(1).expect("schema 1 is compiled in");
     let limits = Limits::DEFAULT;
-    let mut dir = PackDir::scan(&root, &limits);
-    for file in dir.files() {
-        println!("cargo:rerun-if-changed={}", file.disk.display());
-    }
-    let required: Vec<String> = contract
-        .required_templates()
-        .iter()
-        .filter(|path| !dir.contains(path))
-        .cloned()
-        .collect();
-    for missing in required {
-        dir.add_problem(DirProblem::new(
-            root.join(&missing),
-            "missing; the runtime renders it",
-        ));
-    }
-    let files = dir.files().to_vec();
-    let check = template_check(&contract);
-    let payload = match dir.read(&limits, Some(&check)) {
+    let payload = match read_complete_pack(&root, &contract, &limits) {
         Ok(payload) => payload,
         Err(FormatError::PackDirectory { problems, .. }) => {
             let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -45,11 +27,12 @@ fn main() {
     let mut out = String::from(
         "/// Files of `packs/builtin`, compiled in.\npub static BUILTIN_FILES: &[(&str, &[u8])] = &[\n",
     );
-    for file in &files {
-        let abs = file.disk.canonicalize().expect("canonical path");
+    for path in payload.files().keys() {
+        let disk = root.join(path);
+        println!("cargo:rerun-if-changed={}", disk.display());
+        let abs = disk.canonicalize().expect("canonical path");
         out.push_str(&format!(
-            "    ({:?}, include_bytes!({:?})),\n",
-            file.path,
+            "    ({path:?}, include_bytes!({:?})),\n",
             abs.display().to_string()
         ));
     }

@@ -33,8 +33,7 @@ pub fn snapshot() -> Arc<Snapshot> {
 /// template the contract requires is there. Its `sha256` is that of its canonical tar, as
 /// for the compiled-in pack, so the same files give the same digest either way.
 pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, crate::ClientError> {
-    use pack_contract::{Contract, template_check};
-    use pack_format::{DirProblem, FormatError, Limits, PackDir};
+    use pack_format::{FormatError, Limits};
 
     let failed = |reason: String| crate::ClientError::Builtin {
         path: dir.display().to_string(),
@@ -43,21 +42,8 @@ pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, crate::ClientErr
     if !dir.is_dir() {
         return Err(failed("not a directory".to_string()));
     }
-    let contract = Contract::builtin(1).expect("schema 1 is compiled in");
-    let limits = Limits::DEFAULT;
-    let mut pack = PackDir::scan(dir, &limits);
-    let missing: Vec<String> = (contract.required_templates().iter())
-        .filter(|path| !pack.contains(path))
-        .cloned()
-        .collect();
-    for path in missing {
-        pack.add_problem(DirProblem::new(
-            dir.join(&path),
-            "missing; the runtime renders it",
-        ));
-    }
-    let check = template_check(&contract);
-    let payload = match pack.read(&limits, Some(&check)) {
+    let contract = pack_contract::Contract::builtin(1).expect("schema 1 is compiled in");
+    let payload = match pack_contract::read_complete_pack(dir, &contract, &Limits::DEFAULT) {
         Ok(payload) => payload,
         Err(FormatError::PackDirectory { problems, .. }) => {
             let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();

@@ -386,6 +386,29 @@ fn static_check(file_name: &str, template: &Template, contract: &Contract) -> Ve
     checker.errors
 }
 
+/// Reads a directory that must be a complete pack for `contract`, as a built-in pack must
+/// (the compiled-in one when the client is built, an app's own when a client opens with
+/// one): every problem the pack-directory reader finds, every template checked against
+/// `contract`, and every template the contract requires that is missing, all reported
+/// together in one [`pack_format::FormatError::PackDirectory`].
+pub fn read_complete_pack(
+    root: &std::path::Path,
+    contract: &Contract,
+    limits: &pack_format::Limits,
+) -> Result<pack_format::Payload, pack_format::FormatError> {
+    let mut dir = pack_format::PackDir::scan(root, limits);
+    let missing: Vec<&String> = (contract.required_templates().iter())
+        .filter(|path| !dir.contains(path))
+        .collect();
+    for path in missing {
+        dir.add_problem(pack_format::DirProblem::new(
+            root.join(path),
+            "missing; the runtime renders it",
+        ));
+    }
+    dir.read(limits, Some(&template_check(contract)))
+}
+
 /// The check a pack directory's reader runs on every file ([`pack_format::FileCheck`]):
 /// every `*.hbs` file must be UTF-8 and pass [`validate_template_all`] against `contract`;
 /// other files are data. One [`Validator`] serves every file, so a piece of template that
