@@ -246,13 +246,13 @@ pub struct FailingPack {
     pub daily: Vec<u64>,
 }
 
-fn channel_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+pub(crate) fn channel_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let name = String::deserialize(deserializer)?;
     pack_format::validate_name("channel", &name).map_err(D::Error::custom)?;
     Ok(name)
 }
 
-fn pack_ref<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+pub(crate) fn pack_ref<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
     if text == crate::headers::INSTALLED_BUILTIN || crate::is_sha256_hex(&text) {
         return Ok(text);
@@ -269,7 +269,7 @@ pub fn is_release(text: &str) -> bool {
     text.len() <= MAX_RELEASE_LEN && semver::Version::parse(text).is_ok()
 }
 
-fn release<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+pub(crate) fn release<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let text = String::deserialize(deserializer)?;
     if is_release(&text) {
         return Ok(text);

@@ -8,11 +8,15 @@
 
 pub mod fleet;
 pub mod headers;
+pub mod outcomes;
 pub mod paths;
 
 pub use fleet::{
     EstimateInfo, FailingPack, FailureCell, FailureReport, FleetCell, FleetView, RangePack,
     RangeView, ReportAccepted, ReportReason,
+};
+pub use outcomes::{
+    OutcomeCounts, OutcomeRates, OutcomeReport, OutcomeRow, OutcomesAccepted, OutcomesView, Rate,
 };
 
 use serde::de::Error as _;

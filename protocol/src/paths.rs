@@ -77,5 +77,14 @@ pub fn reports(channel: &str) -> String {
     format!("/v1/channels/{channel}/reports")
 }
 
+/// `POST`: one install's outcome counts of one day; `GET`: the channel's outcome counts
+/// merged per pack version × client release, with rates and intervals (`?days=N`).
+pub fn outcomes(channel: &str) -> String {
+    format!("/v1/channels/{channel}/outcomes")
+}
+
+/// The query parameter of `GET` [`outcomes`] and [`fleet`]: the UTC days to cover.
+pub const DAYS_PARAM: &str = "days";
+
 /// `GET`: the OpenAPI description, generated from this crate's types.
 pub const OPENAPI: &str = "/v1/openapi.json";
