@@ -120,6 +120,8 @@ fn publish(shared: &Shared, signer: &SigningKey, sequence: u64, sealed: &[u8], v
             }),
             rollout: None,
         }],
+        guard: None,
+        restricts: None,
     };
     let signed = doc.sign(signer).unwrap();
     let mut s = shared.lock().unwrap();

@@ -462,6 +462,7 @@ impl Client {
             cache: self.cache.clone(),
             health: self.health.clone(),
             serving: self.store.capture(),
+            now: OffsetDateTime::now_utc(),
         }
     }
 
@@ -1098,7 +1099,7 @@ impl Client {
         }
 
         // 3. The entry for this client's release of now.
-        let selected = doc.select(&self.config.client_version, &self.install_id);
+        let selected = doc.select(&self.config.client_version, &self.install_id, now);
         let target = match selected.map(|e| &e.target) {
             Some(EntryTarget::Pack(entry)) => Some(entry.clone()),
             Some(EntryTarget::Builtin) | None => None,
@@ -1510,6 +1511,8 @@ struct Selector {
     cache: Cache,
     health: Arc<Health>,
     serving: Arc<Snapshot>,
+    /// The clock ramps are read at.
+    now: OffsetDateTime,
 }
 
 /// What [`select`] chose; [`Client::serve_selection`] makes the store serve it.
@@ -1532,6 +1535,7 @@ fn select(selector: Selector) -> Result<Selection, ClientError> {
         cache,
         health,
         serving,
+        now,
     } = selector;
     let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
         if state.installed.is_some() {
@@ -1577,7 +1581,7 @@ fn select(selector: Selector) -> Result<Selection, ClientError> {
         }
     } else {
         match doc
-            .select(&config.client_version, &install_id)
+            .select(&config.client_version, &install_id, now)
             .map(|e| &e.target)
         {
             Some(EntryTarget::Pack(entry)) => entry.clone(),

@@ -13,7 +13,9 @@ use sha2::Digest;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::guard::{Guard, Restricts};
 use crate::keys::key_id_hex;
+use crate::ramp::{RAMP_CLOCK_SKEW, Ramp};
 use crate::{FormatError, Limits, SigningKey, TrustedKeys, sha256_hex, validate_name};
 
 /// Version of the channel document layout.
@@ -40,6 +42,13 @@ pub struct ChannelDocument {
     pub expires_at: OffsetDateTime,
     /// Tried in order; the first that matches the client's version (and rollout bucket) wins.
     pub entries: Vec<ChannelEntry>,
+    /// The key that may stop this channel's rollouts (see [`crate::guard`]). Only a document
+    /// signed by a trusted key names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<Guard>,
+    /// In a document the guard key signed: the document it restricts, as signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restricts: Option<Restricts>,
 }
 
 /// One rule: clients whose version matches `clients` get `target`.
@@ -74,12 +83,39 @@ pub struct PackRef {
 }
 
 /// A staged rollout: an install is in when its bucket (0-99, from the salt and its install
-/// id) is below `percent`. Lowering `percent` with the same salt only takes installs out.
+/// id) is below the rollout's percentage. Lowering it with the same salt only takes installs
+/// out. With a [`Ramp`], `percent` is where the ramp starts and the percentage grows on the
+/// signed schedule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rollout {
     pub percent: u8,
     pub salt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<Ramp>,
+}
+
+impl Rollout {
+    /// A fixed percentage (no ramp).
+    pub fn fixed(percent: u8, salt: impl Into<String>) -> Rollout {
+        Rollout {
+            percent,
+            salt: salt.into(),
+            ramp: None,
+        }
+    }
+
+    /// The percentage at `at`.
+    pub fn percent_at(&self, at: OffsetDateTime) -> u8 {
+        self.ramp
+            .as_ref()
+            .map_or(self.percent, |ramp| ramp.percent_at(self.percent, at))
+    }
+
+    /// Whether the install with `install_id` is in at `at`.
+    pub fn includes(&self, install_id: &str, at: OffsetDateTime) -> bool {
+        rollout_bucket(&self.salt, install_id) < self.percent_at(at)
+    }
 }
 
 /// The stable rollout bucket (0-99) of an install for a salt.
@@ -100,6 +136,9 @@ pub struct VerifiedChannel {
     pub document: ChannelDocument,
     /// The minisign key id that signed it.
     pub key_id: String,
+    /// For a document the guard key signed: the document it restricts, verified against the
+    /// trusted keys.
+    pub base: Option<Box<VerifiedChannel>>,
     /// SHA-256 of the document bytes.
     pub sha256: String,
 }
@@ -158,6 +197,9 @@ impl ChannelDocument {
                 ),
             ));
         }
+        if let Some(guard) = &self.guard {
+            guard.public_key()?;
+        }
         if self.entries.len() > 1024 {
             return Err(FormatError::malformed(
                 "channel document",
@@ -184,6 +226,11 @@ impl ChannelDocument {
                         format!("entry {i}: rollout salt must be 1-128 bytes"),
                     ));
                 }
+                if let Some(ramp) = &rollout.ramp {
+                    ramp.validate(rollout.percent).map_err(|reason| {
+                        FormatError::malformed("channel entry", format!("entry {i}: {reason}"))
+                    })?;
+                }
             }
             match &entry.target {
                 EntryTarget::Pack(pack) => {
@@ -208,20 +255,33 @@ impl ChannelDocument {
         Ok(())
     }
 
-    /// The entry for a client at `client_version` with `install_id`: the first whose range
-    /// matches and whose rollout (if any) includes the install.
+    /// The entry for a client at `client_version` with `install_id` when its clock says
+    /// `now`: the first whose range matches and whose rollout (if any) includes the install.
     pub fn select(
         &self,
         client_version: &semver::Version,
         install_id: &str,
+        now: OffsetDateTime,
     ) -> Option<&ChannelEntry> {
+        let at = self.ramp_time(now);
         self.entries.iter().find(|entry| {
             entry.clients.matches(client_version)
                 && entry
                     .rollout
                     .as_ref()
-                    .is_none_or(|r| rollout_bucket(&r.salt, install_id) < r.percent)
+                    .is_none_or(|r| r.includes(install_id, at))
         })
+    }
+
+    /// The time ramps are read at for a client whose clock says `now`: a clock more than
+    /// [`RAMP_CLOCK_SKEW`] behind the signing time holds every ramp at its start. (A clock
+    /// ahead is bounded by the expiry: past it the document is refused.)
+    pub fn ramp_time(&self, now: OffsetDateTime) -> OffsetDateTime {
+        if now < self.issued_at - RAMP_CLOCK_SKEW {
+            OffsetDateTime::UNIX_EPOCH
+        } else {
+            now
+        }
     }
 
     /// Signs the canonical bytes with `key`.
@@ -267,6 +327,17 @@ pub fn verify(
     limits: &Limits,
 ) -> Result<VerifiedChannel, FormatError> {
     let verified = verify_ignoring_expiry(document, signature, trusted, limits)?;
+    // A guard document dated ahead of the reader's clock would freeze at a percentage the
+    // ramp has not reached.
+    if verified.base.is_some() && verified.document.issued_at > now + RAMP_CLOCK_SKEW {
+        return Err(FormatError::GuardOverreach {
+            reason: format!(
+                "it is dated {}, ahead of this clock ({})",
+                format_time(verified.document.issued_at),
+                format_time(now)
+            ),
+        });
+    }
     if verified.document.expires_at <= now {
         return Err(FormatError::Expired {
             expires_at: format_time(verified.document.expires_at),
@@ -277,6 +348,10 @@ pub fn verify(
 }
 
 /// [`verify`] without the expiry check, for tools that show old documents (history).
+///
+/// A document signed by a key that is not trusted is still accepted when it is a guard
+/// document: it restricts a document the trusted keys signed, which names its key as the
+/// channel's guard, and it only freezes or rolls back (see [`crate::guard`]).
 pub fn verify_ignoring_expiry(
     document: &[u8],
     signature: &str,
@@ -312,16 +387,48 @@ pub fn verify_ignoring_expiry(
     }
     let key_id = key_id_hex(&keynum);
     let Some(public) = trusted.get(&key_id) else {
-        return Err(FormatError::UntrustedKey {
-            key_id,
+        let untrusted = || FormatError::UntrustedKey {
+            key_id: key_id.clone(),
             trusted: trusted.ids().join(", "),
-        });
+        };
+        // Perhaps a guard document: what it restricts says whose key signed it.
+        let restricts = serde_json::from_slice::<ChannelDocument>(document)
+            .ok()
+            .and_then(|d| d.restricts)
+            .ok_or_else(untrusted)?;
+        return crate::guard::verify_guarded(
+            document, signature, &key_id, &restricts, trusted, limits,
+        );
     };
+    let parsed = check_signed(document, signature, public, &key_id)?;
+    if parsed.restricts.is_some() {
+        return Err(FormatError::GuardOverreach {
+            reason: format!(
+                "key {key_id} is trusted to sign channel documents, not guard documents; a guard document is signed by the guard key its channel names"
+            ),
+        });
+    }
+    Ok(VerifiedChannel {
+        document: parsed,
+        key_id,
+        base: None,
+        sha256: sha256_hex(document),
+    })
+}
+
+/// Checks `signature` over `document` with `public` (key `key_id`), then the trusted
+/// comment, then the document itself.
+pub(crate) fn check_signed(
+    document: &[u8],
+    signature: &str,
+    public: &minisign::PublicKey,
+    key_id: &str,
+) -> Result<ChannelDocument, FormatError> {
     let sig_box = minisign::SignatureBox::from_string(signature)
         .map_err(|e| FormatError::malformed("channel signature", e))?;
     minisign::verify(public, &sig_box, Cursor::new(document), true, false, false).map_err(
         |_| FormatError::BadSignature {
-            key_id: key_id.clone(),
+            key_id: key_id.to_string(),
         },
     )?;
     let found_comment = sig_box
@@ -337,11 +444,7 @@ pub fn verify_ignoring_expiry(
         });
     }
     parsed.validate()?;
-    Ok(VerifiedChannel {
-        document: parsed,
-        key_id,
-        sha256: sha256_hex(document),
-    })
+    Ok(parsed)
 }
 
 /// Reads the algorithm and key number out of a minisign signature file without trusting it:

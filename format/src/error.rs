@@ -73,6 +73,16 @@ pub enum FormatError {
          not exact in every JSON reader, so readers could disagree on which document is newer"
     )]
     SequenceOutOfRange { found: u64, limit: u64 },
+    #[error(
+        "guard key {key_id} signed this document, but the document it restricts (sequence {sequence}) delegates to {delegated}"
+    )]
+    GuardNotDelegated {
+        key_id: String,
+        sequence: u64,
+        delegated: String,
+    },
+    #[error("guard document refused: {reason}; a guard may only freeze or roll back")]
+    GuardOverreach { reason: String },
     #[error("channel document expired at {expires_at}; now is {now}")]
     Expired { expires_at: String, now: String },
     #[error("key file {path}: {reason}")]

@@ -8,16 +8,20 @@
 //! - [`payload`]: the `tar.zst` payload with its index of every file's size and SHA-256.
 //! - [`source`]: the one reader of a pack directory (the files, or every problem found).
 //! - [`channel`]: the channel document and its minisign (prehashed Ed25519) signature.
+//! - [`ramp`]: rollouts whose percentage grows on a signed schedule.
+//! - [`guard`]: the guard key, which may only freeze or roll back a channel.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
 //! - [`retry`]: the one backoff schedule (jitter, cap) every retry loop of the project uses.
 
 pub mod channel;
 pub mod error;
 mod frames;
+pub mod guard;
 pub mod keys;
 pub mod limits;
 pub mod pack;
 pub mod payload;
+pub mod ramp;
 pub mod retry;
 pub mod source;
 pub mod unpack;
@@ -26,12 +30,14 @@ pub use channel::{
     ChannelDocument, ChannelEntry, EntryTarget, PackRef, Rollout, VerifiedChannel, rollout_bucket,
 };
 pub use error::FormatError;
+pub use guard::{Guard, GuardAction, Restricts};
 pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
 pub use limits::Limits;
 pub use pack::{
     KeySlot, OpenedPack, PackHeader, SealInput, SealedPack, Segment, open, read_header, seal,
 };
 pub use payload::{IndexEntry, Payload, PayloadFile};
+pub use ramp::{Ramp, RampStep};
 pub use source::{
     DirFile, DirProblem, FileCheck, FileProblem, PackDir, SealOptions, SealedDir, read_pack_dir,
 };

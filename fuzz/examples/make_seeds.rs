@@ -236,6 +236,8 @@ fn documents() -> Result<Vec<ChannelDocument>> {
                     rollout: Some(Rollout {
                         percent: 25,
                         salt: "spring-rollout".to_string(),
+ramp: None,
+
                     }),
                 },
                 ChannelEntry {
@@ -249,6 +251,9 @@ fn documents() -> Result<Vec<ChannelDocument>> {
                     rollout: None,
                 },
             ],
+guard: None,
+restricts: None,
+
         },
         ChannelDocument {
             format: CHANNEL_FORMAT,
@@ -258,6 +263,9 @@ fn documents() -> Result<Vec<ChannelDocument>> {
             issued_at: at(NOW_UNIX - 10)?,
             expires_at: at(NOW_UNIX + 10)?,
             entries: vec![],
+guard: None,
+restricts: None,
+
         },
     ])
 }

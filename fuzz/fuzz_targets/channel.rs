@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let client = semver::Version::new(1, 4, 2);
-    let _ = parsed.select(&client, "fuzz-install");
+    let _ = parsed.select(&client, "fuzz-install", time::OffsetDateTime::UNIX_EPOCH);
     if parsed.validate().is_err() {
         assert!(
             verified.is_err(),

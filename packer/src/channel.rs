@@ -112,6 +112,8 @@ pub fn run(args: &ChannelArgs, json: bool) -> Result<()> {
         issued_at: now,
         expires_at,
         entries,
+        guard: None,
+        restricts: None,
     };
     let signed = document.sign(&key)?;
     // Check the output the way a client will before anything is written.
@@ -297,6 +299,7 @@ fn parse_entry(spec: &str, pack_name: &str) -> Result<ChannelEntry> {
     let rollout = rollout.map(|(percent, salt)| Rollout {
         percent,
         salt: salt.unwrap_or(default_salt),
+        ramp: None,
     });
     Ok(ChannelEntry {
         clients,
@@ -388,7 +391,8 @@ mod tests {
             entry.rollout,
             Some(Rollout {
                 percent: 50,
-                salt: "builtin".to_string()
+                salt: "builtin".to_string(),
+                ramp: None,
             })
         );
         assert!(parse_entry("builtin", "p").is_err());

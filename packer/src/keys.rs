@@ -106,6 +106,8 @@ fn check_pair(key: &SigningKey, secret: &Path, public: &Path) -> Result<()> {
         issued_at: now,
         expires_at: now + time::Duration::hours(1),
         entries: Vec::new(),
+        guard: None,
+        restricts: None,
     };
     let signed = probe.sign(key)?;
     let verified = pack_format::channel::verify_ignoring_expiry(

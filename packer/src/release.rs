@@ -310,6 +310,8 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         issued_at: now,
         expires_at,
         entries,
+        guard: None,
+        restricts: None,
     };
 
     let checked = check_newly_named(args, &remote, &pack, &old_entries, &document.entries)
@@ -753,7 +755,11 @@ fn rollout(
     let entry = ChannelEntry {
         clients: range.clone(),
         target,
-        rollout: Some(Rollout { percent, salt }),
+        rollout: Some(Rollout {
+            percent,
+            salt,
+            ramp: None,
+        }),
     };
     if let Some(i) = existing {
         entries[i] = entry;
@@ -962,7 +968,8 @@ mod tests {
             entries[0].rollout,
             Some(Rollout {
                 percent: 50,
-                salt: "custom".into()
+                salt: "custom".into(),
+                ramp: None,
             })
         );
         // A different version reshuffles.

@@ -117,6 +117,7 @@ fn entries(sequence: u64, refs: &[PackRef]) -> Vec<ChannelEntry> {
                 rollout: Some(Rollout {
                     percent: [5, 10, 25, 50][step - 1],
                     salt: format!("rollout-{sequence}"),
+                    ramp: None,
                 }),
             },
             pin(&all, &refs[base]),
@@ -184,6 +185,8 @@ async fn main() -> Result<()> {
             issued_at: now - time::Duration::minutes(args.history as i64 - sequence as i64 + 1),
             expires_at: expires,
             entries: entries(sequence, versions),
+            guard: None,
+            restricts: None,
         };
         let dir = args
             .data_dir

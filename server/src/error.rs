@@ -245,7 +245,8 @@ impl ApiError {
             FormatError::UntrustedKey { .. }
             | FormatError::LegacySignature
             | FormatError::BadSignature { .. }
-            | FormatError::CommentMismatch { .. } => ApiError::InvalidSignature(err),
+            | FormatError::CommentMismatch { .. }
+            | FormatError::GuardNotDelegated { .. } => ApiError::InvalidSignature(err),
             FormatError::Malformed {
                 what: "channel signature",
                 ..
@@ -267,6 +268,7 @@ impl ApiError {
             | FormatError::DecompressionBomb { .. }
             | FormatError::KeyFile { .. }
             | FormatError::SequenceOutOfRange { .. }
+            | FormatError::GuardOverreach { .. }
             | FormatError::Signing(_)
             | FormatError::PackDirectory { .. }
             | FormatError::Io { .. } => ApiError::InvalidDocument(err),

@@ -244,6 +244,8 @@ impl Fixture {
                 }),
                 rollout: None,
             }],
+            guard: None,
+            restricts: None,
         }
     }
 

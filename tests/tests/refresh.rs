@@ -412,6 +412,8 @@ fn a_thousand_refreshes_during_a_release_loop_never_pair_mismatched_signatures()
                 }),
                 rollout: None,
             }],
+            guard: None,
+            restricts: None,
         };
         let signed = doc.sign(key).unwrap();
         (signed.document, signed.signature)

@@ -76,6 +76,8 @@ pub fn document(sequence: u64) -> ChannelDocument {
                 rollout: None,
             },
         ],
+        guard: None,
+        restricts: None,
     }
 }
 

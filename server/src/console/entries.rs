@@ -207,6 +207,7 @@ mod tests {
             rollout: rollout.map(|percent| Rollout {
                 percent,
                 salt: "s".into(),
+                ramp: None,
             }),
         }
     }
@@ -220,6 +221,8 @@ mod tests {
             issued_at: OffsetDateTime::UNIX_EPOCH,
             expires_at: OffsetDateTime::UNIX_EPOCH,
             entries,
+            guard: None,
+            restricts: None,
         }
     }
 

@@ -138,8 +138,11 @@ max_blob_bytes = {MAX_BLOB_BYTES}
                 rollout: Some(pack_format::Rollout {
                     percent: 100,
                     salt: salt.to_string(),
+                    ramp: None,
                 }),
             }],
+            guard: None,
+            restricts: None,
         }
     }
 
