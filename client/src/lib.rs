@@ -8,7 +8,8 @@
 //!   [`watch`] refreshes long-running processes within seconds of a change.
 //! - When anything is wrong the store serves the pack compiled into the binary, whole;
 //!   [`health`] marks a pack that keeps failing to render bad on the device, and [`report`]
-//!   tells the server what failed (reason codes only).
+//!   tells the server what failed (reason codes only); [`outcomes`] keeps how the turns
+//!   of each pack version went (counts only) and sends them once their day is over.
 //! - [`files`] keeps, when the config asks for it, what serves as read-only files behind
 //!   one link, for agents that read their prompts from files.
 
@@ -20,6 +21,7 @@ pub mod config;
 pub mod error;
 pub mod files;
 pub mod health;
+pub mod outcomes;
 pub mod report;
 pub mod schedule;
 pub mod snapshot;

@@ -34,7 +34,7 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The pause before the next send after a failed one: the shared schedule's first wait,
 /// in `[RETRY_AFTER_SECS, 2 × RETRY_AFTER_SECS)`.
-fn retry_pause() -> Duration {
+pub(crate) fn retry_pause() -> Duration {
     let first = Duration::from_secs(RETRY_AFTER_SECS as u64);
     Backoff {
         first,

@@ -83,6 +83,8 @@ pub async fn start(
                 if let Err(e) = client.refresh().await {
                     tracing::warn!("scheduled refresh failed: {e}");
                 }
+                // Outcome counts of the days that ended since (see [`crate::outcomes`]).
+                crate::outcomes::send_due(&client).await;
             })
         })?)
         .await?;
