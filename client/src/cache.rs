@@ -7,6 +7,7 @@
 //! <cache_dir>/install-id        random, stable per install (rollout bucket)
 //! <cache_dir>/health.json       render failures in a row per pack, device-side bad marks
 //! <cache_dir>/reports.json      failure reports waiting to be sent, and those sent today
+//! <cache_dir>/outcomes.json     outcome counts per day × pack × release, until sent
 //! ```
 //!
 //! Every write is temp file + fsync + rename + fsync of the directory, and the pack is
