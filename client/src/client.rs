@@ -1066,6 +1066,19 @@ impl Client {
             &self.config.limits,
         )
         .map_err(ClientError::Document)?;
+        // A guard document must also restrict the guard document this client follows, if it
+        // follows one: a freeze is never undone by the guard key.
+        if verified.base.is_some()
+            && let (Some(held), Some(held_signature)) = (&state.document, &state.signature)
+            && let Ok(held) = channel::verify_ignoring_expiry(
+                held.as_bytes(),
+                held_signature,
+                &self.config.trusted_keys,
+                &self.config.limits,
+            )
+        {
+            pack_format::guard::check_live(&verified, &held).map_err(ClientError::Document)?;
+        }
         let doc = &verified.document;
         if doc.channel != self.config.channel {
             return Err(ClientError::WrongChannel {

@@ -93,6 +93,28 @@ pub struct Rollout {
     pub salt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp: Option<Ramp>,
+    /// What the channel's guard watches while the rollout runs, and what it does on a
+    /// regression. Clients only carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<Watch>,
+}
+
+/// The publisher's instruction to the guard for one rollout: compare the rolling-out pack
+/// with the one it replaces on `metrics` (names of outcome rates, such as
+/// `tool_error_rate`), and `action` it when one is worse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Watch {
+    pub metrics: Vec<String>,
+    pub action: WatchAction,
+}
+
+/// What the guard signs on a regression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WatchAction {
+    Freeze,
+    Rollback,
 }
 
 impl Rollout {
@@ -102,6 +124,7 @@ impl Rollout {
             percent,
             salt: salt.into(),
             ramp: None,
+            watch: None,
         }
     }
 
@@ -224,6 +247,22 @@ impl ChannelDocument {
                     return Err(FormatError::malformed(
                         "channel entry",
                         format!("entry {i}: rollout salt must be 1-128 bytes"),
+                    ));
+                }
+                if let Some(watch) = &rollout.watch
+                    && (watch.metrics.is_empty()
+                        || watch.metrics.len() > 16
+                        || watch.metrics.iter().any(|m| {
+                            m.is_empty()
+                                || m.len() > 64
+                                || !m.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                        }))
+                {
+                    return Err(FormatError::malformed(
+                        "channel entry",
+                        format!(
+                            "entry {i}: a watch names 1-16 metrics of a-z and _ (such as tool_error_rate)"
+                        ),
                     ));
                 }
                 if let Some(ramp) = &rollout.ramp {

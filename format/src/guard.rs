@@ -234,6 +234,9 @@ fn check_freeze(i: usize, was: &Rollout, now: &Rollout, at: OffsetDateTime) -> R
             "entry {i} changes its rollout salt, which moves installs in"
         ));
     }
+    if now.watch != was.watch {
+        return Err(format!("entry {i} changes what the guard watches"));
+    }
     if now.ramp.is_some() {
         return Err(format!(
             "entry {i} sets a new ramp: a guard freezes, resuming takes the signing key"
@@ -290,10 +293,10 @@ pub fn guard_document(
                     format!("entry {entry} has no rollout to freeze"),
                 ));
             };
-            changed.rollout = Some(Rollout::fixed(
-                rollout.percent_at(next.issued_at),
-                rollout.salt.clone(),
-            ));
+            changed.rollout = Some(Rollout {
+                watch: rollout.watch.clone(),
+                ..Rollout::fixed(rollout.percent_at(next.issued_at), rollout.salt.clone())
+            });
         }
         GuardAction::Rollback => {
             changed.target = live.replaced(entry).clone();

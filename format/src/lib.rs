@@ -27,7 +27,8 @@ pub mod source;
 pub mod unpack;
 
 pub use channel::{
-    ChannelDocument, ChannelEntry, EntryTarget, PackRef, Rollout, VerifiedChannel, rollout_bucket,
+    ChannelDocument, ChannelEntry, EntryTarget, PackRef, Rollout, VerifiedChannel, Watch,
+    WatchAction, rollout_bucket,
 };
 pub use error::FormatError;
 pub use guard::{Guard, GuardAction, Restricts};

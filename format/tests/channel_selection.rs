@@ -22,6 +22,7 @@ fn entry(range: &str, target: EntryTarget, rollout: Option<(u8, &str)>) -> Chann
             percent,
             salt: salt.to_string(),
             ramp: None,
+            watch: None,
         }),
     }
 }

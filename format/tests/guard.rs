@@ -36,6 +36,7 @@ fn ramping(sequence: u64, guard: &SigningKey) -> ChannelDocument {
                 percent: first,
                 salt: "ramp-1.3.0".to_string(),
                 ramp: Some(ramp),
+                watch: None,
             }),
         },
         ChannelEntry {

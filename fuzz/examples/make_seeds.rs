@@ -237,6 +237,7 @@ fn documents() -> Result<Vec<ChannelDocument>> {
                         percent: 25,
                         salt: "spring-rollout".to_string(),
 ramp: None,
+watch: None,
 
                     }),
                 },

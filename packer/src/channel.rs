@@ -300,6 +300,7 @@ fn parse_entry(spec: &str, pack_name: &str) -> Result<ChannelEntry> {
         percent,
         salt: salt.unwrap_or(default_salt),
         ramp: None,
+        watch: None,
     });
     Ok(ChannelEntry {
         clients,
@@ -393,6 +394,7 @@ mod tests {
                 percent: 50,
                 salt: "builtin".to_string(),
                 ramp: None,
+                watch: None,
             })
         );
         assert!(parse_entry("builtin", "p").is_err());

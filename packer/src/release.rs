@@ -759,6 +759,7 @@ fn rollout(
             percent,
             salt,
             ramp: None,
+            watch: None,
         }),
     };
     if let Some(i) = existing {
@@ -970,6 +971,7 @@ mod tests {
                 percent: 50,
                 salt: "custom".into(),
                 ramp: None,
+                watch: None,
             })
         );
         // A different version reshuffles.

@@ -118,6 +118,7 @@ fn entries(sequence: u64, refs: &[PackRef]) -> Vec<ChannelEntry> {
                     percent: [5, 10, 25, 50][step - 1],
                     salt: format!("rollout-{sequence}"),
                     ramp: None,
+                    watch: None,
                 }),
             },
             pin(&all, &refs[base]),

@@ -208,6 +208,7 @@ mod tests {
                 percent,
                 salt: "s".into(),
                 ramp: None,
+                watch: None,
             }),
         }
     }

@@ -108,6 +108,9 @@ pub async fn publish(
         &state.settings.limits,
     )
     .map_err(ApiError::from_verify)?;
+    if verified.base.is_some() {
+        check_guarded(&state, &channel, &verified).await?;
+    }
     if verified.document.channel != channel {
         return Err(ApiError::ChannelMismatch {
             path: channel,
@@ -148,6 +151,32 @@ pub async fn publish(
             etag: tag,
         }),
     ))
+}
+
+/// A guard document restricts what clients follow now, as clients will check: packd does not
+/// publish one they would refuse.
+async fn check_guarded(
+    state: &SharedState,
+    channel: &str,
+    verified: &VerifiedChannel,
+) -> Result<(), ApiError> {
+    let Some(live) = state.live.check(channel).await? else {
+        return Ok(());
+    };
+    let held = pack_format::channel::verify_ignoring_expiry(
+        live.document.as_bytes(),
+        &live.signature,
+        &state.settings.trusted_keys,
+        &state.settings.limits,
+    )
+    .map_err(|e| {
+        ApiError::InvalidDocument(pack_format::FormatError::GuardOverreach {
+            reason: format!(
+                "the live document no longer verifies ({e}), so nothing can be checked against it"
+            ),
+        })
+    })?;
+    pack_format::guard::check_live(verified, &held).map_err(ApiError::from_verify)
 }
 
 fn summary(verified: &VerifiedChannel, token: &str) -> ChannelSummary {

@@ -139,6 +139,7 @@ max_blob_bytes = {MAX_BLOB_BYTES}
                     percent: 100,
                     salt: salt.to_string(),
                     ramp: None,
+                    watch: None,
                 }),
             }],
             guard: None,
