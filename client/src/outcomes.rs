@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use pack_protocol::{OutcomeCounts, OutcomeReport, headers, paths};
+use pack_protocol::{OutcomeReport, headers, paths};
 use serde::{Deserialize, Serialize};
 use time::{Date, OffsetDateTime};
 
@@ -26,6 +26,9 @@ use crate::cache::Cache;
 use crate::report::SendOutcome;
 use crate::snapshot::{Snapshot, Source};
 use crate::{Client, ClientError};
+
+/// What one turn, tool call or run adds (the wire type: the counts are kept as sent).
+pub use pack_protocol::OutcomeCounts;
 
 const OUTCOMES_FILE: &str = "outcomes.json";
 const SENDING_LOCK: &str = "outcomes.sending.lock";

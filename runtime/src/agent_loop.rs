@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 use pack_client::PromptStore;
+use pack_client::outcomes::{OutcomeCounts, PackKey};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -162,6 +163,9 @@ pub struct PreparedTurn {
     pub prompt: AssembledPrompt,
     pub specs: Vec<ToolSpec>,
     pub toolbox: Toolbox,
+    /// The pack captured for the step: the one it was served by, or the one it fell back
+    /// from. The step's outcome counts go under it.
+    pub pack: PackKey,
 }
 
 /// Captures once and builds the prompt and the tool list from that snapshot, falling
@@ -171,7 +175,9 @@ pub fn prepare_turn(
     request: &TurnRequest<'_>,
     tools: &Arc<ToolContext>,
 ) -> Result<PreparedTurn, PromptError> {
-    let served = store.serve(|snapshot| {
+    let captured = store.capture();
+    let pack = PackKey::of(&captured);
+    let served = store.serve_from(captured, |snapshot| {
         let prompt = assemble(snapshot, request)?;
         let toolbox =
             Toolbox::new(&prompt.capabilities, tools.clone()).with_skills(prompt.skills.clone());
@@ -180,6 +186,7 @@ pub fn prepare_turn(
             prompt,
             specs,
             toolbox,
+            pack: pack.clone(),
         })
     })?;
     let mut turn = served.value;
@@ -419,6 +426,16 @@ impl AgentLoop<'_> {
         });
         self.state.reported_tokens = 0;
         self.state.reminders.rearm();
+        if let Some(outcomes) = &self.tools.outcomes {
+            let current = PackKey::of(&self.store.capture());
+            outcomes.count_latest(
+                &current,
+                OutcomeCounts {
+                    compactions: 1,
+                    ..OutcomeCounts::default()
+                },
+            );
+        }
         sink(Event::Compacted {
             summarized: cut,
             kept: messages.len() - cut,
@@ -426,9 +443,34 @@ impl AgentLoop<'_> {
         Ok(true)
     }
 
+    /// Counts `counts` under `pack` when the session counts outcomes.
+    fn count(&self, pack: &PackKey, counts: OutcomeCounts) {
+        if let Some(outcomes) = &self.tools.outcomes {
+            outcomes.count(pack, counts);
+        }
+    }
+
     /// Runs until the model stops calling tools, the step limit, or `cancel`. `turn` is
-    /// the last turn number already in the transcript.
+    /// the last turn number already in the transcript. What the run counted goes to the
+    /// outcome file when it ends, however it ends.
     pub async fn run(
+        &mut self,
+        messages: &mut Vec<Message>,
+        transcript: &mut Transcript,
+        turn: u32,
+        cancel: watch::Receiver<bool>,
+        sink: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<Outcome, RunError> {
+        let result = self
+            .run_steps(messages, transcript, turn, cancel, sink)
+            .await;
+        if let Some(outcomes) = &self.tools.outcomes {
+            pack_client::cache::off_async(|| outcomes.flush());
+        }
+        result
+    }
+
+    async fn run_steps(
         &mut self,
         messages: &mut Vec<Message>,
         transcript: &mut Transcript,
@@ -471,6 +513,15 @@ impl AgentLoop<'_> {
             }
             let prepared = prepare_turn(self.store, &request, &self.tools)?;
             self.pack_notice(&prepared);
+            let pack = prepared.pack.clone();
+            self.count(
+                &pack,
+                OutcomeCounts {
+                    turns: 1,
+                    builtin_fallbacks: u64::from(prepared.prompt.metadata.fallback.is_some()),
+                    ..OutcomeCounts::default()
+                },
+            );
             let running = self.tools.tasks.running();
             if steps == 1 && running > 0 {
                 self.state.reminders.notify(format!(
@@ -551,11 +602,20 @@ impl AgentLoop<'_> {
                     _ = cancelled.wait_for(|c| *c) => None,
                 }
             };
+            let aborted = OutcomeCounts {
+                aborted_turns: 1,
+                ..OutcomeCounts::default()
+            };
             let Some(response) = response else {
+                self.count(&pack, aborted);
                 // Nothing of a half-streamed answer is kept: the next request must not
                 // carry an assistant message that ends mid-sentence.
                 transcript.append(&Record::Interrupted { turn })?;
                 break Finish::Interrupted;
+            };
+            let model_error = OutcomeCounts {
+                model_errors: 1,
+                ..OutcomeCounts::default()
             };
             let mut response = match response {
                 // Too big for the model: summarise older history once and try again,
@@ -576,6 +636,7 @@ impl AgentLoop<'_> {
                         steps -= 1;
                         continue;
                     }
+                    self.count(&pack, model_error);
                     return Err(RunError::Provider(ProviderError::ContextOverflow {
                         url: self.provider.settings().endpoint(),
                         status: 400,
@@ -584,7 +645,11 @@ impl AgentLoop<'_> {
                         context_tokens: Some(context),
                     }));
                 }
-                other => other?,
+                Err(e) => {
+                    self.count(&pack, model_error);
+                    return Err(e.into());
+                }
+                Ok(response) => response,
             };
             let cut_off = response.stop_reason.as_deref().is_some_and(is_length_stop);
             // A call cut off mid-arguments (`{"path":`) must never be stored or sent back
@@ -608,6 +673,14 @@ impl AgentLoop<'_> {
             }
             usage += response.usage;
             self.state.reported_tokens = response.usage.total();
+            self.count(
+                &pack,
+                OutcomeCounts {
+                    input_tokens: response.usage.input_tokens,
+                    output_tokens: response.usage.output_tokens,
+                    ..OutcomeCounts::default()
+                },
+            );
             let message = response.to_message();
             transcript.append(&Record::Message {
                 message: message.clone(),
@@ -620,6 +693,7 @@ impl AgentLoop<'_> {
                 });
             }
 
+            let denied_before = self.tools.denials();
             let runnable: Vec<ToolCall> = response
                 .tool_calls
                 .iter()
@@ -653,6 +727,15 @@ impl AgentLoop<'_> {
                     }),
                 })
                 .collect();
+            self.count(
+                &pack,
+                OutcomeCounts {
+                    tool_calls: outputs.len() as u64,
+                    tool_errors: outputs.iter().filter(|o| o.is_error).count() as u64,
+                    permission_denials: self.tools.denials().saturating_sub(denied_before),
+                    ..OutcomeCounts::default()
+                },
+            );
             for (call, output) in response.tool_calls.iter().zip(outputs) {
                 let message = Message::Tool {
                     call_id: call.id.clone(),
@@ -676,6 +759,7 @@ impl AgentLoop<'_> {
                 stop_reason: response.stop_reason.clone(),
             });
             if *cancel.borrow() {
+                self.count(&pack, aborted);
                 transcript.append(&Record::Interrupted { turn })?;
                 break Finish::Interrupted;
             }

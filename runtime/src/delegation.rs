@@ -115,6 +115,8 @@ pub struct Subagents {
     pub mcp: Option<Arc<McpServers>>,
     /// The user's choice of model for built-in agents (`agents/.builtin/<name>/agent.md`).
     pub builtin_models: std::collections::BTreeMap<String, String>,
+    /// Where the parent counts outcomes: a helper's turns count there too.
+    pub outcomes: Option<Arc<crate::outcomes::OutcomeRecorder>>,
     pub(crate) next: AtomicU32,
 }
 
@@ -148,6 +150,7 @@ impl Subagents {
             web: WebSettings::default(),
             mcp: None,
             builtin_models: Default::default(),
+            outcomes: None,
             next: AtomicU32::new(0),
         }
     }
@@ -254,7 +257,8 @@ impl Subagents {
             self.cwd.clone(),
             request.policy.inherited(&self.parent_agent),
         )
-        .with_web(self.web.clone());
+        .with_web(self.web.clone())
+        .with_outcomes(self.outcomes.clone());
         if let Some(mcp) = &self.mcp {
             tools = tools.with_mcp(mcp.clone());
         }

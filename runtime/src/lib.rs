@@ -23,7 +23,8 @@
 //!   tool call passes; [`sandbox`]: the Landlock sandbox `bash` runs in.
 //! - [`mcp`]: tools of configured MCP servers, as `mcp__<server>__<tool>`.
 //! - [`agent_loop`]: prompt → model → tools, repeated; [`transcript`]: the JSONL session
-//!   files it writes and `--resume` reads.
+//!   files it writes and `--resume` reads; [`outcomes`]: how its turns went, counted per
+//!   pack version (counts only, when usage data is shared).
 //!
 //! The library logs with `tracing` and never prints; the `agent` binary (`src/bin/agent/`:
 //! the command line, `exec`, the interactive session, `init` and the host that wires them)
@@ -36,6 +37,7 @@ pub mod delegation;
 pub mod error;
 pub mod live;
 pub mod mcp;
+pub mod outcomes;
 pub mod packs;
 pub mod permissions;
 pub mod plan;

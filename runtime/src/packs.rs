@@ -18,17 +18,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pack_client::config::{ConfigFile, UpdatesSection};
+use pack_client::outcomes::OutcomeLog;
 use pack_client::{Client, ClientConfig, PromptStore};
 use serde::Deserialize;
 
 use crate::data_dir::DataDir;
 use crate::error::RuntimeError;
+use crate::outcomes::OutcomeRecorder;
 
 /// The snapshot source of one run.
 pub struct Packs {
     client: Option<Arc<Client>>,
     store: Arc<PromptStore>,
     config_file: PathBuf,
+    outcomes: Option<Arc<OutcomeRecorder>>,
+    /// The outcome counts kept on disk (sent or not), for the status.
+    outcome_log: Option<OutcomeLog>,
 }
 
 impl Packs {
@@ -43,16 +48,27 @@ impl Packs {
                 client: None,
                 store: Arc::new(PromptStore::new(pack_client::builtin::snapshot())),
                 config_file,
+                outcomes: None,
+                outcome_log: None,
             });
         }
         let client = Client::new(config).map_err(|e| RuntimeError::Updates {
             path: config_file.clone(),
             reason: e.to_string(),
         })?;
+        // The same switch as failure reports: telemetry on (no `DO_NOT_TRACK`) and a server.
+        let outcome_log = OutcomeLog::for_client(&client).unwrap_or_else(|e| {
+            tracing::warn!("outcome counts off: {e}");
+            None
+        });
         Ok(Packs {
             store: client.store().clone(),
             client: Some(Arc::new(client)),
             config_file,
+            outcomes: outcome_log
+                .clone()
+                .map(|log| Arc::new(OutcomeRecorder::new(log))),
+            outcome_log,
         })
     }
 
@@ -62,6 +78,8 @@ impl Packs {
             client: None,
             store: Arc::new(PromptStore::new(pack_client::builtin::snapshot())),
             config_file: PathBuf::new(),
+            outcomes: None,
+            outcome_log: None,
         }
     }
 
@@ -72,6 +90,18 @@ impl Packs {
     /// The client, when a server is configured.
     pub fn client(&self) -> Option<&Client> {
         self.client.as_deref()
+    }
+
+    /// Where this process counts how its turns went: `Some` only when the client shares
+    /// usage data (a server configured, `telemetry` on and no `DO_NOT_TRACK`, the rule of
+    /// failure reports).
+    pub fn outcomes(&self) -> Option<&Arc<OutcomeRecorder>> {
+        self.outcomes.as_ref()
+    }
+
+    /// Whether outcome counts of a day that is over wait to be sent.
+    fn outcomes_due(&self, now: time::OffsetDateTime) -> bool {
+        self.outcome_log.as_ref().is_some_and(|log| log.due(now))
     }
 
     /// Starts the six-hour refresh (and a start-up refresh when the last success is over
@@ -95,14 +125,15 @@ impl Packs {
     /// starts one in a detached `agent packs refresh --background` process and returns at
     /// once, so this run is not delayed and the next run serves what it installs. One such
     /// process at a time per cache (it takes the cache's refresh lock, or leaves).
-    /// Failure reports that wait (see `pack_client::report`) also start one: the background
-    /// refresh sends them.
+    /// Failure reports that wait (see `pack_client::report`), and outcome counts of a day
+    /// that is over (`pack_client::outcomes`), also start one: the background refresh sends
+    /// them.
     /// Returns what a person who just configured updates should know, if anything (see
     /// [`Packs::first_run_note`]).
     pub fn refresh_in_background_if_due(&self) -> Option<String> {
         let client = self.client.as_ref()?;
         let now = time::OffsetDateTime::now_utc();
-        let started = client.refresh_due(now) || client.reports_due(now);
+        let started = client.refresh_due(now) || client.reports_due(now) || self.outcomes_due(now);
         if started {
             spawn_background_refresh();
         }
@@ -220,7 +251,11 @@ impl Packs {
         out.push_str(&format!(
             "telemetry: {}\n",
             if status.telemetry {
-                format!("on ({} failure reports waiting)", status.pending_reports)
+                let rows = self.outcome_log.as_ref().map_or(0, |log| log.rows().len());
+                format!(
+                    "on ({} failure reports waiting, {rows} outcome rows kept)",
+                    status.pending_reports
+                )
             } else {
                 "off".to_string()
             }

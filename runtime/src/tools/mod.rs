@@ -26,6 +26,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ use tokio::sync::watch;
 use crate::capabilities::{Capabilities, ToolId};
 use crate::error::PromptError;
 use crate::mcp::{McpServers, McpToolHandle};
+use crate::outcomes::OutcomeRecorder;
 use crate::permissions::{Access, Permit, Policy};
 use crate::provider::{ToolCall, ToolSpec};
 use crate::skills::Skill;
@@ -194,7 +196,10 @@ impl<T: Tool> Registered for T {
                 .policy
                 .check(Tool::name(self), &access, &preview)
                 .await
-                .map_err(ToolError)?;
+                .map_err(|refused| {
+                    context.note_denial();
+                    ToolError(refused)
+                })?;
             self.run(call, args).await
         })
     }
@@ -398,6 +403,10 @@ pub struct ToolContext {
     pub web: WebSettings,
     /// The session's MCP servers, whose tools join the built-in ones.
     pub mcp: Option<Arc<McpServers>>,
+    /// Where the loop counts how this session's turns went (`None`: not counted).
+    pub outcomes: Option<Arc<OutcomeRecorder>>,
+    /// Calls the permission policy refused so far, for the loop to count per turn.
+    denials: AtomicU64,
 }
 
 impl ToolContext {
@@ -415,8 +424,25 @@ impl ToolContext {
             policy,
             web: WebSettings::default(),
             mcp: None,
+            outcomes: None,
+            denials: AtomicU64::new(0),
             cwd,
         }
+    }
+
+    pub fn with_outcomes(mut self, outcomes: Option<Arc<OutcomeRecorder>>) -> ToolContext {
+        self.outcomes = outcomes;
+        self
+    }
+
+    /// Counts a call the permission policy refused.
+    pub fn note_denial(&self) {
+        self.denials.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls refused so far in this session.
+    pub fn denials(&self) -> u64 {
+        self.denials.load(Ordering::Relaxed)
     }
 
     pub fn with_web(mut self, web: WebSettings) -> ToolContext {
@@ -669,6 +695,7 @@ impl Toolbox {
             };
             let preview = || Some(format!("arguments: {}", call.arguments));
             if let Err(refused) = self.policy.check(&call.name, &access, &preview).await {
+                self.context.note_denial();
                 return ToolOutput::error(refused);
             }
             return tool.call(&call.arguments, cancel).await;

@@ -244,6 +244,19 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
     }
     // A template that failed to render during the run queued a report: send it now.
     host.packs.send_reports_in_background();
+    if let Some(outcomes) = host.packs.outcomes() {
+        let failed = !matches!(&result, Ok(outcome) if outcome.finish == Finish::Done);
+        let current = pack_client::outcomes::PackKey::of(&host.packs.store().capture());
+        outcomes.count_latest(
+            &current,
+            pack_client::outcomes::OutcomeCounts {
+                exec_runs: 1,
+                exec_failures: u64::from(failed),
+                ..Default::default()
+            },
+        );
+        pack_client::cache::off_async(|| outcomes.flush());
+    }
     match result {
         Ok(outcome) => match outcome.finish {
             Finish::Done => Ok(()),

@@ -140,6 +140,7 @@ impl Host {
         );
         subagents.web = self.web.clone();
         subagents.builtin_models = roster.builtin_models.clone();
+        subagents.outcomes = self.packs.outcomes().cloned();
         // MCP servers start in the background; the first model call waits for them.
         let mcp = match tokio::runtime::Handle::try_current() {
             Ok(runtime) if !self.config.mcp_servers.is_empty() => Some(McpServers::spawn(
@@ -152,6 +153,7 @@ impl Host {
         subagents.mcp = mcp.clone();
         let mut tools = ToolContext::new(header.cwd.clone(), policy)
             .with_web(self.web.clone())
+            .with_outcomes(self.packs.outcomes().cloned())
             .with_delegate(Arc::new(subagents))
             .with_notes(notes_file(self.data_dir.root(), &header.cwd));
         if let Some(protected) = protected {

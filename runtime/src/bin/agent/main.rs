@@ -339,10 +339,12 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
                     .build()?;
                 // The outcome is in the cache's state for the next run to show. A refresh
                 // sends waiting failure reports when it ends; one skipped because another
-                // process refreshes does not, so they are sent here.
+                // process refreshes does not, so they are sent here, with the outcome
+                // counts of the days that are over.
                 let _ = runtime.block_on(async {
                     let _ = client.refresh_if_idle().await;
-                    client.send_reports().await
+                    let _ = client.send_reports().await;
+                    pack_client::outcomes::send_due(client).await
                 });
             }
             return Ok(());
