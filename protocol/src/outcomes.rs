@@ -394,7 +394,18 @@ pub fn wilson(events: u64, trials: u64, z: f64) -> (f64, f64) {
     let denominator = 1.0 + z2 / n;
     let centre = (p + z2 / (2.0 * n)) / denominator;
     let half = z / denominator * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
-    ((centre - half).max(0.0), (centre + half).min(1.0))
+    // At no events (or all) the bound is exactly 0 (or 1); rounding would leave it a hair off.
+    let low = if events == 0 {
+        0.0
+    } else {
+        (centre - half).max(0.0)
+    };
+    let high = if events >= trials {
+        1.0
+    } else {
+        (centre + half).min(1.0)
+    };
+    (low, high)
 }
 
 /// Whether `text` is a UTC date as the protocol writes it: `YYYY-MM-DD`, a real date.
@@ -463,6 +474,8 @@ mod tests {
             );
         }
         assert_eq!(wilson(0, 0, Z_95), (0.0, 1.0));
+        assert_eq!(wilson(0, 140, Z_95).0, 0.0);
+        assert_eq!(wilson(7, 7, Z_95).1, 1.0);
     }
 
     #[test]

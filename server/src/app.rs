@@ -23,7 +23,7 @@ use crate::live::{LiveChannels, Watched};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use crate::reports::ReportLimiter;
-use crate::routes::{blobs, channels, fleet, ops, packs};
+use crate::routes::{blobs, channels, fleet, ops, outcomes, packs};
 use crate::state::{AppState, SharedState};
 use crate::storage::Storage;
 
@@ -40,6 +40,7 @@ use crate::storage::Storage;
         (name = "packs", description = "Uploaded pack names and versions"),
         (name = "channels", description = "Signed channel documents"),
         (name = "fleet", description = "Distinct installs and failure reports"),
+        (name = "outcomes", description = "Outcome counts per pack version and client release"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -71,6 +72,7 @@ fn api_routes() -> OpenApiRouter<SharedState> {
         .routes(routes!(channels::history_signature))
         .routes(routes!(fleet::get_fleet))
         .routes(routes!(fleet::post_report))
+        .routes(routes!(outcomes::post_outcomes, outcomes::get_outcomes))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
@@ -103,6 +105,12 @@ pub fn router_with_fleet(
     let live = Arc::new(LiveChannels::new(storage.clone(), &settings, &metrics)?);
     let state = Arc::new(AppState {
         report_limiter: ReportLimiter::new(
+            "failure reports",
+            settings.fleet.reports_per_install_per_hour,
+            settings.fleet.reports_per_second,
+        ),
+        outcome_limiter: ReportLimiter::new(
+            "outcome reports",
             settings.fleet.reports_per_install_per_hour,
             settings.fleet.reports_per_second,
         ),

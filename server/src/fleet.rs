@@ -33,6 +33,10 @@ use time::{Date, OffsetDateTime};
 use crate::metrics::capped_family;
 use crate::storage::{Storage, StorageError, listed_write};
 
+pub mod outcomes;
+
+use outcomes::Outcomes;
+
 /// HyperLogLog precision: 4,096 one-byte registers, about 1.6 % relative standard error.
 pub const PRECISION: u8 = 12;
 /// Registers of a dense sketch.
@@ -501,6 +505,8 @@ pub struct Fleet {
     last_sweep: Mutex<Option<Date>>,
     metrics_cache: Mutex<Option<(Instant, FleetMetrics)>>,
     full_warned: Mutex<bool>,
+    /// The outcome counts clients report, written and swept with the fleet's.
+    outcomes: Outcomes,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -538,9 +544,11 @@ fn pack_label(pack: Option<&str>) -> &str {
 
 impl Fleet {
     pub fn new(settings: FleetSettings) -> Fleet {
+        let node = hex::encode(rand::random::<[u8; 8]>());
         Fleet {
+            outcomes: Outcomes::new(&node, settings.max_cells),
             settings,
-            node: hex::encode(rand::random::<[u8; 8]>()),
+            node,
             live: Mutex::new(HashMap::new()),
             closed: Mutex::new(HashMap::new()),
             versions: Mutex::new(HashMap::new()),
@@ -555,9 +563,15 @@ impl Fleet {
         &self.settings
     }
 
-    /// This process's node id: the name of its files under `fleet/`.
+    /// This process's node id: the name of its files under `fleet/` and `outcomes/`.
     pub fn node(&self) -> &str {
         &self.node
+    }
+
+    /// The outcome counts: [`Outcomes::record`] takes a client's report,
+    /// [`Outcomes::view`] merges every node's.
+    pub fn outcomes(&self) -> &Outcomes {
+        &self.outcomes
     }
 
     fn with_today(&self, channel: &str, now: OffsetDateTime, add: impl FnOnce(&mut DayData)) {
@@ -669,6 +683,7 @@ impl Fleet {
             live.retain(|(_, day), entry| *day >= now.date() || entry.dirty);
             *lock(&self.full_warned) = false;
         }
+        self.outcomes.flush(storage).await;
         let swept_today = *lock(&self.last_sweep) == Some(now.date());
         if !swept_today {
             match self.sweep(storage, now.date()).await {
@@ -683,19 +698,22 @@ impl Fleet {
         }
     }
 
-    /// Deletes the files of days before the window. Every node may do it; deleting what
-    /// another node just deleted is no error.
+    /// Deletes the files of days before the window, fleet counts and outcome counts. Every
+    /// node may do it; deleting what another node just deleted is no error.
     async fn sweep(&self, storage: &Storage, today: Date) -> Result<usize, StorageError> {
         let oldest = today - time::Duration::days(i64::from(MAX_WINDOW_DAYS) - 1);
         let mut removed = 0;
-        for channel in storage.list_dirs(keys::FLEET).await? {
-            for day in storage.list_dirs(&keys::channel_dir(&channel)).await? {
-                if parse_day(&day).is_some_and(|d| d >= oldest) {
-                    continue;
-                }
-                for meta in storage.list(&keys::day_dir(&channel, &day)).await? {
-                    storage.delete(meta.location.as_ref()).await?;
-                    removed += 1;
+        for root in [keys::FLEET, outcomes::keys::OUTCOMES] {
+            for channel in storage.list_dirs(root).await? {
+                let channel_dir = format!("{root}/{channel}");
+                for day in storage.list_dirs(&channel_dir).await? {
+                    if parse_day(&day).is_some_and(|d| d >= oldest) {
+                        continue;
+                    }
+                    for meta in storage.list(&format!("{channel_dir}/{day}")).await? {
+                        storage.delete(meta.location.as_ref()).await?;
+                        removed += 1;
+                    }
                 }
             }
         }

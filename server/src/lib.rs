@@ -12,8 +12,9 @@
 //!    (Prometheus counters), [`storage`] (the object store, disk or S3-compatible, and its
 //!    key layout), [`auth`] (bearer tokens with scopes): nothing else of the crate.
 //! 2. [`cache`]: the in-memory blob cache; [`readiness`]: `/readyz`'s answer, a write probe
-//!    of [`storage`] kept for a few seconds; [`fleet`]: this node's fleet counts and the
-//!    reader that merges every node's (uses [`metrics`], [`model`] and [`storage`]).
+//!    of [`storage`] kept for a few seconds; [`fleet`]: this node's fleet counts and
+//!    outcome counts, and the readers that merge every node's (uses [`metrics`], [`model`]
+//!    and [`storage`]).
 //! 3. [`config`]: TOML config and command-line overrides (uses [`auth`]).
 //! 4. [`error`]: the one API error type, converting [`auth`]'s and [`storage`]'s errors;
 //!    then [`reports`]: the per-node bounds on failure reports, and [`claims`]: the

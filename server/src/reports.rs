@@ -1,4 +1,4 @@
-//! Bounds on failure reports, per node: how many one install may send per hour, how many the
+//! Bounds on failure reports and outcome counts (one limiter each), per node: how many one install may send per hour, how many the
 //! node takes per second from everyone, and how many installs it keeps count of. Clients rate
 //! themselves far below these (docs/CLIENT.md); these only stop a misbehaving or hostile
 //! sender from filling storage or the node's memory.
@@ -27,15 +27,18 @@ struct Windows {
 /// Fixed-window counters: per install per hour, and for the whole node per second.
 #[derive(Debug)]
 pub struct ReportLimiter {
+    /// What is counted, for messages: `failure reports`, `outcome reports`.
+    what: &'static str,
     per_install_per_hour: u32,
     per_second: u32,
     windows: Mutex<Windows>,
 }
 
 impl ReportLimiter {
-    pub fn new(per_install_per_hour: u32, per_second: u32) -> Self {
+    pub fn new(what: &'static str, per_install_per_hour: u32, per_second: u32) -> Self {
         let now = Instant::now();
         ReportLimiter {
+            what,
             per_install_per_hour,
             per_second,
             windows: Mutex::new(Windows {
@@ -66,8 +69,8 @@ impl ReportLimiter {
         if w.in_second >= self.per_second {
             return Err(ApiError::RateLimited {
                 reason: format!(
-                    "this server takes at most {} failure reports a second",
-                    self.per_second
+                    "this server takes at most {} {} a second",
+                    self.per_second, self.what
                 ),
                 retry_after_secs: 1,
             });
@@ -78,7 +81,8 @@ impl ReportLimiter {
             None if tracked >= MAX_TRACKED_INSTALLS => {
                 return Err(ApiError::RateLimited {
                     reason: format!(
-                        "this server has taken reports from {MAX_TRACKED_INSTALLS} installs this hour"
+                        "this server has taken {} from {MAX_TRACKED_INSTALLS} installs this hour",
+                        self.what
                     ),
                     retry_after_secs: hour_left.as_secs().max(1),
                 });
@@ -88,8 +92,8 @@ impl ReportLimiter {
         if *count >= self.per_install_per_hour {
             return Err(ApiError::RateLimited {
                 reason: format!(
-                    "this install sent {} failure reports this hour, the most this server takes",
-                    self.per_install_per_hour
+                    "this install sent {} {} this hour, the most this server takes",
+                    self.per_install_per_hour, self.what
                 ),
                 retry_after_secs: hour_left.as_secs().max(1),
             });
@@ -106,7 +110,7 @@ mod tests {
 
     #[test]
     fn one_install_is_held_to_its_hourly_count_and_others_are_not() {
-        let limiter = ReportLimiter::new(3, 1000);
+        let limiter = ReportLimiter::new("failure reports", 3, 1000);
         let t = Instant::now();
         for _ in 0..3 {
             limiter.check_at("a", t).unwrap();
@@ -122,7 +126,7 @@ mod tests {
 
     #[test]
     fn the_node_takes_at_most_its_rate_a_second() {
-        let limiter = ReportLimiter::new(100, 2);
+        let limiter = ReportLimiter::new("failure reports", 100, 2);
         let t = Instant::now();
         limiter.check_at("a", t).unwrap();
         limiter.check_at("b", t).unwrap();

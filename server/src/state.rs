@@ -31,6 +31,8 @@ pub struct AppState {
     /// This node's fleet counts (the accept loop's flusher writes them to storage).
     pub fleet: Arc<Fleet>,
     pub report_limiter: ReportLimiter,
+    /// The same bounds, counted apart, for outcome reports.
+    pub outcome_limiter: ReportLimiter,
 }
 
 pub type SharedState = Arc<AppState>;

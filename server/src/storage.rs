@@ -18,6 +18,7 @@
 //! | `channels/{channel}/history/{sequence:020}.json` | every document ever published (create-only); the highest is live |
 //! | `channels/{channel}/head.json` | a hint: a recently live document, for finding the live one without a LIST |
 //! | `fleet/{channel}/{day}/{node}.json` | one node's fleet counts of one UTC day (the `fleet` module) |
+//! | `outcomes/{channel}/{day}/{node}.json` | one node's latest outcome counts per install and pack × release of one UTC day (`fleet::outcomes`) |
 //! | `readyz-probe-{random}` | one process's write probe ([`Storage::check_writable`]), deleted after each probe |
 
 use std::ops::Range;

@@ -4,6 +4,7 @@ pub mod blobs;
 pub mod channels;
 pub mod fleet;
 pub mod ops;
+pub mod outcomes;
 pub mod packs;
 
 use axum::body::Body;

@@ -1,0 +1,716 @@
+//! Outcome counts: what clients report about how the turns of each pack version went, per
+//! install and UTC day, merged over the fleet into rates with Wilson score intervals.
+//!
+//! The fleet's machinery, with one difference. A report is one install's counts of one day
+//! for one row (pack × client release), and a later report of the same install, day and row
+//! *replaces* an earlier one, whichever node took either. So a node keeps, per channel and
+//! report day, each install's latest counts (by the 64-bit [`install_key`], never the
+//! install hash), with the time it took them, and writes them to
+//! `outcomes/{channel}/{day}/{node}.json` with the fleet's flush, replacing its own earlier
+//! write. A reader merges every node's file of each day in the window, keeping per install
+//! and row the counts taken last, then sums over installs and days. Days are kept for the
+//! whole window (reports of a day arrive after it ends) and deleted with the fleet's days.
+//!
+//! Bounded: at most `[fleet] max_cells` rows per channel-day, [`MAX_INSTALLS_PER_DAY`]
+//! installs per channel-day and [`MAX_ENTRIES_IN_MEMORY`] install-rows on a node (past them a
+//! report is refused with 429 and `overflow` says so), [`MAX_NODE_FILE_BYTES`] per file
+//! read and the fleet's cap on files per day.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use pack_protocol::outcomes::CONFIDENCE;
+use pack_protocol::{OutcomeCounts, OutcomeRates, OutcomeReport, OutcomeRow, OutcomesView};
+use serde::{Deserialize, Serialize};
+use time::{Date, OffsetDateTime};
+
+use super::{
+    MAX_NODE_FILES_PER_DAY, MAX_WINDOW_DAYS, day_text, install_key, lock, off_thread, parse_day,
+};
+use crate::storage::{Storage, StorageError, listed_write};
+
+/// Installs one node keeps per channel and day (each with its rows): about 150 bytes each
+/// in memory, a few MiB per channel-day.
+pub const MAX_INSTALLS_PER_DAY: usize = 20_000;
+/// Install-rows one node keeps in memory over every channel and day of the window.
+pub const MAX_ENTRIES_IN_MEMORY: usize = 200_000;
+/// Largest node file read back (a full one is about 4 MiB).
+const MAX_NODE_FILE_BYTES: u64 = 16 << 20;
+const NODE_FILE_FORMAT: u32 = 1;
+/// The longest label kept (names and releases are checked to be at most 64 bytes).
+const MAX_LABEL_LEN: usize = 80;
+
+/// Storage keys of the outcome counts.
+pub mod keys {
+    pub const OUTCOMES: &str = "outcomes";
+    pub fn day_dir(channel: &str, day: &str) -> String {
+        format!("outcomes/{channel}/{day}")
+    }
+    pub fn node_file(channel: &str, day: &str, node: &str) -> String {
+        format!("outcomes/{channel}/{day}/{node}.json")
+    }
+}
+
+/// (pack, pack name, pack version, client release)
+type RowKey = (String, String, String, String);
+
+/// One install's counts of one row and day, and when a node took them (Unix milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    at: i64,
+    counts: OutcomeCounts,
+}
+
+impl Entry {
+    /// Which of two reports of one install, day and row stands: the one taken last; on a
+    /// tie (two nodes in one millisecond) the larger counts, so every reader picks the same.
+    fn newer_than(&self, other: &Entry) -> bool {
+        let order = |e: &Entry| {
+            let c = &e.counts;
+            (
+                e.at,
+                [
+                    c.turns,
+                    c.tool_calls,
+                    c.tool_errors,
+                    c.permission_denials,
+                    c.model_errors,
+                    c.aborted_turns,
+                    c.builtin_fallbacks,
+                    c.compactions,
+                    c.input_tokens,
+                    c.output_tokens,
+                    c.exec_runs,
+                    c.exec_failures,
+                ],
+            )
+        };
+        order(self) > order(other)
+    }
+}
+
+/// One channel's outcome counts of one day, from one node or merged.
+#[derive(Debug, Clone, Default)]
+struct DayOutcomes {
+    rows: BTreeMap<RowKey, BTreeMap<u64, Entry>>,
+    overflow: bool,
+}
+
+impl DayOutcomes {
+    fn entries(&self) -> usize {
+        self.rows.values().map(BTreeMap::len).sum()
+    }
+
+    fn installs(&self) -> usize {
+        self.rows
+            .values()
+            .flat_map(BTreeMap::keys)
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    /// Keeps `entry` unless a newer one of the same install and row is there.
+    fn keep(&mut self, row: RowKey, install: u64, entry: Entry) {
+        let entries = self.rows.entry(row).or_default();
+        match entries.get(&install) {
+            Some(held) if !entry.newer_than(held) => {}
+            Some(_) | None => {
+                entries.insert(install, entry);
+            }
+        }
+    }
+
+    fn merge(&mut self, other: &DayOutcomes) {
+        for (row, entries) in &other.rows {
+            for (&install, &entry) in entries {
+                self.keep(row.clone(), install, entry);
+            }
+        }
+        self.overflow |= other.overflow;
+    }
+
+    fn to_file(&self, channel: &str, day: Date, node: &str) -> NodeFile {
+        NodeFile {
+            format: NODE_FILE_FORMAT,
+            channel: channel.to_string(),
+            day: day_text(day),
+            node: node.to_string(),
+            written_at: crate::model::rfc3339(OffsetDateTime::now_utc()),
+            overflow: self.overflow,
+            rows: self
+                .rows
+                .iter()
+                .map(|((pack, name, version, release), entries)| RowRecord {
+                    pack: pack.clone(),
+                    pack_name: name.clone(),
+                    pack_version: version.clone(),
+                    client_version: release.clone(),
+                    installs: entries
+                        .iter()
+                        .map(|(&install, entry)| InstallRecord {
+                            install: format!("{install:016x}"),
+                            at: entry.at,
+                            counts: entry.counts,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    fn from_file(file: &NodeFile) -> Result<DayOutcomes, String> {
+        if file.format != NODE_FILE_FORMAT {
+            return Err(format!("format {} is not {NODE_FILE_FORMAT}", file.format));
+        }
+        let label = |text: &str| -> Result<String, String> {
+            if text.is_empty() || text.len() > MAX_LABEL_LEN {
+                return Err(format!("label of {} bytes", text.len()));
+            }
+            Ok(text.to_string())
+        };
+        let mut day = DayOutcomes {
+            overflow: file.overflow,
+            ..DayOutcomes::default()
+        };
+        for row in &file.rows {
+            let key = (
+                label(&row.pack)?,
+                label(&row.pack_name)?,
+                label(&row.pack_version)?,
+                label(&row.client_version)?,
+            );
+            for record in &row.installs {
+                // The counts were checked as they were parsed, as a report's are.
+                let install = u64::from_str_radix(&record.install, 16)
+                    .map_err(|e| format!("install {:?}: {e}", record.install))?;
+                day.keep(
+                    key.clone(),
+                    install,
+                    Entry {
+                        at: record.at,
+                        counts: record.counts,
+                    },
+                );
+            }
+        }
+        Ok(day)
+    }
+}
+
+/// `outcomes/{channel}/{day}/{node}.json`: one node's latest counts per install and row.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeFile {
+    format: u32,
+    channel: String,
+    day: String,
+    node: String,
+    written_at: String,
+    overflow: bool,
+    rows: Vec<RowRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RowRecord {
+    pack: String,
+    pack_name: String,
+    pack_version: String,
+    client_version: String,
+    installs: Vec<InstallRecord>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InstallRecord {
+    /// 16 hex digits of the 64-bit install key.
+    install: String,
+    /// Unix milliseconds the node took the report.
+    at: i64,
+    counts: OutcomeCounts,
+}
+
+#[derive(Debug)]
+struct LiveDay {
+    data: DayOutcomes,
+    dirty: bool,
+}
+
+/// A day as a reader last merged it from storage, with the listing it was read from.
+type ReadDay = (Vec<(String, String)>, Arc<DayOutcomes>);
+
+/// Why a report was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The day is outside the window packd keeps (or later than tomorrow).
+    OutOfWindow { day: String },
+    /// A cap of this node is reached (rows or installs of the day, or entries in memory).
+    Full { what: String },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::OutOfWindow { day } => write!(
+                f,
+                "day {day} is outside the {MAX_WINDOW_DAYS} UTC days this server keeps outcome counts for"
+            ),
+            Refusal::Full { what } => write!(f, "{what}"),
+        }
+    }
+}
+
+/// This node's outcome counts, and the reader that merges every node's. Part of
+/// [`super::Fleet`], flushed and swept with it.
+pub struct Outcomes {
+    node: String,
+    max_rows: usize,
+    live: Mutex<HashMap<(String, Date), LiveDay>>,
+    read: Mutex<HashMap<(String, Date), ReadDay>>,
+}
+
+impl std::fmt::Debug for Outcomes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcomes")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Outcomes {
+    pub(super) fn new(node: &str, max_rows: usize) -> Outcomes {
+        Outcomes {
+            node: node.to_string(),
+            max_rows: max_rows.max(1),
+            live: Mutex::new(HashMap::new()),
+            read: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes `report` from `install` (an install hash already checked), replacing what this
+    /// node held for the same install, day and row.
+    pub fn record(
+        &self,
+        report: &OutcomeReport,
+        install: &str,
+        now: OffsetDateTime,
+    ) -> Result<(), Refusal> {
+        let out_of_window = || Refusal::OutOfWindow {
+            day: report.day.clone(),
+        };
+        let day = parse_day(&report.day).ok_or_else(out_of_window)?;
+        let today = now.date();
+        let oldest = today - time::Duration::days(i64::from(MAX_WINDOW_DAYS) - 1);
+        // A day ahead: a client whose clock runs a little fast has closed it already.
+        if day < oldest || day > today + time::Duration::days(1) {
+            return Err(out_of_window());
+        }
+        let row = (
+            report.pack.clone(),
+            report.pack_name.clone(),
+            report.pack_version.clone(),
+            report.client_version.clone(),
+        );
+        let key = install_key(install);
+        let entry = Entry {
+            at: (now.unix_timestamp_nanos() / 1_000_000) as i64,
+            counts: report.counts,
+        };
+        let mut live = lock(&self.live);
+        let in_memory: usize = live.values().map(|d| d.data.entries()).sum();
+        let slot = live
+            .entry((report.channel.clone(), day))
+            .or_insert_with(|| LiveDay {
+                data: DayOutcomes::default(),
+                dirty: false,
+            });
+        let data = &mut slot.data;
+        let known_row = data.rows.contains_key(&row);
+        let known_install = data.rows.values().any(|e| e.contains_key(&key));
+        let known_entry = data.rows.get(&row).is_some_and(|e| e.contains_key(&key));
+        let full = if !known_row && data.rows.len() >= self.max_rows {
+            Some(format!(
+                "this server keeps {} pack × release rows per channel and day",
+                self.max_rows
+            ))
+        } else if !known_install && data.installs() >= MAX_INSTALLS_PER_DAY {
+            Some(format!(
+                "this server took outcome counts of {MAX_INSTALLS_PER_DAY} installs for {} already",
+                report.day
+            ))
+        } else if !known_entry && in_memory >= MAX_ENTRIES_IN_MEMORY {
+            Some(format!(
+                "this server holds {MAX_ENTRIES_IN_MEMORY} outcome counts in memory"
+            ))
+        } else {
+            None
+        };
+        if let Some(what) = full {
+            if !data.overflow {
+                data.overflow = true;
+                slot.dirty = true;
+            }
+            return Err(Refusal::Full { what });
+        }
+        data.keep(row, key, entry);
+        slot.dirty = true;
+        Ok(())
+    }
+
+    /// Writes every changed day of this node, and forgets days past the window. A write
+    /// that fails is tried again at the next flush.
+    pub async fn flush(&self, storage: &Storage) {
+        let today = OffsetDateTime::now_utc().date();
+        let oldest = today - time::Duration::days(i64::from(MAX_WINDOW_DAYS) - 1);
+        let dirty: Vec<((String, Date), DayOutcomes)> = {
+            let mut live = lock(&self.live);
+            live.retain(|(_, day), _| *day >= oldest);
+            live.iter_mut()
+                .filter(|(_, d)| d.dirty)
+                .map(|(k, d)| {
+                    d.dirty = false;
+                    (k.clone(), d.data.clone())
+                })
+                .collect()
+        };
+        for ((channel, day), data) in dirty {
+            let key = keys::node_file(&channel, &day_text(day), &self.node);
+            let written = serde_json::to_vec(&data.to_file(&channel, day, &self.node))
+                .map_err(|e| e.to_string());
+            let result = match written {
+                Ok(bytes) => storage
+                    .put(&key, Bytes::from(bytes))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            if let Err(err) = result {
+                tracing::warn!(key, %err, "could not write outcome counts; trying again at the next flush");
+                if let Some(entry) = lock(&self.live).get_mut(&(channel, day)) {
+                    entry.dirty = true;
+                }
+            }
+        }
+        lock(&self.read).retain(|(_, day), _| *day >= oldest);
+    }
+
+    /// Every node's counts of `channel` on `day` but this one's, merged; read again only
+    /// when the listing changed.
+    async fn read_day(
+        &self,
+        storage: &Storage,
+        channel: &str,
+        day: Date,
+    ) -> Result<(Arc<DayOutcomes>, usize), StorageError> {
+        let day_name = day_text(day);
+        let mut metas = storage.list(&keys::day_dir(channel, &day_name)).await?;
+        metas.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+        // This node's own file holds no more than its memory, which the caller adds.
+        let own_file = keys::node_file(channel, &day_name, &self.node);
+        metas.retain(|m| m.location.as_ref() != own_file);
+        if metas.len() > MAX_NODE_FILES_PER_DAY {
+            tracing::warn!(
+                channel,
+                day = day_name,
+                files = metas.len(),
+                "more outcome files than the {MAX_NODE_FILES_PER_DAY} read per day; the rest are left out"
+            );
+            metas.truncate(MAX_NODE_FILES_PER_DAY);
+        }
+        let listing: Vec<(String, String)> = metas
+            .iter()
+            .map(|m| (m.location.to_string(), listed_write(m)))
+            .collect();
+        let cache_key = (channel.to_string(), day);
+        if let Some((seen, data)) = lock(&self.read).get(&cache_key)
+            && *seen == listing
+        {
+            return Ok((data.clone(), listing.len()));
+        }
+        let mut merged = DayOutcomes::default();
+        for meta in &metas {
+            let key = meta.location.to_string();
+            if meta.size > MAX_NODE_FILE_BYTES {
+                tracing::warn!(
+                    key,
+                    size = meta.size,
+                    "outcome file over the size limit; left out"
+                );
+                continue;
+            }
+            let Some(bytes) = storage.get(&key).await? else {
+                continue; // deleted by a sweep in the meantime
+            };
+            merged = off_thread(move || {
+                let parsed = serde_json::from_slice::<NodeFile>(&bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|file| DayOutcomes::from_file(&file));
+                match parsed {
+                    Ok(data) => merged.merge(&data),
+                    Err(reason) => {
+                        tracing::warn!(key, reason, "unreadable outcome file; left out");
+                    }
+                }
+                merged
+            })
+            .await?;
+        }
+        let merged = Arc::new(merged);
+        let sources = listing.len();
+        lock(&self.read).insert(cache_key, (listing, merged.clone()));
+        Ok((merged, sources))
+    }
+
+    /// The outcome counts of `channel` over the last `days` UTC days (today included, at
+    /// most [`MAX_WINDOW_DAYS`]), merged from every node: per pack × client release, the
+    /// counts summed over installs and days, and each rate with its 95 % Wilson interval.
+    /// Rows with the most turns come first.
+    pub async fn view(
+        &self,
+        storage: &Storage,
+        channel: &str,
+        days: u32,
+        now: OffsetDateTime,
+    ) -> Result<OutcomesView, StorageError> {
+        let days = days.clamp(1, MAX_WINDOW_DAYS);
+        let today = now.date();
+        let dates: Vec<Date> = (0..days)
+            .rev()
+            .map(|back| today - time::Duration::days(i64::from(back)))
+            .collect();
+        let mut per_day = Vec::with_capacity(dates.len());
+        let mut sources = 0;
+        for &day in &dates {
+            let (nodes, read) = self.read_day(storage, channel, day).await?;
+            let own = lock(&self.live)
+                .get(&(channel.to_string(), day))
+                .map(|d| d.data.clone());
+            sources += read + usize::from(own.is_some());
+            per_day.push((nodes, own));
+        }
+        let channel = channel.to_string();
+        off_thread(move || {
+            let merged: Vec<DayOutcomes> = per_day
+                .into_iter()
+                .map(|(nodes, own)| {
+                    let mut day = Arc::unwrap_or_clone(nodes);
+                    if let Some(own) = &own {
+                        day.merge(own);
+                    }
+                    day
+                })
+                .collect();
+            assemble(&channel, &dates, &merged, sources)
+        })
+        .await
+    }
+}
+
+/// The view from each day's merged counts: sums and interval arithmetic only, no I/O.
+fn assemble(
+    channel: &str,
+    dates: &[Date],
+    per_day: &[DayOutcomes],
+    sources: usize,
+) -> OutcomesView {
+    struct Sum {
+        counts: OutcomeCounts,
+        installs: BTreeSet<u64>,
+        reports: u64,
+    }
+    let mut rows: BTreeMap<&RowKey, Sum> = BTreeMap::new();
+    let mut overflow = false;
+    for day in per_day {
+        overflow |= day.overflow;
+        for (key, entries) in &day.rows {
+            let sum = rows.entry(key).or_insert_with(|| Sum {
+                counts: OutcomeCounts::default(),
+                installs: BTreeSet::new(),
+                reports: 0,
+            });
+            for (&install, entry) in entries {
+                sum.counts.sum(&entry.counts);
+                sum.installs.insert(install);
+                sum.reports += 1;
+            }
+        }
+    }
+    let mut rows: Vec<OutcomeRow> = rows
+        .into_iter()
+        .map(|((pack, name, version, release), sum)| OutcomeRow {
+            pack: pack.clone(),
+            pack_name: name.clone(),
+            pack_version: version.clone(),
+            client_version: release.clone(),
+            installs: sum.installs.len() as u64,
+            reports: sum.reports,
+            rates: OutcomeRates::of(&sum.counts),
+            counts: sum.counts,
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.counts
+            .turns
+            .cmp(&a.counts.turns)
+            .then_with(|| a.pack_version.cmp(&b.pack_version))
+            .then_with(|| a.client_version.cmp(&b.client_version))
+            .then_with(|| a.pack.cmp(&b.pack))
+    });
+    OutcomesView {
+        channel: channel.to_string(),
+        days: dates.iter().map(|d| day_text(*d)).collect(),
+        confidence: CONFIDENCE,
+        rows,
+        overflow,
+        sources,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(day: &str, version: &str, turns: u64, errors: u64) -> OutcomeReport {
+        OutcomeReport {
+            channel: "stable".to_string(),
+            day: day.to_string(),
+            pack: format!("{:064x}", version.len()),
+            pack_name: "core".to_string(),
+            pack_version: version.to_string(),
+            client_version: "1.4.2".to_string(),
+            counts: OutcomeCounts {
+                turns,
+                tool_calls: turns,
+                tool_errors: errors,
+                ..OutcomeCounts::default()
+            },
+        }
+    }
+
+    fn now() -> OffsetDateTime {
+        parse_day("2026-03-05")
+            .unwrap()
+            .with_hms(12, 0, 0)
+            .unwrap()
+            .assume_utc()
+    }
+
+    fn install(n: u32) -> String {
+        format!("{n:032x}")
+    }
+
+    fn live_day(outcomes: &Outcomes, day: &str) -> DayOutcomes {
+        lock(&outcomes.live)[&("stable".to_string(), parse_day(day).unwrap())]
+            .data
+            .clone()
+    }
+
+    #[test]
+    fn a_later_report_of_one_install_replaces_the_earlier() {
+        let outcomes = Outcomes::new("n1", 256);
+        let t = now();
+        outcomes
+            .record(&report("2026-03-04", "1.3.0", 10, 1), &install(1), t)
+            .unwrap();
+        outcomes
+            .record(
+                &report("2026-03-04", "1.3.0", 12, 2),
+                &install(1),
+                t + time::Duration::seconds(1),
+            )
+            .unwrap();
+        outcomes
+            .record(&report("2026-03-04", "1.3.0", 5, 0), &install(2), t)
+            .unwrap();
+        let view = assemble("stable", &[], &[live_day(&outcomes, "2026-03-04")], 1);
+        assert_eq!(view.rows.len(), 1);
+        assert_eq!(view.rows[0].counts.turns, 17);
+        assert_eq!(view.rows[0].counts.tool_errors, 2);
+        assert_eq!((view.rows[0].installs, view.rows[0].reports), (2, 2));
+    }
+
+    #[test]
+    fn across_nodes_the_report_taken_last_stands_in_either_order() {
+        let (a, b) = (Outcomes::new("a", 256), Outcomes::new("b", 256));
+        let t = now();
+        a.record(
+            &report("2026-03-04", "1.3.0", 12, 2),
+            &install(1),
+            t + time::Duration::seconds(5),
+        )
+        .unwrap();
+        b.record(&report("2026-03-04", "1.3.0", 10, 1), &install(1), t)
+            .unwrap();
+        let (da, db) = (live_day(&a, "2026-03-04"), live_day(&b, "2026-03-04"));
+        for (first, second) in [(&da, &db), (&db, &da)] {
+            let mut merged = first.clone();
+            merged.merge(second);
+            let view = assemble("stable", &[], &[merged], 2);
+            assert_eq!(view.rows[0].counts.turns, 12);
+        }
+        // Through the node file, as another node reads it.
+        let file = serde_json::to_vec(&da.to_file("stable", parse_day("2026-03-04").unwrap(), "a"))
+            .unwrap();
+        let back = DayOutcomes::from_file(&serde_json::from_slice(&file).unwrap()).unwrap();
+        assert_eq!(back.rows, da.rows);
+    }
+
+    #[test]
+    fn days_outside_the_window_and_rows_over_the_cap_are_refused() {
+        let outcomes = Outcomes::new("n1", 2);
+        let t = now();
+        for day in ["2026-02-26", "2026-03-07", "2025-03-04"] {
+            let err = outcomes
+                .record(&report(day, "1.3.0", 1, 0), &install(1), t)
+                .unwrap_err();
+            assert!(matches!(err, Refusal::OutOfWindow { .. }), "{day}: {err}");
+        }
+        for day in ["2026-02-27", "2026-03-06"] {
+            outcomes
+                .record(&report(day, "1.3.0", 1, 0), &install(1), t)
+                .unwrap();
+        }
+        outcomes
+            .record(&report("2026-03-04", "1.3.0", 1, 0), &install(1), t)
+            .unwrap();
+        outcomes
+            .record(&report("2026-03-04", "1.4.0", 1, 0), &install(1), t)
+            .unwrap();
+        let err = outcomes
+            .record(&report("2026-03-04", "1.5.0", 1, 0), &install(1), t)
+            .unwrap_err();
+        assert!(matches!(err, Refusal::Full { .. }), "{err}");
+        assert!(live_day(&outcomes, "2026-03-04").overflow);
+        // A row already held is still taken.
+        outcomes
+            .record(&report("2026-03-04", "1.4.0", 2, 0), &install(2), t)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_damaged_file_cannot_claim_more_errors_than_calls() {
+        let day = parse_day("2026-03-04").unwrap();
+        let mut data = DayOutcomes::default();
+        data.keep(
+            (
+                "builtin".into(),
+                "core".into(),
+                "1.0.0".into(),
+                "1.4.2".into(),
+            ),
+            1,
+            Entry {
+                at: 1,
+                counts: OutcomeCounts {
+                    tool_calls: 1,
+                    tool_errors: 1,
+                    ..OutcomeCounts::default()
+                },
+            },
+        );
+        let mut file = serde_json::to_value(data.to_file("stable", day, "n")).unwrap();
+        file["rows"][0]["installs"][0]["counts"]["tool_errors"] = 5.into();
+        assert!(serde_json::from_value::<NodeFile>(file).is_err());
+    }
+}
