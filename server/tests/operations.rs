@@ -98,6 +98,8 @@ async fn openapi_describes_every_route() {
         ("GET", "/v1/channels/{channel}/history/{sequence}/signature"),
         ("GET", "/v1/channels/{channel}/fleet"),
         ("POST", "/v1/channels/{channel}/reports"),
+        ("GET", "/v1/channels/{channel}/outcomes"),
+        ("POST", "/v1/channels/{channel}/outcomes"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),
         ("GET", "/metrics"),
@@ -153,6 +155,7 @@ async fn openapi_describes_every_route() {
         paths::history_signature("stable", 1),
         paths::fleet("stable"),
         paths::reports("stable"),
+        paths::outcomes("stable"),
         paths::OPENAPI.to_string(),
     ] {
         assert!(served.contains(&path), "{path} is not a described route");
