@@ -23,6 +23,7 @@ mod diff;
 mod fsio;
 mod keygen;
 mod keys;
+mod outcomes;
 mod publish;
 mod read;
 mod release;
@@ -84,7 +85,7 @@ enum Command {
     /// Pin, roll out, roll back: sign and publish the next document of a channel on packd.
     Release(release::ReleaseArgs),
     /// Show what is live where on packd: channels, their entries, and the packs.
-    Status(status::StatusArgs),
+    Status(outcomes::StatusCommand),
 }
 
 fn main() -> ExitCode {
@@ -109,7 +110,7 @@ fn main() -> ExitCode {
         Command::Channel(args) => channel::run(&args, cli.json),
         Command::Publish(args) => publish::run(&args, cli.json),
         Command::Release(args) => release::run(&args, cli.json),
-        Command::Status(args) => status::run(&args, cli.json),
+        Command::Status(args) => outcomes::run(&args, cli.json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
