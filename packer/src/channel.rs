@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use pack_format::channel::{CHANNEL_FORMAT, MAX_SEQUENCE, format_time};
 use pack_format::{
-    ChannelDocument, ChannelEntry, EntryTarget, Limits, PackRef, Rollout, TrustedKeys, sha256_hex,
-    validate_name,
+    ChannelDocument, ChannelEntry, EntryTarget, Limits, PackRef, Rollout, TrustedKeys, Watch,
+    WatchAction, sha256_hex, validate_name,
 };
 use semver::VersionReq;
 use serde_json::json;
@@ -159,7 +159,7 @@ pub fn run(args: &ChannelArgs, json: bool) -> Result<()> {
         );
         outln!("expires   {}", format_time(document.expires_at));
         for (i, entry) in document.entries.iter().enumerate() {
-            outln!("entry {i}   {}", describe(entry));
+            outln!("entry {i}   {}", describe(entry, now));
         }
         outln!("signed by {}", key.key_id());
         outln!(
@@ -177,7 +177,8 @@ fn signature_path(document: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-pub(crate) fn describe(entry: &ChannelEntry) -> String {
+/// One entry for humans, its ramp (if any) read at `now`.
+pub(crate) fn describe(entry: &ChannelEntry, now: OffsetDateTime) -> String {
     let target = match &entry.target {
         EntryTarget::Pack(pack) => format!(
             "pack {} (schema {}, sha256 {})",
@@ -185,12 +186,63 @@ pub(crate) fn describe(entry: &ChannelEntry) -> String {
         ),
         EntryTarget::Builtin => "builtin".to_string(),
     };
-    let rollout = entry
-        .rollout
-        .as_ref()
-        .map(|r| format!(" at {}% (salt {:?})", r.percent, r.salt))
-        .unwrap_or_default();
-    format!("clients {} -> {target}{rollout}", entry.clients)
+    let Some(rollout) = &entry.rollout else {
+        return format!("clients {} -> {target}", entry.clients);
+    };
+    let mut text = format!(
+        "clients {} -> {target} at {}% (salt {:?})",
+        entry.clients, rollout.percent, rollout.salt
+    );
+    if let Some(schedule) = ramp_schedule(rollout, now) {
+        text.push_str(&format!(", ramp: {schedule}"));
+    }
+    if let Some(watch) = &rollout.watch {
+        text.push_str(&format!("; {}", watch_text(watch)));
+    }
+    text
+}
+
+/// A ramp read at `now`: `1% now, 5% at <time>, 25% at <time>` (the steps still to come),
+/// or `None` for a rollout without one.
+pub(crate) fn ramp_schedule(rollout: &Rollout, now: OffsetDateTime) -> Option<String> {
+    let ramp = rollout.ramp.as_ref()?;
+    let current = rollout.percent_at(now);
+    let coming: Vec<String> = ramp
+        .landings()
+        .into_iter()
+        .filter(|(at, _)| *at > now)
+        .map(|(at, percent)| {
+            let rising = if ramp.linear { "rising to " } else { "" };
+            format!("{rising}{percent}% at {}", format_time(at))
+        })
+        .collect();
+    if coming.is_empty() {
+        return Some(format!(
+            "{current}% now (complete since {})",
+            format_time(ramp.end())
+        ));
+    }
+    let mut parts = vec![format!("{current}% now")];
+    parts.extend(coming);
+    let linear = if ramp.linear {
+        " (linear, whole percents)"
+    } else {
+        ""
+    };
+    Some(format!("{}{linear}", parts.join(", ")))
+}
+
+/// What the guard watches: `guard watches tool_error_rate, fallback_rate (freeze on a
+/// regression)`.
+pub(crate) fn watch_text(watch: &Watch) -> String {
+    let action = match watch.action {
+        WatchAction::Freeze => "freeze",
+        WatchAction::Rollback => "rollback",
+    };
+    format!(
+        "guard watches {} ({action} on a regression)",
+        watch.metrics.join(", ")
+    )
 }
 
 /// Refuses to overwrite a document of the same channel with a sequence that is not higher:

@@ -1,4 +1,5 @@
-//! `packer keygen`: a signing key pair and a content key in one directory.
+//! `packer keygen`: a signing key pair and a content key in one directory; with `--guard`,
+//! the guard key pair a channel delegates stopping its rollouts to.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,8 @@ use pack_format::keys::{CONTENT_KEY_FILE, SIGNING_KEY_FILE, SIGNING_PUB_FILE};
 use pack_format::{ContentKey, SigningKey};
 use serde_json::json;
 
-use crate::fsio::{self, spinner};
+use crate::fsio::{self, Placed, spinner};
+use crate::guard::{GUARD_KEY_FILE, GUARD_PUB_FILE};
 use crate::keys::{PASSWORD_ENV, password};
 use crate::{print_json, shown};
 
@@ -21,7 +23,14 @@ use crate::{print_json, shown};
     minisign key: `minisign -Vm channel.json -p DIR/signing.pub` verifies channel \
     documents.\n\n\
     With a password (--password-file, or the PROMPTPACK_KEY_PASSWORD environment variable) \
-    the signing key is encrypted the way `minisign -G` does it."
+    the signing key is encrypted the way `minisign -G` does it.\n\n\
+    --guard writes a guard key pair instead: DIR/guard.key (secret, mode 0600) and \
+    DIR/guard.pub. `packer release CHANNEL --guard-key DIR/guard.pub` names it in a channel, \
+    which delegates freezing and rolling back its rollouts to it (`packer guard`), and \
+    nothing else. DIR may be the existing key directory: the two files are added beside the \
+    others, which are left as they are (never replaced, even with --force); give the guard \
+    its own directory to keep the two keys apart on disk. The guard key's password, if any, \
+    comes from --password-file or PROMPTPACK_KEY_PASSWORD as well."
 )]
 pub struct KeygenArgs {
     /// Directory to create with the keys. It must not exist (unless --force).
@@ -36,9 +45,16 @@ pub struct KeygenArgs {
     /// for good.
     #[arg(long)]
     force: bool,
+
+    /// Write a guard key pair (guard.key, guard.pub) into DIR, touching no other file.
+    #[arg(long)]
+    guard: bool,
 }
 
 pub fn run(args: &KeygenArgs, json: bool) -> Result<()> {
+    if args.guard {
+        return guard(args, json);
+    }
     let secret_path = args.dir.join(SIGNING_KEY_FILE);
     let public_path = args.dir.join(SIGNING_PUB_FILE);
     let content_path = args.dir.join(CONTENT_KEY_FILE);
@@ -110,6 +126,112 @@ pub fn run(args: &KeygenArgs, json: bool) -> Result<()> {
         );
         if password.is_none() && std::env::var_os(PASSWORD_ENV).is_some() {
             outln!("note: {PASSWORD_ENV} is set but empty, so it was ignored");
+        }
+    }
+    Ok(())
+}
+
+/// `--guard`: the guard key pair, in a new directory or added to an existing one.
+fn guard(args: &KeygenArgs, json: bool) -> Result<()> {
+    let secret_path = args.dir.join(GUARD_KEY_FILE);
+    let public_path = args.dir.join(GUARD_PUB_FILE);
+    let dir_exists = args.dir.symlink_metadata().is_ok();
+    if dir_exists && !args.dir.is_dir() {
+        bail!(
+            "{} exists and is not a directory; nothing was written",
+            shown(&args.dir)
+        );
+    }
+    if dir_exists && !args.force {
+        for path in [&secret_path, &public_path] {
+            if path.symlink_metadata().is_ok() {
+                bail!(
+                    "{} already exists; nothing was written. --force overwrites the guard key \
+                     pair (the old guard key is lost for good: channels naming it need a release \
+                     with --guard-key naming the new one)",
+                    shown(path)
+                );
+            }
+        }
+    }
+    let password = password(args.password_file.as_deref())?;
+    let progress = password
+        .as_ref()
+        .map(|_| spinner("encrypting the guard key"));
+    let generated = SigningKey::generate(password.as_deref().map(String::as_str))?;
+    if let Some(progress) = progress {
+        progress.finish_and_clear();
+    }
+    // The untrusted comment is only a label, but it should not call this key the offline one.
+    let secret_file = zeroize::Zeroizing::new(generated.secret_file.replacen(
+        "promptpack signing key (keep offline)",
+        "promptpack guard key (may only freeze or roll back)",
+        1,
+    ));
+    let files = [
+        (GUARD_KEY_FILE, secret_file.as_bytes(), 0o600),
+        (GUARD_PUB_FILE, generated.public_file.as_bytes(), 0o644),
+    ];
+    match (dir_exists, args.force) {
+        (false, _) => write_new_dir(&args.dir, &files)?,
+        (true, true) => replace_files(&args.dir, &files)?,
+        (true, false) => add_files(&args.dir, &files)?,
+    }
+    let id = generated.key.key_id();
+    if json {
+        print_json(&json!({
+            "dir": shown(&args.dir),
+            "guard_key": shown(&secret_path),
+            "guard_pub": shown(&public_path),
+            "guard_key_id": id,
+            "encrypted": password.is_some(),
+        }));
+    } else {
+        let protection = if password.is_some() {
+            "encrypted with the password"
+        } else {
+            "not encrypted"
+        };
+        outln!(
+            "guard key     {} (id {id}, {protection})",
+            shown(&secret_path)
+        );
+        outln!("public key    {}", shown(&public_path));
+        outln!(
+            "next          packer release CHANNEL --guard-key {} names it; whoever holds {} \
+             can then freeze or roll back that channel's rollouts (`packer guard`), nothing else",
+            shown(&public_path),
+            shown(&secret_path)
+        );
+    }
+    Ok(())
+}
+
+/// Adds files to an existing directory, each only where nothing is (a concurrent keygen
+/// never has its files replaced). The secret goes first: a crash between the two leaves a
+/// secret without its public key, which no release can name, never the reverse.
+fn add_files(dir: &Path, files: &[(&str, &[u8], u32)]) -> Result<()> {
+    let staged = files
+        .iter()
+        .map(|(name, bytes, mode)| fsio::stage(&dir.join(name), bytes, *mode))
+        .collect::<Result<Vec<_>>>()?;
+    fsio::pause_before_placing();
+    let mut placed: Vec<std::path::PathBuf> = Vec::new();
+    for (file, (name, _, _)) in staged.into_iter().zip(files) {
+        let path = dir.join(name);
+        match file.commit_new()? {
+            Placed::Yes => placed.push(path),
+            Placed::Taken => {
+                // Only files this run put there a moment ago.
+                for path in &placed {
+                    let _ = std::fs::remove_file(path);
+                }
+                bail!(
+                    "{} appeared while the keys were generated; nothing of this run was kept \
+                     (another keygen wrote it)",
+                    shown(&path)
+                );
+            }
         }
     }
     Ok(())

@@ -21,6 +21,7 @@ mod channel;
 mod check;
 mod diff;
 mod fsio;
+mod guard;
 mod keygen;
 mod keys;
 mod outcomes;
@@ -65,7 +66,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generate a signing key pair (minisign format) and a content key.
+    /// Generate a signing key pair (minisign format) and a content key; with --guard, a
+    /// guard key pair.
     Keygen(keygen::KeygenArgs),
     /// Validate every template and seal a directory into a pack.
     Build(build::BuildArgs),
@@ -84,6 +86,8 @@ enum Command {
     Publish(publish::PublishArgs),
     /// Pin, roll out, roll back: sign and publish the next document of a channel on packd.
     Release(release::ReleaseArgs),
+    /// Freeze or roll back a channel's rollout with the guard key the channel names.
+    Guard(guard::GuardArgs),
     /// Show what is live where on packd: channels, their entries, and the packs.
     Status(outcomes::StatusCommand),
 }
@@ -110,6 +114,7 @@ fn main() -> ExitCode {
         Command::Channel(args) => channel::run(&args, cli.json),
         Command::Publish(args) => publish::run(&args, cli.json),
         Command::Release(args) => release::run(&args, cli.json),
+        Command::Guard(args) => guard::run(&args, cli.json),
         Command::Status(args) => outcomes::run(&args, cli.json),
     };
     match result {

@@ -5,13 +5,15 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use pack_format::channel::SignedChannel;
 use pack_format::channel::{CHANNEL_FORMAT, MAX_SEQUENCE, format_time};
 use pack_format::keys::SIGNING_PUB_FILE;
 use pack_format::{
-    ChannelDocument, ChannelEntry, ContentKeyRing, EntryTarget, FormatError, Limits, PackRef,
-    Rollout, TrustedKeys, sha256_hex, validate_name,
+    ChannelDocument, ChannelEntry, ContentKeyRing, EntryTarget, FormatError, Guard, Limits,
+    PackRef, Ramp, Rollout, TrustedKeys, VerifiedChannel, Watch, WatchAction, sha256_hex,
+    validate_name,
 };
-use pack_protocol::{headers, paths};
+use pack_protocol::{OutcomeCounts, OutcomeRates, headers, paths};
 use reqwest::StatusCode;
 use semver::{Version, VersionReq};
 use serde_json::json;
@@ -19,6 +21,7 @@ use time::{Duration, OffsetDateTime};
 
 use crate::channel::{describe, parse_expires};
 use crate::check::open_entry_as_client;
+use crate::guard::{guard_id, read_guard_pub};
 use crate::keys::{content_key_ring, signing_key};
 use crate::remote::model::{
     ChannelList, PackList, PackRecord, PackVersions, PublishRequest, PublishResponse,
@@ -45,8 +48,8 @@ keeps that upload under its version (a version never changes there, released or 
 publish the fix under the next version. --no-verify skips the download and the check (with a
 warning), for a release that must go out without the content key at hand.
 
-Changes are combinable and repeatable, applied in this order: --remove, --rollback, --pin,
---rollout (each in the order given). RANGE is a semver range of client releases: '*',
+Changes are combinable and repeatable, applied in this order: --resume, --remove, --rollback,
+--pin, --rollout, --ramp (each in the order given). RANGE is a semver range of client releases: '*',
 '>=1.4.0, <1.5.0', '^1.2'. A bare version is a caret range: '1.4' means '^1.4' (>=1.4.0,
 <2.0.0); for 1.4.x only write '~1.4'. Ranges are compared by meaning ('>=1.4, <1.5' =
 '>=1.4,<1.5').
@@ -60,6 +63,26 @@ Changes are combinable and repeatable, applied in this order: --remove, --rollba
       range's own entry, so the other installs keep what they have. Changing PERCENT for the
       same VERSION keeps the salt: raising only adds installs, lowering only takes some out.
       Finish it with --pin.
+  --ramp 'RANGE=VERSION@1%..100%/72h' | 'RANGE=VERSION@1,5,25,100%/24h'
+      A rollout whose percentage grows on a schedule signed now, placed and salted like
+      --rollout: from 1% now in a straight line to 100% 72 hours later (whole percents,
+      rounded down), or 1% now, then 5%, 25% and 100%, one step every 24 hours. Durations
+      are s, m, h or d. Every client reads the schedule with its own clock; nothing is
+      signed while it runs. The document must not expire before the ramp ends: without
+      --expires the expiry is at least the ramp's end plus the usual validity; an --expires
+      before the end is refused.
+  --resume 'RANGE'
+      When the live document is a guard document that froze RANGE's ramp (`packer guard
+      freeze`): put the ramp back, shifted so that it continues from the frozen percentage
+      now, with its salt and watch.
+  --guard-key FILE | --no-guard
+      Name the guard key (the guard.pub of `packer keygen --guard`): the key trusted to
+      freeze or roll back this channel's rollouts, and nothing else. Without either option
+      the new document keeps the live one's guard key; --no-guard removes it.
+  --guard-watch tool_error_rate,fallback_rate  [--on-regression freeze|rollback]
+      What the guard compares, between the rolling-out pack and the one it replaces, while
+      this run's --ramp and --rollout entries run, and what it does when one is worse
+      (default freeze). Needs a guard key on the channel.
   --rollback 'RANGE=VERSION' | 'RANGE=builtin'
       Emergency: every entry of RANGE (rollouts included) becomes one entry pointing at
       VERSION, or at the pack compiled into the client.
@@ -67,7 +90,7 @@ Changes are combinable and repeatable, applied in this order: --remove, --rollba
       Drop every entry of RANGE.
   --expires 30d | 12h | 2026-01-31T00:00:00Z
       Validity of the new document. Default: as long as the live one was valid for, or 30d
-      for a new channel.
+      for a new channel (longer when a ramp runs past that, see --ramp).
 
 Shows the old and new entries (- gone, + new) and asks before publishing; --yes skips the
 question and is required when stdin is not a terminal. If someone else releases between
@@ -81,6 +104,9 @@ Examples:
   packer release stable --server URL --keys keys --pack prompts --pin '*=1.1.0'
   packer release stable --server URL --keys keys --rollout '>=1.4.0, <1.5.0=1.2.0@10'
   packer release stable --server URL --keys keys --rollout '>=1.4.0, <1.5.0=1.2.0@50'
+  packer release stable --server URL --keys keys --guard-key guard/guard.pub \
+      --ramp '>=1.4.0, <1.5.0=1.2.0@1,5,25,100%/24h' --guard-watch tool_error_rate,fallback_rate
+  packer release stable --server URL --keys keys --resume '>=1.4.0, <1.5.0'
   packer release stable --server URL --keys keys --pin '>=1.4.0, <1.5.0=1.2.0'
   packer release stable --server URL --keys keys --rollback '>=1.4.0, <1.5.0=builtin'";
 
@@ -131,6 +157,39 @@ pub struct ReleaseArgs {
     #[arg(long = "rollout", value_name = "RANGE=VERSION@PERCENT")]
     rollouts: Vec<String>,
 
+    /// Staged rollout on a schedule starting now ('RANGE=VERSION@1%..100%/72h' or
+    /// 'RANGE=VERSION@1,5,25,100%/24h').
+    #[arg(long = "ramp", value_name = "RANGE=VERSION@SCHEDULE")]
+    ramps: Vec<String>,
+
+    /// Continue the ramp of RANGE that the live guard document froze, from the frozen
+    /// percentage.
+    #[arg(long = "resume", value_name = "RANGE")]
+    resumes: Vec<String>,
+
+    /// What the guard compares while this run's --ramp and --rollout entries run, as a comma
+    /// list (tool_error_rate,fallback_rate).
+    #[arg(long = "guard-watch", value_name = "METRICS")]
+    guard_watch: Option<String>,
+
+    /// What the guard does when a watched metric regresses (default: freeze).
+    #[arg(
+        long = "on-regression",
+        value_enum,
+        value_name = "ACTION",
+        requires = "guard_watch"
+    )]
+    on_regression: Option<OnRegression>,
+
+    /// The guard's public key file (guard.pub): the channel delegates stopping its rollouts
+    /// to it. Without it the live document's guard key is kept.
+    #[arg(long = "guard-key", value_name = "FILE", conflicts_with = "no_guard")]
+    guard_key: Option<PathBuf>,
+
+    /// Remove the channel's guard key.
+    #[arg(long, conflicts_with = "guard_watch")]
+    no_guard: bool,
+
     /// Replace every entry of RANGE with VERSION or 'builtin' ('RANGE=VERSION|builtin').
     #[arg(long = "rollback", value_name = "RANGE=VERSION|builtin")]
     rollbacks: Vec<String>,
@@ -152,6 +211,22 @@ pub struct ReleaseArgs {
     password_file: Option<PathBuf>,
 }
 
+/// What the guard does when a watched metric regresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnRegression {
+    Freeze,
+    Rollback,
+}
+
+impl From<OnRegression> for WatchAction {
+    fn from(action: OnRegression) -> WatchAction {
+        match action {
+            OnRegression::Freeze => WatchAction::Freeze,
+            OnRegression::Rollback => WatchAction::Rollback,
+        }
+    }
+}
+
 /// What an operation points clients at, before it is looked up on the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Wanted {
@@ -163,12 +238,16 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
     validate_name("channel", &args.channel).context("CHANNEL")?;
     if args.pins.is_empty()
         && args.rollouts.is_empty()
+        && args.ramps.is_empty()
+        && args.resumes.is_empty()
         && args.rollbacks.is_empty()
         && args.removes.is_empty()
         && args.expires.is_none()
+        && args.guard_key.is_none()
+        && !args.no_guard
     {
         bail!(
-            "nothing to release: give at least one of --pin, --rollout, --rollback, --remove or --expires (see `packer release --help`)"
+            "nothing to release: give at least one of --pin, --rollout, --ramp, --resume, --rollback, --remove, --guard-key, --no-guard or --expires (see `packer release --help`)"
         );
     }
     // Parse everything before touching the network or the key.
@@ -192,6 +271,35 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         .iter()
         .map(|spec| parse_rollout(spec).with_context(|| format!("--rollout {spec:?}")))
         .collect::<Result<Vec<_>>>()?;
+    let ramps = args
+        .ramps
+        .iter()
+        .map(|spec| parse_ramp(spec).with_context(|| format!("--ramp {spec:?}")))
+        .collect::<Result<Vec<_>>>()?;
+    let resumes = args
+        .resumes
+        .iter()
+        .map(|spec| parse_range(spec).with_context(|| format!("--resume {spec:?}")))
+        .collect::<Result<Vec<_>>>()?;
+    let watch = match &args.guard_watch {
+        Some(metrics) => {
+            if rollouts.is_empty() && ramps.is_empty() {
+                bail!(
+                    "--guard-watch sets what the guard watches on this run's --ramp and --rollout \
+                     entries; give one (for a rollout already running, repeat its --ramp or \
+                     --rollout)"
+                );
+            }
+            let action = args.on_regression.unwrap_or(OnRegression::Freeze).into();
+            Some(parse_watch(metrics, action).context("--guard-watch")?)
+        }
+        None => None,
+    };
+    let named_guard = args
+        .guard_key
+        .as_deref()
+        .map(|path| read_guard_pub(path).context("--guard-key"))
+        .transpose()?;
 
     let remote = Remote::new(&args.server, true)?;
     remote
@@ -207,12 +315,23 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
     for path in &args.trusted_keys {
         trusted.add_file(path)?;
     }
+    if let Some(guard) = &named_guard {
+        let id = guard_id(guard);
+        if trusted.ids().contains(&id.as_str()) {
+            bail!(
+                "--guard-key: key {id} is trusted as a signing key; the guard key is a separate \
+                 key that may only stop rollouts (`packer keygen --guard --dir DIR` makes one). \
+                 Nothing was signed or published"
+            );
+        }
+    }
 
     let now = OffsetDateTime::now_utc()
         .replace_nanosecond(0)
         .unwrap_or_else(|_| OffsetDateTime::now_utc());
-    let live = fetch_live(&remote, &args.channel, &trusted)?;
-    match (&live, args.new_channel) {
+    let live_channel = fetch_live(&remote, &args.channel, &trusted)?;
+    let live = live_channel.as_ref().map(LiveChannel::document);
+    match (live, args.new_channel) {
         (None, false) => return Err(unknown_channel(&remote, &args.channel)),
         (Some(live), true) => bail!(
             "--new-channel: channel {} already exists on {} (pack {}, sequence {}); drop \
@@ -224,7 +343,7 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         ),
         (None, true) | (Some(_), false) => {}
     }
-    let (pack, pack_from) = match (&live, &args.pack) {
+    let (pack, pack_from) = match (live, &args.pack) {
         (Some(live), Some(pack)) if live.pack != *pack => bail!(
             "channel {} on {} is for pack {:?}, not {pack:?}; drop --pack or pick another channel",
             args.channel,
@@ -247,7 +366,8 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         .iter()
         .chain(&pins)
         .any(|(_, w)| matches!(w, Wanted::Version(_)))
-        || !rollouts.is_empty();
+        || !rollouts.is_empty()
+        || !ramps.is_empty();
     let versions = if needs_versions {
         remote
             .get_json_opt::<PackVersions>(&paths::pack(&pack))?
@@ -267,8 +387,32 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         }
     };
 
-    let old_entries = live.as_ref().map(|l| l.entries.clone()).unwrap_or_default();
+    let guard = match (&named_guard, args.no_guard) {
+        (Some(guard), _) => Some(guard.clone()),
+        (None, true) => None,
+        (None, false) => live.and_then(|l| l.guard.clone()),
+    };
+    if watch.is_some() && guard.is_none() {
+        bail!(
+            "--guard-watch: channel {} names no guard key, so nothing would watch the rollout; \
+             name one with --guard-key FILE (the guard.pub of `packer keygen --guard --dir \
+             DIR`). Nothing was signed or published",
+            args.channel
+        );
+    }
+
+    let old_entries = live.map(|l| l.entries.clone()).unwrap_or_default();
     let mut entries = old_entries.clone();
+    for range in &resumes {
+        let Some(live) = &live_channel else {
+            bail!(
+                "--resume {range}: channel {} has no live document",
+                args.channel
+            );
+        };
+        resume(&mut entries, live, range, now)
+            .with_context(|| format!("--resume {range}: nothing was signed or published"))?;
+    }
     for (range, spec) in removes.iter().zip(&args.removes) {
         let before = entries.len();
         entries.retain(|e| e.clients != *range);
@@ -289,19 +433,30 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         let EntryTarget::Pack(target) = lookup(&Wanted::Version(version.clone()))? else {
             unreachable!("a version always looks up to a pack")
         };
-        rollout(&mut entries, range, target, *percent, &pack);
+        let staged = Staged {
+            percent: *percent,
+            ramp: None,
+            watch: watch.clone(),
+        };
+        rollout(&mut entries, range, target, staged, &pack);
+    }
+    for (range, version, percent, ramp) in &ramps {
+        let EntryTarget::Pack(target) = lookup(&Wanted::Version(version.clone()))? else {
+            unreachable!("a version always looks up to a pack")
+        };
+        let staged = Staged {
+            percent: *percent,
+            ramp: Some(Ramp {
+                start: now,
+                ..ramp.clone()
+            }),
+            watch: watch.clone(),
+        };
+        rollout(&mut entries, range, target, staged, &pack);
     }
 
-    let expires_at = match (&args.expires, &live) {
-        (Some(text), _) => parse_expires(text, now)?,
-        (None, Some(live)) => {
-            let validity = live.expires_at - live.issued_at;
-            now.checked_add(validity.max(Duration::hours(1)))
-                .context("the live document's validity is too long to repeat; give --expires")?
-        }
-        (None, None) => now + Duration::days(30),
-    };
-    let sequence = next_sequence(&args.channel, remote.base(), live.as_ref())?;
+    let expires_at = expiry(args.expires.as_deref(), live, &entries, now)?;
+    let sequence = next_sequence(&args.channel, remote.base(), live)?;
     let document = ChannelDocument {
         format: CHANNEL_FORMAT,
         channel: args.channel.clone(),
@@ -310,7 +465,8 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         issued_at: now,
         expires_at,
         entries,
-        guard: None,
+        guard,
+        // Signed with the offline key, the document replaces any guard document.
         restricts: None,
     };
 
@@ -327,9 +483,10 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         diff(
             &args.channel,
             remote.base(),
-            live.as_ref(),
+            live,
             &document,
-            &old_entries
+            &old_entries,
+            now
         )
     );
     if !args.yes {
@@ -374,13 +531,14 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
             "channel": document.channel,
             "pack": document.pack,
             "sequence": document.sequence,
-            "previous_sequence": live.as_ref().map(|l| l.sequence),
+            "previous_sequence": live.map(|l| l.sequence),
             "issued_at": format_time(document.issued_at),
             "expires_at": format_time(document.expires_at),
             "sha256": sha256_hex(&signed.document),
             "key_id": key.key_id(),
             "created": answer.created,
-            "entries": crate::status::entries_json(&document.entries),
+            "guard": document.guard.as_ref().map(|g| json!({ "key_id": guard_id(g), "key": g.key })),
+            "entries": crate::status::entries_json(&document.entries, now),
             "checked": checked.iter().map(|r| r.version.to_string()).collect::<Vec<_>>(),
             "no_verify": args.no_verify,
         }));
@@ -394,8 +552,162 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         outln!("expires   {}", answer.channel.expires_at);
         outln!("sha256    {}", answer.channel.sha256);
         outln!("signed by {}", answer.channel.key_id);
+        if let Some(guard) = &document.guard {
+            outln!("guard key {} (may freeze or roll back)", guard_id(guard));
+        }
     }
     Ok(())
+}
+
+/// The new document's expiry: `--expires`, or as long as the live document was valid for
+/// (30 days for a new channel). A ramp must end before the document expires, since clients
+/// stop reading an expired document: without `--expires` the expiry moves to at least the
+/// last ramp's end plus that validity; an `--expires` before it is refused.
+fn expiry(
+    expires: Option<&str>,
+    live: Option<&ChannelDocument>,
+    entries: &[ChannelEntry],
+    now: OffsetDateTime,
+) -> Result<OffsetDateTime> {
+    let last_ramp = entries
+        .iter()
+        .filter_map(|e| {
+            let ramp = e.rollout.as_ref()?.ramp.as_ref()?;
+            Some((ramp.end(), e))
+        })
+        .max_by_key(|(end, _)| *end);
+    if let Some(text) = expires {
+        let expires_at = parse_expires(text, now)?;
+        if let Some((end, entry)) = last_ramp
+            && end > expires_at
+        {
+            // Whole days, rounded up.
+            let days = ((end - now).whole_seconds() + 86_399) / 86_400;
+            bail!(
+                "the ramp of clients {} ends at {}, after the document expires ({}): clients \
+                 stop following an expired document, so the ramp would not finish. Give a \
+                 longer --expires, at least {days}d (or drop it: the expiry is then the ramp's \
+                 end plus the usual validity). Nothing was signed or published",
+                entry.clients,
+                format_time(end),
+                format_time(expires_at)
+            );
+        }
+        return Ok(expires_at);
+    }
+    let validity = match live {
+        Some(live) => (live.expires_at - live.issued_at).max(Duration::hours(1)),
+        None => Duration::days(30),
+    };
+    let usual = now
+        .checked_add(validity)
+        .context("the live document's validity is too long to repeat; give --expires")?;
+    let Some((end, _)) = last_ramp else {
+        return Ok(usual);
+    };
+    let after_ramp = end
+        .checked_add(validity)
+        .context("the ramp ends too far in the future; give --expires")?;
+    Ok(usual.max(after_ramp))
+}
+
+/// Puts back the ramp of `range` that the live guard document froze, shifted so it continues
+/// from the frozen percentage now: its new start is the old start plus the time it stood
+/// frozen. Salt and watch stay.
+fn resume(
+    entries: &mut [ChannelEntry],
+    live: &LiveChannel,
+    range: &VersionReq,
+    now: OffsetDateTime,
+) -> Result<()> {
+    let current = live.document();
+    let Some(base) = &live.verified.base else {
+        bail!(
+            "the live document (sequence {}) is signed with the offline key, not a guard \
+             document: no guard froze anything. To change a rollout, give --ramp or --rollout",
+            current.sequence
+        );
+    };
+    let base = &base.document;
+    // A guard document keeps the entries of the document it restricts, in order.
+    let Some(i) = current
+        .entries
+        .iter()
+        .zip(&base.entries)
+        .position(|(e, b)| e.clients == *range && b.rollout.is_some())
+    else {
+        bail!(
+            "sequence {} (the offline-signed document the guard restricts) has no rollout for \
+             clients {range}",
+            base.sequence
+        );
+    };
+    let (frozen, was) = (&current.entries[i], &base.entries[i]);
+    if frozen.target != was.target {
+        bail!(
+            "the guard rolled clients {range} back to {} (from {}): there is no rollout to \
+             resume. Give --ramp or --rollout to roll out again",
+            crate::guard::target_name(&frozen.target),
+            crate::guard::target_name(&was.target)
+        );
+    }
+    let Some(held) = &frozen.rollout else {
+        bail!("the live document has no rollout for clients {range} to resume");
+    };
+    let Some(rollout) = &was.rollout else {
+        bail!(
+            "sequence {} has no rollout for clients {range}",
+            base.sequence
+        );
+    };
+    if held == rollout {
+        bail!(
+            "the rollout of clients {range} is not frozen: it is as sequence {} signed it",
+            base.sequence
+        );
+    }
+    let Some(ramp) = &rollout.ramp else {
+        entries[i].rollout = Some(rollout.clone());
+        return Ok(());
+    };
+    if held.percent < rollout.percent {
+        bail!(
+            "the guard holds clients {range} at {}%, below where the ramp starts ({}%); \
+             give --ramp to roll out again",
+            held.percent,
+            rollout.percent
+        );
+    }
+    let frozen_at = frozen_at(rollout, held.percent, current.issued_at);
+    entries[i].rollout = Some(Rollout {
+        ramp: Some(Ramp {
+            start: ramp.start + (now - frozen_at),
+            ..ramp.clone()
+        }),
+        ..rollout.clone()
+    });
+    Ok(())
+}
+
+/// When `rollout`'s ramp stood at `percent`: the latest second up to `signed` (the guard
+/// document's date) at which it had not passed it. That is `signed` itself when this guard
+/// document froze it; earlier when an older guard document did and a later one kept the freeze.
+fn frozen_at(rollout: &Rollout, percent: u8, signed: OffsetDateTime) -> OffsetDateTime {
+    if rollout.percent_at(signed) <= percent {
+        return signed;
+    }
+    let start = rollout.ramp.as_ref().map_or(signed, |r| r.start);
+    // The percentage never falls along a ramp: the last second at or below `percent`.
+    let (mut low, mut high) = (0i64, (signed - start).whole_seconds());
+    while high - low > 1 {
+        let mid = low + (high - low) / 2;
+        if rollout.percent_at(start + Duration::seconds(mid)) <= percent {
+            low = mid;
+        } else {
+            high = mid;
+        }
+    }
+    start + Duration::seconds(low)
 }
 
 /// The sequence after the live one (1 for a new channel). Refused, never wrapped, past
@@ -418,13 +730,48 @@ fn next_sequence(channel: &str, server: &str, live: Option<&ChannelDocument>) ->
     }
 }
 
+/// A channel's live document as packd serves it, its signature checked.
+pub(crate) struct LiveChannel {
+    /// For a guard document, with the document it restricts (`base`).
+    pub verified: VerifiedChannel,
+    pub signed: SignedChannel,
+}
+
+impl LiveChannel {
+    pub fn document(&self) -> &ChannelDocument {
+        &self.verified.document
+    }
+
+    /// The offline-signed document a guard document made now restricts: the one this guard
+    /// document restricts, or this one.
+    pub fn base(&self) -> SignedChannel {
+        match &self.verified.document.restricts {
+            Some(restricts) => SignedChannel {
+                document: restricts.document.clone().into_bytes(),
+                signature: restricts.signature.clone(),
+            },
+            None => self.signed.clone(),
+        }
+    }
+
+    /// The parsed document of [`LiveChannel::base`].
+    pub fn base_document(&self) -> &ChannelDocument {
+        self.verified
+            .base
+            .as_ref()
+            .map_or(&self.verified.document, |base| &base.document)
+    }
+}
+
 /// The live document, signature checked (expiry is not: an expired channel is exactly
-/// what a release fixes). `None` when nothing was published on the channel yet.
-fn fetch_live(
+/// what a release fixes). `None` when nothing was published on the channel yet. A guard
+/// document verifies when the offline-signed document it restricts does and delegates to its
+/// key.
+pub(crate) fn fetch_live(
     remote: &Remote,
     channel: &str,
     trusted: &TrustedKeys,
-) -> Result<Option<ChannelDocument>> {
+) -> Result<Option<LiveChannel>> {
     let limits = Limits::DEFAULT;
     let Some((document, headers)) =
         remote.get_bytes_opt(&paths::channel(channel), limits.max_channel_len as u64)?
@@ -489,7 +836,13 @@ fn fetch_live(
             verified.document.channel
         );
     }
-    Ok(Some(verified.document))
+    Ok(Some(LiveChannel {
+        verified,
+        signed: SignedChannel {
+            document,
+            signature,
+        },
+    }))
 }
 
 /// Where the pack's name comes from: the live document, or `--pack` for a new channel.
@@ -730,11 +1083,18 @@ fn rollback(entries: &mut Vec<ChannelEntry>, range: &VersionReq, target: EntryTa
     entries.insert(at, entry);
 }
 
+/// The rollout of a `--rollout` or `--ramp`, before its salt is chosen.
+struct Staged {
+    percent: u8,
+    ramp: Option<Ramp>,
+    watch: Option<Watch>,
+}
+
 fn rollout(
     entries: &mut Vec<ChannelEntry>,
     range: &VersionReq,
     target: PackRef,
-    percent: u8,
+    staged: Staged,
     pack: &str,
 ) {
     let target = EntryTarget::Pack(target);
@@ -756,10 +1116,10 @@ fn rollout(
         clients: range.clone(),
         target,
         rollout: Some(Rollout {
-            percent,
+            percent: staged.percent,
             salt,
-            ramp: None,
-            watch: None,
+            ramp: staged.ramp,
+            watch: staged.watch,
         }),
     };
     if let Some(i) = existing {
@@ -836,13 +1196,57 @@ fn parse_rollout(spec: &str) -> Result<(VersionReq, Version, u8)> {
     Ok((range, parse_version(version)?, percent))
 }
 
-/// The old and new entries, with `-` for entries that go, `+` for entries that come.
+/// `RANGE=VERSION@SCHEDULE`: the range, the version, the starting percentage and the
+/// schedule (its start is set when the document is signed).
+fn parse_ramp(spec: &str) -> Result<(VersionReq, Version, u8, Ramp)> {
+    let example = "RANGE=VERSION@SCHEDULE, e.g. '>=1.4.0, <1.5.0=1.2.0@1%..100%/72h' or '*=1.2.0@1,5,25,100%/24h'";
+    let Some((body, schedule)) = spec.rsplit_once('@') else {
+        bail!("expected {example}");
+    };
+    let (range, version) = split_range(body, example)?;
+    let (percent, ramp) = Ramp::parse(schedule.trim(), OffsetDateTime::UNIX_EPOCH)?;
+    Ok((range, parse_version(version)?, percent, ramp))
+}
+
+/// The metrics the guard compares, each a rate `packer status --outcomes` shows.
+fn parse_watch(text: &str, action: WatchAction) -> Result<Watch> {
+    let rates = OutcomeRates::of(&OutcomeCounts::default());
+    let known: Vec<&str> = rates.named().iter().map(|(name, _)| *name).collect();
+    let mut metrics: Vec<String> = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if !known.contains(&name) {
+            bail!(
+                "{name:?} is not a metric the guard compares; the metrics are {}",
+                known.join(", ")
+            );
+        }
+        if !metrics.iter().any(|m| m == name) {
+            metrics.push(name.to_string());
+        }
+    }
+    if metrics.is_empty() {
+        bail!(
+            "no metric named; give a comma list of {}, e.g. tool_error_rate,fallback_rate",
+            known.join(", ")
+        );
+    }
+    Ok(Watch { metrics, action })
+}
+
+/// `ID` of a guard key, or `none`.
+fn guard_label(guard: Option<&Guard>) -> String {
+    guard.map_or_else(|| "none".to_string(), guard_id)
+}
+
+/// The old and new entries, with `-` for entries that go, `+` for entries that come; ramps
+/// read at `now`.
 fn diff(
     channel: &str,
     server: &str,
     live: Option<&ChannelDocument>,
     new: &ChannelDocument,
     old_entries: &[ChannelEntry],
+    now: OffsetDateTime,
 ) -> String {
     let mut out = String::new();
     match live {
@@ -864,10 +1268,29 @@ fn diff(
     } else {
         out.push_str(&format!("  expires {}\n", format_time(new.expires_at)));
     }
+    let old_guard = live.and_then(|l| l.guard.as_ref());
+    if live.is_some() && old_guard != new.guard.as_ref() {
+        out.push_str(&format!(
+            "  guard key {} -> {}\n",
+            guard_label(old_guard),
+            guard_label(new.guard.as_ref())
+        ));
+    } else if let Some(guard) = &new.guard {
+        out.push_str(&format!("  guard key {}\n", guard_id(guard)));
+    }
+    if let Some(restricts) = live.and_then(|l| l.restricts.as_ref()) {
+        let base = serde_json::from_str::<ChannelDocument>(&restricts.document)
+            .map_or_else(|_| "?".to_string(), |b| b.sequence.to_string());
+        out.push_str(&format!(
+            "  (the live document is a guard document restricting sequence {base}; this one, \
+             signed with the offline key, replaces it and keeps what it froze unless --resume \
+             says otherwise)\n"
+        ));
+    }
     out.push_str("  entries (first match wins):\n");
     for old in old_entries {
         if !new.entries.contains(old) {
-            out.push_str(&format!("  - {}\n", describe(old)));
+            out.push_str(&format!("  - {}\n", describe(old, now)));
         }
     }
     for entry in &new.entries {
@@ -876,7 +1299,7 @@ fn diff(
         } else {
             '+'
         };
-        out.push_str(&format!("  {mark} {}\n", describe(entry)));
+        out.push_str(&format!("  {mark} {}\n", describe(entry, now)));
     }
     if new.entries.is_empty() {
         out.push_str("    (none: every client uses its built-in pack)\n");
@@ -924,6 +1347,14 @@ mod tests {
         VersionReq::parse(text).unwrap()
     }
 
+    fn fixed(percent: u8) -> Staged {
+        Staged {
+            percent,
+            ramp: None,
+            watch: None,
+        }
+    }
+
     #[test]
     fn specs_split_at_the_right_equals_sign() {
         let (range, wanted) = parse_target(">=1.4.0, <1.5.0=1.2.0", false).unwrap();
@@ -958,12 +1389,12 @@ mod tests {
     fn rollout_keeps_its_salt_and_pin_finishes_it() {
         let mut entries = Vec::new();
         pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.0.0")));
-        rollout(&mut entries, &req("*"), pack("1.1.0"), 10, "p");
+        rollout(&mut entries, &req("*"), pack("1.1.0"), fixed(10), "p");
         assert_eq!(entries.len(), 2);
         assert_eq!(entries[0].rollout.as_ref().unwrap().percent, 10);
         let salt = entries[0].rollout.as_ref().unwrap().salt.clone();
         entries[0].rollout.as_mut().unwrap().salt = "custom".into();
-        rollout(&mut entries, &req("*"), pack("1.1.0"), 50, "p");
+        rollout(&mut entries, &req("*"), pack("1.1.0"), fixed(50), "p");
         assert_eq!(entries.len(), 2);
         assert_eq!(
             entries[0].rollout,
@@ -975,7 +1406,7 @@ mod tests {
             })
         );
         // A different version reshuffles.
-        rollout(&mut entries, &req("*"), pack("1.2.0"), 5, "p");
+        rollout(&mut entries, &req("*"), pack("1.2.0"), fixed(5), "p");
         assert_ne!(entries[0].rollout.as_ref().unwrap().salt, "custom");
         assert_ne!(entries[0].rollout.as_ref().unwrap().salt, salt);
         pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.2.0")));
@@ -988,7 +1419,7 @@ mod tests {
         let mut entries = Vec::new();
         pin(&mut entries, &req("^1.4"), EntryTarget::Pack(pack("1.0.0")));
         pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.0.0")));
-        rollout(&mut entries, &req("^1.4"), pack("1.1.0"), 10, "p");
+        rollout(&mut entries, &req("^1.4"), pack("1.1.0"), fixed(10), "p");
         assert_eq!(entries.len(), 3);
         rollback(&mut entries, &req("^1.4"), EntryTarget::Builtin);
         assert_eq!(entries.len(), 2);

@@ -1,5 +1,6 @@
-//! `packer status`: what is live where on a packd — every channel with its entries, and
-//! every pack version with the channels that point at it.
+//! `packer status`: what is live where on a packd — every channel with its entries (ramps
+//! read at the current time, the guard key, what a guard document holds back), and every
+//! pack version with the channels that point at it.
 
 use anyhow::{Context, Result};
 use pack_format::channel::format_time;
@@ -7,6 +8,8 @@ use pack_format::{ChannelDocument, ChannelEntry, EntryTarget, Limits};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
+use crate::channel::{ramp_schedule, watch_text};
+use crate::guard::{guard_changes, guard_id};
 use crate::print_json;
 use crate::remote::ServerError;
 use crate::remote::model::{ChannelList, ChannelSummary, PackList};
@@ -18,6 +21,12 @@ use pack_protocol::{FailureCell, FleetCell, FleetView};
 Reads GET /v1/channels, each channel's live document and GET /v1/packs. Reads need no
 token unless the deployment is private; then it comes from --token-file or PROMPTPACK_TOKEN.
 Signatures are not checked here: `packer release` checks them before it builds on a document.
+
+A ramping rollout shows the percentage it stands at now (the schedule read with this
+machine's clock, as clients read it) and when each remaining step lands. A channel that names
+a guard key shows its id; a live document signed by the guard key (`packer guard`) shows the
+offline-signed sequence it restricts and what it froze or rolled back. Resuming takes the
+signing key: `packer release CHANNEL --resume RANGE`.
 
 With --fleet it also reads GET /v1/channels/{channel}/fleet: per channel entry's release range,
 how many installs run which pack version (distinct installs over the last --days UTC days,
@@ -91,7 +100,11 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                     "published_at": live.summary.published_at,
                     "key_id": live.summary.key_id,
                     "sha256": live.summary.sha256,
-                    "entries": entries_json(&doc.entries),
+                    "guard": doc.guard.as_ref().map(|g| json!({ "key_id": guard_id(g), "key": g.key })),
+                    "restricts_sequence": restricted(doc).map(|base| base.sequence),
+                    "guard_actions": restricted(doc)
+                        .map(|base| guard_changes(doc, &base).iter().map(|c| c.to_json()).collect::<Vec<_>>()),
+                    "entries": entries_json(&doc.entries, now),
                     "fleet": match &live.fleet {
                         Some(Ok(view)) => serde_json::to_value(view).unwrap_or(Value::Null),
                         Some(Err(reason)) => json!({ "unavailable": reason }),
@@ -143,11 +156,28 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
             doc.pack,
             doc.sequence
         );
+        if let Some(guard) = &doc.guard {
+            outln!("  guard key {} (may freeze or roll back)", guard_id(guard));
+        }
+        if let Some(base) = restricted(doc) {
+            outln!(
+                "  guard document: signed by the guard key, restricting sequence {} (signed \
+                 with the offline key)",
+                base.sequence
+            );
+            for change in guard_changes(doc, &base) {
+                outln!("    {}", change.text());
+            }
+            outln!(
+                "    resuming needs the signing key: packer release {} --resume RANGE",
+                doc.channel
+            );
+        }
         if doc.entries.is_empty() {
             outln!("  (no entries: every client uses its built-in pack)");
         }
-        for entry in &doc.entries {
-            outln!("  {}", entry_line(entry));
+        for (i, entry) in doc.entries.iter().enumerate() {
+            outln!("  {i}  {}", entry_line(entry, now));
         }
         match &live.fleet {
             Some(Ok(view)) => {
@@ -184,8 +214,15 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// `RANGE -> VERSION [at N%]` for humans.
-fn entry_line(entry: &ChannelEntry) -> String {
+/// The document a guard document restricts, as it carries it (unverified, like the rest of
+/// what status shows).
+fn restricted(doc: &ChannelDocument) -> Option<ChannelDocument> {
+    let restricts = doc.restricts.as_ref()?;
+    serde_json::from_str(&restricts.document).ok()
+}
+
+/// `RANGE -> VERSION [(rollout N% ...)]` for humans, a ramp read at `now`.
+fn entry_line(entry: &ChannelEntry, now: OffsetDateTime) -> String {
     let target = match &entry.target {
         EntryTarget::Pack(pack) => pack.version.to_string(),
         EntryTarget::Builtin => "builtin".to_string(),
@@ -193,13 +230,25 @@ fn entry_line(entry: &ChannelEntry) -> String {
     let rollout = entry
         .rollout
         .as_ref()
-        .map(|r| format!("  (rollout {}%)", r.percent))
+        .map(|r| {
+            let mut text = match ramp_schedule(r, now) {
+                Some(schedule) => format!("  (rollout ramp: {schedule}"),
+                None => format!("  (rollout {}%", r.percent),
+            };
+            if let Some(watch) = &r.watch {
+                text.push_str(&format!("; {}", watch_text(watch)));
+            }
+            text.push(')');
+            text
+        })
         .unwrap_or_default();
     format!("{:<20} -> {target}{rollout}", entry.clients.to_string())
 }
 
-/// Entries as JSON: `clients`, `target` ("builtin" or the version), and the pack details.
-pub fn entries_json(entries: &[ChannelEntry]) -> Vec<Value> {
+/// Entries as JSON: `clients`, `target` ("builtin" or the version), and the pack details;
+/// a rollout with its percentage at `now` (`percent_now`), its ramp and what the guard
+/// watches.
+pub fn entries_json(entries: &[ChannelEntry], now: OffsetDateTime) -> Vec<Value> {
     entries
         .iter()
         .map(|entry| {
@@ -218,7 +267,36 @@ pub fn entries_json(entries: &[ChannelEntry]) -> Vec<Value> {
                 }),
             };
             if let Some(rollout) = &entry.rollout {
-                value["rollout"] = json!({ "percent": rollout.percent, "salt": rollout.salt });
+                let mut json = json!({
+                    "percent": rollout.percent,
+                    "salt": rollout.salt,
+                    "percent_now": rollout.percent_at(now),
+                });
+                if let Some(ramp) = &rollout.ramp {
+                    let steps: Vec<Value> = ramp
+                        .steps
+                        .iter()
+                        .zip(ramp.landings())
+                        .map(|(step, (at, percent))| {
+                            json!({
+                                "after_seconds": step.after_seconds,
+                                "percent": percent,
+                                "at": format_time(at),
+                                "landed": at <= now,
+                            })
+                        })
+                        .collect();
+                    json["ramp"] = json!({
+                        "start": format_time(ramp.start),
+                        "linear": ramp.linear,
+                        "steps": steps,
+                        "end": format_time(ramp.end()),
+                    });
+                }
+                if let Some(watch) = &rollout.watch {
+                    json["watch"] = serde_json::to_value(watch).unwrap_or(Value::Null);
+                }
+                value["rollout"] = json;
             }
             value
         })
