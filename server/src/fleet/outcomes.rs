@@ -16,7 +16,7 @@
 //! report is refused with 429 and `overflow` says so), [`MAX_NODE_FILE_BYTES`] per file
 //! read and the fleet's cap on files per day.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -98,18 +98,6 @@ struct DayOutcomes {
 }
 
 impl DayOutcomes {
-    fn entries(&self) -> usize {
-        self.rows.values().map(BTreeMap::len).sum()
-    }
-
-    fn installs(&self) -> usize {
-        self.rows
-            .values()
-            .flat_map(BTreeMap::keys)
-            .collect::<BTreeSet<_>>()
-            .len()
-    }
-
     /// Keeps `entry` unless a newer one of the same install and row is there.
     fn keep(&mut self, row: RowKey, install: u64, entry: Entry) {
         let entries = self.rows.entry(row).or_default();
@@ -231,10 +219,14 @@ struct InstallRecord {
     counts: OutcomeCounts,
 }
 
-#[derive(Debug)]
+/// A day this node took reports of, with what its caps need counted as it goes (a report
+/// is checked against them without walking the day).
+#[derive(Debug, Default)]
 struct LiveDay {
     data: DayOutcomes,
     dirty: bool,
+    installs: HashSet<u64>,
+    entries: usize,
 }
 
 /// A day as a reader last merged it from storage, with the listing it was read from.
@@ -318,23 +310,21 @@ impl Outcomes {
             counts: report.counts,
         };
         let mut live = lock(&self.live);
-        let in_memory: usize = live.values().map(|d| d.data.entries()).sum();
-        let slot = live
-            .entry((report.channel.clone(), day))
-            .or_insert_with(|| LiveDay {
-                data: DayOutcomes::default(),
-                dirty: false,
-            });
-        let data = &mut slot.data;
-        let known_row = data.rows.contains_key(&row);
-        let known_install = data.rows.values().any(|e| e.contains_key(&key));
-        let known_entry = data.rows.get(&row).is_some_and(|e| e.contains_key(&key));
-        let full = if !known_row && data.rows.len() >= self.max_rows {
+        let in_memory: usize = live.values().map(|d| d.entries).sum();
+        let slot = live.entry((report.channel.clone(), day)).or_default();
+        let known_row = slot.data.rows.contains_key(&row);
+        let known_install = slot.installs.contains(&key);
+        let known_entry = slot
+            .data
+            .rows
+            .get(&row)
+            .is_some_and(|e| e.contains_key(&key));
+        let full = if !known_row && slot.data.rows.len() >= self.max_rows {
             Some(format!(
                 "this server keeps {} pack × release rows per channel and day",
                 self.max_rows
             ))
-        } else if !known_install && data.installs() >= MAX_INSTALLS_PER_DAY {
+        } else if !known_install && slot.installs.len() >= MAX_INSTALLS_PER_DAY {
             Some(format!(
                 "this server took outcome counts of {MAX_INSTALLS_PER_DAY} installs for {} already",
                 report.day
@@ -347,13 +337,15 @@ impl Outcomes {
             None
         };
         if let Some(what) = full {
-            if !data.overflow {
-                data.overflow = true;
+            if !slot.data.overflow {
+                slot.data.overflow = true;
                 slot.dirty = true;
             }
             return Err(Refusal::Full { what });
         }
-        data.keep(row, key, entry);
+        slot.data.keep(row, key, entry);
+        slot.installs.insert(key);
+        slot.entries += usize::from(!known_entry);
         slot.dirty = true;
         Ok(())
     }
@@ -686,6 +678,45 @@ mod tests {
         outcomes
             .record(&report("2026-03-04", "1.4.0", 2, 0), &install(2), t)
             .unwrap();
+    }
+
+    #[test]
+    fn a_node_takes_at_most_its_installs_per_day_and_still_replaces_known_ones() {
+        let outcomes = Outcomes::new("n1", 256);
+        let t = now();
+        for n in 0..MAX_INSTALLS_PER_DAY as u32 {
+            outcomes
+                .record(&report("2026-03-04", "1.3.0", 1, 0), &install(n), t)
+                .unwrap();
+        }
+        let one_more = outcomes.record(
+            &report("2026-03-04", "1.3.0", 1, 0),
+            &install(MAX_INSTALLS_PER_DAY as u32),
+            t,
+        );
+        assert!(
+            matches!(one_more, Err(Refusal::Full { .. })),
+            "{one_more:?}"
+        );
+        // Known installs still report (again, or on another row), and other days have room.
+        outcomes
+            .record(&report("2026-03-04", "1.3.0", 2, 0), &install(0), t)
+            .unwrap();
+        outcomes
+            .record(&report("2026-03-04", "1.4.0", 2, 0), &install(0), t)
+            .unwrap();
+        outcomes
+            .record(
+                &report("2026-03-03", "1.3.0", 1, 0),
+                &install(MAX_INSTALLS_PER_DAY as u32),
+                t,
+            )
+            .unwrap();
+        let day = live_day(&outcomes, "2026-03-04");
+        let view = assemble("stable", &[], &[day], 1);
+        let turns: u64 = view.rows.iter().map(|r| r.counts.turns).sum();
+        assert_eq!(turns, MAX_INSTALLS_PER_DAY as u64 + 1 + 2);
+        assert!(view.overflow);
     }
 
     #[test]
