@@ -455,7 +455,10 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         rollout(&mut entries, range, target, staged, &pack);
     }
 
-    let expires_at = expiry(args.expires.as_deref(), live, &entries, now)?;
+    // The validity to repeat is the offline-signed document's: a guard document only
+    // inherits its expiry.
+    let signed_live = live_channel.as_ref().map(LiveChannel::base_document);
+    let expires_at = expiry(args.expires.as_deref(), signed_live, &entries, now)?;
     let sequence = next_sequence(&args.channel, remote.base(), live)?;
     let document = ChannelDocument {
         format: CHANNEL_FORMAT,
@@ -559,7 +562,7 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The new document's expiry: `--expires`, or as long as the live document was valid for
+/// The new document's expiry: `--expires`, or the live document's usual validity from now
 /// (30 days for a new channel). A ramp must end before the document expires, since clients
 /// stop reading an expired document: without `--expires` the expiry moves to at least the
 /// last ramp's end plus that validity; an `--expires` before it is refused.
@@ -569,13 +572,7 @@ fn expiry(
     entries: &[ChannelEntry],
     now: OffsetDateTime,
 ) -> Result<OffsetDateTime> {
-    let last_ramp = entries
-        .iter()
-        .filter_map(|e| {
-            let ramp = e.rollout.as_ref()?.ramp.as_ref()?;
-            Some((ramp.end(), e))
-        })
-        .max_by_key(|(end, _)| *end);
+    let last_ramp = last_ramp_end(entries);
     if let Some(text) = expires {
         let expires_at = parse_expires(text, now)?;
         if let Some((end, entry)) = last_ramp
@@ -595,10 +592,7 @@ fn expiry(
         }
         return Ok(expires_at);
     }
-    let validity = match live {
-        Some(live) => (live.expires_at - live.issued_at).max(Duration::hours(1)),
-        None => Duration::days(30),
-    };
+    let validity = live.map_or(Duration::days(30), usual_validity);
     let usual = now
         .checked_add(validity)
         .context("the live document's validity is too long to repeat; give --expires")?;
@@ -609,6 +603,31 @@ fn expiry(
         .checked_add(validity)
         .context("the ramp ends too far in the future; give --expires")?;
     Ok(usual.max(after_ramp))
+}
+
+/// The end of the ramp that ends last among `entries`, with its entry.
+fn last_ramp_end(entries: &[ChannelEntry]) -> Option<(OffsetDateTime, &ChannelEntry)> {
+    entries
+        .iter()
+        .filter_map(|e| {
+            let ramp = e.rollout.as_ref()?.ramp.as_ref()?;
+            Some((ramp.end(), e))
+        })
+        .max_by_key(|(end, _)| *end)
+}
+
+/// How long `live` was valid for, at least an hour. When it was signed with a ramp still to
+/// run, only the time from the ramp's end to the expiry counts (if that is an hour or more):
+/// otherwise every release during a ramp would repeat a validity already stretched by it.
+fn usual_validity(live: &ChannelDocument) -> Duration {
+    let whole = live.expires_at - live.issued_at;
+    let after_ramp = last_ramp_end(&live.entries)
+        .filter(|(end, _)| *end > live.issued_at)
+        .map(|(end, _)| live.expires_at - end)
+        .filter(|after| *after >= Duration::hours(1));
+    after_ramp
+        .map_or(whole, |after| after.min(whole))
+        .max(Duration::hours(1))
 }
 
 /// Puts back the ramp of `range` that the live guard document froze, shifted so it continues
@@ -1412,6 +1431,78 @@ mod tests {
         pin(&mut entries, &req("*"), EntryTarget::Pack(pack("1.2.0")));
         assert_eq!(entries.len(), 1);
         assert!(entries[0].rollout.is_none());
+    }
+
+    fn ramping(start: OffsetDateTime) -> Vec<ChannelEntry> {
+        let (percent, ramp) = Ramp::parse("1,5,25,100%/24h", start).unwrap();
+        vec![ChannelEntry {
+            clients: req("*"),
+            target: EntryTarget::Pack(pack("1.1.0")),
+            rollout: Some(Rollout {
+                ramp: Some(ramp),
+                ..Rollout::fixed(percent, "s")
+            }),
+        }]
+    }
+
+    fn document(issued_at: OffsetDateTime, expires_at: OffsetDateTime) -> ChannelDocument {
+        ChannelDocument {
+            format: CHANNEL_FORMAT,
+            channel: "stable".into(),
+            pack: "p".into(),
+            sequence: 1,
+            issued_at,
+            expires_at,
+            entries: Vec::new(),
+            guard: None,
+            restricts: None,
+        }
+    }
+
+    #[test]
+    fn a_ramp_stretches_the_expiry_once_not_at_every_release() {
+        let t = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
+        let live = document(t - Duration::days(1), t + Duration::days(29));
+        let entries = ramping(t);
+        let first = expiry(None, Some(&live), &entries, t).unwrap();
+        assert_eq!(first, t + Duration::hours(72) + Duration::days(30));
+
+        // A day later, on top of that document: the same 30 days after the ramp.
+        let live = ChannelDocument {
+            entries: entries.clone(),
+            ..document(t, first)
+        };
+        assert_eq!(usual_validity(&live), Duration::days(30));
+        let later = t + Duration::days(1);
+        assert_eq!(expiry(None, Some(&live), &entries, later).unwrap(), first);
+        // Once the ramp is over, the usual validity from now.
+        assert_eq!(
+            expiry(None, Some(&live), &[], later).unwrap(),
+            later + Duration::days(30)
+        );
+
+        let short = expiry(Some("2d"), Some(&live), &entries, t).unwrap_err();
+        assert!(short.to_string().contains("at least 3d"), "{short:#}");
+        assert_eq!(
+            expiry(Some("3d"), Some(&live), &entries, t).unwrap(),
+            t + Duration::days(3)
+        );
+    }
+
+    #[test]
+    fn a_freeze_kept_by_a_later_guard_document_resumes_from_where_it_was_frozen() {
+        let t = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
+        let entries = ramping(t);
+        let rollout = entries[0].rollout.as_ref().unwrap();
+        // Frozen at 5% by the document signed then.
+        let signed = t + Duration::hours(30);
+        assert_eq!(frozen_at(rollout, 5, signed), signed);
+        // A later guard document (signed when the ramp would stand at 100%) kept the 5%: the
+        // ramp continues from its last second at 5%, not from 100%.
+        let later = t + Duration::hours(100);
+        let at = frozen_at(rollout, 5, later);
+        assert_eq!(at, t + Duration::hours(48) - Duration::seconds(1));
+        assert_eq!(rollout.percent_at(at), 5);
     }
 
     #[test]

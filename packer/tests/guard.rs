@@ -209,6 +209,14 @@ fn a_freeze_holds_the_ramp_and_the_offline_key_resumes_it_from_there() {
     };
     let (status, answer) = put(&env, &wider);
     assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_document", "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("widens its rollout to 25%"),
+        "{answer}"
+    );
     assert_eq!(env.live_document(), held);
 
     // Resumed a second or more after the freeze, so the shift is visible.
