@@ -7,6 +7,7 @@
 //! downstream slices or builds a URL from an unchecked string.
 
 pub mod fleet;
+pub mod guard;
 pub mod headers;
 pub mod outcomes;
 pub mod paths;

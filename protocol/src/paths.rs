@@ -83,6 +83,11 @@ pub fn outcomes(channel: &str) -> String {
     format!("/v1/channels/{channel}/outcomes")
 }
 
+/// What the guard saw on the channel's watched rollouts, and what it did.
+pub fn guard(channel: &str) -> String {
+    format!("/v1/channels/{channel}/guard")
+}
+
 /// The query parameter of `GET` [`outcomes`] and [`fleet`]: the UTC days to cover.
 pub const DAYS_PARAM: &str = "days";
 

@@ -41,6 +41,7 @@ use crate::storage::Storage;
         (name = "channels", description = "Signed channel documents"),
         (name = "fleet", description = "Distinct installs and failure reports"),
         (name = "outcomes", description = "Outcome counts per pack version and client release"),
+        (name = "guard", description = "What the guard saw on each watched rollout, and what it did"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -73,6 +74,7 @@ fn api_routes() -> OpenApiRouter<SharedState> {
         .routes(routes!(fleet::get_fleet))
         .routes(routes!(fleet::post_report))
         .routes(routes!(outcomes::post_outcomes, outcomes::get_outcomes))
+        .routes(routes!(crate::guard::get_guard))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
@@ -123,7 +125,15 @@ pub fn router_with_fleet(
         live: live.clone(),
         blobs: BlobCache::default(),
         openapi: serde_json::to_value(&api).unwrap_or_default(),
+        guard_looks: crate::state::GuardLooks::default(),
     });
+    // The guard looks only where it holds a key, and only inside a runtime (a router built
+    // for a test outside one has no guard).
+    if state.settings.guard.key.is_some()
+        && let Ok(runtime) = tokio::runtime::Handle::try_current()
+    {
+        runtime.spawn(crate::guard::run(state.clone()));
+    }
     let console = crate::console::router(state.clone());
     let app = routes
         .with_state(state.clone())

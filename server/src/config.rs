@@ -24,6 +24,8 @@ use serde::Deserialize;
 
 use crate::auth::{BadTokenHash, TokenConfig, Tokens};
 use crate::fleet::{FleetSettings, ViewScope};
+use pack_format::SigningKey;
+use std::sync::Arc;
 
 /// The default port: `127.0.0.1:8470`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8470";
@@ -57,6 +59,8 @@ pub enum ConfigError {
     Listen { found: String },
     #[error("give either data_dir or storage, not both")]
     StorageConflict,
+    #[error("[guard] {reason}")]
+    Guard { reason: String },
     #[error(
         "[limits] max_watchers = {watchers} must be below max_connections = {connections}: \
          every watch holds a connection, and plain requests need some too"
@@ -79,6 +83,28 @@ pub struct ConfigFile {
     pub limits: LimitsFile,
     #[serde(default)]
     pub fleet: FleetFile,
+    #[serde(default)]
+    pub guard: GuardFile,
+}
+
+/// `[guard]`: the guard key and its test; without `key` packd never signs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardFile {
+    /// The guard's minisign secret key (`packer keygen --guard`), relative to this file.
+    pub key: Option<PathBuf>,
+    /// A file whose first line is the key's password, if it has one.
+    pub password_file: Option<PathBuf>,
+    /// Seconds between looks at each watched rollout (default 300).
+    pub interval_secs: Option<u64>,
+    /// UTC days of outcome counts compared (default 7).
+    pub window_days: Option<u32>,
+    /// The chance of a false stop over a whole rollout (default 0.01).
+    pub alpha: Option<f64>,
+    /// The regression size the test is most sensitive to, as a rate difference (default 0.05).
+    pub tau: Option<f64>,
+    /// Trials each side needs before any decision (default 300).
+    pub min_trials: Option<u64>,
 }
 
 /// `[fleet]`: every field optional; defaults in [`FleetSettings::default`].
@@ -149,6 +175,7 @@ pub struct Settings {
     pub max_watch_wait: Duration,
     pub watch_poll: Duration,
     pub fleet: FleetSettings,
+    pub guard: GuardSettings,
 }
 
 /// Default `[limits] max_connections`: room for the default watchers and plain requests.
@@ -281,8 +308,93 @@ impl Settings {
                     .clamp(50, 60_000),
             ),
             fleet,
+            guard: guard_settings(&file.guard, base)?,
         })
     }
+}
+
+/// `[guard]` resolved.
+#[derive(Clone)]
+pub struct GuardSettings {
+    /// The guard key; without it packd never signs.
+    pub key: Option<Arc<SigningKey>>,
+    /// How often each watched rollout is looked at.
+    pub interval: Duration,
+    /// The outcome window compared, in UTC days.
+    pub window_days: u32,
+    pub test: crate::sequential::Settings,
+}
+
+impl std::fmt::Debug for GuardSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardSettings")
+            .field("key", &self.key.as_ref().map(|k| k.key_id()))
+            .field("interval", &self.interval)
+            .field("window_days", &self.window_days)
+            .field("test", &self.test)
+            .finish()
+    }
+}
+
+impl Default for GuardSettings {
+    fn default() -> Self {
+        GuardSettings {
+            key: None,
+            interval: Duration::from_secs(300),
+            window_days: 7,
+            test: crate::sequential::Settings::default(),
+        }
+    }
+}
+
+fn guard_settings(file: &GuardFile, base: &Path) -> Result<GuardSettings, ConfigError> {
+    let defaults = GuardSettings::default();
+    let bad = |reason: String| ConfigError::Guard { reason };
+    let key = match &file.key {
+        None => None,
+        Some(path) => {
+            let path = base.join(path);
+            let password = match &file.password_file {
+                None => None,
+                Some(file) => {
+                    let file = base.join(file);
+                    let text = std::fs::read_to_string(&file)
+                        .map_err(|e| bad(format!("password_file {}: {e}", file.display())))?;
+                    Some(text.lines().next().unwrap_or_default().to_string())
+                }
+            };
+            let key = SigningKey::load(&path, password.as_deref())
+                .map_err(|e| bad(format!("key: {e}")))?;
+            Some(Arc::new(key))
+        }
+    };
+    let alpha = file.alpha.unwrap_or(defaults.test.alpha);
+    if !(alpha > 0.0 && alpha < 0.5) {
+        return Err(bad(format!(
+            "alpha must be above 0 and below 0.5, found {alpha}"
+        )));
+    }
+    let tau = file.tau.unwrap_or(defaults.test.tau);
+    if !(tau > 0.0 && tau <= 1.0) {
+        return Err(bad(format!(
+            "tau must be above 0 and at most 1, found {tau}"
+        )));
+    }
+    Ok(GuardSettings {
+        key,
+        interval: file.interval_secs.map_or(defaults.interval, |s| {
+            Duration::from_secs(s.clamp(1, 86_400))
+        }),
+        window_days: file
+            .window_days
+            .unwrap_or(defaults.window_days)
+            .clamp(1, crate::fleet::MAX_WINDOW_DAYS),
+        test: crate::sequential::Settings {
+            alpha,
+            tau,
+            min_trials: file.min_trials.unwrap_or(defaults.test.min_trials).max(1),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -25,10 +25,14 @@
 //!    waiting for it to change (uses [`config`], [`error`], [`metrics`], [`model`]).
 //! 6. [`state`]: what every handler can reach.
 //! 7. [`routes`]: the handlers, one file per resource.
-//! 8. [`console`]: the read-only publisher console under `/console`, HTML pages over the
+//! 8. [`guard`]: the guard, which looks at watched rollouts and publishes the freeze or
+//!    rollback it signs through the same path as a publisher's document ([`routes`]); the
+//!    mixture sequential test it decides with is [`sequential`] (pure arithmetic, nothing
+//!    else of the crate).
+//! 9. [`console`]: the read-only publisher console under `/console`, HTML pages over the
 //!    same storage, live-document lookup and fleet view as [`routes`].
-//! 9. [`app`]: the router (every route with its OpenAPI description) and its middleware.
-//! 10. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
+//! 10. [`app`]: the router (every route with its OpenAPI description) and its middleware.
+//! 11. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
 
 pub mod app;
 pub mod auth;
@@ -38,6 +42,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod fleet;
+pub mod guard;
 pub mod live;
 pub mod metrics;
 pub mod model;
@@ -45,6 +50,7 @@ pub mod range;
 pub mod readiness;
 pub mod reports;
 pub mod routes;
+pub mod sequential;
 pub mod serve;
 pub mod state;
 pub mod storage;

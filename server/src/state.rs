@@ -1,6 +1,7 @@
 //! What every handler can reach: the settings, the storage, the metrics and the caches.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
 
@@ -33,6 +34,29 @@ pub struct AppState {
     pub report_limiter: ReportLimiter,
     /// The same bounds, counted apart, for outcome reports.
     pub outcome_limiter: ReportLimiter,
+    /// The guard's latest look per channel on this node.
+    pub guard_looks: GuardLooks,
 }
 
 pub type SharedState = Arc<AppState>;
+
+/// This node's latest look per channel.
+#[derive(Debug, Default)]
+pub struct GuardLooks(Mutex<BTreeMap<String, pack_protocol::guard::GuardLook>>);
+
+impl GuardLooks {
+    pub fn put(&self, channel: &str, look: pack_protocol::guard::GuardLook) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(channel.to_string(), look);
+    }
+
+    pub fn get(&self, channel: &str) -> Option<pack_protocol::guard::GuardLook> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(channel)
+            .cloned()
+    }
+}

@@ -100,6 +100,7 @@ async fn openapi_describes_every_route() {
         ("POST", "/v1/channels/{channel}/reports"),
         ("GET", "/v1/channels/{channel}/outcomes"),
         ("POST", "/v1/channels/{channel}/outcomes"),
+        ("GET", "/v1/channels/{channel}/guard"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),
         ("GET", "/metrics"),
@@ -156,6 +157,7 @@ async fn openapi_describes_every_route() {
         paths::fleet("stable"),
         paths::reports("stable"),
         paths::outcomes("stable"),
+        paths::guard("stable"),
         paths::OPENAPI.to_string(),
     ] {
         assert!(served.contains(&path), "{path} is not a described route");

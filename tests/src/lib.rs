@@ -5,6 +5,7 @@
 
 pub mod browser;
 pub mod chat_server;
+pub mod rollout_sim;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

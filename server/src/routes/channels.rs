@@ -97,44 +97,14 @@ pub async fn publish(
         serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidBody {
             reason: format!("expected {{\"document\": string, \"signature\": string}}: {e}"),
         })?;
-    if state.settings.trusted_keys.is_empty() {
-        return Err(ApiError::PublishingDisabled);
-    }
-    let verified = pack_format::channel::verify(
-        request.document.as_bytes(),
-        &request.signature,
-        &state.settings.trusted_keys,
-        OffsetDateTime::now_utc(),
-        &state.settings.limits,
+    let (record, created) = publish_signed(
+        &state,
+        &channel,
+        request.document,
+        request.signature,
+        &token,
     )
-    .map_err(ApiError::from_verify)?;
-    if verified.base.is_some() {
-        check_guarded(&state, &channel, &verified).await?;
-    }
-    if verified.document.channel != channel {
-        return Err(ApiError::ChannelMismatch {
-            path: channel,
-            document: verified.document.channel,
-        });
-    }
-    let checked = check_packs(&state, &verified).await?;
-
-    let record = ChannelRecord {
-        summary: summary(&verified, &token),
-        document: request.document,
-        signature: request.signature,
-    };
-    let created = commit(&state, &record, &checked).await?;
-    if created {
-        tracing::info!(
-            token,
-            channel,
-            sequence = record.summary.sequence,
-            sha256 = record.summary.sha256,
-            key_id = record.summary.key_id,
-            "channel document published"
-        );
-    }
+    .await?;
     let tag = etag(&record.summary.sha256);
     let location = HeaderValue::from_str(&format!("/v1/channels/{channel}"))
         .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -151,6 +121,57 @@ pub async fn publish(
             etag: tag,
         }),
     ))
+}
+
+/// Verifies a signed document as clients will (a guard document against the live one too),
+/// checks the packs it names, and commits it as `channel`'s next sequence. `by` is who
+/// published it (a token name, or `guard`). Whether it was new: an identical live document
+/// is not published twice.
+pub(crate) async fn publish_signed(
+    state: &SharedState,
+    channel: &str,
+    document: String,
+    signature: String,
+    by: &str,
+) -> Result<(ChannelRecord, bool), ApiError> {
+    if state.settings.trusted_keys.is_empty() {
+        return Err(ApiError::PublishingDisabled);
+    }
+    let verified = pack_format::channel::verify(
+        document.as_bytes(),
+        &signature,
+        &state.settings.trusted_keys,
+        OffsetDateTime::now_utc(),
+        &state.settings.limits,
+    )
+    .map_err(ApiError::from_verify)?;
+    if verified.document.channel != channel {
+        return Err(ApiError::ChannelMismatch {
+            path: channel.to_string(),
+            document: verified.document.channel,
+        });
+    }
+    if verified.base.is_some() {
+        check_guarded(state, channel, &verified).await?;
+    }
+    let checked = check_packs(state, &verified).await?;
+    let record = ChannelRecord {
+        summary: summary(&verified, by),
+        document,
+        signature,
+    };
+    let created = commit(state, &record, &checked).await?;
+    if created {
+        tracing::info!(
+            by,
+            channel,
+            sequence = record.summary.sequence,
+            sha256 = record.summary.sha256,
+            key_id = record.summary.key_id,
+            "channel document published"
+        );
+    }
+    Ok((record, created))
 }
 
 /// A guard document restricts what clients follow now, as clients will check: packd does not

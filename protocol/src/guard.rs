@@ -1,0 +1,94 @@
+//! What packd's guard saw and did (`GET /v1/channels/{channel}/guard`): per watched rollout
+//! and metric, both rates, their difference with its always-valid interval and the mixture
+//! likelihood ratio; and every freeze or rollback it signed, with why.
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "openapi")]
+use utoipa::ToSchema;
+
+use crate::outcomes::Rate;
+
+/// One metric at one look.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct MetricLook {
+    pub metric: String,
+    /// The rolling-out pack.
+    pub new: Rate,
+    /// The pack it replaces.
+    pub old: Rate,
+    /// `new − old`, once both sides have the minimum sample.
+    pub difference: Option<f64>,
+    /// The always-valid confidence sequence for the difference.
+    pub low: f64,
+    pub high: f64,
+    /// The mixture likelihood ratio; the guard acts at `1 / alpha`.
+    pub ratio: f64,
+    pub regressed: bool,
+}
+
+/// One watched entry at one look.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct EntryLook {
+    pub entry: usize,
+    pub clients: String,
+    pub version: String,
+    pub sha256: String,
+    /// What it replaces: a version or `builtin`.
+    pub replaces: String,
+    /// The rollout's percentage at the look.
+    pub percent: u8,
+    pub action: String,
+    /// Whether the guard already acted on this entry (nothing more to do).
+    pub stopped: bool,
+    pub metrics: Vec<MetricLook>,
+}
+
+/// A freeze or rollback the guard signed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct Decision {
+    pub channel: String,
+    pub at: String,
+    pub action: String,
+    pub entry: usize,
+    pub clients: String,
+    pub version: String,
+    /// The sequence the guard document took.
+    pub sequence: u64,
+    /// The sequence of the signed document it restricts.
+    pub restricts: u64,
+    pub percent: u8,
+    /// Why: the metric that regressed, with both rates and the interval.
+    pub reason: String,
+    pub look: EntryLook,
+}
+
+/// `GET /v1/channels/{c}/guard`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct GuardView {
+    pub channel: String,
+    /// The guard key this node holds, if any.
+    pub key_id: Option<String>,
+    /// The key the channel's signed document delegates to, if any.
+    pub delegated: Option<String>,
+    pub alpha: f64,
+    pub tau: f64,
+    pub min_trials: u64,
+    /// This node's latest look, if it looked.
+    pub last: Option<GuardLook>,
+    /// Every decision stored, newest first (at most 50).
+    pub decisions: Vec<Decision>,
+}
+
+/// What one look at a channel saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(ToSchema))]
+pub struct GuardLook {
+    pub at: String,
+    pub sequence: u64,
+    pub entries: Vec<EntryLook>,
+}
