@@ -1,6 +1,7 @@
 //! Channel entries as a person reads them, and what changed between two documents.
 
 use pack_format::{ChannelDocument, ChannelEntry, EntryTarget};
+use time::OffsetDateTime;
 
 /// One entry of a channel document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,6 +11,9 @@ pub struct Entry {
     pub target: Target,
     /// Rollout percent, when the entry is a staged rollout.
     pub rollout: Option<u8>,
+    /// The percentage a ramp takes the rollout to: as signed ([`Entry::of`]), or while it
+    /// still climbs ([`entries_at`]).
+    pub ramp_to: Option<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +66,10 @@ impl Entry {
                 EntryTarget::Builtin => Target::Builtin,
             },
             rollout: entry.rollout.as_ref().map(|r| r.percent),
+            ramp_to: entry
+                .rollout
+                .as_ref()
+                .and_then(|r| Some(r.ramp.as_ref()?.steps.last()?.percent)),
         }
     }
 
@@ -72,16 +80,43 @@ impl Entry {
         } else {
             self.range.clone()
         };
-        match self.rollout {
-            Some(p) => format!("{clients} → {} (rollout {p} %)", self.target.label()),
-            None => format!("{clients} → {}", self.target.label()),
+        match (self.rollout, self.ramp_to) {
+            (Some(p), Some(to)) => format!(
+                "{clients} → {} (rollout {p} %, ramping to {to} %)",
+                self.target.label()
+            ),
+            (Some(p), None) => format!("{clients} → {} (rollout {p} %)", self.target.label()),
+            (None, _) => format!("{clients} → {}", self.target.label()),
         }
     }
 }
 
-/// The entries of a document, in order.
+/// The entries of a document as signed, in order (a ramp's rollout at its starting
+/// percentage).
 pub fn entries(doc: &ChannelDocument) -> Vec<Entry> {
     doc.entries.iter().map(Entry::of).collect()
+}
+
+/// The entries of a live document as clients read them at `now`: each ramp's rollout at its
+/// percentage of now (read at [`ChannelDocument::ramp_time`], as a client with this clock
+/// reads it), with where it climbs to only while it still climbs.
+pub fn entries_at(doc: &ChannelDocument, now: OffsetDateTime) -> Vec<Entry> {
+    let at = doc.ramp_time(now);
+    doc.entries
+        .iter()
+        .map(|e| {
+            let climbing = e
+                .rollout
+                .as_ref()
+                .and_then(|r| r.ramp.as_ref())
+                .filter(|ramp| ramp.end() > at);
+            Entry {
+                rollout: e.rollout.as_ref().map(|r| r.percent_at(at)),
+                ramp_to: climbing.and_then(|ramp| Some(ramp.steps.last()?.percent)),
+                ..Entry::of(e)
+            }
+        })
+        .collect()
 }
 
 /// One difference between two documents' entries.
@@ -189,8 +224,7 @@ pub fn shell_quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pack_format::{PackRef, Rollout};
-    use time::OffsetDateTime;
+    use pack_format::{PackRef, Ramp, Rollout};
 
     fn entry(range: &str, version: Option<&str>, rollout: Option<u8>) -> ChannelEntry {
         ChannelEntry {
@@ -279,6 +313,26 @@ mod tests {
     fn a_renewed_document_changes_no_entry() {
         let old = doc(vec![entry("*", Some("1.0.0"), None)]);
         assert!(diff(Some(&old), &old.clone()).is_empty());
+    }
+
+    #[test]
+    fn a_live_ramp_reads_at_its_percentage_of_now_and_climbs_until_its_end() {
+        let t0 = OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000);
+        let (first, ramp) = Ramp::parse("5,25,100%/1h", t0).unwrap();
+        let mut ramping = entry("*", Some("1.1.0"), Some(first));
+        ramping.rollout.as_mut().unwrap().ramp = Some(ramp);
+        let mut d = doc(vec![ramping, entry("*", Some("1.0.0"), None)]);
+        d.issued_at = t0;
+        let at = |minutes: i64| entries_at(&d, t0 + time::Duration::minutes(minutes));
+        assert_eq!((at(30)[0].rollout, at(30)[0].ramp_to), (Some(5), Some(100)));
+        assert_eq!(at(90)[0].rollout, Some(25));
+        assert_eq!((at(120)[0].rollout, at(120)[0].ramp_to), (Some(100), None));
+        assert_eq!(at(120)[1].rollout, None);
+        // As signed, the entry is at its start, ramping to its last step.
+        assert_eq!(
+            entries(&d)[0].describe(),
+            "every release → 1.1.0 (rollout 5 %, ramping to 100 %)"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::sync::LazyLock;
 
 use maud::{DOCTYPE, Markup, html};
+use pack_protocol::Rate;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -157,6 +158,34 @@ pub fn percent(share: f64) -> String {
     }
 }
 
+/// `5.1 % [4.3–6.0 %]`: a rate with its 95 % interval, `no trials` without any.
+pub fn rate_interval(rate: &Rate) -> String {
+    match rate.rate {
+        Some(r) => format!(
+            "{:.1} % [{:.1}–{:.1} %]",
+            r * 100.0,
+            rate.low * 100.0,
+            rate.high * 100.0
+        ),
+        None => "no trials".to_string(),
+    }
+}
+
+/// `+5.0 points`: a difference of two rates.
+pub fn points(difference: f64) -> String {
+    format!("{:+.1} points", difference * 100.0)
+}
+
+/// A likelihood ratio: two decimals while small, whole above 10, powers of ten past a
+/// million (it grows exponentially with the evidence).
+pub fn ratio(value: f64) -> String {
+    match value {
+        v if v < 10.0 => format!("{v:.2}"),
+        v if v < 1e6 => format!("{v:.0}"),
+        v => format!("{v:.1e}"),
+    }
+}
+
 /// A rollout bar: the percentage in words, and a bar for the eye (SVG: attributes, not
 /// inline styles, which the console's Content-Security-Policy forbids).
 pub fn rollout_bar(percent: u8) -> Markup {
@@ -198,5 +227,17 @@ mod tests {
         assert_eq!(percent(0.38), "38 %");
         assert_eq!(percent(0.042), "4.2 %");
         assert_eq!(percent(0.0), "0 %");
+    }
+
+    #[test]
+    fn rates_differences_and_ratios() {
+        // The Wilson interval of 10 in 200.
+        assert_eq!(rate_interval(&Rate::new(10, 200)), "5.0 % [2.7–9.0 %]");
+        assert_eq!(rate_interval(&Rate::new(0, 0)), "no trials");
+        assert_eq!(points(0.0512), "+5.1 points");
+        assert_eq!(points(-0.02), "-2.0 points");
+        assert_eq!(ratio(0.5), "0.50");
+        assert_eq!(ratio(412.3), "412");
+        assert_eq!(ratio(3.2e9), "3.2e9");
     }
 }

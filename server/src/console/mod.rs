@@ -10,7 +10,10 @@
 //! look: [`access`]; what its sign-in cookie holds: [`session`].
 //!
 //! - `/console`: every channel (100 a page) with its live entries and rollout percentages.
-//! - `/console/channels/{channel}`: live entries with the installs they reach, adoption
+//! - `/console/channels/{channel}`: live entries with the installs they reach; each rollout
+//!   with its ramp's schedule, what the guard watches, its outcome evidence beside the
+//!   version it replaces and the guard's test ([`rollouts`]); a banner when the guard froze
+//!   or rolled one back, with the command that resumes it; the guard's decisions; adoption
 //!   charts per release range, failure reports, the latest history.
 //! - `/console/channels/{channel}/history[?before=SEQ]`: the history, 50 a page, newest
 //!   first, each with the token that published it and what changed.
@@ -24,6 +27,7 @@ pub mod entries;
 pub mod health;
 pub mod layout;
 mod pages;
+pub mod rollouts;
 pub mod session;
 
 use std::collections::{HashMap, HashSet};

@@ -10,18 +10,20 @@ use time::OffsetDateTime;
 
 use crate::console::access::Viewer;
 use crate::console::chart::{PALETTE, Series, stacked_bars};
-use crate::console::entries::{Entry, Target, entries, shell_quote};
+use crate::console::entries::{Entry, Target, entries_at, shell_quote};
 use crate::console::health::{
     MIN_FAILING_INSTALLS, MIN_RATE, PackHealth, RISE_FACTOR, health, pack_label,
 };
 use crate::console::layout::{
     Section, change_box, page, percent, rollout_bar, short_sha, size, when,
 };
+use crate::console::rollouts::{GuardDocument, Stop, live_rollouts};
 use crate::console::{ConsoleState, FleetAccess, RECENT_HISTORY};
 use crate::error::ApiError;
 
 use super::history::history_table;
 use super::overview::expiry;
+use super::rollouts::{Rollouts, evidence};
 
 /// The fleet of one release range: per pack, installs per day.
 struct RangeGroup {
@@ -208,7 +210,28 @@ pub async fn render(
     let now = OffsetDateTime::now_utc();
     let live = state.live(channel).await?;
     let summary = &live.record.summary;
-    let entries = live.document.as_ref().map(entries).unwrap_or_default();
+    let entries = live
+        .document
+        .as_ref()
+        .map(|d| entries_at(d, now))
+        .unwrap_or_default();
+    let guard_doc = live.document.as_ref().and_then(GuardDocument::of);
+    let rollouts = live
+        .document
+        .as_ref()
+        .map(|d| live_rollouts(d, guard_doc.as_ref(), now))
+        .unwrap_or_default();
+    let stops: HashMap<usize, &Stop> = rollouts
+        .iter()
+        .filter_map(|r| Some((r.index, r.stop.as_ref()?)))
+        .collect();
+    // The guard key the offline-signed document names (a guard document keeps it).
+    let guard_key = guard_doc
+        .as_ref()
+        .map(|g| &g.base)
+        .or(live.document.as_ref())
+        .and_then(|d| d.guard.as_ref())
+        .and_then(|g| g.key_id().ok());
     let access = state.fleet_access(&viewer);
     let view = match access {
         FleetAccess::Shown => Some(state.fleet_view(&live).await?),
@@ -217,6 +240,12 @@ pub async fn render(
     let today = match &view {
         Some(_) => Some(state.fleet_today(&live).await?),
         None => None,
+    };
+    let evidence = match (&view, &live.document) {
+        (Some(_), Some(doc)) if !rollouts.is_empty() || guard_key.is_some() => {
+            Some(evidence(state, channel, doc, guard_doc.as_ref(), now).await?)
+        }
+        _ => None,
     };
     let healths: Vec<PackHealth> = view.as_deref().map(health).unwrap_or_default();
     let rising: HashMap<&str, &PackHealth> = healths
@@ -239,6 +268,20 @@ pub async fn render(
         shell_quote(channel),
         shell_quote(&viewer.origin)
     );
+    let holds_key = guard_key.is_some()
+        && state.app.settings.guard.key.as_ref().map(|k| k.key_id()) == guard_key;
+    let guarded = live.document.as_ref().map(|doc| Rollouts {
+        channel,
+        live: doc,
+        guard: guard_doc.as_ref(),
+        rollouts: &rollouts,
+        command: &base,
+        evidence: evidence.as_ref(),
+        guard_key: guard_key.clone(),
+        holds_key,
+        interval_secs: state.app.settings.guard.interval.as_secs(),
+        now,
+    });
     let mut commands: Vec<(String, String)> = Vec::new();
     for (i, e) in entries.iter().enumerate() {
         let range = e.range.as_str();
@@ -253,6 +296,9 @@ pub async fn render(
                 let failing = e.target.sha256().is_some_and(|s| rising.contains_key(s));
                 if failing {
                     commands.insert(0, rollback);
+                } else if e.ramp_to.is_some() || stops.contains_key(&i) {
+                    // A ramp widens itself; a frozen one resumes (the guard's commands).
+                    commands.push(rollback);
                 } else {
                     commands.push((
                         format!(
@@ -299,6 +345,9 @@ pub async fn render(
             None => {}
         }
     }
+    if let Some(g) = &guarded {
+        commands.splice(0..0, g.commands());
+    }
     if commands.is_empty() {
         commands.push((
             "Pin every release to a version:".to_string(),
@@ -320,6 +369,10 @@ pub async fn render(
             div { dt { "Pack" } dd { (summary.pack) } }
             div { dt { "Live sequence" } dd {
                 a href={ "/console/channels/" (channel) "/history/" (summary.sequence) } { (summary.sequence) }
+                @if let Some(g) = &guard_doc {
+                    ", signed by the guard key, restricting "
+                    a href={ "/console/channels/" (channel) "/history/" (g.base.sequence) } { (g.base.sequence) }
+                }
             } }
             div { dt { "Published" } dd {
                 (when(&summary.published_at, now))
@@ -327,7 +380,11 @@ pub async fn render(
             } }
             div { dt { "Signed by key" } dd { code { (summary.key_id) } } }
             div { dt { "Expires" } dd { (expiry(&summary.expires_at, now)) } }
+            @if let Some(key) = &guard_key {
+                div { dt { "Guard key" } dd { code { (key) } " (may freeze or roll back)" } }
+            }
         }
+        @if let Some(g) = &guarded { (g.stops()) }
         @for (i, e, h) in &live_alarms {
             section class="alarm" aria-labelledby={ "alarm-" (h.pack) } {
                 h2 id={ "alarm-" (h.pack) } { "Failures rising on " (h.label()) }
@@ -381,6 +438,13 @@ pub async fn render(
                                     Some(p) => (rollout_bar(p)),
                                     None => "all of the range",
                                 }
+                                @match stops.get(&i) {
+                                    Some(Stop::Frozen { .. }) => { br; strong class="flag" { "frozen by the guard" } }
+                                    Some(Stop::RolledBack { .. }) => { br; strong class="flag" { "rolled back by the guard" } }
+                                    None => { @if let Some(to) = e.ramp_to {
+                                        br; span class="meta" { "ramping to " (to) " %" }
+                                    } }
+                                }
                             }
                             @if let Some(today) = &today {
                                 td data-label="Installs today" {
@@ -402,6 +466,10 @@ pub async fn render(
                     }
                 }
             }
+        }
+        @if let Some(g) = &guarded {
+            (g.section())
+            (g.decisions())
         }
         @match (&view, access) {
             (Some(view), _) => {
@@ -582,6 +650,7 @@ mod tests {
                 schema: 1,
             },
             rollout,
+            ramp_to: None,
         }
     }
 

@@ -5,6 +5,7 @@ mod channel;
 mod history;
 mod overview;
 mod packs;
+mod rollouts;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};

@@ -1,5 +1,5 @@
-//! `/console`: every channel with its live entries and rollout percentages, and whether a
-//! live version's failures are rising.
+//! `/console`: every channel with its live entries and rollout percentages (a ramp's of
+//! now), what a guard document holds back, and whether a live version's failures are rising.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -8,9 +8,10 @@ use maud::{Markup, html};
 use time::OffsetDateTime;
 
 use crate::console::access::Viewer;
-use crate::console::entries::{Entry, entries, shell_quote};
+use crate::console::entries::{Entry, entries_at, shell_quote};
 use crate::console::health::health;
 use crate::console::layout::{Section, change_box, page, rollout_bar, when};
+use crate::console::rollouts::{GuardDocument, Stop, live_rollouts};
 use crate::console::{
     CHANNELS_PER_PAGE, ConsoleState, FleetAccess, LiveChannel, OVERVIEW_FLEET_WAIT,
 };
@@ -20,6 +21,8 @@ use crate::error::ApiError;
 struct Row {
     channel: LiveChannel,
     entries: Vec<Entry>,
+    /// What a live guard document did: `1.1.0 frozen at 5 %`.
+    stopped: Vec<String>,
     /// Labels of live versions whose failures are rising (`None`: fleet data not shown, or
     /// still being read).
     rising: Option<Vec<String>>,
@@ -48,7 +51,32 @@ pub async fn render(
         .into_iter()
         .zip(views)
         .map(|(channel, view)| {
-            let entries = channel.document.as_ref().map(entries).unwrap_or_default();
+            let entries = channel
+                .document
+                .as_ref()
+                .map(|d| entries_at(d, now))
+                .unwrap_or_default();
+            let stopped = channel
+                .document
+                .as_ref()
+                .map(|d| {
+                    let guard = GuardDocument::of(d);
+                    live_rollouts(d, guard.as_ref(), now)
+                        .into_iter()
+                        .filter_map(|r| {
+                            let version = r.entry.target.label();
+                            Some(match r.stop? {
+                                Stop::Frozen { percent } => {
+                                    format!("{version} frozen at {percent} %")
+                                }
+                                Stop::RolledBack { to } => {
+                                    format!("{version} rolled back to {}", to.label())
+                                }
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
             let live_packs: HashSet<&str> =
                 entries.iter().filter_map(|e| e.target.sha256()).collect();
             let rising = view.as_ref().map(|view| {
@@ -61,6 +89,7 @@ pub async fn render(
             Row {
                 channel,
                 entries,
+                stopped,
                 rising,
             }
         })
@@ -132,7 +161,12 @@ pub async fn render(
                                 a href={ "/console/channels/" (s.channel) } { (s.channel) }
                             }
                             td data-label="Pack" { (s.pack) }
-                            td data-label="Live entries" { (entry_list(&row.entries)) }
+                            td data-label="Live entries" {
+                                (entry_list(&row.entries))
+                                @if !row.stopped.is_empty() {
+                                    strong class="flag" { "By the guard: " (row.stopped.join("; ")) }
+                                }
+                            }
                             td data-label="Sequence" {
                                 a href={ "/console/channels/" (s.channel) "/history" } { (s.sequence) }
                             }
@@ -185,6 +219,7 @@ pub fn entry_list(entries: &[Entry]) -> Markup {
                     " → "
                     strong class="version" { (e.target.label()) }
                     @if let Some(p) = e.rollout { " " (rollout_bar(p)) }
+                    @if let Some(to) = e.ramp_to { " " span class="meta" { "ramping to " (to) " %" } }
                 }
             }
         }

@@ -8,7 +8,7 @@ use pack_protocol::PackRecord;
 use time::OffsetDateTime;
 
 use crate::console::access::Viewer;
-use crate::console::entries::{Entry, entries, shell_quote};
+use crate::console::entries::{Entry, entries_at, shell_quote};
 use crate::console::layout::{Section, change_box, page, rollout_bar, size, when};
 use crate::console::{ConsoleState, LiveChannel};
 use crate::error::ApiError;
@@ -34,7 +34,12 @@ pub async fn render(state: &ConsoleState, viewer: Viewer) -> Result<Markup, ApiE
     // SHA-256 → (channel, entry) for every live entry that points at a pack.
     let mut live_at: BTreeMap<String, Vec<(&LiveChannel, Entry)>> = BTreeMap::new();
     for channel in &channels {
-        for e in channel.document.as_ref().map(entries).unwrap_or_default() {
+        for e in channel
+            .document
+            .as_ref()
+            .map(|d| entries_at(d, now))
+            .unwrap_or_default()
+        {
             if let Some(sha) = e.target.sha256() {
                 live_at
                     .entry(sha.to_string())
