@@ -56,6 +56,9 @@ pub struct ClientConfig {
     /// [`crate::builtin::from_dir`]) instead of the one compiled in: for an app whose
     /// bundled prompts are not ours, such as a third-party agent reading the file view.
     pub builtin_dir: Option<PathBuf>,
+    /// A row of today's outcome counts goes to the server at most this often, and only when
+    /// it changed (`[updates] outcomes_interval_secs`, see [`crate::outcomes`]).
+    pub outcomes_interval: Duration,
 }
 
 /// Where the file view's link is and how long a version stays after it stops serving.
@@ -117,6 +120,7 @@ impl ClientConfig {
             mark_bad_after_failures: MARK_BAD_AFTER_FAILURES,
             files: None,
             builtin_dir: None,
+            outcomes_interval: crate::outcomes::PROVISIONAL_INTERVAL,
         }
     }
 
@@ -225,6 +229,8 @@ pub struct UpdatesSection {
     pub mark_bad_after_failures: Option<u32>,
     /// A directory laid out as a pack, served instead of the compiled-in built-in pack.
     pub builtin_dir: Option<String>,
+    /// Seconds between sends of a row of today's outcome counts (60 to 86400).
+    pub outcomes_interval_secs: Option<u64>,
 }
 
 impl ConfigFile {
@@ -291,6 +297,20 @@ impl ConfigFile {
                 return Err("mark_bad_after_failures must be at least 1, found 0".to_string());
             }
             config.mark_bad_after_failures = n;
+        }
+        if let Some(secs) = u.outcomes_interval_secs {
+            use crate::outcomes::{
+                MAX_PROVISIONAL_INTERVAL as MAX, MIN_PROVISIONAL_INTERVAL as MIN,
+            };
+            let interval = Duration::from_secs(secs);
+            if !(MIN..=MAX).contains(&interval) {
+                return Err(format!(
+                    "outcomes_interval_secs must be between {} and {} (a day), found {secs}",
+                    MIN.as_secs(),
+                    MAX.as_secs()
+                ));
+            }
+            config.outcomes_interval = interval;
         }
         Ok(())
     }

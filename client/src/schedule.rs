@@ -39,6 +39,13 @@ pub fn files_sweep_interval(grace: Duration) -> Duration {
     (grace / 2).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
+/// How often a long-running process looks for outcome counts to send: a twelfth of the
+/// provisional interval, between 5 s and 5 minutes, so a row goes out at most that long
+/// after it may. Each look is one `stat` when nothing is due.
+pub fn outcomes_check_interval(interval: Duration) -> Duration {
+    (interval / 12).clamp(Duration::from_secs(5), Duration::from_secs(5 * 60))
+}
+
 /// A stable spread value from the install id (FNV-1a; no secrecy needed).
 fn offset_for(install_id: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -83,7 +90,8 @@ pub async fn start(
                 if let Err(e) = client.refresh().await {
                     tracing::warn!("scheduled refresh failed: {e}");
                 }
-                // Outcome counts of the days that ended since (see [`crate::outcomes`]).
+                // Outcome counts that may go out (see [`crate::outcomes`]); the timer below
+                // sends them between refreshes.
                 crate::outcomes::send_due(&client).await;
             })
         })?)
@@ -103,6 +111,23 @@ pub async fn start(
             }
         }
     });
+    // Outcome counts go out while their day runs (see [`crate::outcomes`]), not only at
+    // the six-hour refresh: a ramp's guard decides on them. The first look is at once.
+    match crate::outcomes::OutcomeLog::for_client(&client) {
+        Ok(Some(log)) => {
+            let outcomes = client.clone();
+            tokio::spawn(async move {
+                let mut looks = tokio::time::interval(outcomes_check_interval(log.interval()));
+                looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    looks.tick().await;
+                    log.send_due(&outcomes).await;
+                }
+            });
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("outcome counts not sent while this process runs: {e}"),
+    }
     // The file view's old versions go once their grace period is over, and a switch to the
     // built-in pack made while serving (a pack marked bad) reaches the view, without
     // waiting for a refresh.
