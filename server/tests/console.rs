@@ -493,3 +493,344 @@ async fn a_fresh_overview_says_it_is_still_reading_rather_than_nothing_is_rising
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+const RAMP_RANGE: &str = ">=1.4.0, <1.5.0";
+
+fn pack_ref(pack: &[u8]) -> pack_format::PackRef {
+    let (header, _) = pack_format::read_header(pack, &pack_format::Limits::default()).unwrap();
+    pack_format::PackRef {
+        version: header.version,
+        sha256: pack_format::sha256_hex(pack),
+        size: pack.len() as u64,
+        schema: header.schema,
+    }
+}
+
+/// Sequence 1 of `stable`: `new` ramping over `old` for 1.4.x, 5 % 90 minutes ago then 25, 50
+/// and 100 % an hour apart (so 25 % now), its tool-error rate watched by `guard`'s key with a
+/// freeze on regression; every other release on its built-in pack.
+fn ramp_document(
+    fx: &Fixture,
+    old: &[u8],
+    new: &[u8],
+    guard: &pack_format::SigningKey,
+) -> pack_format::ChannelDocument {
+    let now = time::OffsetDateTime::now_utc();
+    let (first, ramp) =
+        pack_format::Ramp::parse("5,25,50,100%/1h", now - time::Duration::minutes(90)).unwrap();
+    let range: semver::VersionReq = RAMP_RANGE.parse().unwrap();
+    let mut doc = fx.document("stable", 1, new, "ramp");
+    doc.entries = vec![
+        pack_format::ChannelEntry {
+            clients: range.clone(),
+            target: pack_format::EntryTarget::Pack(pack_ref(new)),
+            rollout: Some(pack_format::Rollout {
+                percent: first,
+                salt: "ramp".to_string(),
+                ramp: Some(ramp),
+                watch: Some(pack_format::Watch {
+                    metrics: vec!["tool_error_rate".to_string()],
+                    action: pack_format::WatchAction::Freeze,
+                }),
+            }),
+        },
+        pack_format::ChannelEntry {
+            clients: range,
+            target: pack_format::EntryTarget::Pack(pack_ref(old)),
+            rollout: None,
+        },
+        pack_format::ChannelEntry {
+            clients: semver::VersionReq::STAR,
+            target: pack_format::EntryTarget::Builtin,
+            rollout: None,
+        },
+    ];
+    doc.guard = Some(pack_format::Guard::for_key(guard));
+    doc
+}
+
+/// `installs` installs of release 1.4.2 report a day of `calls` tool calls on `pack`, `errors`
+/// of them failed; `first` numbers the first install.
+async fn report_outcomes(
+    server: &Packd,
+    pack: &[u8],
+    first: usize,
+    installs: usize,
+    calls: u64,
+    errors: u64,
+) {
+    let reference = pack_ref(pack);
+    let day = time::OffsetDateTime::now_utc().date().to_string();
+    for i in first..first + installs {
+        let report = pack_protocol::OutcomeReport {
+            channel: "stable".to_string(),
+            day: day.clone(),
+            pack: reference.sha256.clone(),
+            pack_name: "core".to_string(),
+            pack_version: reference.version.to_string(),
+            client_version: "1.4.2".to_string(),
+            counts: pack_protocol::OutcomeCounts {
+                turns: calls,
+                tool_calls: calls,
+                tool_errors: errors,
+                ..pack_protocol::OutcomeCounts::default()
+            },
+        };
+        let install = pack_protocol::fleet::install_hash("http://test", "stable", &format!("{i}"));
+        let r = client()
+            .post(server.url(&paths::outcomes("stable")))
+            .header(pack_protocol::headers::INSTALL, &install)
+            .json(&report)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::ACCEPTED,
+            "{}",
+            r.text().await.unwrap()
+        );
+    }
+}
+
+async fn page(server: &Packd, path: &str) -> String {
+    let r = client().get(server.url(path)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{path}");
+    r.text().await.unwrap()
+}
+
+/// The part of `html` from `start` up to the next `end`.
+fn between<'a>(html: &'a str, start: &str, end: &str) -> &'a str {
+    let from = html
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start:?} in {html}"));
+    let rest = &html[from..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
+/// A watched ramp on a packd holding its guard key. While it runs, the channel page shows
+/// its percentage now and which steps of its schedule landed, the tool-error rate of both
+/// versions with their intervals, and that the guard's test needs more trials. Once the new
+/// version's tool errors regress, the guard freezes it: the page says at what percentage,
+/// when and what it restricts, why, and the exact command that resumes the ramp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_ramp_shows_its_schedule_its_evidence_and_the_guards_freeze() {
+    let guard = pack_format::SigningKey::generate(None).unwrap();
+    let fx = Fixture::new(
+        "[fleet]\nflush_secs = 1\n\n[guard]\nkey = \"guard.key\"\ninterval_secs = 1\nmin_trials = 300\n",
+    );
+    std::fs::write(fx.dir.path().join("guard.key"), &guard.secret_file).unwrap();
+    let server = Packd::start(&fx.disk(), Some(&fx.config));
+    let old = fx.pack("core", "1.0.0", "old");
+    let new = fx.pack("core", "1.1.0", "new");
+    for pack in [&old, &new] {
+        assert_eq!(upload(&server, pack).await.status(), StatusCode::CREATED);
+    }
+    let doc = ramp_document(&fx, &old, &new, &guard.key);
+    publish_created(&server, "stable", &fx.publish_body(&doc)).await;
+
+    // Both versions at a 5 % tool-error rate, 100 calls each: too few to decide.
+    report_outcomes(&server, &new, 0, 1, 100, 5).await;
+    report_outcomes(&server, &old, 100, 1, 100, 5).await;
+    let html = page(&server, "/console/channels/stable").await;
+    let card = between(&html, r#"<article class="rollout-card""#, "</article>");
+    assert!(card.contains(r#"data-version="1.1.0""#), "{card}");
+    assert!(card.contains(r#"<span class="pct">25 %</span>"#), "{card}");
+    assert!(card.contains("ramp from 5 % to 100 %, in steps"), "{card}");
+    let steps: Vec<&str> = card
+        .split(r#"<tr class=""#)
+        .skip(1)
+        .map(|row| row.split('"').next().unwrap())
+        .collect();
+    assert_eq!(steps, ["landed", "landed", "next", "later"], "{card}");
+    assert!(
+        card.contains("<code>tool_error_rate</code>; on a regression: <strong>freeze</strong>"),
+        "{card}"
+    );
+    let evidence = between(card, r#"<table class="numbers evidence""#, "</table>");
+    assert!(
+        evidence.contains("1.1.0 beside 1.0.0, which it replaces"),
+        "{evidence}"
+    );
+    assert!(
+        evidence.contains(
+            r#"<tr data-version="1.1.0"><th scope="row">1.1.0 (rolling out)</th><td>1</td><td>100</td><td>5.0 % [2.2–11.2 %]</td></tr>"#
+        ),
+        "{evidence}"
+    );
+    assert!(
+        evidence.contains(r#"<th scope="row">1.0.0 (replaced)</th><td>1</td><td>100</td>"#),
+        "{evidence}"
+    );
+    assert!(
+        card.contains("needs 200 more trials on 1.1.0 and 200 more on 1.0.0"),
+        "{card}"
+    );
+    assert!(
+        card.contains("of 100</td>"),
+        "the threshold is 1/alpha: {card}"
+    );
+    assert!(html.contains("No freeze or rollback yet."), "{html}");
+    assert!(html.contains(&guard.key.key_id()), "the guard key is named");
+    assert!(!html.contains(r#"class="stopped""#), "{html}");
+
+    // 1.1.0 now fails a quarter of its tool calls, 1.0.0 still 5 %: the guard freezes it.
+    report_outcomes(&server, &new, 1, 4, 100, 30).await;
+    report_outcomes(&server, &old, 101, 4, 100, 5).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let decision = loop {
+        let view: serde_json::Value = client()
+            .get(server.url(&paths::guard("stable")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(decision) = view["decisions"].as_array().and_then(|d| d.first()) {
+            break decision.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no decision: {view:#}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(decision["action"], "freeze", "{decision:#}");
+    assert_eq!(decision["sequence"], 2);
+
+    let html = page(&server, "/console/channels/stable").await;
+    let banner = between(&html, r#"<section class="stopped""#, "</section>");
+    assert!(
+        banner.contains("The rollout of 1.1.0 is frozen by the guard"),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("Frozen at 25 % by the guard at "),
+        "{banner}"
+    );
+    assert!(
+        banner.contains(
+            r#"(restricts sequence <a href="/console/channels/stable/history/1">1</a>)."#
+        ),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("Why: tool_error_rate 25.00% (125 of 500) against 5.00% (25 of 500)"),
+        "{banner}"
+    );
+    let origin = html
+        .split("packer release stable --server ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap();
+    assert!(
+        banner.contains(&format!(
+            "<pre><code>packer release stable --server {origin} --keys KEYS --resume '&gt;=1.4.0, &lt;1.5.0'</code></pre>"
+        )),
+        "{banner}"
+    );
+    // The live entry holds 25 %; the schedule's later steps are held back.
+    let live = between(&html, r#"<table class="cards live""#, "</table>");
+    assert!(live.contains("frozen by the guard"), "{live}");
+    let card = between(&html, r#"<article class="rollout-card""#, "</article>");
+    assert_eq!(card.matches(r#"<tr class="held">"#).count(), 2, "{card}");
+    assert!(
+        card.contains("The guard already acted on this rollout."),
+        "{card}"
+    );
+    assert!(
+        card.contains(r#"<strong class="flag">Regressed</strong>"#),
+        "{card}"
+    );
+    assert!(card.contains("+20.0 points"), "{card}");
+    let decisions = between(&html, r#"<table class="cards decisions""#, "</table>");
+    assert!(
+        decisions.contains("<strong>freeze</strong> at 25 %"),
+        "{decisions}"
+    );
+    assert!(
+        decisions.contains(r#"sequence <a href="/console/channels/stable/history/2">2</a>"#),
+        "{decisions}"
+    );
+    assert!(
+        html.contains("this packd holds it and looks at each watched rollout every 1 s"),
+        "{html}"
+    );
+    // The resume comes first among the commands that change the channel.
+    let change = between(&html, r#"<section class="change""#, "</section>");
+    assert!(
+        change.find("--resume").unwrap() < change.find("--rollback").unwrap(),
+        "{change}"
+    );
+    let overview = page(&server, "/console").await;
+    assert!(
+        overview.contains("By the guard: 1.1.0 frozen at 25 %"),
+        "{overview}"
+    );
+}
+
+/// A guard document that rolled a ramp back, published on a packd that holds no guard key:
+/// the page says so, offers to keep the rollback with the offline key, and computes the
+/// guard's test itself for what is still rolling out (nothing here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guards_rollback_is_shown_with_the_command_that_keeps_it() {
+    let guard = pack_format::SigningKey::generate(None).unwrap();
+    let fx = Fixture::new("");
+    let server = Packd::start(&fx.disk(), Some(&fx.config));
+    let old = fx.pack("core", "1.0.0", "old");
+    let new = fx.pack("core", "1.1.0", "new");
+    for pack in [&old, &new] {
+        assert_eq!(upload(&server, pack).await.status(), StatusCode::CREATED);
+    }
+    let doc = ramp_document(&fx, &old, &new, &guard.key);
+    let signed = doc.sign(&fx.signing).unwrap();
+    let body = fx.publish_body(&doc);
+    publish_created(&server, "stable", &body).await;
+    let rollback = pack_format::guard::guard_document(
+        &signed,
+        &doc,
+        0,
+        pack_format::GuardAction::Rollback,
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap()
+    .sign(&guard.key)
+    .unwrap();
+    publish_created(
+        &server,
+        "stable",
+        &serde_json::json!({
+            "document": String::from_utf8(rollback.document).unwrap(),
+            "signature": rollback.signature,
+        }),
+    )
+    .await;
+
+    let html = page(&server, "/console/channels/stable").await;
+    let banner = between(&html, r#"<section class="stopped""#, "</section>");
+    assert!(
+        banner.contains("The rollout of 1.1.0 is rolled back by the guard"),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("installs of &gt;=1.4.0, &lt;1.5.0 get 1.0.0 again."),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("--rollback '&gt;=1.4.0, &lt;1.5.0=1.0.0'</code></pre>"),
+        "{banner}"
+    );
+    let card = between(&html, r#"<article class="rollout-card""#, "</article>");
+    assert!(card.contains("rolled back to 1.0.0"), "{card}");
+    assert!(card.contains(r#"<span class="pct">0 %</span>"#), "{card}");
+    assert!(
+        card.contains("No look at this rollout: it is rolled back."),
+        "{card}"
+    );
+    assert!(html.contains("this packd does not hold it"), "{html}");
+    assert!(
+        html.contains(", signed by the guard key, restricting "),
+        "{html}"
+    );
+}
