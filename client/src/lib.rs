@@ -9,7 +9,8 @@
 //! - When anything is wrong the store serves the pack compiled into the binary, whole;
 //!   [`health`] marks a pack that keeps failing to render bad on the device, and [`report`]
 //!   tells the server what failed (reason codes only); [`outcomes`] keeps how the turns
-//!   of each pack version went (counts only) and sends them once their day is over.
+//!   of each pack version went (counts only) and sends them as the day runs (at most once an
+//!   hour a row, when it changed) and once more, final, when it is over.
 //! - [`files`] keeps, when the config asks for it, what serves as read-only files behind
 //!   one link, for agents that read their prompts from files.
 

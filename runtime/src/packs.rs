@@ -99,7 +99,8 @@ impl Packs {
         self.outcomes.as_ref()
     }
 
-    /// Whether outcome counts of a day that is over wait to be sent.
+    /// Whether outcome counts are due to be sent (today's, changed and an hour after their
+    /// last send, or a finished day's final counts).
     fn outcomes_due(&self, now: time::OffsetDateTime) -> bool {
         self.outcome_log.as_ref().is_some_and(|log| log.due(now))
     }
@@ -125,8 +126,8 @@ impl Packs {
     /// starts one in a detached `agent packs refresh --background` process and returns at
     /// once, so this run is not delayed and the next run serves what it installs. One such
     /// process at a time per cache (it takes the cache's refresh lock, or leaves).
-    /// Failure reports that wait (see `pack_client::report`), and outcome counts of a day
-    /// that is over (`pack_client::outcomes`), also start one: the background refresh sends
+    /// Failure reports that wait (see `pack_client::report`), and outcome counts that are due
+    /// (`pack_client::outcomes`), also start one: the background refresh sends
     /// them.
     /// Returns what a person who just configured updates should know, if anything (see
     /// [`Packs::first_run_note`]).
