@@ -1,9 +1,10 @@
 //! The console in a real browser (headless Chromium) against a real packd: after releases, a
 //! staged rollout, failure reports from installs and a rollback, what a person sees on the
 //! pages — the live version, the rollout percentage, the failing version flagged — read
-//! from the rendered page; keyboard reach and text contrast checked in the browser; the
-//! sign-in of a private deployment done with the keyboard. Screenshots of the main pages go
-//! to target/console-screenshots/.
+//! from the rendered page; a watched ramp the guard freezes, with its schedule, evidence and
+//! the guard's decision, resumed with the command the page shows; keyboard reach and text
+//! contrast checked in the browser; the sign-in of a private deployment done with the
+//! keyboard. Screenshots of the main pages go to target/console-screenshots/.
 
 #![allow(clippy::print_stderr)]
 
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use pack_protocol::{OutcomeCounts, OutcomeReport, paths};
 use promptpack_tests::browser::{Browser, chromium, screenshot_dir};
 use promptpack_tests::{Packd, Publisher, packer, run};
 
@@ -384,6 +386,259 @@ fn a_publisher_sees_the_rollout_its_failures_and_the_rollback() {
     b.screenshot(&shots.join("history.png"));
     assert_keyboard_reaches_everything(&mut b, "history");
     eprintln!("screenshots in {}", shots.display());
+}
+
+/// Agents `installs` (of release 1.4.2) report a day of `calls` tool calls on `pack`
+/// (`version`), `errors` of them failed.
+fn report_outcomes(
+    server: &Packd,
+    installs: std::ops::Range<usize>,
+    (pack, version): (&str, &str),
+    calls: u64,
+    errors: u64,
+) {
+    let day = time::OffsetDateTime::now_utc().date().to_string();
+    for i in installs {
+        let report = OutcomeReport {
+            channel: "stable".to_string(),
+            day: day.clone(),
+            pack: pack.to_string(),
+            pack_name: "builtin".to_string(),
+            pack_version: version.to_string(),
+            client_version: "1.4.2".to_string(),
+            counts: OutcomeCounts {
+                turns: calls,
+                tool_calls: calls,
+                tool_errors: errors,
+                ..OutcomeCounts::default()
+            },
+        };
+        let r = http()
+            .post(format!("{}{}", server.url, paths::outcomes("stable")))
+            .header("x-promptpack-install", install(i))
+            .json(&report)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
+    }
+}
+
+/// The guard's decisions on `stable`, newest first.
+fn decisions(server: &Packd) -> Vec<serde_json::Value> {
+    let view: serde_json::Value = http()
+        .get(format!("{}{}", server.url, paths::guard("stable")))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    view["decisions"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_publisher_sees_the_guard_freeze_a_ramp_and_why_and_resumes_it_from_the_page() {
+    let Some(chromium) = chromium() else { return };
+    let shots = screenshot_dir();
+    let publisher = Publisher::new();
+    let mut keygen = packer();
+    keygen
+        .args(["keygen", "--guard", "--dir"])
+        .arg(publisher.keys());
+    run(keygen);
+    let config = config(
+        &publisher,
+        &format!(
+            "[guard]\nkey = {:?}\ninterval_secs = 1\nmin_trials = 100\n",
+            publisher.keys().join("guard.key").display().to_string()
+        ),
+    );
+    let data = publisher.dir.path().join("data");
+    let server = Packd::start(&data, &config);
+
+    // 1.4.x pinned to 1.0.0 under a guard key, then 1.1.0 ramped over it: 5 % now, 25 %
+    // tomorrow, watched on its tool-error rate.
+    let v1 = publish(
+        &publisher,
+        &server,
+        &publisher.build("1.0.0", "guarded one"),
+    );
+    let v2 = publish(
+        &publisher,
+        &server,
+        &publisher.build("1.1.0", "guarded two"),
+    );
+    let guard_pub = publisher.keys().join("guard.pub");
+    release(
+        &publisher,
+        &server,
+        &[
+            "--new-channel",
+            "--pack",
+            "builtin",
+            "--pin",
+            &format!("{RANGE}=1.0.0"),
+            "--guard-key",
+            guard_pub.to_str().unwrap(),
+        ],
+    );
+    release(
+        &publisher,
+        &server,
+        &[
+            "--ramp",
+            &format!("{RANGE}=1.1.0@5,25,50,100%/24h"),
+            "--guard-watch",
+            "tool_error_rate",
+        ],
+    );
+    // Its agents fail 30 % of their tool calls; those on 1.0.0 fail 5 %.
+    report_outcomes(&server, 0..5, (&v2, "1.1.0"), 100, 30);
+    report_outcomes(&server, 5..10, (&v1, "1.0.0"), 100, 5);
+    eventually("the guard freezes the ramp", || {
+        !decisions(&server).is_empty()
+    });
+
+    let mut b = Browser::start(&chromium);
+    b.viewport(1280, 900, false);
+    let channel_url = format!("{}/console/channels/stable", server.url);
+    b.open(&channel_url);
+    let banner = b.text("section.stopped").expect("the guard's banner");
+    assert!(
+        banner.contains("The rollout of 1.1.0 is frozen by the guard"),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("Frozen at 5 % by the guard at ")
+            && banner.contains("(restricts sequence 2)."),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("Why: tool_error_rate 30.00% (150 of 500)"),
+        "{banner}"
+    );
+    let live = b.text(r#"table.live tr[data-version="1.1.0"]"#).unwrap();
+    assert!(
+        live.contains("5 %") && live.contains("frozen by the guard"),
+        "{live}"
+    );
+
+    // The ramp: where it stands, its schedule, what the guard watches.
+    let card = r#"article.rollout-card[data-version="1.1.0"]"#;
+    let rollout = b.text(card).expect("the rollout of 1.1.0");
+    assert!(
+        rollout.contains("ramp from 5 % to 100 %, in steps"),
+        "{rollout}"
+    );
+    assert!(
+        rollout.contains("tool_error_rate; on a regression: freeze"),
+        "{rollout}"
+    );
+    let schedule: Vec<String> = b
+        .eval(&format!(
+            "[...document.querySelectorAll('{card} table.schedule tbody tr')].map(r => r.cells[2].innerText + ' ' + r.cells[1].innerText)"
+        ))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        schedule,
+        [
+            "landed 5 %",
+            "held back by the guard 25 %",
+            "held back by the guard 50 %",
+            "held back by the guard 100 %"
+        ]
+    );
+    // The evidence, side by side, and the guard's test.
+    let new = b
+        .text(&format!(
+            r#"{card} table.evidence tr[data-version="1.1.0"]"#
+        ))
+        .expect("1.1.0's outcomes");
+    assert!(
+        new.contains("1.1.0 (rolling out)\t5\t500\t30.0 % ["),
+        "{new:?}"
+    );
+    let old = b
+        .text(&format!(
+            r#"{card} table.evidence tr[data-version="1.0.0"]"#
+        ))
+        .expect("1.0.0's outcomes");
+    assert!(old.contains("1.0.0 (replaced)\t5\t500\t5.0 % ["), "{old:?}");
+    let look = b
+        .text(&format!(
+            r#"{card} table.looks tr[data-metric="tool_error_rate"]"#
+        ))
+        .expect("the guard's test");
+    assert!(
+        look.contains("+25.0 points") && look.contains("Regressed"),
+        "{look}"
+    );
+    let decision = b
+        .text("table.decisions tbody tr")
+        .expect("the guard's decision");
+    assert!(decision.contains("freeze at 5 %"), "{decision}");
+    assert!(decision.contains("1.1.0 for >=1.4.0, <1.5.0"), "{decision}");
+    assert!(decision.contains("tool_error_rate 30.00%"), "{decision}");
+    assert_contrast(&mut b, "guarded channel page");
+    assert_keyboard_reaches_everything(&mut b, "guarded channel page");
+    b.screenshot(&shots.join("guarded.png"));
+    b.viewport(390, 844, true);
+    b.open(&channel_url);
+    assert_eq!(
+        b.eval("document.documentElement.scrollWidth <= window.innerWidth"),
+        true,
+        "the guarded channel page is wider than a phone"
+    );
+    b.screenshot(&shots.join("guarded-phone.png"));
+    b.viewport(1280, 900, false);
+    b.open(&format!("{}/console", server.url));
+    let overview = b.text("table.channels").unwrap();
+    assert!(
+        overview.contains("By the guard: 1.1.0 frozen at 5 %"),
+        "{overview}"
+    );
+
+    // Resume with exactly the command the banner shows. The tool errors stay, so the guard
+    // looks at the resumed ramp and freezes it again: a second decision.
+    b.open(&channel_url);
+    let suggested = b.text("section.stopped pre").expect("the resume command");
+    assert!(
+        suggested.ends_with(&format!("--resume '{RANGE}'")),
+        "{suggested}"
+    );
+    let command = suggested
+        .replacen(
+            "packer",
+            &promptpack_tests::bin("packer", "packer")
+                .display()
+                .to_string(),
+            1,
+        )
+        .replace(
+            "--keys KEYS",
+            &format!("--keys '{}'", publisher.keys().display()),
+        );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{command} --yes"))
+        .env("PROMPTPACK_TOKEN", &publisher.token)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("the guard freezes the resumed ramp", || {
+        decisions(&server).len() == 2
+    });
+    b.open(&channel_url);
+    let banner = b.text("section.stopped").unwrap();
+    assert!(banner.contains("(restricts sequence 4)."), "{banner}");
+    let history = b.text("table.decisions").unwrap();
+    assert_eq!(history.matches("freeze at 5 %").count(), 2, "{history}");
 }
 
 #[test]
