@@ -763,6 +763,12 @@ async fn a_guarded_ramp_shows_its_schedule_its_evidence_and_the_guards_freeze() 
         change.find("--resume").unwrap() < change.find("--rollback").unwrap(),
         "{change}"
     );
+    // The history says what the guard's document changed.
+    let history = between(&html, r#"id="history-title""#, "</section>");
+    assert!(
+        history.contains("1.1.0 for &gt;=1.4.0, &lt;1.5.0: rollout 5 % ramping to 100 % → 25 %"),
+        "{history}"
+    );
     let overview = page(&server, "/console").await;
     assert!(
         overview.contains("By the guard: 1.1.0 frozen at 25 %"),

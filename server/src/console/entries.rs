@@ -124,10 +124,14 @@ pub fn entries_at(doc: &ChannelDocument, now: OffsetDateTime) -> Vec<Entry> {
 pub enum Change {
     Added(Entry),
     Removed(Entry),
-    /// Same range and target; the rollout percent changed (`None`: no rollout, all of the range).
+    /// Same range and target; the rollout percent or its ramp changed (`None`: no rollout,
+    /// all of the range). `entry` is the new entry, with the percentage it goes to and where
+    /// its ramp climbs to.
     Rollout {
         entry: Entry,
         from: Option<u8>,
+        /// Where the old entry's ramp climbed to, if it had one.
+        from_ramp: Option<u8>,
         to: Option<u8>,
     },
     PackName {
@@ -147,11 +151,20 @@ impl Change {
     }
 
     pub fn describe(&self) -> String {
-        let percent = |p: Option<u8>| p.map_or("all".to_string(), |p| format!("{p} %"));
+        let percent = |p: Option<u8>, ramp: Option<u8>| match (p, ramp) {
+            (Some(p), Some(to)) => format!("{p} % ramping to {to} %"),
+            (Some(p), None) => format!("{p} %"),
+            (None, _) => "all".to_string(),
+        };
         match self {
             Change::Added(e) => format!("added {}", e.describe()),
             Change::Removed(e) => format!("removed {}", e.describe()),
-            Change::Rollout { entry, from, to } => format!(
+            Change::Rollout {
+                entry,
+                from,
+                from_ramp,
+                to,
+            } => format!(
                 "{} for {}: rollout {} → {}",
                 entry.target.label(),
                 if entry.range == "*" {
@@ -159,8 +172,8 @@ impl Change {
                 } else {
                     &entry.range
                 },
-                percent(*from),
-                percent(*to)
+                percent(*from, *from_ramp),
+                percent(*to, entry.ramp_to)
             ),
             Change::PackName { from, to } => format!("pack {from} → {to}"),
         }
@@ -189,11 +202,13 @@ pub fn diff(old: Option<&ChannelDocument>, new: &ChannelDocument) -> Vec<Change>
             slot.is_some_and(|old| old.range == entry.range && old.target == entry.target)
         });
         match found.and_then(Option::take) {
-            Some(old) if old.rollout != entry.rollout => changes.push(Change::Rollout {
-                entry: entry.clone(),
-                from: old.rollout,
-                to: entry.rollout,
-            }),
+            Some(old) if old.rollout != entry.rollout || old.ramp_to != entry.ramp_to => changes
+                .push(Change::Rollout {
+                    entry: entry.clone(),
+                    from: old.rollout,
+                    from_ramp: old.ramp_to,
+                    to: entry.rollout,
+                }),
             Some(_) => {}
             None => added.push(Change::Added(entry.clone())),
         }
@@ -332,6 +347,25 @@ mod tests {
         assert_eq!(
             entries(&d)[0].describe(),
             "every release → 1.1.0 (rollout 5 %, ramping to 100 %)"
+        );
+    }
+
+    #[test]
+    fn a_frozen_ramp_is_one_change_from_ramping_to_held() {
+        let t0 = OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000);
+        let (first, ramp) = Ramp::parse("5,25,100%/1h", t0).unwrap();
+        let mut ramping = entry("*", Some("1.1.0"), Some(first));
+        ramping.rollout.as_mut().unwrap().ramp = Some(ramp);
+        let old = doc(vec![ramping.clone(), entry("*", Some("1.0.0"), None)]);
+        ramping.rollout.as_mut().unwrap().ramp = None;
+        let frozen = doc(vec![ramping, entry("*", Some("1.0.0"), None)]);
+        let described: Vec<String> = diff(Some(&old), &frozen)
+            .iter()
+            .map(Change::describe)
+            .collect();
+        assert_eq!(
+            described,
+            ["1.1.0 for every release: rollout 5 % ramping to 100 % → 5 %"]
         );
     }
 
