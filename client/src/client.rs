@@ -1066,19 +1066,27 @@ impl Client {
             &self.config.limits,
         )
         .map_err(ClientError::Document)?;
+        // The document this client follows, as it was verified when accepted.
+        let held = state
+            .document
+            .as_deref()
+            .and_then(|d| serde_json::from_str::<channel::ChannelDocument>(d).ok());
         // A guard document must also restrict the guard document this client follows, if it
         // follows one: a freeze is never undone by the guard key.
         if verified.base.is_some()
-            && let (Some(held), Some(held_signature)) = (&state.document, &state.signature)
-            && let Ok(held) = channel::verify_ignoring_expiry(
-                held.as_bytes(),
-                held_signature,
-                &self.config.trusted_keys,
-                &self.config.limits,
-            )
+            && let Some(held) = &held
         {
-            pack_format::guard::check_live(&verified, &held).map_err(ClientError::Document)?;
+            pack_format::guard::check_live(&verified, held).map_err(ClientError::Document)?;
         }
+        // A document the signing key signed is newer than a guard document when it is newer
+        // than what that guard document restricts: the guard key picks its own sequences and
+        // must not push the channel past every sequence the signing key can still sign.
+        let floor = match &held {
+            Some(held) if verified.base.is_none() && held.restricts.is_some() => {
+                pack_format::guard::authority_sequence(held).saturating_add(1)
+            }
+            _ => state.sequence,
+        };
         let doc = &verified.document;
         if doc.channel != self.config.channel {
             return Err(ClientError::WrongChannel {
@@ -1092,7 +1100,7 @@ impl Client {
                 found: doc.pack.clone(),
             });
         }
-        if doc.sequence < state.sequence {
+        if doc.sequence < floor {
             return Err(ClientError::Rollback {
                 found: doc.sequence,
                 installed: state.sequence,

@@ -7,8 +7,8 @@
 //!
 //! - **freeze**: a rollout's percentage held at or below what it was when the guard signed
 //!   (same salt, no schedule), or a rollout added to an entry that had none;
-//! - **roll back**: an entry sent to a pack the restricted document already names, or to the
-//!   built-in pack.
+//! - **roll back**: an entry sent to what it replaces in the restricted document (the first
+//!   later entry for the same client range without a rollout), or to the built-in pack.
 //!
 //! Nothing else may change: the same entries for the same client ranges, no new version, no
 //! later expiry, the same guard. Resuming a rollout takes a document signed by a trusted key.
@@ -142,26 +142,38 @@ fn overreach(reason: impl Into<String>) -> FormatError {
     }
 }
 
-/// Checks a newly verified document against the one a reader holds. Only a guard document
-/// has anything to check: it must restrict the held document's own base (or a newer one), and
-/// when both restrict the same document, the new one must restrict the held one as well, so a
-/// freeze or rollback the reader already follows is never undone by the guard key.
-pub fn check_live(new: &VerifiedChannel, live: &VerifiedChannel) -> Result<(), FormatError> {
+/// Checks a newly verified document against the one a reader holds (verified when it was
+/// accepted). Only a guard document has anything to check: it must restrict the held
+/// document's own base (or a newer one), and when both restrict the same document, the new
+/// one must restrict the held one as well, so a freeze or rollback the reader already follows
+/// is never undone by the guard key.
+pub fn check_live(new: &VerifiedChannel, held: &ChannelDocument) -> Result<(), FormatError> {
     let Some(base) = &new.base else {
         return Ok(());
     };
-    let live_base = live.base.as_ref().map_or(live, |b| b);
-    if base.document.sequence < live_base.document.sequence {
+    let held_base = authority_sequence(held);
+    if base.document.sequence < held_base {
         return Err(overreach(format!(
-            "it restricts sequence {}, older than sequence {} the reader follows",
-            base.document.sequence, live_base.document.sequence
+            "it restricts sequence {}, older than sequence {held_base} the reader follows",
+            base.document.sequence
         )));
     }
-    if live.base.is_some() && base.document.sequence == live_base.document.sequence {
-        restricts_within(&new.document, &live.document)
+    if held.restricts.is_some() && base.document.sequence == held_base {
+        restricts_within(&new.document, held)
             .map_err(|reason| overreach(format!("against the guard document held: {reason}")))?;
     }
     Ok(())
+}
+
+/// The sequence of the document a trusted key signed that `held` is, or restricts. A document
+/// signed by a trusted key is newer than a guard document when it is newer than what that
+/// guard document restricts: the guard key chooses its own sequences, and must not be able
+/// to push a channel past every sequence the signing key can still sign.
+pub fn authority_sequence(held: &ChannelDocument) -> u64 {
+    held.restricts
+        .as_ref()
+        .and_then(|r| serde_json::from_str::<ChannelDocument>(&r.document).ok())
+        .map_or(held.sequence, |base| base.sequence)
 }
 
 /// Whether every change from `reference` to `guarded` is one a guard may make; if not, the
@@ -196,10 +208,6 @@ pub fn restricts_within(
             reference.entries.len()
         ));
     }
-    let named = |target: &EntryTarget| {
-        matches!(target, EntryTarget::Builtin)
-            || reference.entries.iter().any(|e| &e.target == target)
-    };
     for (i, (g, r)) in guarded.entries.iter().zip(&reference.entries).enumerate() {
         if g.clients != r.clients {
             return Err(format!(
@@ -208,10 +216,15 @@ pub fn restricts_within(
             ));
         }
         if g.target != r.target {
-            if !named(&g.target) {
+            // A rollback sends an entry's clients where they would go without it: to what
+            // the entry replaces there, or to the built-in pack. Any other pack, even one
+            // the document names elsewhere, would widen that pack's reach.
+            let replaced = reference.replaced(i);
+            if g.target != EntryTarget::Builtin && &g.target != replaced {
                 return Err(format!(
-                    "entry {i} names {} which the document it restricts does not",
-                    describe_target(&g.target)
+                    "entry {i} names {} where a rollback goes to what the entry replaces ({}) or to the built-in pack",
+                    describe_target(&g.target),
+                    describe_target(replaced)
                 ));
             }
             continue;

@@ -192,7 +192,7 @@ fn a_guard_document_that_names_a_new_version_is_refused() {
     let s = setup();
     let mut new = acting(&s, GuardAction::Freeze);
     new.entries[1].target = pack("1.4.0", "14");
-    overreach(verify(&s, &new, &s.guard), "does not");
+    overreach(verify(&s, &new, &s.guard), "names pack 1.4.0");
 }
 
 #[test]
@@ -296,7 +296,7 @@ fn a_second_guard_document_cannot_undo_the_first() {
     let mut undo = undo;
     undo.sequence = live.document.sequence + 1;
     let undo = verify_at(&undo, at);
-    match guard::check_live(&undo, &live) {
+    match guard::check_live(&undo, &live.document) {
         Err(FormatError::GuardOverreach { reason }) => {
             assert!(
                 reason.contains("against the guard document held"),
@@ -307,7 +307,7 @@ fn a_second_guard_document_cannot_undo_the_first() {
     }
     // Freezing on top of the rollback is fine.
     let on_top = guard_document(&s.base, &live.document, 1, GuardAction::Rollback, at).unwrap();
-    guard::check_live(&verify_at(&on_top, at), &live).unwrap();
+    guard::check_live(&verify_at(&on_top, at), &live.document).unwrap();
 }
 
 #[test]
@@ -325,7 +325,7 @@ fn a_guard_document_for_an_older_release_is_refused() {
         &Limits::DEFAULT,
     )
     .unwrap();
-    match guard::check_live(&frozen, &live) {
+    match guard::check_live(&frozen, &live.document) {
         Err(FormatError::GuardOverreach { reason }) => {
             assert!(reason.contains("older than sequence 20"), "{reason}")
         }

@@ -195,7 +195,7 @@ pub fn run(args: &GuardArgs, json: bool) -> Result<()> {
         now,
         &Limits::DEFAULT,
     )
-    .and_then(|verified| check_live(&verified, &live.verified).map(|()| verified))
+    .and_then(|verified| check_live(&verified, &live.verified.document).map(|()| verified))
     .with_context(|| {
         format!(
             "the guard document signed with {} ({}) would be refused by clients; nothing was published",

@@ -418,7 +418,7 @@ async fn a_guard_document_that_names_a_new_version_is_refused() {
     doc.entries[1].target = at.fx.unnamed.target();
     let err = at.refused(&at.fx.guard_signed(&doc)).await;
     assert_overreach(&err, "entry 1 names pack 1.4.0 (");
-    assert_overreach(&err, "which the document it restricts does not");
+    assert_overreach(&err, "where a rollback goes to what the entry replaces");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -581,4 +581,70 @@ fn frozen_at(doc: &ChannelDocument, percent: u8) -> Rollout {
         ramp: None,
         ..ramped
     }
+}
+/// A guard document that sends the entry the ramp falls back to onto the ramping pack (named
+/// by the document, so it passes for a rollback): every install out of the ramp would get
+/// 1.3.0, the ramp widened to 100 % with its rollout untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_document_that_sends_the_fallback_to_the_ramping_pack_is_refused() {
+    let at = Installed::new(Place::OutOfRamp).await;
+    let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
+    doc.entries[0].rollout = at.base_doc.entries[0].rollout.clone();
+    doc.entries[1].target = at.fx.new.target();
+    let err = at.refused(&at.fx.guard_signed(&doc)).await;
+    assert!(matches!(err, FormatError::GuardOverreach { .. }), "{err:?}");
+}
+
+/// A rollback the client follows holds, also when the pack it rolled away from is named by
+/// another entry (here the one for releases 2.0.0 and later, already all on 1.3.0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_document_that_undoes_a_followed_rollback_is_refused() {
+    let at = Installed::new(Place::InRamp).await;
+    let mut base_doc = at.base_doc.clone();
+    base_doc.sequence = BASE_SEQUENCE + 1;
+    let older: semver::VersionReq = "<2.0.0".parse().unwrap();
+    base_doc.entries[0].clients = older.clone();
+    base_doc.entries[1].clients = older;
+    base_doc.entries.push(ChannelEntry {
+        clients: ">=2.0.0".parse().unwrap(),
+        target: at.fx.new.target(),
+        rollout: None,
+    });
+    let base = at.fx.offline_signed(&base_doc);
+    at.accepted(&base).await;
+    let now = OffsetDateTime::now_utc();
+    let rollback = guard_document(&base, &base_doc, 0, GuardAction::Rollback, now).unwrap();
+    at.accepted(&at.fx.guard_signed(&rollback)).await;
+    at.assert_serving(&at.fx.old, "after the rollback");
+
+    // A freeze at today's percentage: fair against the offline-signed document alone.
+    let mut refrozen = guard_document(&base, &base_doc, 0, GuardAction::Freeze, now).unwrap();
+    refrozen.sequence = rollback.sequence + 1;
+    let err = at.refused(&at.fx.guard_signed(&refrozen)).await;
+    assert_overreach(&err, "against the guard document held");
+}
+
+/// The guard key picks its own sequences: a freeze signed at the highest sequence a channel
+/// may carry is followed, and the signing key's next document still gets through (it is newer
+/// than what the freeze restricts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_document_at_the_last_sequence_does_not_lock_out_the_signing_key() {
+    let at = Installed::new(Place::InRamp).await;
+    let mut frozen = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
+    frozen.sequence = pack_format::channel::MAX_SEQUENCE;
+    at.accepted(&at.fx.guard_signed(&frozen)).await;
+    assert_eq!(
+        at.client.status().sequence,
+        pack_format::channel::MAX_SEQUENCE
+    );
+    let mut next = at.base_doc.clone();
+    next.sequence = BASE_SEQUENCE + 1;
+    next.entries[0].target = at.fx.old.target();
+    next.entries[0].rollout = None;
+    at.accepted(&at.fx.offline_signed(&next)).await;
+    assert_eq!(at.client.status().sequence, BASE_SEQUENCE + 1);
+    at.assert_serving(&at.fx.old, "after the signing key's next document");
+    // And the old freeze, replayed, is refused: it restricts an older document.
+    let err = at.refused(&at.fx.guard_signed(&frozen)).await;
+    assert_overreach(&err, "older than sequence 6");
 }

@@ -197,7 +197,7 @@ async fn check_guarded(
             ),
         })
     })?;
-    pack_format::guard::check_live(verified, &held).map_err(ApiError::from_verify)
+    pack_format::guard::check_live(verified, &held.document).map_err(ApiError::from_verify)
 }
 
 fn summary(verified: &VerifiedChannel, token: &str) -> ChannelSummary {
