@@ -14,6 +14,7 @@ use crate::print_json;
 use crate::remote::ServerError;
 use crate::remote::model::{ChannelList, ChannelSummary, PackList};
 use crate::remote::{Remote, ServerArgs};
+use pack_protocol::guard::GuardView;
 use pack_protocol::{FailureCell, FleetCell, FleetView};
 
 #[derive(clap::Args)]
@@ -52,6 +53,8 @@ struct Live {
     document: ChannelDocument,
     /// With `--fleet`: the fleet view, or why there is none (the server keeps no fleet data).
     fleet: Option<Result<FleetView, String>>,
+    /// For a channel with a guard key: what packd's guard saw and did.
+    guard: Option<GuardView>,
 }
 
 pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
@@ -76,10 +79,17 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
         } else {
             None
         };
+        // What the guard saw and did, for a channel that names one (or is held back by one).
+        let guard = if document.guard.is_some() || document.restricts.is_some() {
+            guard_view(&remote, &summary.channel)
+        } else {
+            None
+        };
         channels.push(Live {
             summary,
             document,
             fleet,
+            guard,
         });
     }
     let packs: PackList = remote.get_json(pack_protocol::paths::PACKS)?;
@@ -104,6 +114,7 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                     "restricts_sequence": restricted(doc).map(|base| base.sequence),
                     "guard_actions": restricted(doc)
                         .map(|base| guard_changes(doc, &base).iter().map(|c| c.to_json()).collect::<Vec<_>>()),
+                    "guard_view": live.guard.as_ref().map(|g| serde_json::to_value(g).unwrap_or(Value::Null)),
                     "entries": entries_json(&doc.entries, now),
                     "fleet": match &live.fleet {
                         Some(Ok(view)) => serde_json::to_value(view).unwrap_or(Value::Null),
@@ -179,9 +190,14 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
         for (i, entry) in doc.entries.iter().enumerate() {
             outln!("  {i}  {}", entry_line(entry, now));
         }
+        if let Some(view) = &live.guard {
+            for line in guard_lines(view) {
+                outln!("  {line}");
+            }
+        }
         match &live.fleet {
             Some(Ok(view)) => {
-                for line in fleet_lines(doc, view) {
+                for line in fleet_lines(doc, view, now) {
                     outln!("  {line}");
                 }
             }
@@ -318,7 +334,10 @@ fn live_in(channels: &[Live], pack: &str, sha256: &str) -> Vec<String> {
                 let rollout = entry
                     .rollout
                     .as_ref()
-                    .map(|r| format!(" at {}%", r.percent))
+                    .map(|r| {
+                        let now = OffsetDateTime::now_utc();
+                        format!(" at {}%", r.percent_at(live.document.ramp_time(now)))
+                    })
                     .unwrap_or_default();
                 out.push(format!(
                     "{} ({}{rollout})",
@@ -331,6 +350,63 @@ fn live_in(channels: &[Live], pack: &str, sha256: &str) -> Vec<String> {
 }
 
 /// The fleet view of `channel`; `Err` with a note when the server keeps none.
+/// The guard's view of `channel`, or `None` where packd has none to give (an older packd, or
+/// a deployment whose fleet view is closed to this token): status goes on without it.
+fn guard_view(remote: &Remote, channel: &str) -> Option<GuardView> {
+    remote
+        .get_json::<GuardView>(&pack_protocol::paths::guard(channel))
+        .ok()
+}
+
+/// The guard's latest decision (why it acted) and its latest look at each watched entry.
+fn guard_lines(view: &GuardView) -> Vec<String> {
+    let mut out = Vec::new();
+    match (&view.key_id, &view.delegated) {
+        (Some(held), Some(delegated)) if held == delegated => out.push(format!(
+            "guard: packd holds the guard key {held} (alpha {}, tau {}, at least {} trials a side)",
+            view.alpha, view.tau, view.min_trials
+        )),
+        _ => out.push("guard: no packd node answering holds this channel's guard key".to_string()),
+    }
+    if let Some(decision) = view.decisions.first() {
+        out.push(format!(
+            "  {} entry {} ({} {}) at {}% on {} as sequence {}: {}",
+            decision.action,
+            decision.entry,
+            decision.clients,
+            decision.version,
+            decision.percent,
+            decision.at,
+            decision.sequence,
+            decision.reason
+        ));
+    }
+    if let Some(look) = &view.last {
+        for entry in &look.entries {
+            for m in &entry.metrics {
+                let verdict = match m.difference {
+                    None => format!(
+                        "waiting for {} trials a side ({} and {} so far)",
+                        view.min_trials, m.new.trials, m.old.trials
+                    ),
+                    Some(d) => format!(
+                        "{:+.2} points, interval [{:+.2}, {:+.2}]{}",
+                        d * 100.0,
+                        m.low * 100.0,
+                        m.high * 100.0,
+                        if m.regressed { ", REGRESSED" } else { "" }
+                    ),
+                };
+                out.push(format!(
+                    "  looked {}: entry {} {} vs {} {}: {verdict}",
+                    look.at, entry.entry, entry.version, entry.replaces, m.metric
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn fleet_view(remote: &Remote, channel: &str, days: u32) -> Result<Result<FleetView, String>> {
     let path = format!("{}?days={days}", pack_protocol::paths::fleet(channel));
     match remote.get_json::<FleetView>(&path) {
@@ -360,7 +436,7 @@ fn pack_name(pack: &str, version: Option<&str>) -> String {
 
 /// Per release range of the document (in entry order): installs by pack version, the share
 /// of the range, the entry's rollout target, and the failure reports of that version.
-fn fleet_lines(doc: &ChannelDocument, view: &FleetView) -> Vec<String> {
+fn fleet_lines(doc: &ChannelDocument, view: &FleetView, now: OffsetDateTime) -> Vec<String> {
     let days = view.days.len();
     let mut out = vec![format!(
         "fleet, last {days} day{}: {} installs{}",
@@ -399,7 +475,10 @@ fn fleet_lines(doc: &ChannelDocument, view: &FleetView) -> Vec<String> {
                     && matches!(&e.target, EntryTarget::Pack(p) if p.sha256 == pack.pack)
             });
             if let Some(rollout) = target.and_then(|e| e.rollout.as_ref()) {
-                line.push_str(&format!("; rollout target {} %", rollout.percent));
+                line.push_str(&format!(
+                    "; rollout target {} %",
+                    rollout.percent_at(doc.ramp_time(now))
+                ));
             }
             let failures: Vec<&FailureCell> = view
                 .failures

@@ -241,7 +241,9 @@ fn a_ramp_widens_unsigned_the_guard_freezes_it_and_the_offline_key_resumes_it() 
         "{frozen:?}"
     );
     let status = w.packer(&["status"]);
-    assert!(status.contains("guard"), "{status}");
+    // packer status says what the guard saw and why it acted.
+    assert!(status.contains("freeze entry 0"), "{status}");
+    assert!(status.contains("tool_error_rate "), "{status}");
     std::thread::sleep(Duration::from_secs(12));
     let held = w.refresh_all();
     assert_eq!(on(&held, "1.4.0"), on(&frozen, "1.4.0"), "{held:?}");
