@@ -203,8 +203,10 @@ impl Rollouts<'_> {
             section aria-labelledby="rollouts-title" {
                 h2 id="rollouts-title" { "Rollouts" }
                 p class="note" {
-                    "Each rollout as the offline key signed it. A ramp's percentage is read from "
-                    "its signed schedule by every client's own clock: nothing is signed while it runs."
+                    "Each rollout as the offline key signed it. It replaces the next entry of its "
+                    "range without a rollout, or the built-in pack when there is none: what the guard "
+                    "compares it with and rolls back to. A ramp's percentage is read from its signed "
+                    "schedule by every client's own clock: nothing is signed while it runs."
                     @if let Some(e) = self.evidence {
                         " Outcomes are the counts installs of the rollout's range reported over the last "
                         (e.window_days) " UTC days, the rolling-out version beside the one it replaces, "
