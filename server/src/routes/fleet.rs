@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use pack_protocol::fleet::MAX_REPORT_BYTES;
-use pack_protocol::{FailureReport, FleetView, ReportAccepted, headers};
+use pack_protocol::{FailureReport, FleetView, ReportAccepted};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
@@ -15,8 +15,15 @@ use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
 use crate::fleet::{MAX_WINDOW_DAYS, ViewScope};
 use crate::routes::channels::live;
-use crate::routes::{check_name, header_str, read_body};
+use crate::routes::{ClientPost, accept_client_post};
 use crate::state::SharedState;
+
+const REPORT_POST: ClientPost<FailureReport> = ClientPost {
+    max_bytes: MAX_REPORT_BYTES,
+    needs: "a report needs",
+    expected: r#"{"channel", "pack", "reason", "client_version"}"#,
+    channel: |report| &report.channel,
+};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -117,36 +124,15 @@ pub async fn post_report(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<ReportAccepted>), ApiError> {
-    state.settings.tokens.authorize_read(&headers)?;
-    if !state.fleet.settings().enabled {
-        return Err(ApiError::FleetDisabled);
-    }
-    check_name("channel", &channel)?;
-    let install = header_str(&headers, headers::INSTALL)
-        .filter(|i| pack_protocol::fleet::is_install_hash(i))
-        .ok_or_else(|| ApiError::InvalidBody {
-            reason: format!(
-                "a report needs the sender's install hash in {} (32 lowercase hex digits)",
-                headers::INSTALL
-            ),
-        })?
-        .to_string();
-    let bytes = read_body(&headers, body, MAX_REPORT_BYTES as u64).await?;
-    let report: FailureReport =
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidBody {
-            reason: format!(
-                "expected {{\"channel\", \"pack\", \"reason\", \"client_version\"}} and nothing else: {e}"
-            ),
-        })?;
-    if report.channel != channel {
-        return Err(ApiError::ChannelMismatch {
-            path: channel,
-            document: report.channel,
-        });
-    }
-    // Only channels that exist: a report cannot make packd store anything under a new name.
-    live(&state, &channel, &headers).await?;
-    state.report_limiter.check(&install)?;
+    let (install, report) = accept_client_post(
+        &state,
+        &channel,
+        &headers,
+        body,
+        &state.report_limiter,
+        &REPORT_POST,
+    )
+    .await?;
     state
         .fleet
         .record_report(&report, &install, OffsetDateTime::now_utc());

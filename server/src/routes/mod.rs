@@ -11,9 +11,13 @@ use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
+use pack_protocol::headers;
+use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
+use crate::reports::ReportLimiter;
+use crate::state::SharedState;
 
 /// Reads a request body of at most `limit` bytes: `413` as soon as it is known to be longer,
 /// from `Content-Length` before reading anything, or while reading.
@@ -61,6 +65,63 @@ async fn read_body_with(
         buf.extend_from_slice(&chunk);
     }
     Ok(buf.freeze())
+}
+
+/// What a client sends about its own install (a failure report, outcome counts), and how
+/// its route words what is missing.
+pub struct ClientPost<T> {
+    /// Largest body taken.
+    pub max_bytes: usize,
+    /// The start of the error without an install hash: `a report needs`.
+    pub needs: &'static str,
+    /// What the body must hold, in the error of one that does not parse.
+    pub expected: &'static str,
+    /// The channel the body names, which must be the URL's.
+    pub channel: fn(&T) -> &str,
+}
+
+/// The checks every client POST passes before anything is counted: a read token, the fleet
+/// enabled, a valid channel name, the sender's install hash, a body within `post.max_bytes`
+/// that parses and names the URL's channel, a channel that exists (so a POST cannot make
+/// packd store anything under a new name), and room in `limiter` for this install (429 with
+/// `Retry-After`). Returns the install hash and the body.
+pub async fn accept_client_post<T: DeserializeOwned>(
+    state: &SharedState,
+    channel: &str,
+    headers: &HeaderMap,
+    body: Body,
+    limiter: &ReportLimiter,
+    post: &ClientPost<T>,
+) -> Result<(String, T), ApiError> {
+    state.settings.tokens.authorize_read(headers)?;
+    if !state.fleet.settings().enabled {
+        return Err(ApiError::FleetDisabled);
+    }
+    check_name("channel", channel)?;
+    let install = header_str(headers, headers::INSTALL)
+        .filter(|i| pack_protocol::fleet::is_install_hash(i))
+        .ok_or_else(|| ApiError::InvalidBody {
+            reason: format!(
+                "{} the sender's install hash in {} (32 lowercase hex digits)",
+                post.needs,
+                headers::INSTALL
+            ),
+        })?
+        .to_string();
+    let bytes = read_body(headers, body, post.max_bytes as u64).await?;
+    let report: T = serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidBody {
+        reason: format!("expected {} and nothing else: {e}", post.expected),
+    })?;
+    let named = (post.channel)(&report);
+    if named != channel {
+        return Err(ApiError::ChannelMismatch {
+            path: channel.to_string(),
+            document: named.to_string(),
+        });
+    }
+    channels::live(state, channel, headers).await?;
+    limiter.check(&install)?;
+    Ok((install, report))
 }
 
 /// A path segment that must be a lowercase hex SHA-256.

@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use pack_protocol::outcomes::MAX_OUTCOME_BYTES;
-use pack_protocol::{OutcomeReport, OutcomesAccepted, OutcomesView, headers};
+use pack_protocol::{OutcomeReport, OutcomesAccepted, OutcomesView};
 use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
@@ -16,12 +16,19 @@ use crate::error::{ApiError, ErrorBody};
 use crate::fleet::outcomes::Refusal;
 use crate::fleet::{MAX_WINDOW_DAYS, ViewScope};
 use crate::routes::channels::live;
-use crate::routes::{check_name, header_str, read_body};
+use crate::routes::{ClientPost, accept_client_post};
 use crate::state::SharedState;
 
 /// Seconds a client waits after a node refused a report for being full: the node's memory
 /// frees as days leave the window, and another node may have room.
 const FULL_RETRY_SECS: u64 = 3600;
+
+const OUTCOME_POST: ClientPost<OutcomeReport> = ClientPost {
+    max_bytes: MAX_OUTCOME_BYTES,
+    needs: "outcome counts need",
+    expected: "an outcome report",
+    channel: |report| &report.channel,
+};
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -112,34 +119,15 @@ pub async fn post_outcomes(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<OutcomesAccepted>), ApiError> {
-    state.settings.tokens.authorize_read(&headers)?;
-    if !state.fleet.settings().enabled {
-        return Err(ApiError::FleetDisabled);
-    }
-    check_name("channel", &channel)?;
-    let install = header_str(&headers, headers::INSTALL)
-        .filter(|i| pack_protocol::fleet::is_install_hash(i))
-        .ok_or_else(|| ApiError::InvalidBody {
-            reason: format!(
-                "outcome counts need the sender's install hash in {} (32 lowercase hex digits)",
-                headers::INSTALL
-            ),
-        })?
-        .to_string();
-    let bytes = read_body(&headers, body, MAX_OUTCOME_BYTES as u64).await?;
-    let report: OutcomeReport =
-        serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidBody {
-            reason: format!("expected an outcome report and nothing else: {e}"),
-        })?;
-    if report.channel != channel {
-        return Err(ApiError::ChannelMismatch {
-            path: channel,
-            document: report.channel,
-        });
-    }
-    // Only channels that exist: a report cannot make packd store anything under a new name.
-    live(&state, &channel, &headers).await?;
-    state.outcome_limiter.check(&install)?;
+    let (install, report) = accept_client_post(
+        &state,
+        &channel,
+        &headers,
+        body,
+        &state.outcome_limiter,
+        &OUTCOME_POST,
+    )
+    .await?;
     match state
         .fleet
         .outcomes()
