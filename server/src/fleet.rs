@@ -22,10 +22,12 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::Bytes;
 use hyperloglockless::{DefaultHasher, HyperLogLog};
+use object_store::ObjectMeta;
 use pack_protocol::{
     EstimateInfo, FailingPack, FailureCell, FleetCell, FleetView, PackRecord, RangePack, RangeView,
     ReportReason,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use time::{Date, OffsetDateTime};
@@ -737,20 +739,17 @@ impl Fleet {
             .get(&(channel.to_string(), day))
             .map(|e| e.data.clone());
         let day_name = day_text(day);
-        let mut metas = storage.list(&keys::day_dir(channel, &day_name)).await?;
-        metas.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
         let own_file = keys::node_file(channel, &day_name, &self.node);
         // This node's own file holds no more than its memory while the day is in memory.
-        metas.retain(|m| own.is_none() || m.location.as_ref() != own_file);
-        if metas.len() > MAX_NODE_FILES_PER_DAY {
-            tracing::warn!(
-                channel,
-                day = day_name,
-                files = metas.len(),
-                "more node files than the {MAX_NODE_FILES_PER_DAY} read per day; the rest are left out"
-            );
-            metas.truncate(MAX_NODE_FILES_PER_DAY);
-        }
+        let skip = own.is_some().then_some(own_file.as_str());
+        let metas = list_node_files::<DayData>(
+            storage,
+            &keys::day_dir(channel, &day_name),
+            skip,
+            channel,
+            &day_name,
+        )
+        .await?;
         let listing: Vec<(String, u64)> = metas
             .iter()
             .map(|m| (m.location.to_string(), m.size))
@@ -769,35 +768,7 @@ impl Fleet {
         let nodes = match cached {
             Some(data) => data,
             None => {
-                let mut merged = DayData::default();
-                for meta in &metas {
-                    let key = meta.location.to_string();
-                    if meta.size > MAX_NODE_FILE_BYTES {
-                        tracing::warn!(
-                            key,
-                            size = meta.size,
-                            "fleet file over the size limit; left out"
-                        );
-                        continue;
-                    }
-                    let Some(bytes) = storage.get(&key).await? else {
-                        continue; // deleted by a sweep in the meantime
-                    };
-                    merged = off_thread(move || {
-                        let parsed = serde_json::from_slice::<NodeFile>(&bytes)
-                            .map_err(|e| e.to_string())
-                            .and_then(|file| DayData::from_file(&file));
-                        match parsed {
-                            Ok(data) => merged.merge(&data),
-                            Err(reason) => {
-                                tracing::warn!(key, reason, "unreadable fleet file; left out");
-                            }
-                        }
-                        merged
-                    })
-                    .await?;
-                }
-                let merged = Arc::new(merged);
+                let merged = Arc::new(merge_node_files::<DayData>(storage, &metas).await?);
                 if closed {
                     lock(&self.closed).insert(cache_key, (listing, merged.clone()));
                 }
@@ -1136,6 +1107,97 @@ impl DayParts {
         }
         day
     }
+}
+
+/// A channel's counts of one day as each node writes them, to one file per node, and as a
+/// reader merges them: fleet counts and outcome counts.
+trait NodeDay: Default + Send + 'static {
+    type File: DeserializeOwned;
+    /// What the files hold, for the log: `fleet`, `outcome`.
+    const KIND: &'static str;
+    /// Largest file read back.
+    const MAX_FILE_BYTES: u64;
+    fn from_file(file: &Self::File) -> Result<Self, String>;
+    fn merge(&mut self, other: &Self);
+}
+
+impl NodeDay for DayData {
+    type File = NodeFile;
+    const KIND: &'static str = "fleet";
+    const MAX_FILE_BYTES: u64 = MAX_NODE_FILE_BYTES;
+    fn from_file(file: &NodeFile) -> Result<DayData, String> {
+        DayData::from_file(file)
+    }
+    fn merge(&mut self, other: &DayData) {
+        DayData::merge(self, other);
+    }
+}
+
+/// The node files of `channel` on `day_name` in `dir`, in key order, without `skip` (this
+/// node's own file, when its memory holds more than it): at most
+/// [`MAX_NODE_FILES_PER_DAY`], the rest left out (logged).
+async fn list_node_files<D: NodeDay>(
+    storage: &Storage,
+    dir: &str,
+    skip: Option<&str>,
+    channel: &str,
+    day_name: &str,
+) -> Result<Vec<ObjectMeta>, StorageError> {
+    let mut metas = storage.list(dir).await?;
+    metas.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
+    if let Some(skip) = skip {
+        metas.retain(|m| m.location.as_ref() != skip);
+    }
+    if metas.len() > MAX_NODE_FILES_PER_DAY {
+        tracing::warn!(
+            channel,
+            day = day_name,
+            files = metas.len(),
+            "more {} files than the {MAX_NODE_FILES_PER_DAY} read per day; the rest are left out",
+            D::KIND
+        );
+        metas.truncate(MAX_NODE_FILES_PER_DAY);
+    }
+    Ok(metas)
+}
+
+/// The node files `metas` read and merged. A file over [`NodeDay::MAX_FILE_BYTES`] or that
+/// does not parse is left out (logged); one deleted since the listing is skipped. Parsing
+/// and merging run on the blocking pool, a file at a time (see [`off_thread`]).
+async fn merge_node_files<D: NodeDay>(
+    storage: &Storage,
+    metas: &[ObjectMeta],
+) -> Result<D, StorageError> {
+    let mut merged = D::default();
+    for meta in metas {
+        let key = meta.location.to_string();
+        if meta.size > D::MAX_FILE_BYTES {
+            tracing::warn!(
+                key,
+                size = meta.size,
+                "{} file over the size limit; left out",
+                D::KIND
+            );
+            continue;
+        }
+        let Some(bytes) = storage.get(&key).await? else {
+            continue; // deleted by a sweep in the meantime
+        };
+        merged = off_thread(move || {
+            let parsed = serde_json::from_slice::<D::File>(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|file| D::from_file(&file));
+            match parsed {
+                Ok(data) => merged.merge(&data),
+                Err(reason) => {
+                    tracing::warn!(key, reason, "unreadable {} file; left out", D::KIND);
+                }
+            }
+            merged
+        })
+        .await?;
+    }
+    Ok(merged)
 }
 
 /// Runs the fleet reader's work between storage reads (parsing node files, merging

@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 use time::{Date, OffsetDateTime};
 
 use super::{
-    MAX_NODE_FILES_PER_DAY, MAX_WINDOW_DAYS, day_text, install_key, lock, off_thread, parse_day,
+    MAX_WINDOW_DAYS, NodeDay, day_text, install_key, list_node_files, lock, merge_node_files,
+    off_thread, parse_day,
 };
 use crate::storage::{Storage, StorageError, listed_write};
 
@@ -95,6 +96,18 @@ impl Entry {
 struct DayOutcomes {
     rows: BTreeMap<RowKey, BTreeMap<u64, Entry>>,
     overflow: bool,
+}
+
+impl NodeDay for DayOutcomes {
+    type File = NodeFile;
+    const KIND: &'static str = "outcome";
+    const MAX_FILE_BYTES: u64 = MAX_NODE_FILE_BYTES;
+    fn from_file(file: &NodeFile) -> Result<DayOutcomes, String> {
+        DayOutcomes::from_file(file)
+    }
+    fn merge(&mut self, other: &DayOutcomes) {
+        DayOutcomes::merge(self, other);
+    }
 }
 
 impl DayOutcomes {
@@ -396,20 +409,16 @@ impl Outcomes {
         day: Date,
     ) -> Result<(Arc<DayOutcomes>, usize), StorageError> {
         let day_name = day_text(day);
-        let mut metas = storage.list(&keys::day_dir(channel, &day_name)).await?;
-        metas.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
         // This node's own file holds no more than its memory, which the caller adds.
         let own_file = keys::node_file(channel, &day_name, &self.node);
-        metas.retain(|m| m.location.as_ref() != own_file);
-        if metas.len() > MAX_NODE_FILES_PER_DAY {
-            tracing::warn!(
-                channel,
-                day = day_name,
-                files = metas.len(),
-                "more outcome files than the {MAX_NODE_FILES_PER_DAY} read per day; the rest are left out"
-            );
-            metas.truncate(MAX_NODE_FILES_PER_DAY);
-        }
+        let metas = list_node_files::<DayOutcomes>(
+            storage,
+            &keys::day_dir(channel, &day_name),
+            Some(&own_file),
+            channel,
+            &day_name,
+        )
+        .await?;
         let listing: Vec<(String, String)> = metas
             .iter()
             .map(|m| (m.location.to_string(), listed_write(m)))
@@ -420,35 +429,7 @@ impl Outcomes {
         {
             return Ok((data.clone(), listing.len()));
         }
-        let mut merged = DayOutcomes::default();
-        for meta in &metas {
-            let key = meta.location.to_string();
-            if meta.size > MAX_NODE_FILE_BYTES {
-                tracing::warn!(
-                    key,
-                    size = meta.size,
-                    "outcome file over the size limit; left out"
-                );
-                continue;
-            }
-            let Some(bytes) = storage.get(&key).await? else {
-                continue; // deleted by a sweep in the meantime
-            };
-            merged = off_thread(move || {
-                let parsed = serde_json::from_slice::<NodeFile>(&bytes)
-                    .map_err(|e| e.to_string())
-                    .and_then(|file| DayOutcomes::from_file(&file));
-                match parsed {
-                    Ok(data) => merged.merge(&data),
-                    Err(reason) => {
-                        tracing::warn!(key, reason, "unreadable outcome file; left out");
-                    }
-                }
-                merged
-            })
-            .await?;
-        }
-        let merged = Arc::new(merged);
+        let merged = Arc::new(merge_node_files::<DayOutcomes>(storage, &metas).await?);
         let sources = listing.len();
         lock(&self.read).insert(cache_key, (listing, merged.clone()));
         Ok((merged, sources))
