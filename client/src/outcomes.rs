@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use time::{Date, OffsetDateTime};
 
 use crate::cache::Cache;
-use crate::report::SendOutcome;
+use crate::report::{SendOutcome, post_json, record_sent};
 use crate::snapshot::{Snapshot, Source};
 use crate::{Client, ClientError};
 
@@ -52,8 +52,6 @@ pub const PROVISIONAL_INTERVAL: Duration = Duration::from_secs(60 * 60);
 /// The shortest and longest provisional interval a config may ask for.
 pub const MIN_PROVISIONAL_INTERVAL: Duration = Duration::from_secs(60);
 pub const MAX_PROVISIONAL_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
-/// Each outcome request gets this long.
-const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 const DAY_SECS: i64 = 24 * 60 * 60;
 
 /// The pack a turn was meant to be served by: the captured snapshot, whatever it fell back to.
@@ -406,15 +404,7 @@ impl OutcomeLog {
             let Ok(body) = serde_json::to_vec(&row.report()) else {
                 continue;
             };
-            let response = http
-                .post(&url)
-                .timeout(SEND_TIMEOUT)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .header(headers::CLIENT_VERSION, &self.client_version)
-                .header(headers::INSTALL, install_hash)
-                .body(body)
-                .send()
-                .await;
+            let response = post_json(http, &url, &self.client_version, install_hash, body).await;
             match response {
                 Ok(r) if r.status().is_success() => done.push((row.clone(), Fate::Taken)),
                 Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => {
@@ -440,9 +430,11 @@ impl OutcomeLog {
                 }
             }
         }
-        let cache = self.cache.clone();
-        let recorded = tokio::task::spawn_blocking(move || {
-            cache.update_json(OUTCOMES_FILE, |file: &mut OutcomeFile| {
+        record_sent(
+            &self.cache,
+            OUTCOMES_FILE,
+            "outcome counts",
+            move |file: &mut OutcomeFile| {
                 let mut outcome = SendOutcome::default();
                 for (sent, fate) in &done {
                     let Some(i) = file.rows.iter().position(|r| r.same(sent)) else {
@@ -481,21 +473,10 @@ impl OutcomeLog {
                 }
                 file.prune(now);
                 outcome.waiting = file.rows.len();
-                (true, outcome)
-            })
-        })
-        .await;
-        match recorded {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(e)) => {
-                tracing::warn!("could not record the outcome counts sent: {e}");
-                SendOutcome::default()
-            }
-            Err(e) => {
-                tracing::warn!("could not record the outcome counts sent: {e}");
-                SendOutcome::default()
-            }
-        }
+                outcome
+            },
+        )
+        .await
     }
 
     /// Sends what may go out now under `client`'s server and install hash. One `stat` when

@@ -29,7 +29,7 @@ pub const MAX_PENDING: usize = 8;
 /// After a failed send, the next try waits at least this long (and under twice as long).
 pub const RETRY_AFTER_SECS: i64 = 15 * 60;
 const DAY_SECS: i64 = 24 * 60 * 60;
-/// Each report request gets this long.
+/// Each report or outcome counts request gets this long.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The pause before the next send after a failed one: the shared schedule's first wait,
@@ -44,6 +44,54 @@ pub(crate) fn retry_pause() -> Duration {
     .delays()
     .next()
     .unwrap_or(first)
+}
+
+/// POSTs the JSON `body` to `url` as `install_hash` (failure reports, outcome counts).
+pub(crate) async fn post_json(
+    http: &reqwest::Client,
+    url: &str,
+    client_version: &str,
+    install_hash: &str,
+    body: Vec<u8>,
+) -> reqwest::Result<reqwest::Response> {
+    http.post(url)
+        .timeout(SEND_TIMEOUT)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(headers::CLIENT_VERSION, client_version)
+        .header(headers::INSTALL, install_hash)
+        .body(body)
+        .send()
+        .await
+}
+
+/// Records what a send did in the cache file `name` (`what` names its contents in the log):
+/// `change` under the file's lock and fsynced, on the blocking pool, off the async workers.
+/// A file that cannot be updated is logged, and the send counts as nothing.
+pub(crate) async fn record_sent<T>(
+    cache: &Cache,
+    name: &'static str,
+    what: &'static str,
+    change: impl FnOnce(&mut T) -> SendOutcome + Send + 'static,
+) -> SendOutcome
+where
+    T: Default + PartialEq + Serialize + for<'de> Deserialize<'de>,
+{
+    let cache = cache.clone();
+    let recorded = tokio::task::spawn_blocking(move || {
+        cache.update_json(name, |file: &mut T| (true, change(file)))
+    })
+    .await;
+    match recorded {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(e)) => {
+            tracing::warn!("could not record the {what} sent: {e}");
+            SendOutcome::default()
+        }
+        Err(e) => {
+            tracing::warn!("could not record the {what} sent: {e}");
+            SendOutcome::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,15 +248,7 @@ impl Outbox {
                 Ok(body) => body,
                 Err(_) => continue,
             };
-            let response = http
-                .post(&url)
-                .timeout(SEND_TIMEOUT)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .header(headers::CLIENT_VERSION, &self.client_version)
-                .header(headers::INSTALL, install_hash)
-                .body(body)
-                .send()
-                .await;
+            let response = post_json(http, &url, &self.client_version, install_hash, body).await;
             match response {
                 Ok(r) if r.status().is_success() => done.push((queued.clone(), true)),
                 Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => {
@@ -235,10 +275,11 @@ impl Outbox {
             }
         }
         let at = OffsetDateTime::now_utc().unix_timestamp();
-        // Under the file's lock and fsynced: on the blocking pool, off the async workers.
-        let cache = self.cache.clone();
-        let recorded = tokio::task::spawn_blocking(move || {
-            cache.update_json(OUTBOX_FILE, |file: &mut OutboxFile| {
+        record_sent(
+            &self.cache,
+            OUTBOX_FILE,
+            "reports",
+            move |file: &mut OutboxFile| {
                 let mut outcome = SendOutcome::default();
                 for (queued, sent) in &done {
                     if let Some(i) = file.pending.iter().position(|q| q == queued) {
@@ -260,21 +301,10 @@ impl Outbox {
                 }
                 file.prune(at);
                 outcome.waiting = file.pending.len();
-                (true, outcome)
-            })
-        })
-        .await;
-        match recorded {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(e)) => {
-                tracing::warn!("could not record the reports sent: {e}");
-                SendOutcome::default()
-            }
-            Err(e) => {
-                tracing::warn!("could not record the reports sent: {e}");
-                SendOutcome::default()
-            }
-        }
+                outcome
+            },
+        )
+        .await
     }
 
     fn sending_lock(&self) -> Option<std::fs::File> {
