@@ -193,7 +193,7 @@ fn describe_regression(m: &MetricLook) -> String {
             .map_or("-".to_string(), |r| format!("{:.2}%", r * 100.0))
     };
     format!(
-        "{} {} ({} of {}) against {} ({} of {}): difference {:+.2} points, always-valid interval [{:+.2}, {:+.2}], likelihood ratio {:.0}",
+        "{} {} ({} of {}) against {} ({} of {}): difference {:+.2} points, always-valid interval [{:+.2}, {:+.2}], likelihood ratio {}",
         m.metric,
         pct(&m.new),
         m.new.events,
@@ -204,7 +204,11 @@ fn describe_regression(m: &MetricLook) -> String {
         m.difference.unwrap_or(0.0) * 100.0,
         m.low * 100.0,
         m.high * 100.0,
-        m.ratio
+        if m.ratio < 1e6 {
+            format!("{:.0}", m.ratio)
+        } else {
+            format!("{:.2e}", m.ratio)
+        }
     )
 }
 
