@@ -88,17 +88,20 @@ fn publishing_to_packd_runs_as_written() {
     // What the publisher sees at the end: the rollback and removal took effect, 1.2.0 is
     // what every client gets, and 1.3.0 is uploaded but live nowhere.
     let status = &stdout[stdout.rfind("\nserver http://").expect("packer status ran")..];
-    assert!(status.contains("sequence 6"), "{status}");
+    // Ten documents: the six of the walk-through, and four of the guarded rollout (the guard
+    // key named, the ramp, the guard's freeze, the offline key's resume).
+    assert!(status.contains("sequence 10"), "{status}");
+    assert!(status.contains("guard key "), "{status}");
     assert!(status.contains("*                    -> 1.2.0"), "{status}");
     assert!(!status.contains("0.2.0"), "{status}");
     assert!(status.contains("live in stable (*)"), "{status}");
     let v130 = status.lines().find(|l| l.contains("1.3.0")).unwrap();
     assert!(!v130.contains("live"), "{status}");
-    // packd really served it: its log shows the six published documents.
+    // packd really served it: its log shows the ten published documents.
     let log = std::fs::read_to_string(dir.path().join("packd.log")).unwrap();
     assert_eq!(
         log.matches("channel document published").count(),
-        6,
+        10,
         "{log}"
     );
     assert!(dir.path().join("packd-data").is_dir());
