@@ -231,11 +231,12 @@ pub struct OutcomeLog {
     quiet: Arc<Mutex<Option<Quiet>>>,
 }
 
-/// Nothing is due before `until` while the file keeps the modification time and length it
-/// had when read at `read`.
+/// Nothing is due before `until` while the file keeps the modification time, length and
+/// inode it had when read at `read`. Every write replaces the file (a new inode), so a write
+/// within one tick of a coarse file-system clock, at the same length, still shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Quiet {
-    stamp: (Option<SystemTime>, u64),
+    stamp: (Option<SystemTime>, u64, u64),
     read: i64,
     until: i64,
 }
@@ -328,7 +329,10 @@ impl OutcomeLog {
                 file.rows[at].counts.add(add);
             }
             (true, ())
-        })
+        })?;
+        // This process changed the file: whatever its stamp says, look again.
+        *self.quiet.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        Ok(())
     }
 
     /// Every row kept, as it would be sent, oldest first (today's included).
@@ -343,7 +347,7 @@ impl OutcomeLog {
         let Ok(meta) = std::fs::metadata(self.cache.dir().join(OUTCOMES_FILE)) else {
             return false;
         };
-        let stamp = (meta.modified().ok(), meta.len());
+        let stamp = (meta.modified().ok(), meta.len(), inode(&meta));
         let at = now.unix_timestamp();
         let mut quiet = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
         if quiet.is_some_and(|q| q.stamp == stamp && q.read <= at && at < q.until) {
@@ -532,6 +536,17 @@ pub async fn send_due(client: &Client) -> SendOutcome {
             SendOutcome::default()
         }
     }
+}
+
+/// The file's inode number, where the platform has one.
+#[cfg(unix)]
+fn inode(meta: &std::fs::Metadata) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(meta)
+}
+
+#[cfg(not(unix))]
+fn inode(_: &std::fs::Metadata) -> u64 {
+    0
 }
 
 #[cfg(test)]
