@@ -20,11 +20,9 @@ use pack_protocol::outcomes::{OutcomeCounts, OutcomeRates, OutcomesView, Rate};
 
 use time::OffsetDateTime;
 
-use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
-use crate::fleet::ViewScope;
 use crate::routes::channels::live;
-use crate::routes::check_name;
+use crate::routes::{authorize_fleet_view, check_name};
 use crate::sequential;
 use crate::state::SharedState;
 use crate::storage::Created;
@@ -380,12 +378,7 @@ pub async fn get_guard(
     Path(channel): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<GuardView>, ApiError> {
-    match state.fleet.settings().view {
-        ViewScope::Read => state.settings.tokens.authorize_read(&headers)?,
-        ViewScope::Publish => {
-            state.settings.tokens.authorize(&headers, Scope::Publish)?;
-        }
-    }
+    authorize_fleet_view(&state, &headers)?;
     check_name("channel", &channel)?;
     live(&state, &channel, &headers).await?;
     Ok(Json(view(&state, &channel).await?))

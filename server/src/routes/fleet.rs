@@ -11,11 +11,9 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
-use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
-use crate::fleet::{MAX_WINDOW_DAYS, ViewScope};
 use crate::routes::channels::live;
-use crate::routes::{ClientPost, accept_client_post};
+use crate::routes::{ClientPost, accept_client_post, authorize_fleet_view, window_days};
 use crate::state::SharedState;
 
 const REPORT_POST: ClientPost<FailureReport> = ClientPost {
@@ -57,21 +55,11 @@ pub async fn get_fleet(
     Query(query): Query<FleetQuery>,
     headers: HeaderMap,
 ) -> Result<Json<FleetView>, ApiError> {
-    match state.fleet.settings().view {
-        ViewScope::Read => state.settings.tokens.authorize_read(&headers)?,
-        ViewScope::Publish => {
-            state.settings.tokens.authorize(&headers, Scope::Publish)?;
-        }
-    }
+    authorize_fleet_view(&state, &headers)?;
     if !state.fleet.settings().enabled {
         return Err(ApiError::FleetDisabled);
     }
-    let days = query.days.unwrap_or(MAX_WINDOW_DAYS);
-    if !(1..=MAX_WINDOW_DAYS).contains(&days) {
-        return Err(ApiError::InvalidBody {
-            reason: format!("days must be 1 to {MAX_WINDOW_DAYS}, found {days}"),
-        });
-    }
+    let days = window_days(query.days)?;
     let record = live(&state, &channel, &headers).await?;
     // The document was verified when it was published; here only its ranges are read.
     let ranges: Vec<semver::VersionReq> =

@@ -125,6 +125,34 @@ pub async fn accept_client_post<T: DeserializeOwned>(
 }
 
 /// A path segment that must be a lowercase hex SHA-256.
+/// Who may read the fleet's views (the fleet view, outcome counts, the guard's): the
+/// deployment's readers, or only publishers under `[fleet] view = "publish"`.
+pub fn authorize_fleet_view(state: &SharedState, headers: &HeaderMap) -> Result<(), ApiError> {
+    match state.fleet.settings().view {
+        crate::fleet::ViewScope::Read => state.settings.tokens.authorize_read(headers)?,
+        crate::fleet::ViewScope::Publish => {
+            state
+                .settings
+                .tokens
+                .authorize(headers, crate::auth::Scope::Publish)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `days` of a fleet or outcome view: 1 to [`crate::fleet::MAX_WINDOW_DAYS`], all of
+/// them when not given.
+pub fn window_days(days: Option<u32>) -> Result<u32, ApiError> {
+    let max = crate::fleet::MAX_WINDOW_DAYS;
+    let days = days.unwrap_or(max);
+    if !(1..=max).contains(&days) {
+        return Err(ApiError::InvalidBody {
+            reason: format!("days must be 1 to {max}, found {days}"),
+        });
+    }
+    Ok(days)
+}
+
 pub fn check_sha256(found: &str) -> Result<(), ApiError> {
     let ok = found.len() == 64
         && found

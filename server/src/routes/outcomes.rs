@@ -11,12 +11,10 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
-use crate::auth::Scope;
 use crate::error::{ApiError, ErrorBody};
 use crate::fleet::outcomes::Refusal;
-use crate::fleet::{MAX_WINDOW_DAYS, ViewScope};
 use crate::routes::channels::live;
-use crate::routes::{ClientPost, accept_client_post};
+use crate::routes::{ClientPost, accept_client_post, authorize_fleet_view, window_days};
 use crate::state::SharedState;
 
 /// Seconds a client waits after a node refused a report for being full: the node's memory
@@ -62,21 +60,11 @@ pub async fn get_outcomes(
     Query(query): Query<OutcomesQuery>,
     headers: HeaderMap,
 ) -> Result<Json<OutcomesView>, ApiError> {
-    match state.fleet.settings().view {
-        ViewScope::Read => state.settings.tokens.authorize_read(&headers)?,
-        ViewScope::Publish => {
-            state.settings.tokens.authorize(&headers, Scope::Publish)?;
-        }
-    }
+    authorize_fleet_view(&state, &headers)?;
     if !state.fleet.settings().enabled {
         return Err(ApiError::FleetDisabled);
     }
-    let days = query.days.unwrap_or(MAX_WINDOW_DAYS);
-    if !(1..=MAX_WINDOW_DAYS).contains(&days) {
-        return Err(ApiError::InvalidBody {
-            reason: format!("days must be 1 to {MAX_WINDOW_DAYS}, found {days}"),
-        });
-    }
+    let days = window_days(query.days)?;
     live(&state, &channel, &headers).await?;
     let view = state
         .fleet
