@@ -258,7 +258,14 @@ fn an_equal_pack_and_a_better_pack_ramp_to_a_hundred_percent() {
                     None,
                     "a pack at {rate} against {BASE_RATE} was stopped"
                 );
-                assert!(r.guard_view()["decisions"].as_array().unwrap().is_empty());
+                let view = r.guard_view();
+                assert!(view["decisions"].as_array().unwrap().is_empty(), "{view:#}");
+                // Not stopped because the test judged, not because the guard never had the
+                // evidence to: its last look compared both sides past the minimum sample.
+                let metric = &view["last"]["entries"][0]["metrics"][0];
+                assert_eq!(metric["metric"], "tool_error_rate", "{view:#}");
+                assert!(metric["difference"].is_f64(), "{view:#}");
+                assert_eq!(metric["regressed"], false, "{view:#}");
             });
         }
     });
