@@ -79,7 +79,7 @@ impl WebSettings {
         let allow_private = section
             .allow_private
             .iter()
-            .map(|b| b.parse())
+            .map(|b| parse_block(b))
             .collect::<Result<Vec<Block>, String>>()
             .map_err(|e| format!("[web_fetch] allow_private: {e}"))?;
         let settings = WebSettings {
@@ -100,55 +100,29 @@ impl WebSettings {
     }
 }
 
-/// An address block: `10.0.0.0/8`, `::1/128`, or one address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Block {
-    addr: IpAddr,
-    prefix: u8,
-}
+/// An address block: `10.0.0.0/8`, `::1/128`, or one address (a block of one).
+pub type Block = ipnet::IpNet;
 
-impl std::str::FromStr for Block {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
-        let addr: IpAddr = addr
-            .trim()
-            .parse()
-            .map_err(|_| format!("{s:?} is not an IP address or CIDR block"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            None => max,
-            Some(p) => p
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?,
-        };
-        Ok(Block { addr, prefix })
+/// Reads one `allow_private` entry: a CIDR block or a single address.
+fn parse_block(s: &str) -> Result<Block, String> {
+    let text = s.trim();
+    if let Ok(addr) = text.parse::<IpAddr>() {
+        return Ok(Block::from(addr));
     }
-}
-
-impl Block {
-    fn contains(&self, ip: IpAddr) -> bool {
-        let bits = |ip: IpAddr| -> (u128, u32) {
-            match ip {
-                IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32),
-                IpAddr::V6(v6) => (u128::from(v6), 128),
-            }
-        };
-        let (want, width) = bits(self.addr);
-        let (have, have_width) = bits(ip);
-        if width != have_width {
-            return false;
-        }
-        let shift = width - u32::from(self.prefix);
-        shift >= width || (want >> shift) == (have >> shift)
-    }
+    let Some((addr, prefix)) = text.split_once('/') else {
+        return Err(format!("{s:?} is not an IP address or CIDR block"));
+    };
+    let addr: IpAddr = addr
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not an IP address or CIDR block"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    prefix
+        .trim()
+        .parse::<u8>()
+        .ok()
+        .and_then(|p| Block::new(addr, p).ok())
+        .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))
 }
 
 /// Why `ip` is not a public address, or `None` when it is.
@@ -217,7 +191,7 @@ fn check_ip(ip: IpAddr, host: &str, allow: &[Block]) -> Result<(), String> {
     let Some(kind) = non_public(ip) else {
         return Ok(());
     };
-    if allow.iter().any(|b| b.contains(ip.to_canonical())) {
+    if allow.iter().any(|b| b.contains(&ip.to_canonical())) {
         return Ok(());
     }
     let via = if host.trim_matches(['[', ']']) == ip.to_string() {
@@ -571,17 +545,32 @@ mod tests {
 
     #[test]
     fn blocks() {
-        let b: Block = "10.0.0.0/8".parse().unwrap();
-        assert!(b.contains("10.9.9.9".parse().unwrap()));
-        assert!(!b.contains("11.0.0.1".parse().unwrap()));
-        let one: Block = "127.0.0.2".parse().unwrap();
-        assert!(one.contains("127.0.0.2".parse().unwrap()));
-        assert!(!one.contains("127.0.0.1".parse().unwrap()));
-        let all: Block = "0.0.0.0/0".parse().unwrap();
-        assert!(all.contains("127.0.0.1".parse().unwrap()));
-        assert!(!all.contains("::1".parse().unwrap()));
-        assert!("10.0.0.0/33".parse::<Block>().is_err());
-        assert!("localhost".parse::<Block>().is_err());
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let b = parse_block("10.0.0.0/8").unwrap();
+        assert!(b.contains(&ip("10.9.9.9")));
+        assert!(!b.contains(&ip("11.0.0.1")));
+        // Host bits set: the block is still the /8 around it.
+        assert!(
+            parse_block("10.1.2.3/8")
+                .unwrap()
+                .contains(&ip("10.200.0.1"))
+        );
+        let one = parse_block(" 127.0.0.2 ").unwrap();
+        assert!(one.contains(&ip("127.0.0.2")));
+        assert!(!one.contains(&ip("127.0.0.1")));
+        let all = parse_block("0.0.0.0/0").unwrap();
+        assert!(all.contains(&ip("127.0.0.1")));
+        assert!(!all.contains(&ip("::1")));
+        assert!(parse_block("fd00::/8").unwrap().contains(&ip("fd12::1")));
+        assert_eq!(
+            parse_block("10.0.0.0/33").unwrap_err(),
+            "\"10.0.0.0/33\": the prefix length must be 0 to 32"
+        );
+        assert_eq!(
+            parse_block("localhost").unwrap_err(),
+            "\"localhost\" is not an IP address or CIDR block"
+        );
+        assert!(parse_block("10.0.0.0/x").is_err());
     }
 
     #[test]
