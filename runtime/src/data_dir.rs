@@ -1,6 +1,7 @@
 //! The per-user data directory: config file, global AGENTS.md, custom agents, sessions and
 //! the pack cache.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::error::RuntimeError;
@@ -9,6 +10,20 @@ use crate::error::RuntimeError;
 pub const HOME_ENV: &str = "AGENT_HOME";
 /// Directory name under the platform's per-user data location.
 const APP_DIR: &str = "promptpack";
+
+/// Writes `bytes` to `path` whole: into a temporary file of a unique name beside it, flushed
+/// to disk, then renamed over it. A reader sees the old file or the new one, never half of
+/// either, and two processes writing at once each rename a file of their own.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(path).map(drop).map_err(|e| e.error)
+}
 
 /// The data directory and the well-known paths inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -46,10 +46,8 @@ impl TaskSession {
         };
         let text = serde_json::to_string_pretty(self).map_err(|e| fail(e.to_string()))?;
         std::fs::create_dir_all(sessions_dir).map_err(|e| fail(e.to_string()))?;
-        // Write then rename so a crash never leaves half a session behind.
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text).map_err(|e| fail(e.to_string()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| fail(e.to_string()))
+        // Written whole, so a crash never leaves half a session behind.
+        crate::data_dir::write_whole(&path, text.as_bytes()).map_err(|e| fail(e.to_string()))
     }
 
     pub fn load(sessions_dir: &Path, id: &str) -> Result<TaskSession, RuntimeError> {

@@ -176,19 +176,17 @@ fn serve(
     })
 }
 
-/// Writes `--ready-file` whole: into a file of this process's own beside it, then renamed
-/// over it, so a script that sees the file never reads it half-written.
+/// Writes `--ready-file` whole: into a temporary file of a unique name beside it, then
+/// renamed over it, so a script that sees the file never reads it half-written.
 fn write_ready_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    let name = path
-        .file_name()
-        .with_context(|| format!("--ready-file {}: not a file name", path.display()))?;
-    let mut staging = name.to_os_string();
-    staging.push(format!(".{}.tmp", std::process::id()));
-    let staging = path.with_file_name(staging);
-    std::fs::write(&staging, text)
-        .and_then(|()| std::fs::rename(&staging, path))
-        .inspect_err(|_| {
-            let _ = std::fs::remove_file(&staging);
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    tempfile::NamedTempFile::new_in(dir)
+        .and_then(|mut file| {
+            std::io::Write::write_all(&mut file, text.as_bytes())?;
+            file.persist(path).map(drop).map_err(|e| e.error)
         })
         .with_context(|| format!("writing the ready file {}", path.display()))
 }

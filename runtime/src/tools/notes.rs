@@ -141,10 +141,8 @@ fn record(file: &Path, args: RecordArgs) -> ToolResult {
     if let Some(parent) = file.parent() {
         std::fs::create_dir_all(parent).map_err(fail)?;
     }
-    let tmp = file.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(&notes).unwrap_or_default();
-    std::fs::write(&tmp, text).map_err(fail)?;
-    std::fs::rename(&tmp, file).map_err(fail)?;
+    crate::data_dir::write_whole(file, text.as_bytes()).map_err(fail)?;
     Ok(format!(
         "noted under {category} ({} notes kept)",
         notes.len()

@@ -415,15 +415,12 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
 
 /// Rewrites the config file with `edit` of its text, holding a lock (`config.toml.lock`
 /// beside it) from the read to the rename: two processes editing at once each apply their
-/// change to the other's result instead of writing over it. The new text goes to a
-/// temporary file of this process's own (pid and a random number), synced, then renamed
-/// into place. Returns the config file's path.
+/// change to the other's result instead of writing over it. The new text is written whole
+/// ([`agent_runtime::data_dir::write_whole`]). Returns the config file's path.
 fn edit_config(
     data_dir: &DataDir,
     edit: impl FnOnce(&str) -> anyhow::Result<String>,
 ) -> anyhow::Result<PathBuf> {
-    use std::hash::{BuildHasher as _, RandomState};
-
     let root = data_dir.root();
     std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
     let path = data_dir.config_file();
@@ -437,16 +434,8 @@ fn edit_config(
     lock.lock()
         .with_context(|| format!("locking {}", lock_path.display()))?;
     let updated = edit(&read_config(data_dir)?)?;
-    let random = RandomState::new().hash_one(std::time::SystemTime::now());
-    let tmp = path.with_extension(format!("toml.{}-{random:016x}.tmp", std::process::id()));
-    let written = std::fs::File::create_new(&tmp).and_then(|mut file| {
-        file.write_all(updated.as_bytes())?;
-        file.sync_all()
-    });
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
-    }
+    agent_runtime::data_dir::write_whole(&path, updated.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
     // The lock is released when `lock` is closed.
     drop(lock);
     Ok(path)
