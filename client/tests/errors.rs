@@ -2,6 +2,9 @@
 //! "Connection refused", not reqwest's "error sending request for url"), a missing key file
 //! by the path tried, no backtrace even with `RUST_BACKTRACE=1`, no colour codes in a pipe.
 
+#[path = "../../tests/shared/ports.rs"]
+mod ports;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -16,19 +19,10 @@ fn pack_client(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// A loopback port nothing listens on: bound, then released.
-fn refused_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn a_refused_connection_is_reported_once_with_its_cause() {
     let dir = tempfile::tempdir().unwrap();
-    let port = refused_port();
+    let port = ports::unassigned_port();
     std::fs::write(
         dir.path().join("client.toml"),
         format!("[updates]\nserver = \"http://127.0.0.1:{port}\"\nattempts = 1\n"),

@@ -5,35 +5,16 @@
 #![allow(unsafe_code)]
 
 mod common;
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "../../tests/shared/largest_alloc.rs"]
+mod largest_alloc;
 
 use common::*;
+use largest_alloc::LargestAlloc;
 use pack_format::pack::{MAGIC, PREFIX_LEN};
 use pack_format::{ContentKey, FormatError, Limits, pack};
 
-struct Counting;
-
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-// Forwards every call to the system allocator unchanged and remembers the largest request.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: LargestAlloc = LargestAlloc;
 
 fn with_header_json(json: &serde_json::Value, tail: usize) -> Vec<u8> {
     let text = serde_json::to_vec(json).unwrap();
@@ -51,7 +32,7 @@ fn lying_headers_are_rejected_without_large_allocations() {
     let (header, _) = pack::read_header(&sealed, &Limits::DEFAULT).unwrap();
     let mut claim = serde_json::to_value(&header).unwrap();
 
-    LARGEST.store(0, Ordering::Relaxed);
+    largest_alloc::reset();
 
     // The payload length field claims 4 GiB.
     claim["plaintext_len"] = serde_json::json!(4u64 * 1024 * 1024 * 1024);
@@ -98,7 +79,7 @@ fn lying_headers_are_rejected_without_large_allocations() {
         );
     }
 
-    let largest = LARGEST.load(Ordering::Relaxed);
+    let largest = largest_alloc::largest();
     assert!(
         largest < 1024 * 1024,
         "largest allocation was {largest} bytes"
@@ -114,9 +95,9 @@ fn lying_headers_are_rejected_without_large_allocations() {
     // anything is decrypted or allocated for it (the pack itself is 1 MB: the test's own).
     claim["segments"] = serde_json::json!([{"len": 1_000_000, "tar_len": 4u64 << 30}]);
     let bytes = with_header_json(&claim, 1_000_016);
-    LARGEST.store(0, Ordering::Relaxed);
+    largest_alloc::reset();
     let err = pack::open(&bytes, &ring(&key), &Limits::DEFAULT).unwrap_err();
-    let largest = LARGEST.load(Ordering::Relaxed);
+    let largest = largest_alloc::largest();
     assert!(
         largest < 64 * 1024,
         "largest allocation was {largest} bytes"

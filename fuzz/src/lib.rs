@@ -2,10 +2,8 @@
 //! and signed documents open and verify), and an allocation guard that turns "allocated
 //! far more than this input could justify" into a crash libFuzzer reports.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pack_format::{ContentKey, ContentKeyRing, Limits, SigningKey, TrustedKeys};
 
@@ -90,40 +88,12 @@ pub fn join_nul(first: &[u8], second: &[u8]) -> Vec<u8> {
 }
 
 /// The system allocator, remembering the largest single request since the last
-/// [`AllocGuard::start`].
-pub struct TrackingAlloc;
-
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call forwards to `System` with the caller's arguments unchanged; the only
-// extra work is an atomic max on the requested size.
-unsafe impl GlobalAlloc for TrackingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+/// [`AllocGuard::start`] (one allocator for the format's tests and these targets).
+#[path = "../../tests/shared/largest_alloc.rs"]
+mod largest_alloc;
 
 #[global_allocator]
-static GLOBAL: TrackingAlloc = TrackingAlloc;
+static GLOBAL: largest_alloc::LargestAlloc = largest_alloc::LargestAlloc;
 
 /// Allocations below this never count as excessive: buffers, tables, small vectors.
 const ALLOC_SLACK: usize = 256 * 1024;
@@ -137,14 +107,14 @@ pub struct AllocGuard {
 
 impl AllocGuard {
     pub fn start(what: &'static str) -> Self {
-        LARGEST.store(0, Ordering::Relaxed);
+        largest_alloc::reset();
         AllocGuard { what }
     }
 
     /// `legit_len`: the most bytes the input could honestly expand to (its own length, or
     /// the decompression budget for compressed input).
     pub fn check(self, legit_len: usize) {
-        let largest = LARGEST.load(Ordering::Relaxed);
+        let largest = largest_alloc::largest();
         let bound = ALLOC_SLACK + legit_len.saturating_mul(4);
         assert!(
             largest <= bound,

@@ -4,6 +4,9 @@
 
 mod common;
 
+#[path = "../../tests/shared/ports.rs"]
+mod ports;
+
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
@@ -15,15 +18,6 @@ use common::packd::Env;
 use common::{assert_fails, assert_ok, stderr, stdout};
 
 const NOTE: &str = "refused the connection; trying again for up to 2 s";
-
-/// A loopback port nothing listens on (free when checked).
-fn closed_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn status(port: u16) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_packer"));
@@ -81,7 +75,7 @@ fn stderr_after(child: &mut Child, wanted: &str) -> std::thread::JoinHandle<Stri
 #[test]
 fn a_packd_that_starts_listening_after_the_first_refusal_is_reached() {
     let env = Env::start();
-    let port = closed_port();
+    let port = ports::unassigned_port();
     let mut child = status(port)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -110,7 +104,7 @@ fn a_packd_that_starts_listening_after_the_first_refusal_is_reached() {
 
 #[test]
 fn a_port_that_stays_closed_is_given_up_on_after_two_seconds() {
-    let port = closed_port();
+    let port = ports::unassigned_port();
     let started = Instant::now();
     let out = status(port).output().unwrap();
     let took = started.elapsed();

@@ -2,6 +2,9 @@
 //! server that is not running says "Connection refused"), no backtrace even with
 //! `RUST_BACKTRACE=1`, no colour codes when stderr is not a terminal, exit code 1.
 
+#[path = "../../tests/shared/ports.rs"]
+mod ports;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -20,15 +23,6 @@ fn agent(home: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// A loopback port nothing listens on: bound, then released.
-fn refused_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn assert_no_report_noise(text: &str) {
     for noise in ["Caused by", "Stack backtrace", "Error: ", "\u{1b}["] {
         assert!(!text.contains(noise), "{noise:?} in {text}");
@@ -38,7 +32,7 @@ fn assert_no_report_noise(text: &str) {
 #[test]
 fn exec_without_a_model_server_says_connection_refused_once() {
     let home = tempfile::tempdir().unwrap();
-    let port = refused_port();
+    let port = ports::unassigned_port();
     std::fs::write(
         home.path().join("config.toml"),
         format!(
@@ -83,7 +77,7 @@ fn exec_without_a_model_configured_is_one_line() {
 #[test]
 fn packs_refresh_without_a_server_running_says_connection_refused_once() {
     let home = tempfile::tempdir().unwrap();
-    let port = refused_port();
+    let port = ports::unassigned_port();
     std::fs::write(
         home.path().join("config.toml"),
         format!("[updates]\nserver = \"http://127.0.0.1:{port}\"\nattempts = 1\n"),
@@ -204,7 +198,7 @@ sys.stdout.write(seen.decode(errors="replace"))
 #[test]
 fn colour_only_on_a_terminal_and_never_with_no_color() {
     let home = tempfile::tempdir().unwrap();
-    let port = refused_port();
+    let port = ports::unassigned_port();
     std::fs::write(
         home.path().join("config.toml"),
         format!(

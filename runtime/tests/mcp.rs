@@ -4,6 +4,9 @@
 
 mod model_server;
 
+#[path = "../../tests/shared/ports.rs"]
+mod ports;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -50,7 +53,7 @@ impl HttpEverything {
         );
         let mut said = Vec::new();
         for _ in 0..3 {
-            let port = unassigned_port();
+            let port = ports::unassigned_port();
             let mut child = Command::new("mcp-server-everything")
                 .arg("streamableHttp")
                 .env("PORT", port.to_string())
@@ -96,23 +99,6 @@ impl HttpEverything {
             };
         }
         panic!("server-everything never listened: {}", said.join("; "));
-    }
-}
-
-/// A loopback port free when checked, from below the kernel's ephemeral range.
-fn unassigned_port() -> u16 {
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let span = u64::from(ephemeral_low.max(11_000) - 10_000);
-    loop {
-        // A random number without a crate: std's hasher keys are random per instance.
-        let random = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u8);
-        let port = 10_000 + (random % span) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
     }
 }
 

@@ -11,6 +11,9 @@
 
 #![allow(clippy::print_stderr)] // tests report what they measured
 
+#[path = "../../tests/shared/ports.rs"]
+mod ports;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -120,7 +123,7 @@ impl Nginx {
         let mut said = Vec::new();
         for _ in 0..3 {
             let dir = tempfile::tempdir().unwrap();
-            let port = unassigned_port();
+            let port = ports::unassigned_port();
             let conf = dir.path().join("nginx.conf");
             std::fs::write(&conf, nginx_config(dir.path(), port, upstream)).unwrap();
             let log = dir.path().join("error.log");
@@ -175,21 +178,6 @@ impl Nginx {
     /// The requests nginx served, with their cache status.
     fn access_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
-    }
-}
-
-/// A loopback port free when checked, from below the kernel's ephemeral range.
-fn unassigned_port() -> u16 {
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let range = 10_000..ephemeral_low.max(11_000);
-    loop {
-        let port = rand::random_range(range.clone());
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
     }
 }
 

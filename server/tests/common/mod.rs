@@ -2,8 +2,11 @@
 //! the keys, packs and signed documents to feed them.
 #![allow(dead_code, clippy::print_stderr)]
 
+#[path = "../../../tests/shared/ports.rs"]
+mod ports;
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -459,7 +462,7 @@ impl Seaweed {
         .unwrap();
         let data = dir.join("data");
         std::fs::create_dir(&data).unwrap();
-        let mut ports = unassigned_ports(9).into_iter();
+        let mut ports = ports::unassigned_ports(9).into_iter();
         let s3_port = ports.next().unwrap();
         let mut port = |flag: &str| format!("-{flag}={}", ports.next().unwrap());
         let args = [
@@ -689,26 +692,6 @@ fn port_taken(log: &Path) -> Option<String> {
         .lines()
         .find(|line| line.contains("address already in use"))?;
     Some(line.to_string())
-}
-
-/// `count` distinct loopback ports, free when checked, from below the kernel's ephemeral range.
-/// A port the kernel handed out for `bind(0)` lies in that range, where it can be handed out
-/// again, to any outgoing connection, in the seconds before `weed` binds it (SeaweedFS's volume
-/// server binds a few seconds after start, and its own parts connect to each other meanwhile).
-fn unassigned_ports(count: usize) -> Vec<u16> {
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let range = 10_000..ephemeral_low.max(10_000 + 1_000);
-    let mut ports = Vec::with_capacity(count);
-    while ports.len() < count {
-        let port = rand::random_range(range.clone());
-        if !ports.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            ports.push(port);
-        }
-    }
-    ports
 }
 
 /// Every regular file under `dir`, as paths relative to it.
