@@ -14,7 +14,7 @@ if ! command -v bwrap >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap
 fi
 
-CARGO_INCREMENTAL=0 cargo build --release -q -p agent-runtime --bin agent
+CARGO_INCREMENTAL=0 cargo build --release -q -p agent --bin agent
 agent="$PWD/target/release/agent"
 ws=$(mktemp -d)
 trap 'rm -rf "$ws"' EXIT

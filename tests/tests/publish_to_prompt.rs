@@ -7,7 +7,7 @@ use std::process::Command;
 use promptpack_tests::*;
 
 fn agent(home: &std::path::Path) -> Command {
-    let mut cmd = Command::new(bin("agent-runtime", "agent"));
+    let mut cmd = Command::new(bin("agent", "agent"));
     cmd.env("AGENT_HOME", home).env_remove("AGENT_BASE_URL");
     cmd
 }

@@ -289,7 +289,7 @@ impl Drop for Killed {
 }
 
 fn agent(home: &Path) -> Command {
-    let mut cmd = Command::new(bin("agent-runtime", "agent"));
+    let mut cmd = Command::new(bin("agent", "agent"));
     cmd.env("AGENT_HOME", home).env_remove("AGENT_BASE_URL");
     cmd
 }

@@ -350,7 +350,7 @@ fn a_rollback_reaches_a_watching_interactive_session_within_seconds() {
     let home = tempfile::tempdir().unwrap();
     let config = std::fs::read_to_string(publisher.client_config(&packd.url, "")).unwrap();
     std::fs::write(home.path().join("config.toml"), config).unwrap();
-    let agent = bin("agent-runtime", "agent");
+    let agent = bin("agent", "agent");
     let mut refresh = Command::new(&agent);
     refresh
         .args(["packs", "refresh"])

@@ -411,7 +411,7 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> std::process::ExitCode {
             writable: Vec::new(),
             network: true,
         };
-        let probe = match sandbox::restrict_self(&spec) {
+        let probe = match crate::launcher::restrict_self(&spec) {
             Ok(enforced) => Probe {
                 abi: enforced.abi,
                 reason: None,
@@ -457,7 +457,7 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> std::process::ExitCode {
         );
         return std::process::ExitCode::from(sandbox::LAUNCH_FAILED as u8);
     }
-    if let Err(e) = sandbox::restrict_self(&spec) {
+    if let Err(e) = crate::launcher::restrict_self(&spec) {
         // Never run the command unconfined when confinement was asked for.
         eprintln!("sandbox: {e}; the command was not run");
         return std::process::ExitCode::from(sandbox::LAUNCH_FAILED as u8);

@@ -10,6 +10,7 @@
 mod exec;
 mod host;
 mod init;
+mod launcher;
 mod mcp;
 mod planning;
 mod repl;
