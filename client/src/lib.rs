@@ -25,6 +25,7 @@ pub mod error;
 pub mod files;
 pub mod health;
 pub mod outcomes;
+pub mod policy;
 pub mod report;
 pub mod schedule;
 pub mod watch;
