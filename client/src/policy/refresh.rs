@@ -453,3 +453,464 @@ fn bad_reason(error: &ClientError) -> Option<BadReason> {
         | ClientError::Worker { .. } => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The decisions as a table: each row is the state held, what packd answered and the
+    //! time, and the plan that must come of it, written out. A changed decision changes a
+    //! line here.
+
+    use super::*;
+
+    use pack_format::{
+        ChannelDocument, ChannelEntry, SigningKey, TrustedKeys, channel::SignedChannel,
+    };
+    use time::macros::datetime;
+
+    use crate::snapshot::SnapshotMeta;
+
+    const NOW: OffsetDateTime = datetime!(2026-06-01 12:00 UTC);
+
+    fn sha(c: char) -> String {
+        c.to_string().repeat(64)
+    }
+
+    fn pack(version: &str, c: char) -> EntryTarget {
+        EntryTarget::Pack(PackRef {
+            version: version.parse().unwrap(),
+            sha256: sha(c),
+            size: 1000,
+            schema: 1,
+        })
+    }
+
+    fn entry(clients: &str, target: EntryTarget) -> ChannelEntry {
+        ChannelEntry {
+            clients: clients.parse().unwrap(),
+            target,
+            rollout: None,
+        }
+    }
+
+    struct Fixture {
+        signer: SigningKey,
+        other: SigningKey,
+        config: ClientConfig,
+    }
+
+    fn fixture() -> Fixture {
+        let signer = SigningKey::generate(None).unwrap();
+        let other = SigningKey::generate(None).unwrap().key;
+        let mut config = ClientConfig::new("cache", semver::Version::new(1, 4, 2));
+        let mut trusted = TrustedKeys::new();
+        trusted
+            .add_text(std::path::Path::new("test"), &signer.public_file)
+            .unwrap();
+        config.trusted_keys = trusted;
+        Fixture {
+            signer: signer.key,
+            other,
+            config,
+        }
+    }
+
+    fn document(sequence: u64, entries: Vec<ChannelEntry>) -> ChannelDocument {
+        ChannelDocument {
+            format: 1,
+            channel: "stable".into(),
+            pack: "builtin".into(),
+            sequence,
+            issued_at: NOW - time::Duration::hours(1),
+            expires_at: NOW + time::Duration::days(1),
+            entries,
+            guard: None,
+            restricts: None,
+        }
+    }
+
+    /// A state that accepted `signed` as sequence `sequence`, with `installed` installed.
+    fn holding(signed: &SignedChannel, sequence: u64, installed: Option<(char, &str)>) -> State {
+        let mut state = State::new("stable");
+        state.sequence = sequence;
+        state.etag = Some(format!("\"{sequence}\""));
+        state.document = Some(String::from_utf8(signed.document.clone()).unwrap());
+        state.signature = Some(signed.signature.clone());
+        state.installed = installed.map(|(c, version)| Installed {
+            name: "builtin".into(),
+            version: version.parse().unwrap(),
+            schema: 1,
+            sha256: sha(c),
+            sequence,
+        });
+        state
+    }
+
+    fn answer(signed: &SignedChannel, etag: &str) -> Answer {
+        Answer::Document {
+            body: signed.document.clone(),
+            signature: signed.signature.clone(),
+            etag: Some(etag.to_string()),
+        }
+    }
+
+    fn not_modified() -> Answer {
+        Answer::NotModified {
+            url: "http://packd/v1/channels/stable".into(),
+        }
+    }
+
+    /// A snapshot serving pack `c` (remote), or the built-in pack.
+    fn serving(c: Option<char>) -> Snapshot {
+        let files = crate::builtin::BUILTIN_FILES
+            .iter()
+            .map(|(path, bytes)| ((*path).to_string(), bytes.to_vec()));
+        let meta = SnapshotMeta {
+            name: "builtin".into(),
+            version: semver::Version::new(1, 0, 0),
+            sequence: 5,
+            source: if c.is_some() {
+                Source::Remote
+            } else {
+                Source::Builtin
+            },
+            sha256: c.map_or_else(|| "builtin".to_string(), sha),
+            schema: 1,
+        };
+        Snapshot::new(meta, files).unwrap()
+    }
+
+    /// A plan, one line: what is written, what is served, what is said.
+    fn line(plan: &Plan) -> String {
+        let next = plan.next.as_ref().map_or("keep".to_string(), |s| {
+            let installed = s.installed.as_ref().map_or("-".to_string(), |i| {
+                format!("{}@{}", &i.sha256[..1], i.sequence)
+            });
+            let bad: Vec<String> = s
+                .bad
+                .iter()
+                .map(|(sha, mark)| format!("{}:{:?}", &sha[..1], mark.reason))
+                .collect();
+            format!(
+                "seq {} etag {} installed {installed} bad [{}]",
+                s.sequence,
+                s.etag.as_deref().unwrap_or("-"),
+                bad.join(",")
+            )
+        });
+        let pack = plan
+            .pack
+            .as_ref()
+            .map_or("-".to_string(), |(sha, _)| sha[..1].to_string());
+        let serve = match &plan.serve {
+            Serve::Keep => "keep".to_string(),
+            Serve::Builtin => "builtin".to_string(),
+            Serve::Snapshot(s) => format!("pack {}", &s.sha256()[..1]),
+        };
+        let result = match &plan.result {
+            Ok(outcome) => format!("{outcome:?}"),
+            Err(e) => format!("error {}", e.kind()),
+        };
+        format!("state: {next} | write pack: {pack} | serve: {serve} | {result}")
+    }
+
+    fn decided_line(decided: &Decided) -> String {
+        let considering = decided
+            .considering
+            .as_ref()
+            .map_or("-".to_string(), |sha| sha[..1].to_string());
+        let next = match &decided.next {
+            Ok(Next::Plan(plan)) => line(plan),
+            Ok(Next::Download(d)) => format!(
+                "download {} {} (then state: seq {} installed {}@{})",
+                &d.entry.sha256[..1],
+                d.entry.version,
+                d.next.sequence,
+                &d.next.installed.as_ref().unwrap().sha256[..1],
+                d.next.installed.as_ref().unwrap().sequence,
+            ),
+            // The kind only: some messages carry a random key id or digest.
+            Err(e) => format!("error {}", e.kind()),
+        };
+        format!("considering {considering} | {next}")
+    }
+
+    #[test]
+    fn what_a_refresh_does_with_each_answer() {
+        let f = fixture();
+        let sign = |doc: &ChannelDocument| doc.sign(&f.signer).unwrap();
+        let to_a = document(5, vec![entry("*", pack("1.0.0", 'a'))]);
+        let to_b = document(6, vec![entry("*", pack("2.0.0", 'b'))]);
+        let held_a = sign(&to_a);
+        let state_a = holding(&held_a, 5, Some(('a', "1.0.0")));
+        let nothing: BTreeSet<String> = BTreeSet::new();
+        let marked_b: BTreeSet<String> = [sha('b')].into();
+        let b_bad = {
+            let mut state = state_a.clone();
+            state.bad.insert(
+                sha('b'),
+                BadPack {
+                    reason: BadReason::Pack,
+                    detail: "pack rejected: truncated".into(),
+                    content_keys: String::new(),
+                    at: 0,
+                },
+            );
+            state
+        };
+        let pinned = |version: &str| {
+            let mut config = f.config.clone();
+            config.pin = Some(version.parse().unwrap());
+            config
+        };
+        let wrong = |change: fn(&mut ChannelDocument)| {
+            let mut doc = to_b.clone();
+            change(&mut doc);
+            answer(&sign(&doc), "\"x\"")
+        };
+        let small_limits = {
+            let mut config = f.config.clone();
+            config.limits.max_sealed_len = 999;
+            config
+        };
+        let new_state = State::new("stable");
+        let state_builtin = holding(
+            &sign(&document(5, vec![entry("*", EntryTarget::Builtin)])),
+            5,
+            None,
+        );
+        let state_b = holding(&sign(&to_b), 6, Some(('b', "2.0.0")));
+        let (pinned_1, pinned_2) = (pinned("1.0.0"), pinned("2.0.0"));
+        let on_a = serving(Some('a'));
+        let on_builtin = serving(None);
+
+        struct Row<'a> {
+            name: &'a str,
+            config: &'a ClientConfig,
+            state: &'a State,
+            serving: &'a Snapshot,
+            marked: &'a BTreeSet<String>,
+            answer: Answer,
+            now: OffsetDateTime,
+            expected: &'a str,
+        }
+        let row = |name, state, serving, answer, expected| Row {
+            name,
+            config: &f.config,
+            state,
+            serving,
+            marked: &nothing,
+            answer,
+            now: NOW,
+            expected,
+        };
+        let rows = [
+            row(
+                "304 with nothing stored",
+                &new_state,
+                &on_builtin,
+                not_modified(),
+                "considering - | error http_status",
+            ),
+            row(
+                "304, the stored document still selects what serves",
+                &state_a,
+                &on_a,
+                not_modified(),
+                "considering - | state: keep | write pack: - | serve: keep | NotModified",
+            ),
+            Row {
+                now: NOW + time::Duration::days(2),
+                ..row(
+                    "304 after the stored document expired: a freeze",
+                    &state_a,
+                    &on_a,
+                    not_modified(),
+                    "considering - | error expired",
+                )
+            },
+            row(
+                "304, the stored document selects a pack not installed (an app upgrade)",
+                &state_a,
+                &on_builtin,
+                not_modified(),
+                "considering a | download a 1.0.0 (then state: seq 5 installed a@5)",
+            ),
+            row(
+                "a new document selecting what serves",
+                &state_a,
+                &on_a,
+                answer(
+                    &sign(&document(6, vec![entry("*", pack("1.0.0", 'a'))])),
+                    "\"6\"",
+                ),
+                "considering - | state: seq 6 etag \"6\" installed a@6 bad [] | write pack: - | serve: keep | Unchanged { sequence: 6 }",
+            ),
+            row(
+                "a new document selecting another pack",
+                &state_a,
+                &on_a,
+                answer(&sign(&to_b), "\"6\""),
+                "considering b | download b 2.0.0 (then state: seq 6 installed b@6)",
+            ),
+            row(
+                "a new document sending this release to the built-in pack",
+                &state_a,
+                &on_a,
+                answer(
+                    &sign(&document(6, vec![entry("*", EntryTarget::Builtin)])),
+                    "\"6\"",
+                ),
+                "considering - | state: seq 6 etag \"6\" installed - bad [] | write pack: - | serve: builtin | Builtin { sequence: 6, reason: \"the channel sends this client to the built-in pack\" }",
+            ),
+            row(
+                "a new document with no entry for this release, still naming the installed pack",
+                &state_a,
+                &on_a,
+                answer(
+                    &sign(&document(6, vec![entry("<1.0", pack("1.0.0", 'a'))])),
+                    "\"6\"",
+                ),
+                "considering - | state: seq 6 etag \"6\" installed a@6 bad [] | write pack: - | serve: builtin | Builtin { sequence: 6, reason: \"no channel entry matches client version 1.4.2\" }",
+            ),
+            row(
+                "304 on a document that sends this release to the built-in pack, which serves",
+                &state_builtin,
+                &on_builtin,
+                not_modified(),
+                "considering - | state: keep | write pack: - | serve: keep | NotModified",
+            ),
+            row(
+                "an older sequence: a rollback",
+                &state_b,
+                &on_a,
+                answer(&held_a, "\"5\""),
+                "considering - | error rollback",
+            ),
+            row(
+                "other bytes under the accepted sequence: equivocation",
+                &state_a,
+                &on_a,
+                answer(
+                    &sign(&document(5, vec![entry("*", pack("2.0.0", 'b'))])),
+                    "\"5\"",
+                ),
+                "considering - | error equivocation",
+            ),
+            row(
+                "a document for another channel",
+                &state_a,
+                &on_a,
+                wrong(|doc| doc.channel = "beta".into()),
+                "considering - | error wrong_channel",
+            ),
+            row(
+                "a document for another pack",
+                &state_a,
+                &on_a,
+                wrong(|doc| doc.pack = "other".into()),
+                "considering - | error wrong_pack",
+            ),
+            row(
+                "an expired document",
+                &state_a,
+                &on_a,
+                wrong(|doc| {
+                    doc.issued_at = NOW - time::Duration::days(3);
+                    doc.expires_at = NOW - time::Duration::days(1);
+                }),
+                "considering - | error expired",
+            ),
+            row(
+                "a document signed by a key not trusted",
+                &state_a,
+                &on_a,
+                answer(&to_b.sign(&f.other).unwrap(), "\"6\""),
+                "considering - | error document_rejected",
+            ),
+            row(
+                "a pack marked bad when it failed to open",
+                &b_bad,
+                &on_a,
+                answer(&sign(&to_b), "\"6\""),
+                "considering b | error known_bad",
+            ),
+            Row {
+                marked: &marked_b,
+                ..row(
+                    "a pack marked bad after failing to render here",
+                    &state_a,
+                    &on_a,
+                    answer(&sign(&to_b), "\"6\""),
+                    "considering b | error known_bad",
+                )
+            },
+            row(
+                "a pack of a template schema this build does not know",
+                &state_a,
+                &on_a,
+                answer(
+                    &sign(&document(
+                        6,
+                        vec![entry(
+                            "*",
+                            EntryTarget::Pack(PackRef {
+                                version: "2.0.0".parse().unwrap(),
+                                sha256: sha('b'),
+                                size: 1000,
+                                schema: 99,
+                            }),
+                        )],
+                    )),
+                    "\"6\"",
+                ),
+                "considering b | error incompatible_schema",
+            ),
+            Row {
+                config: &small_limits,
+                ..row(
+                    "a pack larger than the limit",
+                    &state_a,
+                    &on_a,
+                    answer(&sign(&to_b), "\"6\""),
+                    "considering b | error pack_rejected",
+                )
+            },
+            Row {
+                config: &pinned_1,
+                ..row(
+                    "pinned to another version than the channel offers",
+                    &state_a,
+                    &on_a,
+                    answer(&sign(&to_b), "\"6\""),
+                    "considering - | state: keep | write pack: - | serve: keep | Skipped { reason: \"pinned to 1.0.0; the channel offers 2.0.0\" }",
+                )
+            },
+            Row {
+                config: &pinned_2,
+                ..row(
+                    "pinned to the version the channel offers",
+                    &state_a,
+                    &on_a,
+                    answer(&sign(&to_b), "\"6\""),
+                    "considering b | download b 2.0.0 (then state: seq 6 installed b@6)",
+                )
+            },
+        ];
+        let mut found = Vec::new();
+        for row in &rows {
+            let held = Held {
+                state: row.state,
+                serving: row.serving,
+                render_marked: row.marked,
+                render_detail: "its templates failed to render 3 times in a row on this device",
+            };
+            let decided = decide(row.config, "install-1", &held, row.answer.clone(), row.now);
+            found.push(format!("{}\n  {}", row.name, decided_line(&decided)));
+        }
+        let expected: Vec<String> = rows
+            .iter()
+            .map(|row| format!("{}\n  {}", row.name, row.expected))
+            .collect();
+        assert_eq!(found.join("\n"), expected.join("\n"));
+    }
+}
