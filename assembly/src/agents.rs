@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use pack_client::Snapshot;
+use pack_serving::Snapshot;
 use serde::{Deserialize, Serialize};
 
 use crate::capabilities::{Ceiling, Feature, McpRule, ToolId, split_tool_list};

@@ -17,8 +17,8 @@
 
 use std::collections::BTreeMap;
 
-use pack_client::{PromptStore, Snapshot};
 use pack_contract::Contract;
+use pack_serving::{PromptStore, Snapshot};
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -17,7 +17,7 @@ pub struct AgentFileError {
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
     #[error(transparent)]
-    Snapshot(#[from] pack_client::SnapshotError),
+    Snapshot(#[from] pack_serving::SnapshotError),
     #[error("pack file {key} is not UTF-8")]
     NotUtf8 { key: String },
     #[error("pack file {key}: {reason}")]

@@ -17,7 +17,7 @@
 
 use std::path::PathBuf;
 
-use pack_client::Snapshot;
+use pack_serving::Snapshot;
 
 use crate::agents::{BUILTIN_AGENTS, ORCHESTRATOR, PLAN};
 use crate::config::Config;
@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn the_builtin_pack_renders_every_sample_the_same_twice() {
-        let snapshot = pack_client::builtin::snapshot();
+        let snapshot = pack_serving::builtin::snapshot();
         let first = sample_prompts(&snapshot, SAMPLE_MODEL);
         let second = sample_prompts(&snapshot, SAMPLE_MODEL);
         assert_eq!(first.len(), PREVIEW_AGENTS.len() * PromptMode::ALL.len());

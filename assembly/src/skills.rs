@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use pack_client::Snapshot;
+use pack_serving::Snapshot;
 use serde::Deserialize;
 
 use crate::error::PromptError;

@@ -23,26 +23,37 @@ fn assembly_links_no_agent_machinery() {
     }
 }
 
-/// The snapshot type comes from pack-client, which also fetches packs (reqwest, tokio);
-/// what the assembly adds beyond the workspace's pack crates may bring no network stack
-/// or async runtime. (The pack crates are not followed: `Cargo.lock` records one feature
-/// set for the whole workspace, so it shows `backon` with tokio under pack-format too.)
+/// The snapshot type comes from pack-serving, which serves packs and fetches none; what
+/// the assembly reaches beyond the workspace's format crates brings no network stack, async
+/// runtime or scheduler, and not pack-client, which fetches. (The format crates are not
+/// followed: `Cargo.lock` records one feature set for the whole workspace, so it shows
+/// `backon` with tokio under pack-format too.)
 #[test]
-fn assembly_brings_no_network_stack_of_its_own() {
-    let pack_crates = ["pack-client", "pack-format", "pack-contract"];
-    let assembly = closure("prompt-assembly", &pack_crates);
+fn assembly_brings_no_network_stack_or_async_runtime() {
+    let format_crates = ["pack-format", "pack-contract"];
+    let assembly = closure("prompt-assembly", &format_crates);
     assert!(
-        assembly.contains("pack-client") && assembly.contains("globset"),
+        assembly.contains("pack-serving") && assembly.contains("globset"),
         "the closure must be read: {assembly:?}"
     );
-    for crate_name in ["reqwest", "tokio", "hyper"] {
+    for crate_name in [
+        "pack-client",
+        "reqwest",
+        "tokio",
+        "tokio-cron-scheduler",
+        "hyper",
+    ] {
         assert!(
             !assembly.contains(crate_name),
-            "prompt-assembly reaches {crate_name} other than through the pack crates"
+            "prompt-assembly reaches {crate_name}: it renders from snapshots (pack-serving) \
+             and needs nothing that fetches them"
         );
     }
+    let client = closure("pack-client", &format_crates);
     assert!(
-        closure("pack-client", &[]).contains("reqwest"),
-        "pack-client fetches with reqwest, so the scan would see it"
+        ["reqwest", "tokio", "tokio-cron-scheduler"]
+            .iter()
+            .all(|c| client.contains(*c)),
+        "pack-client fetches with reqwest on tokio, so the scan would see them"
     );
 }

@@ -1,65 +1,17 @@
-//! The pack compiled into the binary (`packs/builtin`, validated by `build.rs`).
+//! The built-in pack, from [`pack_serving::builtin`]: the one compiled in, or one read from
+//! a directory, failing as a [`ClientError`] like everything else the client loads.
 
 use std::sync::Arc;
 
-use crate::snapshot::{Snapshot, SnapshotMeta, Source};
+pub use pack_serving::builtin::{BUILTIN_FILES, BUILTIN_NAME, BUILTIN_SHA256, snapshot};
 
-include!(concat!(env!("OUT_DIR"), "/builtin_pack.rs"));
+use crate::ClientError;
+use crate::snapshot::Snapshot;
 
-/// Name and version the built-in pack reports.
-pub const BUILTIN_NAME: &str = "builtin";
-
-/// The built-in snapshot. `build.rs` already validated every template against the contract,
-/// so compiling them again here cannot fail in a build that passed.
-pub fn snapshot() -> Arc<Snapshot> {
-    let files = BUILTIN_FILES
-        .iter()
-        .map(|(path, bytes)| ((*path).to_string(), bytes.to_vec()));
-    let meta = SnapshotMeta {
-        name: BUILTIN_NAME.to_string(),
-        version: semver::Version::new(0, 0, 0),
-        sequence: 0,
-        source: Source::Builtin,
-        sha256: BUILTIN_SHA256.to_string(),
-        schema: 1,
-    };
-    Arc::new(Snapshot::new(meta, files).expect("packs/builtin was validated at build time"))
-}
-
-/// A built-in pack read from a directory at run time, for programs that do not compile one
-/// in (the Python package takes its bundled prompts this way). It is held to what `build.rs`
-/// holds `packs/builtin` to: every file passes the pack-directory reader (no unsafe path,
-/// no link, no oversize file), every template fits the contract of schema 1, and every
-/// template the contract requires is there. Its `sha256` is that of its canonical tar, as
-/// for the compiled-in pack, so the same files give the same digest either way.
-pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, crate::ClientError> {
-    use pack_format::{FormatError, Limits};
-
-    let failed = |reason: String| crate::ClientError::Builtin {
-        path: dir.display().to_string(),
-        reason,
-    };
-    if !dir.is_dir() {
-        return Err(failed("not a directory".to_string()));
-    }
-    let contract = pack_contract::Contract::builtin(1).expect("schema 1 is compiled in");
-    let payload = match pack_contract::read_complete_pack(dir, &contract, &Limits::DEFAULT) {
-        Ok(payload) => payload,
-        Err(FormatError::PackDirectory { problems, .. }) => {
-            let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
-            return Err(failed(lines.join("; ")));
-        }
-        Err(e) => return Err(failed(e.to_string())),
-    };
-    let tar = payload.to_tar(0).map_err(|e| failed(e.to_string()))?;
-    let meta = SnapshotMeta {
-        name: BUILTIN_NAME.to_string(),
-        version: semver::Version::new(0, 0, 0),
-        sequence: 0,
-        source: Source::Builtin,
-        sha256: pack_format::sha256_hex(&tar),
-        schema: 1,
-    };
-    let snapshot = Snapshot::new(meta, payload.into_files()).map_err(|e| failed(e.to_string()))?;
-    Ok(Arc::new(snapshot))
+/// [`pack_serving::builtin::from_dir`], its failure as [`ClientError::Builtin`].
+pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, ClientError> {
+    pack_serving::builtin::from_dir(dir).map_err(|e| ClientError::Builtin {
+        path: e.path,
+        reason: e.reason,
+    })
 }

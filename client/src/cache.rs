@@ -371,11 +371,16 @@ pub fn off_async<T>(work: impl FnOnce() -> T) -> T {
 const STALE_TEMP_AGE: Duration = Duration::from_secs(60 * 60);
 
 /// The writer's pid in a temp file name `.NAME.tmp-PID-RAND`, `None` for any other name.
+/// Characters of randomness after the pid in a temp file's name.
+const TEMP_RAND_LEN: usize = 8;
+
 fn temp_file_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix('.')?;
     let (_, tail) = rest.rsplit_once(".tmp-")?;
     let (pid, random) = tail.split_once('-')?;
-    (random.len() == 8 && random.bytes().all(|b| b.is_ascii_hexdigit())).then_some(())?;
+    // Alphanumeric from `write_atomic`; hex from the file view's writers (and older builds).
+    (random.len() == TEMP_RAND_LEN && random.bytes().all(|b| b.is_ascii_alphanumeric()))
+        .then_some(())?;
     pid.parse().ok()
 }
 
@@ -407,31 +412,32 @@ fn read_capped(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// temp file in the same directory → write → fsync → rename → fsync the directory.
+/// temp file in the same directory → write → fsync → rename → fsync the directory. The temp
+/// file is named `.NAME.tmp-PID-RAND`, so that [`Cache::open`] can tell whose it is, and is
+/// created with the mode a plain create gives (not the temp file's private 0600): the cache
+/// may be read by other accounts' processes. On any failure it is removed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ClientError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.tmp-{}-{:08x}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
     let result = (|| -> std::io::Result<()> {
-        let mut file = std::fs::File::create(&tmp)?;
+        let prefix = format!(".{name}.tmp-{}-", std::process::id());
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).rand_bytes(TEMP_RAND_LEN);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            builder.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let mut file = builder.tempfile_in(dir)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
+        file.as_file().sync_all()?;
+        file.persist(path).map_err(|e| e.error)?;
         std::fs::File::open(dir)?.sync_all()
     })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(cache_err(path, e));
-    }
-    Ok(())
+    result.map_err(|e| cache_err(path, e))
 }
 
 #[cfg(test)]
@@ -442,6 +448,7 @@ mod tests {
     fn temp_file_names_give_their_writer() {
         assert_eq!(temp_file_pid(".state.json.tmp-4242-0a1b2c3d"), Some(4242));
         assert_eq!(temp_file_pid(".abc.pack.tmp-7-deadbeef"), Some(7));
+        assert_eq!(temp_file_pid(".abc.pack.tmp-7-Xy3kQ9zA"), Some(7));
         assert_eq!(temp_file_pid("state.json"), None);
         assert_eq!(temp_file_pid(".state.json.tmp-x-0a1b2c3d"), None);
         assert_eq!(temp_file_pid(".state.json.tmp-1-short"), None);

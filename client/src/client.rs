@@ -1,5 +1,6 @@
 //! The refresh state machine (DESIGN.md, "Client state machine"), start-up load, and status.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,12 +16,13 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::activity::{Activity, Choice, Event};
-use crate::cache::{BadPack, BadReason, Cache, Installed, State};
+use crate::cache::{BadReason, Cache, State};
 use crate::config::key_set_fingerprint;
 use crate::files::{FileView, Published};
 use crate::health::Health;
+use crate::policy;
+use crate::policy::refresh::{self, Answer, Held, Next, Opened, Plan, Serve};
 use crate::report::{Outbox, SendOutcome};
-use crate::schedule;
 use crate::snapshot::{Snapshot, SnapshotMeta, Source};
 use crate::{ClientConfig, ClientError, PromptStore, builtin};
 
@@ -160,43 +162,6 @@ pub struct RefusedPack {
     pub sha256: String,
     pub reason: BadReason,
     pub detail: String,
-}
-
-/// What a refresh decided before anything is written (see [`Client::refresh_now`]).
-struct Plan {
-    /// The next state; `None`: unchanged. The check times are added either way.
-    next: Option<State>,
-    /// A pack to make durable before the state that names it: SHA-256 and sealed bytes.
-    pack: Option<(String, Vec<u8>)>,
-    serve: Serve,
-    result: Result<RefreshOutcome, ClientError>,
-}
-
-impl Plan {
-    fn done(outcome: RefreshOutcome) -> Self {
-        Plan {
-            next: None,
-            pack: None,
-            serve: Serve::Keep,
-            result: Ok(outcome),
-        }
-    }
-
-    fn failed(error: ClientError) -> Self {
-        Plan {
-            next: None,
-            pack: None,
-            serve: Serve::Keep,
-            result: Err(error),
-        }
-    }
-}
-
-/// What to serve once a plan is durable.
-enum Serve {
-    Keep,
-    Builtin,
-    Snapshot(Arc<Snapshot>),
 }
 
 /// A response body read under its cap, with what the client uses from the headers.
@@ -383,7 +348,7 @@ impl Client {
 
     /// Brings the file view (when on) up to date with what the store serves now, then
     /// removes version directories out of their grace period. Blocking disk work, run at
-    /// start-up, after every refresh and periodically by [`schedule::start`]. A failure is
+    /// start-up, after every refresh and periodically by [`crate::schedule::start`]. A failure is
     /// logged, kept for the status and told to listeners once; serving is not affected and
     /// the link keeps naming what it named.
     pub fn sync_files(&self) {
@@ -609,7 +574,7 @@ impl Client {
     /// Whether a short-lived process should start a background refresh: updates are on, a
     /// server is configured, the last success is older than the six-hour interval plus this
     /// install's spread (up to an hour, so installs that ran together drift apart), and no
-    /// check was made in the last [`schedule::RETRY_AFTER`] (an unreachable server is not
+    /// check was made in the last [`policy::RETRY_AFTER`] (an unreachable server is not
     /// asked on every run).
     pub fn refresh_due(&self, now: OffsetDateTime) -> bool {
         if !self.config.auto_update || self.config.server.is_none() {
@@ -617,10 +582,10 @@ impl Client {
         }
         let state = lock(&self.state);
         let age = |t: Option<i64>| t.map(|t| now.unix_timestamp().saturating_sub(t));
-        let interval = schedule::INTERVAL.as_secs() + schedule::spread(&self.install_id);
+        let interval = policy::INTERVAL.as_secs() + policy::spread(&self.install_id);
         let stale = age(state.last_success).is_none_or(|a| a < 0 || a as u64 > interval);
         let tried_lately = age(state.last_check)
-            .is_some_and(|a| a >= 0 && (a as u64) < schedule::RETRY_AFTER.as_secs());
+            .is_some_and(|a| a >= 0 && (a as u64) < policy::RETRY_AFTER.as_secs());
         // A pack this release selects but does not have is due at once, unless the last
         // check failed lately (an unreachable server is not asked on every run).
         let failed_lately = tried_lately && state.last_check != state.last_success;
@@ -1019,10 +984,8 @@ impl Client {
         let channel = &self.config.channel;
         let channel_url = format!("{server}{}", paths::channel(channel));
 
-        // 1. Conditional GET of the document, sent whenever a document is held. A 304 only
-        // says "same bytes": the stored document must still be in date (a mirror answering
-        // 304 forever is a freeze), and it is matched against this client's release again,
-        // which may have changed since the document was accepted (an app upgrade).
+        // 1. Conditional GET of the document, sent whenever a document is held; the
+        // signature of the sequence it carried with a new one.
         let etag = state.document.as_ref().and(state.etag.as_deref());
         let fetched = self
             .get_capped(
@@ -1033,204 +996,36 @@ impl Client {
                 etag,
             )
             .await?;
-        let (document, signature, new_etag, fresh) = match fetched {
-            None => {
-                let (Some(document), Some(signature)) = (&state.document, &state.signature) else {
-                    return Err(ClientError::Status {
-                        url: channel_url,
-                        status: 304,
-                        detail: "Not Modified, but no document is stored to reuse".to_string(),
-                    });
-                };
-                (
-                    document.clone().into_bytes(),
-                    signature.clone(),
-                    state.etag.clone(),
-                    false,
-                )
-            }
-            Some(fetched) => {
-                let signature = self
+        let answer = match fetched {
+            None => Answer::NotModified { url: channel_url },
+            Some(fetched) => Answer::Document {
+                signature: self
                     .fetch_signature(server, channel, fetched.sequence)
-                    .await?;
-                (fetched.body, signature, fetched.etag, true)
-            }
+                    .await?,
+                body: fetched.body,
+                etag: fetched.etag,
+            },
         };
 
-        // 2. Signature, channel, sequence, expiry.
-        let verified = channel::verify(
-            &document,
-            &signature,
-            &self.config.trusted_keys,
-            now,
-            &self.config.limits,
-        )
-        .map_err(ClientError::Document)?;
-        // The document this client follows, as it was verified when accepted.
-        let held = state
-            .document
-            .as_deref()
-            .and_then(|d| serde_json::from_str::<channel::ChannelDocument>(d).ok());
-        // A guard document must also restrict the guard document this client follows, if it
-        // follows one: a freeze is never undone by the guard key.
-        if verified.base.is_some()
-            && let Some(held) = &held
-        {
-            pack_format::guard::check_live(&verified, held).map_err(ClientError::Document)?;
-        }
-        // A document the signing key signed is newer than a guard document when it is newer
-        // than what that guard document restricts: the guard key picks its own sequences and
-        // must not push the channel past every sequence the signing key can still sign.
-        let floor = match &held {
-            Some(held) if verified.base.is_none() && held.restricts.is_some() => {
-                pack_format::guard::authority_sequence(held).saturating_add(1)
-            }
-            _ => state.sequence,
-        };
-        let doc = &verified.document;
-        if doc.channel != self.config.channel {
-            return Err(ClientError::WrongChannel {
-                expected: self.config.channel.clone(),
-                found: doc.channel.clone(),
-            });
-        }
-        if doc.pack != self.config.pack {
-            return Err(ClientError::WrongPack {
-                expected: self.config.pack.clone(),
-                found: doc.pack.clone(),
-            });
-        }
-        if doc.sequence < floor {
-            return Err(ClientError::Rollback {
-                found: doc.sequence,
-                installed: state.sequence,
-            });
-        }
-        // One sequence, one document: other bytes under the accepted sequence mean the
-        // publisher's key signed two documents for it, or a mirror replays a forked channel.
-        if doc.sequence == state.sequence
-            && let Some(accepted) = &state.document
-            && accepted.as_bytes() != document.as_slice()
-        {
-            return Err(ClientError::Equivocation {
-                sequence: doc.sequence,
-                installed: sha256_hex(accepted.as_bytes()),
-                found: sha256_hex(&document),
-            });
-        }
-
-        // 3. The entry for this client's release of now.
-        let selected = doc.select(&self.config.client_version, &self.install_id, now);
-        let target = match selected.map(|e| &e.target) {
-            Some(EntryTarget::Pack(entry)) => Some(entry.clone()),
-            Some(EntryTarget::Builtin) | None => None,
-        };
+        // 2-3. Verify, select, and the checks before a download (`policy::refresh`).
         let serving = self.store.capture();
-        // What the shared state calls installed is the last pack any process installed; it
-        // is kept while the document still names it (another release sharing this cache may
-        // serve it), so processes of different releases never undo each other's installs.
-        let still_named = |installed: &Option<Installed>| {
-            installed
-                .clone()
-                .filter(|i| names_pack(doc, &i.sha256))
-                .map(|i| Installed {
-                    sequence: doc.sequence,
-                    ..i
-                })
+        let render_marked: BTreeSet<String> = self.health.marked().into_keys().collect();
+        let render_detail = self.health.detail();
+        let held = Held {
+            state: &state,
+            serving: &serving,
+            render_marked: &render_marked,
+            render_detail: &render_detail,
         };
-        let record = |installed: Option<Installed>| {
-            let mut next = state.clone();
-            next.sequence = doc.sequence;
-            next.etag = new_etag.clone();
-            next.document = Some(String::from_utf8_lossy(&document).into_owned());
-            next.signature = Some(signature.clone());
-            next.installed = installed;
-            next
+        let decided = refresh::decide(&self.config, &self.install_id, &held, answer, now);
+        *lock(&self.considering) = decided.considering;
+        let download = match decided.next? {
+            Next::Plan(plan) => return Ok(plan),
+            Next::Download(download) => download,
         };
-
-        if let Some(pin) = &self.config.pin {
-            let wanted = target.as_ref().map(|t| &t.version);
-            if wanted != Some(pin) {
-                return Ok(Plan::done(RefreshOutcome::Skipped {
-                    reason: format!(
-                        "pinned to {pin}; the channel offers {}",
-                        wanted.map_or("the built-in pack".to_string(), ToString::to_string)
-                    ),
-                }));
-            }
-        }
-
-        let Some(entry) = target else {
-            if !fresh && serving.source() == Source::Builtin {
-                return Ok(Plan::done(RefreshOutcome::NotModified));
-            }
-            let reason = match selected {
-                Some(_) => "the channel sends this client to the built-in pack".to_string(),
-                None => format!(
-                    "no channel entry matches client version {}",
-                    self.config.client_version
-                ),
-            };
-            return Ok(Plan {
-                // The same document: nothing in the shared state changes.
-                next: fresh.then(|| record(still_named(&state.installed))),
-                pack: None,
-                serve: Serve::Builtin,
-                result: Ok(RefreshOutcome::Builtin {
-                    sequence: doc.sequence,
-                    reason,
-                }),
-            });
-        };
-
-        if serving.source() == Source::Remote && serving.sha256() == entry.sha256 {
-            if !fresh {
-                return Ok(Plan::done(RefreshOutcome::NotModified));
-            }
-            let mine = Installed {
-                name: doc.pack.clone(),
-                version: entry.version.clone(),
-                schema: entry.schema,
-                sha256: entry.sha256.clone(),
-                sequence: doc.sequence,
-            };
-            return Ok(Plan {
-                next: Some(record(still_named(&state.installed).or(Some(mine)))),
-                pack: None,
-                serve: Serve::Keep,
-                result: Ok(RefreshOutcome::Unchanged {
-                    sequence: doc.sequence,
-                }),
-            });
-        }
-        *lock(&self.considering) = Some(entry.sha256.clone());
-        if let Some(mark) = state.bad.get(&entry.sha256) {
-            return Err(ClientError::KnownBad {
-                sha256: entry.sha256.clone(),
-                reason: mark.detail.clone(),
-            });
-        }
-        if self.health.is_marked(&entry.sha256) {
-            return Err(ClientError::KnownBad {
-                sha256: entry.sha256.clone(),
-                reason: self.health.detail(),
-            });
-        }
-        if Contract::builtin(entry.schema).is_none() {
-            return Err(ClientError::IncompatibleSchema {
-                schema: entry.schema,
-                known: Contract::builtin_schemas().to_vec(),
-            });
-        }
-        if entry.size > self.config.limits.max_sealed_len {
-            return Err(ClientError::Pack(FormatError::TooLarge {
-                what: "signed pack size",
-                found: entry.size,
-                limit: self.config.limits.max_sealed_len,
-            }));
-        }
 
         // 4. Download, never more than the signed size; hash before parsing anything.
+        let entry = download.entry.clone();
         let blob_url = format!("{server}{}", paths::blob(&entry.sha256));
         let Some(fetched) = self
             .get_capped(&blob_url, "pack", entry.size, Some(entry.size), None)
@@ -1245,10 +1040,9 @@ impl Client {
 
         // 5-6. Hash, header against the entry, decrypt, untar, validate: on a blocking
         // thread, so the async workers stay free for the network (and the model stream).
-        let (bytes, opened) = {
-            let entry = entry.clone();
-            let pack_name = doc.pack.clone();
-            let sequence = doc.sequence;
+        let opened = {
+            let pack_name = download.pack_name.clone();
+            let sequence = download.sequence;
             let keys = self.config.content_keys.clone();
             let limits = self.config.limits;
             blocking(move || {
@@ -1260,57 +1054,18 @@ impl Client {
                         found,
                     });
                 }
-                let opened = open_pack(&bytes, &entry, &pack_name, sequence, &keys, &limits);
-                Ok((bytes, opened))
+                let snapshot = open_pack(&bytes, &entry, &pack_name, sequence, &keys, &limits);
+                Ok(Opened { bytes, snapshot })
             })
-            .await??
+            .await?
         };
-        // The bytes match what the publisher signed, so a failure now is the pack's own:
-        // remember it, with why, so a new content key can lift a key mark.
-        let snapshot = match opened {
-            Ok(snapshot) => snapshot,
-            Err(e) => {
-                let Some(reason) = bad_reason(&e) else {
-                    return Err(e);
-                };
-                let mut next = state.clone();
-                next.bad.insert(
-                    entry.sha256.clone(),
-                    BadPack {
-                        reason,
-                        detail: e.to_string(),
-                        content_keys: key_set_fingerprint(&self.config.content_keys),
-                        at: now.unix_timestamp(),
-                    },
-                );
-                return Ok(Plan {
-                    next: Some(next),
-                    pack: None,
-                    serve: Serve::Keep,
-                    result: Err(e),
-                });
-            }
-        };
-
-        // 7. Install crash-safely (in `apply`), then swap.
-        let installed = Installed {
-            name: doc.pack.clone(),
-            version: entry.version.clone(),
-            schema: entry.schema,
-            sha256: entry.sha256.clone(),
-            sequence: doc.sequence,
-        };
-        Ok(Plan {
-            next: Some(record(Some(installed))),
-            pack: Some((entry.sha256.clone(), bytes)),
-            serve: Serve::Snapshot(Arc::new(snapshot)),
-            result: Ok(RefreshOutcome::Installed {
-                name: doc.pack.clone(),
-                version: entry.version.to_string(),
-                sha256: entry.sha256.clone(),
-                sequence: doc.sequence,
-            }),
-        })
+        Ok(refresh::decide_pack(
+            &state,
+            download,
+            opened,
+            &key_set_fingerprint(&self.config.content_keys),
+            now,
+        ))
     }
 
     /// Step 7: makes the plan durable (pack first, then the state naming it, with the check
@@ -1720,13 +1475,6 @@ fn kept_packs(state: &State) -> Vec<String> {
     keep
 }
 
-/// Whether any entry of `doc` names the pack `sha256`.
-fn names_pack(doc: &channel::ChannelDocument, sha256: &str) -> bool {
-    doc.entries
-        .iter()
-        .any(|entry| matches!(&entry.target, EntryTarget::Pack(p) if p.sha256 == sha256))
-}
-
 /// Lifts the content-key marks made under another set of content keys: a key added since
 /// may open those packs now. Marks against the pack itself stay.
 fn lift_key_marks(state: &mut State, keys: &str) {
@@ -1802,38 +1550,6 @@ fn open_pack(
         .collect();
     snapshot.require(&required).map_err(ClientError::Snapshot)?;
     Ok(snapshot)
-}
-
-/// Whether a failure to open a pack whose bytes match the signed hash is held against the
-/// pack, and why. `None`: the document is at fault (a header that disagrees with its entry,
-/// a schema this client does not know), and a corrected document may point at the same bytes.
-fn bad_reason(error: &ClientError) -> Option<BadReason> {
-    match error {
-        ClientError::Pack(
-            FormatError::UnknownContentKey { .. } | FormatError::WrongContentKey { .. },
-        ) => Some(BadReason::ContentKey),
-        ClientError::Pack(_) | ClientError::Snapshot(_) => Some(BadReason::Pack),
-        ClientError::HeaderMismatch { .. } | ClientError::IncompatibleSchema { .. } => None,
-        ClientError::NoServer
-        | ClientError::Http { .. }
-        | ClientError::Status { .. }
-        | ClientError::BodyTooLong { .. }
-        | ClientError::Truncated { .. }
-        | ClientError::Deadline { .. }
-        | ClientError::Busy { .. }
-        | ClientError::Document(_)
-        | ClientError::WrongChannel { .. }
-        | ClientError::WrongPack { .. }
-        | ClientError::Rollback { .. }
-        | ClientError::Equivocation { .. }
-        | ClientError::KnownBad { .. }
-        | ClientError::HashMismatch { .. }
-        | ClientError::Cache { .. }
-        | ClientError::Config { .. }
-        | ClientError::NotMarked { .. }
-        | ClientError::Builtin { .. }
-        | ClientError::Worker { .. } => None,
-    }
 }
 
 /// Runs CPU or disk work on tokio's blocking pool.

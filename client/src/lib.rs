@@ -1,7 +1,9 @@
 //! `pack-client`: the promise to the end user. Prompts are never half-updated, never
 //! unsigned, and the agent keeps working offline.
 //!
-//! - [`PromptStore`] hands out immutable [`Snapshot`]s: capture once, read many.
+//! - [`PromptStore`] hands out immutable [`Snapshot`]s: capture once, read many. Both live
+//!   in `pack-serving` (with the compiled-in pack), which renderers depend on without
+//!   linking the network side; they are re-exported here at their old paths.
 //! - [`Client`] refreshes from `packd` following the state machine in DESIGN.md, installs
 //!   crash-safely into a [`cache`] directory, and swaps the snapshot atomically.
 //! - [`schedule`] runs the refresh every six hours with a per-install offset, and
@@ -23,11 +25,12 @@ pub mod error;
 pub mod files;
 pub mod health;
 pub mod outcomes;
+pub mod policy;
 pub mod report;
 pub mod schedule;
-pub mod snapshot;
-pub mod store;
 pub mod watch;
+
+pub use pack_serving::{snapshot, store};
 
 pub use client::{Client, ClientStatus, FailureRecord, FilesStatus, RefreshOutcome, RefusedPack};
 pub use config::ClientConfig;

@@ -275,7 +275,7 @@ impl OutcomeLog {
         if !config.telemetry || config.server.is_none() {
             return Ok(None);
         }
-        let spread = Duration::from_secs(crate::schedule::spread(client.install_id()));
+        let spread = Duration::from_secs(crate::policy::spread(client.install_id()));
         Ok(Some(
             OutcomeLog::new(
                 Cache::open(&config.cache_dir)?,

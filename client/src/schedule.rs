@@ -1,60 +1,25 @@
-//! The six-hour refresh: a cron job with a per-install offset so a fleet does not poll at
-//! the same second, plus a refresh at start-up when the last success is over six hours old.
-//! Long-running processes also watch the channel ([`crate::watch`]); the schedule is the
-//! floor under the watch.
+//! The periodic work of a long-running process, all of it jobs of one [`JobScheduler`]: the
+//! six-hour refresh (a cron job with a per-install offset so a fleet does not poll at the
+//! same second), the failure reports queued while it runs, the outcome counts, and the file
+//! view's sweep. [`Schedule::shutdown`] stops every one of them. Also a refresh at start-up
+//! when the last success is over six hours old. Long-running processes also watch the
+//! channel ([`crate::watch`]); the schedule is the floor under the watch. The timings are
+//! [`crate::policy`]'s.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use time::OffsetDateTime;
-use tokio_cron_scheduler::{Job, JobScheduler};
+use tokio_cron_scheduler::{Job, JobScheduler, JobSchedulerError};
 
 use crate::Client;
 use crate::watch::Watch;
 
-/// How often a client checks.
-pub const INTERVAL: Duration = Duration::from_secs(6 * 60 * 60);
-
-/// After a check, short-lived processes start no background refresh for this long, even
-/// when the check failed.
-pub const RETRY_AFTER: Duration = Duration::from_secs(15 * 60);
-
-/// This install's spread on top of the interval for background refreshes, in seconds
-/// (under an hour).
-pub fn spread(install_id: &str) -> u64 {
-    offset_for(install_id) % 3600
-}
-
-/// The cron expression (`sec min hour day month weekday`) for an install: every six hours,
-/// offset within the six-hour window by the install id.
-pub fn cron_for(install_id: &str) -> String {
-    let offset = offset_for(install_id) % (6 * 60 * 60);
-    let (hour, minute, second) = (offset / 3600, offset / 60 % 60, offset % 60);
-    format!("{second} {minute} {hour}/6 * * *")
-}
-
-/// How often a long-running process syncs and sweeps the file view: half its grace
-/// period, between 1 s and a minute, so a directory goes at most that long after its grace.
-pub fn files_sweep_interval(grace: Duration) -> Duration {
-    (grace / 2).clamp(Duration::from_secs(1), Duration::from_secs(60))
-}
-
-/// How often a long-running process looks for outcome counts to send: a twelfth of the
-/// provisional interval, between 5 s and 5 minutes, so a row goes out at most that long
-/// after it may. Each look is one `stat` when nothing is due.
-pub fn outcomes_check_interval(interval: Duration) -> Duration {
-    (interval / 12).clamp(Duration::from_secs(5), Duration::from_secs(5 * 60))
-}
-
-/// A stable spread value from the install id (FNV-1a; no secrecy needed).
-fn offset_for(install_id: &str) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in install_id.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
-}
+pub use crate::policy::{
+    INTERVAL, RETRY_AFTER, cron_for, files_sweep_interval, outcomes_check_interval, spread,
+};
 
 /// The running schedule and watch of a long-running process.
 pub struct Schedule {
@@ -68,18 +33,45 @@ impl Schedule {
         self.watch.is_some()
     }
 
-    /// Stops the watch and the scheduler.
-    pub async fn shutdown(mut self) -> Result<(), tokio_cron_scheduler::JobSchedulerError> {
+    /// Stops the watch and every job of the scheduler (a run already going finishes).
+    pub async fn shutdown(mut self) -> Result<(), JobSchedulerError> {
         self.watch = None;
         self.scheduler.shutdown().await
     }
 }
 
+/// Adds `job` to `scheduler`, run every `every` from a first run `every` after the start.
+/// The scheduler counts in whole seconds (at least one) on the wall clock. A run still going
+/// when the next is due makes that one pass, as a loop that sleeps between runs would.
+async fn add_repeated<F, Fut>(
+    scheduler: &JobScheduler,
+    every: Duration,
+    job: F,
+) -> Result<(), JobSchedulerError>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let job = Arc::new(job);
+    let running = Arc::new(tokio::sync::Mutex::new(()));
+    let every = every.max(Duration::from_secs(1));
+    scheduler
+        .add(Job::new_repeated_async(every, move |_, _| {
+            let (job, running) = (job.clone(), running.clone());
+            Box::pin(async move {
+                let Ok(_running) = running.try_lock_owned() else {
+                    return;
+                };
+                job().await;
+            })
+        })?)
+        .await?;
+    Ok(())
+}
+
 /// Starts the schedule and the watch (see [`crate::watch::spawn`]). Dropping the result
 /// stops the watch; `shutdown` stops both.
-pub async fn start(
-    client: Arc<Client>,
-) -> Result<Schedule, tokio_cron_scheduler::JobSchedulerError> {
+pub async fn start(client: Arc<Client>) -> Result<Schedule, JobSchedulerError> {
     let scheduler = JobScheduler::new().await?;
     let cron = cron_for(client.install_id());
     let job_client = client.clone();
@@ -90,40 +82,49 @@ pub async fn start(
                 if let Err(e) = client.refresh().await {
                     tracing::warn!("scheduled refresh failed: {e}");
                 }
-                // Outcome counts that may go out (see [`crate::outcomes`]); the timer below
-                // sends them between refreshes.
+                // Outcome counts that may go out (see [`crate::outcomes`]); their own job
+                // below sends them between refreshes.
                 crate::outcomes::send_due(&client).await;
             })
         })?)
         .await?;
-    scheduler.start().await?;
-    tracing::info!("refresh scheduled as '{cron}' (UTC)");
     // A failure report queued while this process runs (a template that failed to render)
     // goes out within seconds, not at the next refresh.
     let reporter = client.clone();
-    tokio::spawn(async move {
-        loop {
-            reporter.report_queued().await;
-            // Let a burst (a render failure, then the bad mark) go together.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            if let Err(e) = reporter.send_reports().await {
-                tracing::info!("failure reports not sent: {e}");
+    add_repeated(
+        &scheduler,
+        crate::policy::REPORTS_CHECK_INTERVAL,
+        move || {
+            let client = reporter.clone();
+            async move {
+                if client.report_queued().now_or_never().is_none() {
+                    return;
+                }
+                if let Err(e) = client.send_reports().await {
+                    tracing::info!("failure reports not sent: {e}");
+                }
             }
-        }
-    });
+        },
+    )
+    .await?;
     // Outcome counts go out while their day runs (see [`crate::outcomes`]), not only at
     // the six-hour refresh: a ramp's guard decides on them. The first look is at once.
     match crate::outcomes::OutcomeLog::for_client(&client) {
         Ok(Some(log)) => {
-            let outcomes = client.clone();
+            let log = Arc::new(log);
+            let every = outcomes_check_interval(log.interval());
+            let (first, outcomes) = (client.clone(), client.clone());
+            let first_log = log.clone();
             tokio::spawn(async move {
-                let mut looks = tokio::time::interval(outcomes_check_interval(log.interval()));
-                looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    looks.tick().await;
-                    log.send_due(&outcomes).await;
-                }
+                first_log.send_due(&first).await;
             });
+            add_repeated(&scheduler, every, move || {
+                let (log, client) = (log.clone(), outcomes.clone());
+                async move {
+                    log.send_due(&client).await;
+                }
+            })
+            .await?;
         }
         Ok(None) => {}
         Err(e) => tracing::warn!("outcome counts not sent while this process runs: {e}"),
@@ -134,14 +135,16 @@ pub async fn start(
     if let Some(view) = client.file_view() {
         let every = files_sweep_interval(view.grace());
         let files = client.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let client = files.clone();
+        add_repeated(&scheduler, every, move || {
+            let client = files.clone();
+            async move {
                 let _ = tokio::task::spawn_blocking(move || client.sync_files()).await;
             }
-        });
+        })
+        .await?;
     }
+    scheduler.start().await?;
+    tracing::info!("refresh scheduled as '{cron}' (UTC)");
     if client.install_pending()
         || client
             .since_last_success(OffsetDateTime::now_utc())
@@ -158,4 +161,88 @@ pub async fn start(
         scheduler,
         watch: crate::watch::spawn(client),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The scheduler reads the wall clock (`chrono::Utc::now`), not tokio's, so this runs in
+    /// real time: a few seconds, every job at its shortest period.
+    #[tokio::test]
+    async fn after_shutdown_no_job_runs_again() {
+        let scheduler = JobScheduler::new().await.unwrap();
+        let runs: Vec<Arc<AtomicUsize>> = (0..3).map(|_| Arc::default()).collect();
+        let (ran, mut all_ran) = tokio::sync::watch::channel(());
+        let ran = Arc::new(ran);
+        for count in &runs {
+            let (count, ran) = (count.clone(), ran.clone());
+            add_repeated(&scheduler, Duration::from_secs(1), move || {
+                count.fetch_add(1, Ordering::SeqCst);
+                ran.send_replace(());
+                std::future::ready(())
+            })
+            .await
+            .unwrap();
+        }
+        scheduler.start().await.unwrap();
+        let schedule = Schedule {
+            scheduler,
+            watch: None,
+        };
+        // A sign of life from every job before the absence is asserted.
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while runs.iter().any(|r| r.load(Ordering::SeqCst) == 0) {
+                all_ran.changed().await.unwrap();
+            }
+        })
+        .await
+        .expect("every job ran within 20 s");
+        schedule.shutdown().await.unwrap();
+        let after: Vec<usize> = runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+        // Three periods: each job would have run again at least twice.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let later: Vec<usize> = runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+        assert_eq!(after, later, "a job ran after shutdown");
+    }
+
+    #[tokio::test]
+    async fn a_run_still_going_makes_the_next_pass() {
+        let scheduler = JobScheduler::new().await.unwrap();
+        let (started, running) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (tx, mut rx) = tokio::sync::watch::channel(0usize);
+        let tx = Arc::new(tx);
+        {
+            let (started, running, most, tx) =
+                (started.clone(), running.clone(), most.clone(), tx.clone());
+            add_repeated(&scheduler, Duration::from_secs(1), move || {
+                let (started, running, most, tx) =
+                    (started.clone(), running.clone(), most.clone(), tx.clone());
+                async move {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    // Longer than two periods.
+                    tokio::time::sleep(Duration::from_millis(2500)).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    tx.send_replace(started.fetch_add(1, Ordering::SeqCst) + 1);
+                }
+            })
+            .await
+            .unwrap();
+        }
+        scheduler.start().await.unwrap();
+        let schedule = Schedule {
+            scheduler,
+            watch: None,
+        };
+        tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|done| *done >= 2))
+            .await
+            .expect("two runs finished within 30 s")
+            .unwrap();
+        schedule.shutdown().await.unwrap();
+        assert_eq!(most.load(Ordering::SeqCst), 1, "two runs overlapped");
+    }
 }

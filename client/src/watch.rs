@@ -39,8 +39,7 @@ pub const WAIT: Duration = Duration::from_secs(50);
 pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
 /// The longest pause, and how often a server that does not watch is asked again.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// The least time between the starts of two refreshes a watch triggers.
-pub const MIN_REFRESH_GAP: Duration = Duration::from_secs(1);
+pub use crate::policy::MIN_REFRESH_GAP;
 /// Added to the longest the server may hold a watch before the request counts as lost.
 const SLACK: Duration = Duration::from_secs(15);
 /// The longest `Retry-After` honoured (its cap; it is never retried on by itself).

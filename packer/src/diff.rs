@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use pack_client::snapshot::SnapshotMeta;
-use pack_client::{Snapshot, Source};
 use pack_format::{FormatError, Limits, read_pack_dir};
+use pack_serving::snapshot::SnapshotMeta;
+use pack_serving::{Snapshot, Source};
 use prompt_assembly::preview::{SAMPLE_MODEL, sample_prompts};
 use serde_json::json;
 use similar::TextDiff;

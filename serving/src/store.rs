@@ -9,7 +9,8 @@ use arc_swap::ArcSwap;
 use crate::snapshot::{Snapshot, Source};
 
 /// Told how each request served by a remote snapshot went (see [`PromptStore::observe`]):
-/// the client counts render failures in a row with it ([`crate::health`]).
+/// the client counts render failures in a row with it (`pack_client::health`), and this
+/// crate knows nothing of how it keeps them.
 pub trait ServeObserver: Send + Sync {
     /// A request was served from this remote snapshot.
     fn served(&self, snapshot: &Snapshot);

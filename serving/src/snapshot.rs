@@ -57,7 +57,7 @@ pub enum SnapshotError {
 
 impl SnapshotError {
     /// A stable, machine-readable name for the kind of failure (`snake_case`), as
-    /// [`crate::ClientError::kind`] gives for refreshes.
+    /// `pack_client::ClientError::kind` gives for refreshes.
     pub fn kind(&self) -> &'static str {
         match self {
             SnapshotError::Missing { .. } => "missing",
