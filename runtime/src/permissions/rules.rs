@@ -281,6 +281,8 @@ mod tests {
             "bash -c 'git push'",
             "echo $(git push)",
             "true | git  push -f",
+            "'git' push",
+            "g\\it push",
         ] {
             assert!(r.matches("bash", &command(cmd), true), "{cmd}");
         }
