@@ -22,12 +22,12 @@
 //! has more than its parent. A workspace's own rules file allows only while it is the file
 //! the user trusted ([`trust`]).
 //!
-//! One idea per file: [`access`] (what a call touches), [`rules`] (parsing and matching),
-//! [`shell`] (commands as rules see them), [`modes`] (what each mode covers), [`protected`]
-//! (files no mode lets the agent change), [`sandbox_spec`] (what a sandboxed command may
-//! do), [`approvals`] (the approval policy and the question asked), [`policy`] (the
-//! session's permissions and the check), [`config`] (the `[permissions]` table and the
-//! workspace's rules file) and [`trust`].
+//! One idea per file: `access` (what a call touches), `rules` (parsing and matching),
+//! `shell` (commands as rules see them), `modes` (what each mode covers), `protected`
+//! (files no mode lets the agent change), `sandbox_spec` (what a sandboxed command may
+//! do), `approvals` (the approval policy and the question asked), `policy` (the session's
+//! permissions and the check), [`config`] (the `[permissions]` table and the workspace's
+//! rules file) and [`trust`].
 
 mod access;
 mod approvals;

@@ -1,6 +1,6 @@
 //! The tools the loop can run. A built-in tool is a [`Tool`] in its own file, listed once
 //! in the registry, its schema derived from its arguments and its description from the
-//! pack; the tools of MCP servers come from the servers ([`mcp`]). A [`Toolbox`] holds both
+//! pack; the tools of MCP servers come from the servers ([`crate::mcp`]). A [`Toolbox`] holds both
 //! kinds as one list of handlers, so listing, specs, lookup by name, the permission check
 //! and results are one code path for both.
 //!
