@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::permission_mode::PermissionMode;
+use crate::wildcard::Wildcard;
 
 /// The prefix of every MCP tool name the model sees (`mcp__<server>__<tool>`).
 pub const MCP_PREFIX: &str = "mcp__";
@@ -184,8 +185,9 @@ pub struct McpAccess {
     pub rules: Vec<McpRule>,
 }
 
-/// One layer's word on MCP tools. A pattern is an exact tool name, a server
-/// (`mcp__time`, meaning all its tools), or a prefix ending in `*` (`mcp__*`).
+/// One layer's word on MCP tools. A pattern is read as a permission rule's tool is
+/// ([`Wildcard::tool`]): an exact tool name, a server (`mcp__time`, meaning all its tools),
+/// or a pattern where `*` matches any text (`mcp__*`, `mcp__*__read*`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpRule {
     /// Patterns a tool must match; `None` lets every MCP tool through.
@@ -197,10 +199,11 @@ pub struct McpRule {
 
 impl McpRule {
     fn allows(&self, tool: &str) -> bool {
+        let named = |p: &String| Wildcard::tool(p).matches(tool);
         self.allow
             .as_ref()
-            .is_none_or(|allow| allow.iter().any(|p| mcp_pattern_matches(p, tool)))
-            && !self.deny.iter().any(|p| mcp_pattern_matches(p, tool))
+            .is_none_or(|allow| allow.iter().any(named))
+            && !self.deny.iter().any(named)
     }
 }
 
@@ -208,23 +211,6 @@ impl McpAccess {
     pub fn allows(&self, tool: &str) -> bool {
         self.rules.iter().all(|rule| rule.allows(tool))
     }
-}
-
-/// Whether `pattern` names the MCP tool `tool`.
-pub fn mcp_pattern_matches(pattern: &str, tool: &str) -> bool {
-    if let Some(prefix) = pattern.strip_suffix('*') {
-        return tool.starts_with(prefix);
-    }
-    if pattern == tool {
-        return true;
-    }
-    // `mcp__<server>` alone: every tool of that server.
-    pattern
-        .strip_prefix(MCP_PREFIX)
-        .is_some_and(|server| !server.contains("__"))
-        && tool
-            .strip_prefix(pattern)
-            .is_some_and(|rest| rest.starts_with("__"))
 }
 
 /// Splits a `tools` list into built-in tool ids and MCP patterns (`mcp__…`).
@@ -360,5 +346,54 @@ pub fn resolve(
         capabilities,
         memory_enabled,
         scheduling,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowing(patterns: &[&str]) -> McpAccess {
+        McpAccess {
+            rules: vec![McpRule {
+                allow: Some(patterns.iter().map(|p| p.to_string()).collect()),
+                deny: Vec::new(),
+            }],
+        }
+    }
+
+    /// The forms docs/AGENT.md promises for a `tools` list: a tool, a server, a wildcard.
+    #[test]
+    fn a_tools_list_names_mcp_tools_exactly_by_server_or_by_wildcard() {
+        let tool = "mcp__time__get_current_time";
+        for (pattern, allowed) in [
+            ("mcp__time__get_current_time", true),
+            ("mcp__time__get_current", false),
+            ("mcp__time", true),
+            ("mcp__tim", false),
+            ("mcp__timer", false),
+            ("mcp__*", true),
+            ("mcp__ti*", true),
+            ("*", true),
+            ("mcp__*__get_current_time", true),
+            ("mcp__*__convert_time", false),
+        ] {
+            assert_eq!(allowing(&[pattern]).allows(tool), allowed, "{pattern}");
+        }
+        assert!(allowing(&["mcp__ti*"]).allows("mcp__timer__x"));
+        assert!(!allowing(&["mcp__time"]).allows("mcp__timer__x"));
+    }
+
+    #[test]
+    fn every_layer_must_allow_and_a_deny_wins() {
+        let mut access = allowing(&["mcp__*"]);
+        access.rules.push(McpRule {
+            allow: None,
+            deny: vec!["mcp__time".to_string()],
+        });
+        assert!(access.allows("mcp__everything__echo"));
+        assert!(!access.allows("mcp__time__get_current_time"));
+        assert!(!allowing(&[]).allows("mcp__everything__echo"));
+        assert!(McpAccess::default().allows("mcp__everything__echo"));
     }
 }

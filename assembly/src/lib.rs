@@ -11,6 +11,8 @@
 //!   budgets.
 //! - [`mod@assemble`]: the per-turn assembly, in a fixed order, from one snapshot, with
 //!   wholesale fallback to the built-in pack; [`context`]: the template variables.
+//! - [`wildcard`]: the one wildcard grammar of tool patterns, shared by the MCP tools of
+//!   `tools` lists and the runtime's permission rules.
 //! - [`preview`]: every built-in agent × prompt mode rendered from a fixed sample context
 //!   (what `packer diff` compares).
 //!
@@ -31,6 +33,7 @@ pub mod permission_mode;
 pub mod preview;
 pub mod session;
 pub mod skills;
+pub mod wildcard;
 
 pub use assemble::{AssembledPrompt, TurnRequest, assemble, assemble_turn};
 pub use capabilities::{Capabilities, Ceiling, Feature, Features, Occasion, Profile, ToolId};

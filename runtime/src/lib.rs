@@ -18,10 +18,13 @@
 //!   (what `packer diff` compares).
 //! - [`session`]: task sessions freeze their agent definition and prompt mode.
 //! - [`provider`]: OpenAI- and Anthropic-compatible streaming model calls.
-//! - [`tools`]: read, write, edit, bash, grep, glob, web_fetch and todowrite.
+//! - [`tools`]: the toolbox: the built-in tools (read, write, edit, bash, grep, glob,
+//!   web_fetch, todowrite, …) and the MCP servers' tools as handlers of one registry, with
+//!   one permission check for every call.
 //! - [`permissions`]: permission modes, approval policies and allow/deny rules every
 //!   tool call passes; [`sandbox`]: the Landlock sandbox `bash` runs in.
-//! - [`mcp`]: tools of configured MCP servers, as `mcp__<server>__<tool>`.
+//! - [`mcp`]: connections to configured MCP servers, whose tools are offered as
+//!   `mcp__<server>__<tool>`.
 //! - [`agent_loop`]: prompt → model → tools, repeated; [`transcript`]: the JSONL session
 //!   files it writes and `--resume` reads; [`outcomes`]: how its turns went, counted per
 //!   pack version (counts only, when usage data is shared).

@@ -314,22 +314,21 @@ impl McpServers {
             .collect()
     }
 
-    /// The tools of every ready server that `allowed` lets through, in server order.
-    pub fn tools(&self, allowed: impl Fn(&str) -> bool) -> Vec<McpToolHandle> {
+    /// The tools of every ready server, in server order. Which of them an agent is offered
+    /// is the toolbox's decision, with the built-in tools' (`tools::Toolbox::new`).
+    pub fn tools(&self) -> Vec<McpToolHandle> {
         let mut out = Vec::new();
         for server in &self.servers {
             let Some(live) = server.live() else {
                 continue;
             };
             for index in 0..live.tools.len() {
-                if allowed(&live.tools[index].exposed) {
-                    out.push(McpToolHandle {
-                        server: server.clone(),
-                        live: live.clone(),
-                        index,
-                        result_bytes: self.limits.result_bytes,
-                    });
-                }
+                out.push(McpToolHandle {
+                    server: server.clone(),
+                    live: live.clone(),
+                    index,
+                    result_bytes: self.limits.result_bytes,
+                });
             }
         }
         out
@@ -630,7 +629,8 @@ fn unique(name: String, taken: &[McpTool]) -> String {
         .unwrap_or(name)
 }
 
-/// One offered MCP tool, with the connection that runs it.
+/// One MCP tool, with the connection that runs it: what the toolbox holds as a handler
+/// next to the built-in tools.
 #[derive(Clone)]
 pub struct McpToolHandle {
     server: Arc<Server>,
@@ -659,8 +659,8 @@ impl McpToolHandle {
         }
     }
 
-    /// Calls the tool with the model's arguments. Never fails the run: every problem is
-    /// a result the model reads.
+    /// Calls the tool with the model's arguments, once the toolbox's permission check let
+    /// the call through. Never fails the run: every problem is a result the model reads.
     pub async fn call(&self, arguments: &str, mut cancel: watch::Receiver<bool>) -> ToolOutput {
         let tool = self.tool();
         let server = &self.server.config.name;

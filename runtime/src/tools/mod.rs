@@ -1,17 +1,22 @@
-//! The built-in tools the loop can run: each one a [`Tool`] in its own file, listed once
-//! in the registry; schemas derived from their arguments, descriptions from the pack.
+//! The tools the loop can run. A built-in tool is a [`Tool`] in its own file, listed once
+//! in the registry, its schema derived from its arguments and its description from the
+//! pack; the tools of MCP servers come from the servers ([`crate::mcp`]). A [`Toolbox`] holds both
+//! kinds as one list of handlers, so listing, specs, lookup by name, the permission check
+//! and results are one code path for both.
 //!
 //! A tool never stops the run. Whatever goes wrong — bad arguments, a missing file, an
 //! ambiguous edit, an unknown tool — becomes a [`ToolOutput`] with `is_error` set and a
 //! message that tells the model what it can do instead.
 //!
-//! Before a tool runs, the call passes the session's permissions (see
-//! [`crate::permissions`]): each tool says what the call touches ([`Tool::access`]), and
-//! the policy runs it, asks the user, or refuses it with the rule that refused it.
+//! Before a tool runs, the call passes the session's permissions once (see
+//! [`crate::permissions`]): each handler says what the call touches ([`Tool::access`] for a
+//! built-in tool), and the policy runs it, asks the user, or refuses it with the rule that
+//! refused it.
 
 mod background;
 mod bash;
 mod edit;
+mod mcp;
 mod notes;
 mod read;
 mod search;
@@ -153,7 +158,7 @@ trait Registered: Send + Sync {
     fn gate(&self) -> Gate;
     fn read_only(&self) -> bool;
     fn schema(&self) -> Value;
-    fn call<'a>(&'a self, call: Call<'a>, arguments: &str) -> BoxFuture<'a, ToolResult>;
+    fn prepare<'a>(&'a self, arguments: &str) -> Result<Box<dyn Prepared<'a> + 'a>, ToolError>;
     fn replay(&self, context: &ToolContext, arguments: &str);
 }
 
@@ -182,32 +187,100 @@ impl<T: Tool> Registered for T {
         schema_of::<T::Args>()
     }
 
-    fn call<'a>(&'a self, mut call: Call<'a>, arguments: &str) -> BoxFuture<'a, ToolResult> {
-        let args = match parse::<T::Args>(Tool::name(self), arguments) {
-            Ok(args) => args,
-            Err(e) => return Box::pin(std::future::ready(Err(e))),
+    fn prepare<'a>(&'a self, arguments: &str) -> Result<Box<dyn Prepared<'a> + 'a>, ToolError> {
+        let arguments = if arguments.trim().is_empty() {
+            "{}"
+        } else {
+            arguments
         };
-        Box::pin(async move {
-            let context = call.context;
-            let access = self.access(context, &args);
-            let preview = || self.preview(context, &args);
-            call.permit = call
-                .toolbox
-                .policy
-                .check(Tool::name(self), &access, &preview)
-                .await
-                .map_err(|refused| {
-                    context.note_denial();
-                    ToolError(refused)
-                })?;
-            self.run(call, args).await
-        })
+        let args = parse::<T::Args>(Tool::name(self), arguments)?;
+        Ok(Box::new(Parsed { tool: self, args }))
     }
 
     fn replay(&self, context: &ToolContext, arguments: &str) {
         // A call whose arguments did not parse failed when it ran and changed nothing.
         if let Ok(args) = serde_json::from_str(arguments) {
             Tool::replay(self, context, args);
+        }
+    }
+}
+
+/// A call whose arguments are read, waiting for the permission check.
+trait Prepared<'a>: Send + Sync {
+    /// What the call touches.
+    fn access(&self, context: &ToolContext) -> Access;
+
+    /// What the call would change, shown when the user is asked.
+    fn preview(&self, context: &ToolContext) -> Option<String>;
+
+    /// Runs the call the permissions let through.
+    fn run(self: Box<Self>, call: Call<'a>) -> BoxFuture<'a, ToolOutput>;
+}
+
+/// A built-in tool's call, its arguments parsed.
+struct Parsed<'a, T: Tool> {
+    tool: &'a T,
+    args: T::Args,
+}
+
+impl<'a, T: Tool> Prepared<'a> for Parsed<'a, T> {
+    fn access(&self, context: &ToolContext) -> Access {
+        self.tool.access(context, &self.args)
+    }
+
+    fn preview(&self, context: &ToolContext) -> Option<String> {
+        self.tool.preview(context, &self.args)
+    }
+
+    fn run(self: Box<Self>, call: Call<'a>) -> BoxFuture<'a, ToolOutput> {
+        let Parsed { tool, args } = *self;
+        Box::pin(async move {
+            match tool.run(call, args).await {
+                Ok(content) => ToolOutput::ok(content),
+                Err(e) => ToolOutput::error(e.0),
+            }
+        })
+    }
+}
+
+/// One tool a toolbox offers: a built-in one from the registry, or one an MCP server
+/// serves. Only what is inside differs; the toolbox treats both alike.
+#[derive(Clone)]
+enum Handler {
+    Builtin(&'static dyn Registered),
+    Mcp(McpToolHandle),
+}
+
+impl Handler {
+    fn name(&self) -> &str {
+        match self {
+            Handler::Builtin(tool) => tool.name(),
+            Handler::Mcp(tool) => &tool.tool().exposed,
+        }
+    }
+
+    /// The call only reads, so it may run alongside other reads. A served tool is the
+    /// server's word (`readOnlyHint`).
+    fn read_only(&self) -> bool {
+        match self {
+            Handler::Builtin(tool) => tool.read_only(),
+            Handler::Mcp(tool) => tool.tool().read_only,
+        }
+    }
+
+    /// Whether the agent's capabilities offer it: a built-in tool's gate, the `tools`
+    /// lists' MCP rules for a served one.
+    fn offered(&self, capabilities: &Capabilities, context: &ToolContext) -> bool {
+        match self {
+            Handler::Builtin(tool) => tool.gate().open(capabilities, context),
+            Handler::Mcp(tool) => capabilities.mcp.allows(&tool.tool().exposed),
+        }
+    }
+
+    fn prepare<'a>(&'a self, arguments: &'a str) -> Result<Box<dyn Prepared<'a> + 'a>, ToolError> {
+        match self {
+            Handler::Builtin(tool) => tool.prepare(arguments),
+            Handler::Mcp(tool) => Ok(Box::new(mcp::McpCall::new(tool, arguments))),
         }
     }
 }
@@ -401,7 +474,7 @@ pub struct ToolContext {
     pub policy: Policy,
     /// `web_fetch`'s limits and the private addresses it may reach.
     pub web: WebSettings,
-    /// The session's MCP servers, whose tools join the built-in ones.
+    /// The session's MCP servers, whose tools join the built-in ones in every toolbox.
     pub mcp: Option<Arc<McpServers>>,
     /// Where the loop counts how this session's turns went (`None`: not counted).
     pub outcomes: Option<Arc<OutcomeRecorder>>,
@@ -552,12 +625,11 @@ impl ToolContext {
     }
 }
 
-/// The tools one agent is offered, and how to run them.
+/// The tools one agent is offered, built-in and served alike, and how to run them.
 #[derive(Clone)]
 pub struct Toolbox {
-    offered: Vec<&'static dyn Registered>,
-    /// MCP tools of servers that are ready, after the agent's MCP rules.
-    mcp: Vec<McpToolHandle>,
+    /// Built-in tools in registry order, then the tools of MCP servers that are ready.
+    offered: Vec<Handler>,
     context: Arc<ToolContext>,
     /// The context's policy, narrowed by this agent's ceiling.
     policy: Policy,
@@ -576,11 +648,19 @@ impl std::fmt::Debug for Toolbox {
 }
 
 impl Toolbox {
-    /// Offers the implemented tools the agent's capabilities allow.
+    /// Offers the tools the agent's capabilities allow: the implemented built-in ones, and
+    /// those of the session's ready MCP servers.
     pub fn new(capabilities: &Capabilities, context: Arc<ToolContext>) -> Toolbox {
+        let served = context
+            .mcp
+            .as_ref()
+            .map(|mcp| mcp.tools())
+            .unwrap_or_default();
         let offered = REGISTRY
             .into_iter()
-            .filter(|t| t.gate().open(capabilities, &context))
+            .map(Handler::Builtin)
+            .chain(served.into_iter().map(Handler::Mcp))
+            .filter(|tool| tool.offered(capabilities, &context))
             .collect();
         let policy = match capabilities.permissions {
             Some(ceiling) => context
@@ -588,15 +668,9 @@ impl Toolbox {
                 .narrow(ceiling, &format!("this agent's ceiling is `{ceiling}`")),
             None => context.policy.clone(),
         };
-        let mcp = context
-            .mcp
-            .as_ref()
-            .map(|mcp| mcp.tools(|name| capabilities.mcp.allows(name)))
-            .unwrap_or_default();
         Toolbox {
             offered,
             policy,
-            mcp,
             context,
             skills: Arc::new(Vec::new()),
         }
@@ -609,11 +683,7 @@ impl Toolbox {
 
     /// The names of the offered tools, in order: built-in ones, then MCP ones.
     pub fn names(&self) -> Vec<&str> {
-        self.offered
-            .iter()
-            .map(|t| t.name())
-            .chain(self.mcp.iter().map(|t| t.tool().exposed.as_str()))
-            .collect()
+        self.offered.iter().map(Handler::name).collect()
     }
 
     pub fn context(&self) -> &Arc<ToolContext> {
@@ -627,6 +697,10 @@ impl Toolbox {
 
     pub fn skills(&self) -> &[Skill] {
         &self.skills
+    }
+
+    fn find(&self, name: &str) -> Option<&Handler> {
+        self.offered.iter().find(|t| t.name() == name)
     }
 
     /// The tool definitions for one model call, descriptions read from `snapshot`, so they
@@ -643,6 +717,11 @@ impl Toolbox {
         self.offered
             .iter()
             .map(|tool| {
+                let tool = match tool {
+                    Handler::Builtin(tool) => tool,
+                    // MCP tools describe themselves: the text is the server's.
+                    Handler::Mcp(tool) => return Ok(tool.spec()),
+                };
                 let key = tool.description_key();
                 let mut description = text(&key, snapshot.read(&key)?)?;
                 for (needs, extra) in tool.addenda() {
@@ -667,75 +746,56 @@ impl Toolbox {
                     parameters,
                 })
             })
-            // MCP tools describe themselves: the text is the server's.
-            .chain(self.mcp.iter().map(|tool| Ok(tool.spec())))
             .collect()
     }
 
     /// Whether the call only reads, so it may run alongside other reads.
     pub fn is_read_only(&self, call: &ToolCall) -> bool {
-        self.offered
-            .iter()
-            .any(|t| t.name() == call.name && t.read_only())
-            || self
-                .mcp
-                .iter()
-                .any(|t| t.tool().exposed == call.name && t.tool().read_only)
+        self.find(&call.name).is_some_and(Handler::read_only)
     }
 
-    /// Runs one call. `cancel` turning true stops a running command.
+    /// Runs one call: its arguments read, the one permission check, then the tool.
+    /// `cancel` turning true stops a running command.
     pub async fn run(&self, call: &ToolCall, cancel: watch::Receiver<bool>) -> ToolOutput {
-        if let Some(tool) = self.mcp.iter().find(|t| t.tool().exposed == call.name) {
-            // The runtime cannot see inside another program's tool: one its server marks
-            // read-only counts as a read, any other is inside the `full` mode only.
-            let access = if tool.tool().read_only {
-                Access::Read(None)
-            } else {
-                Access::External
-            };
-            let preview = || Some(format!("arguments: {}", call.arguments));
-            if let Err(refused) = self.policy.check(&call.name, &access, &preview).await {
+        let Some(tool) = self.find(&call.name) else {
+            return ToolOutput::error(self.not_offered(&call.name));
+        };
+        let prepared = match tool.prepare(&call.arguments) {
+            Ok(prepared) => prepared,
+            Err(e) => return ToolOutput::error(e.0),
+        };
+        let access = prepared.access(&self.context);
+        let preview = || prepared.preview(&self.context);
+        let permit = match self.policy.check(tool.name(), &access, &preview).await {
+            Ok(permit) => permit,
+            Err(refused) => {
                 self.context.note_denial();
                 return ToolOutput::error(refused);
             }
-            return tool.call(&call.arguments, cancel).await;
-        }
-        let Some(tool) = self.offered.iter().find(|t| t.name() == call.name) else {
-            let message = if call.name.starts_with(crate::mcp::PREFIX) {
-                format!(
-                    "{} is not available: its MCP server is not running or this agent may not use it. The tools available are: {}",
-                    call.name,
-                    self.names().join(", ")
-                )
-            } else if call.name == Tool::name(&task::Task) {
-                format!(
-                    "task is not available to you: a delegated agent cannot start agents of its own. Do the work yourself with the tools you have ({}) or report back why it cannot be done.",
-                    self.names().join(", ")
-                )
-            } else {
-                format!(
-                    "unknown tool {:?}; the tools available are: {}",
-                    call.name,
-                    self.names().join(", ")
-                )
-            };
-            return ToolOutput::error(message);
         };
-        let arguments = if call.arguments.trim().is_empty() {
-            "{}"
+        prepared
+            .run(Call {
+                toolbox: self,
+                context: &self.context,
+                cancel,
+                permit,
+            })
+            .await
+    }
+
+    /// Why a tool this agent is not offered cannot be called, with the ones it has.
+    fn not_offered(&self, name: &str) -> String {
+        let available = self.names().join(", ");
+        if name.starts_with(crate::mcp::PREFIX) {
+            format!(
+                "{name} is not available: its MCP server is not running or this agent may not use it. The tools available are: {available}"
+            )
+        } else if name == Tool::name(&task::Task) {
+            format!(
+                "task is not available to you: a delegated agent cannot start agents of its own. Do the work yourself with the tools you have ({available}) or report back why it cannot be done."
+            )
         } else {
-            call.arguments.as_str()
-        };
-        let invocation = Call {
-            toolbox: self,
-            context: &self.context,
-            cancel,
-            // Replaced by the permission check before the tool runs.
-            permit: Permit { sandbox: None },
-        };
-        match tool.call(invocation, arguments).await {
-            Ok(content) => ToolOutput::ok(content),
-            Err(e) => ToolOutput::error(e.0),
+            format!("unknown tool {name:?}; the tools available are: {available}")
         }
     }
 }
