@@ -11,7 +11,6 @@
 //! - [`ramp`]: rollouts whose percentage grows on a signed schedule.
 //! - [`guard`]: the guard key, which may only freeze or roll back a channel.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
-//! - [`retry`]: the one backoff schedule (jitter, cap) every retry loop of the project uses.
 
 pub mod channel;
 pub mod error;
@@ -22,7 +21,6 @@ pub mod limits;
 pub mod pack;
 pub mod payload;
 pub mod ramp;
-pub mod retry;
 pub mod source;
 pub mod unpack;
 

@@ -957,7 +957,7 @@ fn unknown_channel(remote: &Remote, channel: &str) -> anyhow::Error {
         ),
         Err(error) => format!(
             "the channel list could not be read: {}",
-            pack_format::error::report(error.as_ref())
+            pack_protocol::error_text::report(error.as_ref())
         ),
     };
     anyhow::anyhow!(

@@ -5,12 +5,18 @@
 //! Every body a reader takes from the network is checked where it is parsed: SHA-256 values
 //! are 64 lowercase hex digits and names follow the format's name rule, so nothing
 //! downstream slices or builds a URL from an unchecked string.
+//!
+//! Two helpers of everything that talks HTTP live here too, since every binary reaches this
+//! crate and it pulls in nothing heavy: [`retry`], the one backoff schedule (jitter, cap)
+//! every retry loop of the project uses, and [`error_text`], how an error reads on one line.
 
+pub mod error_text;
 pub mod fleet;
 pub mod guard;
 pub mod headers;
 pub mod outcomes;
 pub mod paths;
+pub mod retry;
 
 pub use fleet::{
     EstimateInfo, FailingPack, FailureCell, FailureReport, FleetCell, FleetView, RangePack,
