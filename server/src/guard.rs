@@ -17,6 +17,7 @@ use pack_format::guard::{GuardAction, guard_document};
 use pack_format::{ChannelDocument, EntryTarget, WatchAction};
 use pack_protocol::guard::{Decision, EntryLook, GuardLook, GuardView, MetricLook};
 use pack_protocol::outcomes::{OutcomeCounts, OutcomeRates, OutcomesView, Rate};
+use pack_protocol::paths;
 
 use time::OffsetDateTime;
 
@@ -363,7 +364,7 @@ fn delegated_key(state: &SharedState, document: &str, signature: &str) -> Option
 /// newest first. Readable like the fleet view (`[fleet] view`).
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}/guard",
+    path = paths::GUARD_ROUTE,
     tag = "guard",
     params(("channel" = String, Path, description = "Channel name")),
     responses(

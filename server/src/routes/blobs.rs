@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use pack_protocol::paths;
 use time::OffsetDateTime;
 
 use crate::error::{ApiError, ErrorBody, VersionHeld};
@@ -30,7 +31,7 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 /// the version never points at other bytes again.
 #[utoipa::path(
     put,
-    path = "/v1/blobs/{sha256}",
+    path = paths::BLOB_ROUTE,
     tag = "blobs",
     params(("sha256" = String, Path, description = "Lowercase hex SHA-256 of the body")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The sealed pack"),
@@ -267,7 +268,7 @@ async fn load_record(state: &SharedState, key: &str) -> Result<Option<Found>, Ap
 /// `Range: bytes=…` (206, or 416 past the end); `If-Range` with the ETag is honoured.
 #[utoipa::path(
     get,
-    path = "/v1/blobs/{sha256}",
+    path = paths::BLOB_ROUTE,
     tag = "blobs",
     params(
         ("sha256" = String, Path, description = "Lowercase hex SHA-256"),
@@ -294,7 +295,7 @@ pub async fn get_blob(
 /// Size and headers of a sealed pack, without the body.
 #[utoipa::path(
     head,
-    path = "/v1/blobs/{sha256}",
+    path = paths::BLOB_ROUTE,
     tag = "blobs",
     params(("sha256" = String, Path, description = "Lowercase hex SHA-256")),
     responses(
