@@ -13,10 +13,12 @@
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
 
 pub mod channel;
+mod decode;
 pub mod error;
 mod frames;
 pub mod guard;
 pub mod keys;
+mod layout;
 pub mod limits;
 pub mod pack;
 pub mod payload;
@@ -28,7 +30,9 @@ pub use channel::{
     ChannelDocument, ChannelEntry, EntryTarget, PackRef, Rollout, VerifiedChannel, Watch,
     WatchAction, rollout_bucket,
 };
+pub use decode::decompress;
 pub use error::FormatError;
+pub use frames::compress;
 pub use guard::{Guard, GuardAction, Restricts};
 pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
 pub use limits::Limits;
