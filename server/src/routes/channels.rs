@@ -208,9 +208,9 @@ fn summary(verified: &VerifiedChannel, token: &str) -> ChannelSummary {
         sequence: doc.sequence,
         sha256: verified.sha256.clone(),
         key_id: verified.key_id.clone(),
-        issued_at: rfc3339(doc.issued_at),
-        expires_at: rfc3339(doc.expires_at),
-        published_at: rfc3339(OffsetDateTime::now_utc()),
+        issued_at: doc.issued_at,
+        expires_at: doc.expires_at,
+        published_at: OffsetDateTime::now_utc(),
         published_by: Some(token.to_string()),
     }
 }

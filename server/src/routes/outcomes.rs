@@ -138,7 +138,7 @@ pub async fn post_outcomes(
     tracing::debug!(
         channel,
         day = report.day,
-        pack_version = report.pack_version,
+        pack_version = %report.pack_version,
         client_version = report.client_version,
         "outcome counts"
     );

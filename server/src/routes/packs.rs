@@ -44,15 +44,7 @@ fn group(records: Vec<PackRecord>) -> Vec<PackVersions> {
     by_name
         .into_iter()
         .map(|(name, mut versions)| {
-            versions.sort_by(|a, b| {
-                match (
-                    semver::Version::parse(&a.version),
-                    semver::Version::parse(&b.version),
-                ) {
-                    (Ok(x), Ok(y)) => x.cmp(&y),
-                    (Ok(_) | Err(_), Ok(_) | Err(_)) => a.version.cmp(&b.version),
-                }
-            });
+            versions.sort_by(|a, b| a.version.cmp(&b.version));
             PackVersions { name, versions }
         })
         .collect()
