@@ -278,7 +278,7 @@ async fn run(args: ExecArgs) -> anyhow::Result<()> {
         Err(e) => {
             // Said once, here: the error, then how to carry on. `main` only sets the exit code.
             printer.event(Event::Error {
-                message: pack_format::error::report(&e),
+                message: pack_protocol::error_text::report(&e),
             });
             eprintln!("{}", carry_on(&e, &header.id));
             Err(crate::Reported.into())

@@ -225,7 +225,10 @@ fn main() -> ExitCode {
         Err(error) => {
             // One line, each cause once: never anyhow's `Debug` report, which repeats the
             // causes and adds a backtrace whenever RUST_BACKTRACE is set.
-            eprintln!("error: {}", pack_format::error::report(error.as_ref()));
+            eprintln!(
+                "error: {}",
+                pack_protocol::error_text::report(error.as_ref())
+            );
             ExitCode::FAILURE
         }
     }
@@ -293,7 +296,7 @@ pub(crate) fn open_packs_or_builtin(data_dir: &DataDir, config_text: &str) -> Pa
         Err(error) => {
             tracing::warn!(
                 "prompt pack updates are off for this run, serving the built-in pack: {}",
-                pack_format::error::report(&error)
+                pack_protocol::error_text::report(&error)
             );
             Packs::builtin()
         }
@@ -368,7 +371,7 @@ fn packs(command: PacksCommand) -> anyhow::Result<()> {
                     return Ok(());
                 }
                 Err(e) => {
-                    eprintln!("refresh failed: {}", pack_format::error::report(&e));
+                    eprintln!("refresh failed: {}", pack_protocol::error_text::report(&e));
                     out.write_all(packs.describe().as_bytes())?;
                     return Err(RefreshFailed.into());
                 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use backon::Retryable;
 use pack_contract::Contract;
-use pack_format::retry::Backoff;
 use pack_format::{
     ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
 };
+use pack_protocol::retry::Backoff;
 use pack_protocol::{ReportReason, headers, paths};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;

@@ -35,7 +35,7 @@ pub struct ClientConfig {
     /// Attempts per request for transient failures (network errors, 429, 5xx).
     pub attempts: u32,
     /// First retry delay; doubles each time, each pause drawn between it and twice it, always
-    /// under 30 s ([`pack_format::retry::Backoff`]).
+    /// under 30 s ([`pack_protocol::retry::Backoff`]).
     pub backoff: Duration,
     pub limits: Limits,
     /// Share usage with the server: the install hash on requests (the fleet view) and

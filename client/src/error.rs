@@ -91,7 +91,7 @@ impl ClientError {
     pub(crate) fn http(url: impl Into<String>, error: &reqwest::Error) -> Self {
         ClientError::Http {
             url: url.into(),
-            reason: pack_format::error::root_cause(error),
+            reason: pack_protocol::error_text::root_cause(error),
         }
     }
 

@@ -96,7 +96,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // One line, each cause once: no `Debug` report, so no backtrace either.
-            eprintln!("error: {}", pack_format::error::report(e.as_ref()));
+            eprintln!("error: {}", pack_protocol::error_text::report(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -152,7 +152,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                             )?
                         );
                     } else {
-                        eprintln!("refresh failed: {}", pack_format::error::report(&e));
+                        eprintln!("refresh failed: {}", pack_protocol::error_text::report(&e));
                         eprintln!(
                             "still serving {} {} ({})",
                             status.serving.name, status.serving.version, status.serving.source

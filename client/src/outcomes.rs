@@ -427,7 +427,7 @@ impl OutcomeLog {
                 Err(e) => {
                     tracing::info!(
                         "could not send outcome counts to {url}: {}; they wait",
-                        pack_format::error::root_cause(&e)
+                        pack_protocol::error_text::root_cause(&e)
                     );
                     retry = true;
                     break;

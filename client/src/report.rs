@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use pack_format::retry::Backoff;
+use pack_protocol::retry::Backoff;
 use pack_protocol::{FailureReport, ReportReason, headers, paths};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -267,7 +267,7 @@ impl Outbox {
                 Err(e) => {
                     tracing::info!(
                         "could not send a failure report to {url}: {}; it waits",
-                        pack_format::error::root_cause(&e)
+                        pack_protocol::error_text::root_cause(&e)
                     );
                     retry = true;
                     break;

@@ -13,7 +13,7 @@
 //!
 //! Nothing here may spin. Errors, early answers (a `304` long before the granted wait, as a
 //! server that does not watch gives), changes that a refresh does not confirm: each waits a
-//! backoff on the shared schedule (`pack_format::retry`: jittered, doubling from
+//! backoff on the shared schedule (`pack_protocol::retry`: jittered, doubling from
 //! [`MIN_BACKOFF`], under [`MAX_BACKOFF`]; and at least a `Retry-After`); a server that
 //! does not watch at all is asked again only every half to whole [`MAX_BACKOFF`]. Two refreshes a watch starts are at least [`MIN_REFRESH_GAP`] apart.
 //! With `auto_update = false` (or `watch = false`) nothing watches; a local pin is
@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use pack_format::retry::{Backoff, Delays};
+use pack_protocol::retry::{Backoff, Delays};
 use pack_protocol::{headers, paths};
 use tokio::task::JoinHandle;
 
@@ -225,7 +225,7 @@ pub async fn watch_once(client: &Client, held: &Held, wait: Duration) -> Result<
     })
 }
 
-/// The watch's pauses on the shared schedule ([`pack_format::retry::Backoff`]): jittered,
+/// The watch's pauses on the shared schedule ([`pack_protocol::retry::Backoff`]): jittered,
 /// doubling from [`MIN_BACKOFF`], each under [`MAX_BACKOFF`].
 #[derive(Debug)]
 pub struct Pauses {

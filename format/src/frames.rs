@@ -17,15 +17,18 @@
 //! (`packer build` validates templates there) and compresses the frame. No thread waits for
 //! another to read: with one reading thread feeding the others, the compressing threads sat
 //! idle whenever both finished while a frame was still being read.
+//!
+//! The caller's check of each file ([`FileCheck`], [`FileProblem`]) is defined here, where it
+//! runs; [`Payload::to_tar_zst`] and [`compress`] are this writer over a payload in memory
+//! and over any bytes.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
-use crate::pack::{PlacedFrames, Segment, TAG_LEN};
-use crate::payload::{FRAME_LEN, INDEX_PATH, IndexEntry, index_json};
-use crate::source::{FileCheck, FileProblem};
+use crate::layout::{FRAME_LEN, INDEX_PATH, Layout, MIN_FRAME_LEN, PlacedFrames, Segment, TAG_LEN};
+use crate::payload::{IndexEntry, Payload, index_json};
 use crate::{FormatError, sha256_hex};
 
 /// What [`frame_payload`] made: the frames laid out for sealing, one segment per frame,
@@ -42,14 +45,29 @@ pub(crate) struct Framed {
     pub unread: Vec<(usize, std::io::Error)>,
 }
 
-/// Layout of the output.
-#[derive(Clone, Copy)]
-pub(crate) struct Layout {
-    /// Bytes to leave free in front of the first frame (for the header).
-    pub room: usize,
-    /// Leave [`TAG_LEN`] bytes after each frame (for its tag).
-    pub tags: bool,
+/// What a check of one file's bytes found wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileProblem {
+    /// 1-based line, when the problem has one.
+    pub line: Option<usize>,
+    pub message: String,
+    /// What the author can do about it, when there is something to say.
+    pub hint: Option<String>,
 }
+
+impl FileProblem {
+    pub fn new(message: impl Into<String>) -> Self {
+        FileProblem {
+            line: None,
+            message: message.into(),
+            hint: None,
+        }
+    }
+}
+
+/// A check of each file's bytes: its path in the pack and its bytes in, its problems out.
+/// It runs on several threads at once.
+pub type FileCheck<'a> = dyn Fn(&str, &[u8]) -> Vec<FileProblem> + Sync + 'a;
 
 /// One file of a payload, in path order: its path in the pack and its length.
 pub(crate) struct PayloadEntry<'a> {
@@ -178,10 +196,6 @@ pub(crate) fn frame_limit(sent: usize, remaining: u64) -> usize {
     let tail = usize::try_from(remaining / 2).map_or(FRAME_LEN, |tail| tail.max(MIN_FRAME_LEN));
     ramp.min(tail)
 }
-
-/// The shortest limit [`frame_limit`] gives: below a few MiB a frame compresses noticeably
-/// worse.
-pub(crate) const MIN_FRAME_LEN: usize = FRAME_LEN / 4;
 
 /// The header blocks of one regular-file entry (a GNU long-name entry first when the path
 /// needs one), as `tar::Builder::append_data` writes them.
@@ -665,6 +679,56 @@ pub(crate) fn compress_chunks(bytes: &[u8], level: i32) -> Result<Vec<u8>, Forma
         Some(e) => Err(e),
         None => Ok(collected.out),
     }
+}
+
+impl Payload {
+    /// The compressed payload: the `tar` of [`Payload::to_tar`] as zstd frames (each with
+    /// its content size and a checksum), cut as docs/FORMAT.md says — one frame for a `tar`
+    /// of up to [`FRAME_LEN`] bytes, else the index entry, then file entries while they fit
+    /// in each frame's limit ("Compression: zstd frames") — compressed on every core. Every frame depends only on its entries,
+    /// so the result is the same on every machine, whatever the number of threads. Format-2
+    /// packs seal these frames one segment each.
+    pub fn to_tar_zst(&self, mtime: u64, level: i32) -> Result<Vec<u8>, FormatError> {
+        let layout = Layout {
+            room: 0,
+            tags: false,
+        };
+        Ok(self.framed(mtime, level, layout)?.placed.out)
+    }
+
+    /// The payload's frames, laid out as `layout` says.
+    pub(crate) fn framed(
+        &self,
+        mtime: u64,
+        level: i32,
+        layout: Layout,
+    ) -> Result<Framed, FormatError> {
+        let files: Vec<(&String, &Vec<u8>)> = self.files().iter().collect();
+        let entries: Vec<PayloadEntry<'_>> = files
+            .iter()
+            .map(|(path, bytes)| PayloadEntry {
+                path,
+                len: bytes.len() as u64,
+            })
+            .collect();
+        let read = |i: usize, out: &mut Vec<u8>| {
+            out.extend_from_slice(files[i].1);
+            Ok(())
+        };
+        frame_payload(mtime, level, &entries, layout, None, &read)
+    }
+}
+
+/// Compresses with zstd at `level`: one frame per [`FRAME_LEN`] bytes of input (at least
+/// one frame), each with its content size and a checksum, compressed on every core. The
+/// output does not depend on the number of cores.
+pub fn compress(bytes: &[u8], level: i32) -> Result<Vec<u8>, FormatError> {
+    if bytes.len() <= FRAME_LEN {
+        return compressor(level)?
+            .compress(bytes)
+            .map_err(|e| FormatError::io("compressing the payload", e));
+    }
+    compress_chunks(bytes, level)
 }
 
 #[cfg(test)]

@@ -11,18 +11,18 @@
 //! - [`ramp`]: rollouts whose percentage grows on a signed schedule.
 //! - [`guard`]: the guard key, which may only freeze or roll back a channel.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
-//! - [`retry`]: the one backoff schedule (jitter, cap) every retry loop of the project uses.
 
 pub mod channel;
+mod decode;
 pub mod error;
 mod frames;
 pub mod guard;
 pub mod keys;
+mod layout;
 pub mod limits;
 pub mod pack;
 pub mod payload;
 pub mod ramp;
-pub mod retry;
 pub mod source;
 pub mod unpack;
 
@@ -30,7 +30,9 @@ pub use channel::{
     ChannelDocument, ChannelEntry, EntryTarget, PackRef, Rollout, VerifiedChannel, Watch,
     WatchAction, rollout_bucket,
 };
+pub use decode::decompress;
 pub use error::FormatError;
+pub use frames::compress;
 pub use guard::{Guard, GuardAction, Restricts};
 pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
 pub use limits::Limits;

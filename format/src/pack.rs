@@ -13,6 +13,13 @@
 //!
 //! The data key is wrapped (AES-256-GCM again) once per content key, in a key slot named by
 //! the content key's id.
+//!
+//! Opening a format-2 pack decrypts each segment on the thread that decodes it
+//! (`SealedSegments`, a frame source of `decode`), so the decryption lives here, not in
+//! the payload's `tar` reader.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 
 use aes_gcm::aead::AeadInOut;
 use aes_gcm::aead::inout::InOutBuf;
@@ -22,8 +29,12 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::frames::Layout;
+use crate::decode::{
+    FrameSource, PIPELINE_MIN_LEN, decode_exact, frames_within, with_frame_reader,
+};
 use crate::keys::validate_key_id;
+pub use crate::layout::Segment;
+use crate::layout::{Layout, PlacedFrames, TAG_LEN};
 use crate::payload::Payload;
 use crate::{
     ContentKey, ContentKeyRing, FORMAT_VERSION, FormatError, Limits, sha256_hex, validate_name,
@@ -35,7 +46,6 @@ pub const MAGIC: &[u8; 8] = b"PROMPTPK";
 pub const PREFIX_LEN: usize = MAGIC.len() + 4;
 /// The first container version, still read: one encryption of the whole payload.
 pub const FORMAT_V1: u32 = 1;
-pub(crate) const TAG_LEN: usize = 16;
 const MAX_KEY_SLOTS: usize = 16;
 /// Segments in one format-2 pack: 4,096 frames of 8 MiB is 32 GiB of `tar`, far past the
 /// size limits, so only a hostile header comes near it.
@@ -53,16 +63,6 @@ pub struct KeySlot {
     pub nonce: String,
     /// Base64 of the 32-byte data key encrypted under the content key, plus its 16-byte tag.
     pub wrapped_key: String,
-}
-
-/// One format-2 segment: an encrypted piece of the compressed payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Segment {
-    /// Bytes of compressed payload in the segment (its ciphertext, without the tag).
-    pub len: u64,
-    /// Bytes of `tar` the segment's zstd frames decode to.
-    pub tar_len: u64,
 }
 
 /// The plaintext header: everything a server or client may look at before decrypting.
@@ -285,13 +285,6 @@ pub fn seal_segments(
     }
     let placed = PlacedFrames { out, room };
     seal_frames(&meta, keys, secrets, placed, segments).map(SealedPack::into_vec)
-}
-
-/// The compressed payload laid out for sealing: `room` bytes to fill with the header, then
-/// every segment followed by [`TAG_LEN`] bytes for its tag.
-pub(crate) struct PlacedFrames {
-    pub out: Vec<u8>,
-    pub room: usize,
 }
 
 /// Refuses what [`seal`] would refuse, before any work: a bad name, no key or too many,
@@ -956,3 +949,159 @@ fn open_payload(unsealed: &Unsealed<'_>, limits: &Limits) -> Result<Payload, For
 /// Packs from this size up are hashed on a second thread in [`open`], and their segments
 /// encrypted on every core.
 pub(crate) const PARALLEL_HASH_MIN_LEN: usize = 1024 * 1024;
+
+impl Payload {
+    /// Decrypts and decodes a format-2 pack's segments (on every core for a large pack)
+    /// while the `tar` reader reads them in order. A segment that fails wins over whatever
+    /// the reader made of the bytes before it.
+    pub(crate) fn from_segments(
+        unsealed: &Unsealed<'_>,
+        limits: &Limits,
+    ) -> Result<Self, FormatError> {
+        let source = SealedSegments::new(unsealed)?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads < 2 || source.count() < 2 || unsealed.bytes.len() < PIPELINE_MIN_LEN {
+            let tar = source.decode_all()?;
+            return Self::from_tar(&tar, limits);
+        }
+        let total = unsealed.header.tar_len().unwrap_or(0);
+        let (parsed, decoded) = with_frame_reader(&source, threads, |reader| {
+            Self::read_tar(reader, limits, total)
+        });
+        decoded?;
+        parsed
+    }
+}
+
+/// Reads the `len` bytes at `start` of a pack's file into `buffer` (grown as needed, never
+/// shrunk, so that its pages are touched once per thread, not once per segment).
+fn read_segment<'b>(
+    file: &File,
+    start: u64,
+    len: usize,
+    buffer: &'b mut Vec<u8>,
+) -> Result<&'b [u8], FormatError> {
+    if buffer.len() < len {
+        buffer.resize(len, 0);
+    }
+    let part = &mut buffer[..len];
+    read_pack_at(file, part, start)?;
+    Ok(part)
+}
+
+/// Fills `buffer` from a pack's file at `start`; a file that got shorter since its length
+/// was taken says so.
+pub(crate) fn read_pack_at(file: &File, buffer: &mut [u8], start: u64) -> Result<(), FormatError> {
+    file.read_exact_at(buffer, start).map_err(|e| {
+        let e = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            std::io::Error::other("the file got shorter while being read; try again")
+        } else {
+            e
+        };
+        FormatError::io("reading the sealed pack", e)
+    })
+}
+
+/// A format-2 pack's segments: each is read (from memory, or from the pack's file),
+/// authenticated and decrypted, its frames checked against what the header says, and
+/// decoded, all on the thread that decodes it.
+pub(crate) struct SealedSegments<'a> {
+    unsealed: &'a Unsealed<'a>,
+    opener: SegmentOpener<'a>,
+    starts: Vec<usize>,
+    /// Where the segments are read from when `unsealed` holds only the pack's first bytes.
+    file: Option<&'a File>,
+}
+
+impl<'a> SealedSegments<'a> {
+    /// The segments of a pack wholly in memory.
+    pub(crate) fn new(unsealed: &'a Unsealed<'a>) -> Result<Self, FormatError> {
+        if !unsealed.whole() {
+            return Err(FormatError::malformed(
+                "sealed pack",
+                "only the pack's first bytes are in memory",
+            ));
+        }
+        Self::with_file(unsealed, None)
+    }
+
+    /// The segments of the pack in `file`, of which `unsealed` holds the first bytes: each
+    /// is read when it is decoded, into a buffer its thread keeps.
+    pub(crate) fn in_file(unsealed: &'a Unsealed<'a>, file: &'a File) -> Result<Self, FormatError> {
+        Self::with_file(unsealed, Some(file))
+    }
+
+    fn with_file(unsealed: &'a Unsealed<'a>, file: Option<&'a File>) -> Result<Self, FormatError> {
+        Ok(SealedSegments {
+            opener: unsealed.segment_opener()?,
+            starts: unsealed.segment_starts(),
+            unsealed,
+            file,
+        })
+    }
+
+    /// The whole `tar`, one segment after the other on this thread (for small packs).
+    pub(crate) fn decode_all(&self) -> Result<Vec<u8>, FormatError> {
+        let total = self.unsealed.header.tar_len().unwrap_or(0);
+        let mut tar = Vec::with_capacity(total as usize);
+        let mut scratch = SegmentScratch::default();
+        let mut out = Vec::new();
+        let mut context = zstd::zstd_safe::DCtx::create();
+        for number in 0..self.count() {
+            self.decode(number, &mut scratch, &mut context, &mut out)?;
+            tar.extend_from_slice(&out);
+        }
+        Ok(tar)
+    }
+}
+
+/// What a thread decoding segments keeps between them.
+#[derive(Default)]
+pub(crate) struct SegmentScratch {
+    /// The segment as read from the pack's file (unused for a pack in memory).
+    sealed: Vec<u8>,
+    /// The decrypted segment.
+    plain: Vec<u8>,
+}
+
+impl FrameSource for SealedSegments<'_> {
+    type Scratch = SegmentScratch;
+
+    fn count(&self) -> usize {
+        self.unsealed.header.segments.len()
+    }
+
+    fn decode(
+        &self,
+        number: usize,
+        scratch: &mut SegmentScratch,
+        context: &mut zstd::zstd_safe::DCtx<'static>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let segment = self.unsealed.header.segments[number];
+        let start = self.starts[number];
+        let len = segment.len as usize + TAG_LEN;
+        let sealed = match self.file {
+            None => &self.unsealed.bytes[start..start + len],
+            Some(file) => read_segment(file, start as u64, len, &mut scratch.sealed)?,
+        };
+        let plain = &mut scratch.plain;
+        self.opener.open(number, sealed, plain)?;
+        // The frames must declare sizes that add up to what the header says, within the
+        // windows the streaming decoder accepts — the rules of the parallel path of
+        // format 1.
+        let declared: Option<u64> = frames_within(plain, segment.tar_len)
+            .map(|frames| frames.iter().map(|f| f.content_len).sum());
+        if declared != Some(segment.tar_len) {
+            return Err(FormatError::malformed(
+                "zstd payload",
+                format!(
+                    "segment {number} does not hold zstd frames that declare the {} bytes of \
+                     tar its header entry says",
+                    segment.tar_len
+                ),
+            ));
+        }
+        decode_exact(context, plain, segment.tar_len, out)
+    }
+}

@@ -21,34 +21,12 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use rustix::fd::OwnedFd;
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
-use crate::frames::{Layout, PayloadEntry, frame_payload};
+pub use crate::frames::{FileCheck, FileProblem};
+use crate::frames::{PayloadEntry, frame_payload};
+use crate::layout::{INDEX_PATH, Layout};
 use crate::pack::{PackMeta, SealSecrets, SealedPack, check_seal, room_for, seal_frames};
-use crate::payload::{INDEX_PATH, IndexEntry, validate_path};
+use crate::payload::{IndexEntry, validate_path};
 use crate::{ContentKey, FormatError, Limits, Payload, PayloadFile};
-
-/// What a check of one file's bytes found wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileProblem {
-    /// 1-based line, when the problem has one.
-    pub line: Option<usize>,
-    pub message: String,
-    /// What the author can do about it, when there is something to say.
-    pub hint: Option<String>,
-}
-
-impl FileProblem {
-    pub fn new(message: impl Into<String>) -> Self {
-        FileProblem {
-            line: None,
-            message: message.into(),
-            hint: None,
-        }
-    }
-}
-
-/// A check of each file's bytes: its path in the pack and its bytes in, its problems out.
-/// It runs on several threads at once.
-pub type FileCheck<'a> = dyn Fn(&str, &[u8]) -> Vec<FileProblem> + Sync + 'a;
 
 /// One problem in a pack directory. Displays as `PATH: MESSAGE` or `PATH:LINE: MESSAGE`,
 /// with the path on disk.

@@ -19,12 +19,14 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
-use crate::pack::{FORMAT_V1, PackHeader, head_len, read_header, unseal, unseal_of};
-use crate::payload::{
-    FrameReader, FrameSource, IndexEntry, PIPELINE_MIN_LEN, PlainFrames, SealedSegments, TarSink,
-    decompress, frame_plan, read_entries, read_pack_at, read_tar, validate_path, with_chunk_reader,
-    with_frame_reader,
+use crate::decode::{
+    FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames, decompress, frame_plan,
+    with_chunk_reader, with_frame_reader,
 };
+use crate::pack::{
+    FORMAT_V1, PackHeader, SealedSegments, head_len, read_header, read_pack_at, unseal, unseal_of,
+};
+use crate::payload::{IndexEntry, TarSink, read_entries, read_tar, validate_path};
 use crate::{ContentKeyRing, FormatError, Limits, sha256_hex};
 
 /// Where [`open_into`] puts a pack's files.

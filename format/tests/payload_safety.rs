@@ -4,8 +4,9 @@
 mod common;
 
 use common::*;
-use pack_format::payload::{INDEX_PATH, compress, decompress};
+use pack_format::payload::INDEX_PATH;
 use pack_format::{ContentKey, FormatError, Limits, Payload, SealInput, pack};
+use pack_format::{compress, decompress};
 
 /// Writes a tar by hand so that names the `tar` crate would refuse (`..`, absolute) can be
 /// produced. `entries` are (name, type, data, link target).

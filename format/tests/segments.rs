@@ -42,7 +42,7 @@ fn noise(seed: u8, len: usize) -> Vec<u8> {
 fn two_equal_segments() -> (Vec<u8>, usize, usize) {
     let frames: Vec<Vec<u8>> = [noise(1, 1000), noise(2, 1000)]
         .iter()
-        .map(|piece| pack_format::payload::compress(piece, 1).unwrap())
+        .map(|piece| pack_format::compress(piece, 1).unwrap())
         .collect();
     assert_eq!(frames[0].len(), frames[1].len());
     assert_ne!(frames[0], frames[1]);

@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::*;
-use pack_format::payload::{FRAME_LEN, INDEX_PATH, compress};
+use pack_format::compress;
+use pack_format::payload::{FRAME_LEN, INDEX_PATH};
 use pack_format::{
     ContentKey, FormatError, IndexEntry, Limits, Payload, PayloadFile, SealInput, Unpack, pack,
 };

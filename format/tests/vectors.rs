@@ -182,7 +182,7 @@ fn three_segments(inputs: &PackInputs) -> (Vec<Vec<u8>>, Vec<Segment>, Vec<u8>) 
     let pieces = [&tar[..a], &tar[a..b], &tar[b..]];
     let frames: Vec<Vec<u8>> = pieces
         .iter()
-        .map(|piece| pack_format::payload::compress(piece, inputs.zstd_level).unwrap())
+        .map(|piece| pack_format::compress(piece, inputs.zstd_level).unwrap())
         .collect();
     let segments: Vec<Segment> = frames
         .iter()
@@ -342,7 +342,7 @@ fn the_pack_vectors_open_to_their_files_with_either_content_key() {
     let (_, compressed) = pack::decrypt(&sealed, &ring, &Limits::DEFAULT).unwrap();
     assert_eq!(compressed, unhex_lines(&vector["payload_zstd"]));
     assert_eq!(
-        pack_format::payload::decompress(&compressed, &Limits::DEFAULT).unwrap(),
+        pack_format::decompress(&compressed, &Limits::DEFAULT).unwrap(),
         unhex_lines(&vector["tar"])
     );
 

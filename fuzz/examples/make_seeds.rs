@@ -60,7 +60,7 @@ fn main() -> Result<()> {
     }
     for tar in hostile_tars()? {
         put("payload", &tar)?;
-        let compressed = pack_format::payload::compress(&tar, 3)?;
+        let compressed = pack_format::compress(&tar, 3)?;
         put("payload", &compressed)?;
         put("open", &compressed)?;
     }

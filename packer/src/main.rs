@@ -101,7 +101,10 @@ fn main() -> ExitCode {
                 Ok(false) => ExitCode::SUCCESS,
                 Ok(true) => ExitCode::from(1),
                 Err(error) => {
-                    eprintln!("error: {}", pack_format::error::report(error.as_ref()));
+                    eprintln!(
+                        "error: {}",
+                        pack_protocol::error_text::report(error.as_ref())
+                    );
                     ExitCode::from(2)
                 }
             };
@@ -120,7 +123,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", pack_format::error::report(error.as_ref()));
+            eprintln!(
+                "error: {}",
+                pack_protocol::error_text::report(error.as_ref())
+            );
             ExitCode::FAILURE
         }
     }

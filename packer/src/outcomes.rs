@@ -164,7 +164,7 @@ fn pack_label(row: &OutcomeRow) -> String {
     if row.pack == pack_protocol::headers::INSTALLED_BUILTIN {
         format!("{} (built-in)", row.pack_version)
     } else {
-        row.pack_version.clone()
+        row.pack_version.to_string()
     }
 }
 
@@ -192,7 +192,7 @@ fn lines(view: &OutcomesView) -> Vec<String> {
     rows.sort_by(|a, b| {
         version(&b.client_version)
             .cmp(&version(&a.client_version))
-            .then_with(|| version(&b.pack_version).cmp(&version(&a.pack_version)))
+            .then_with(|| b.pack_version.cmp(&a.pack_version))
             .then_with(|| a.pack.cmp(&b.pack))
     });
     let header = [
@@ -258,7 +258,7 @@ mod tests {
         OutcomeRow {
             pack: format!("{:064x}", version.len()),
             pack_name: "core".to_string(),
-            pack_version: version.to_string(),
+            pack_version: version.parse().unwrap(),
             client_version: release.to_string(),
             installs: 3,
             reports: 3,

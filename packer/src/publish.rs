@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use pack_format::channel::format_time;
 use pack_format::{Limits, sha256_hex};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -125,7 +126,7 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
             "sha256": pack.sha256,
             "size": pack.size,
             "created": answer.created,
-            "uploaded_at": pack.uploaded_at,
+            "uploaded_at": format_time(pack.uploaded_at),
         }));
     } else {
         outln!("pack      {} {}", pack.name, pack.version);
@@ -136,10 +137,10 @@ pub fn run(args: &PublishArgs, json: bool) -> Result<()> {
         } else {
             outln!(
                 "uploaded  already there since {} (same bytes; nothing changed)",
-                pack.uploaded_at
+                format_time(pack.uploaded_at)
             );
         }
-        next_step(&remote, &pack.name, &pack.version);
+        next_step(&remote, &pack.name, &pack.version.to_string());
     }
     Ok(())
 }

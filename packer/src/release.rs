@@ -873,10 +873,7 @@ enum PackFrom {
 
 /// The entry for `version` from the server's records of the pack, if it was uploaded.
 fn pack_ref(versions: &[PackRecord], version: &Version) -> Option<PackRef> {
-    let wanted = version.to_string();
-    let record = versions
-        .iter()
-        .find(|r| r.version == wanted || Version::parse(&r.version).is_ok_and(|v| v == *version))?;
+    let record = versions.iter().find(|r| r.version == *version)?;
     Some(PackRef {
         version: version.clone(),
         sha256: record.sha256.clone(),
@@ -902,7 +899,7 @@ fn not_on_server(
     } else {
         versions
             .iter()
-            .map(|r| r.version.as_str())
+            .map(|r| r.version.to_string())
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -957,7 +954,7 @@ fn unknown_channel(remote: &Remote, channel: &str) -> anyhow::Error {
         ),
         Err(error) => format!(
             "the channel list could not be read: {}",
-            pack_format::error::report(error.as_ref())
+            pack_protocol::error_text::report(error.as_ref())
         ),
     };
     anyhow::anyhow!(

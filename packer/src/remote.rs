@@ -32,7 +32,7 @@ const MAX_JSON_BYTES: u64 = 16 * 1024 * 1024;
 pub const REFUSED_RETRY_FOR: Duration = Duration::from_secs(2);
 
 /// The pauses between those tries: 50 ms doubling, jittered, each under half a second.
-const REFUSED_BACKOFF: pack_format::retry::Backoff = pack_format::retry::Backoff {
+const REFUSED_BACKOFF: pack_protocol::retry::Backoff = pack_protocol::retry::Backoff {
     first: Duration::from_millis(50),
     cap: Duration::from_millis(500),
     retries: None,

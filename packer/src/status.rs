@@ -107,7 +107,7 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                     "issued_at": format_time(doc.issued_at),
                     "expires_at": format_time(doc.expires_at),
                     "expired": doc.expires_at <= now,
-                    "published_at": live.summary.published_at,
+                    "published_at": format_time(live.summary.published_at),
                     "key_id": live.summary.key_id,
                     "sha256": live.summary.sha256,
                     "guard": doc.guard.as_ref().map(|g| json!({ "key_id": guard_id(g), "key": g.key })),
@@ -135,7 +135,7 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                         "sha256": v.sha256,
                         "size": v.size,
                         "schema": v.schema,
-                        "uploaded_at": v.uploaded_at,
+                        "uploaded_at": format_time(v.uploaded_at),
                         "live_in": live_in(&channels, &p.name, &v.sha256),
                     })).collect::<Vec<_>>(),
                 })
@@ -376,7 +376,7 @@ fn guard_lines(view: &GuardView) -> Vec<String> {
             decision.clients,
             decision.version,
             decision.percent,
-            decision.at,
+            format_time(decision.at),
             decision.sequence,
             decision.reason
         ));
@@ -399,7 +399,11 @@ fn guard_lines(view: &GuardView) -> Vec<String> {
                 };
                 out.push(format!(
                     "  looked {}: entry {} {} vs {} {}: {verdict}",
-                    look.at, entry.entry, entry.version, entry.replaces, m.metric
+                    format_time(look.at),
+                    entry.entry,
+                    entry.version,
+                    entry.replaces,
+                    m.metric
                 ));
             }
         }
@@ -467,7 +471,13 @@ fn fleet_lines(doc: &ChannelDocument, view: &FleetView, now: OffsetDateTime) -> 
             };
             let mut line = format!(
                 "    {}: {} installs, {share:.0} % of {label}",
-                pack_name(&pack.pack, pack.pack_version.as_deref()),
+                pack_name(
+                    &pack.pack,
+                    pack.pack_version
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .as_deref()
+                ),
                 pack.installs
             );
             let target = doc.entries.iter().find(|e| {
@@ -509,7 +519,10 @@ fn fleet_lines(doc: &ChannelDocument, view: &FleetView, now: OffsetDateTime) -> 
                 format!(
                     "{} on {} ({})",
                     c.client_version,
-                    pack_name(&c.pack, c.pack_version.as_deref()),
+                    pack_name(
+                        &c.pack,
+                        c.pack_version.as_ref().map(ToString::to_string).as_deref()
+                    ),
                     c.installs
                 )
             })
@@ -529,7 +542,10 @@ fn fleet_lines(doc: &ChannelDocument, view: &FleetView, now: OffsetDateTime) -> 
     for f in view.failures.iter().filter(|f| !shown(f)) {
         out.push(format!(
             "  {} (client {}): {} {} from {} installs",
-            pack_name(&f.pack, f.pack_version.as_deref()),
+            pack_name(
+                &f.pack,
+                f.pack_version.as_ref().map(ToString::to_string).as_deref()
+            ),
             f.client_version,
             f.reports,
             f.reason,

@@ -180,7 +180,8 @@ pub struct FleetCell {
     pub pack: String,
     /// The pack version, when packd knows this SHA-256 as an uploaded pack of the channel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pack_version: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub pack_version: Option<semver::Version>,
     /// Distinct installs over the window.
     pub installs: u64,
     /// Distinct installs per day, in the order of [`FleetView::days`].
@@ -205,7 +206,8 @@ pub struct RangePack {
     /// As in [`FleetCell::pack`].
     pub pack: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pack_version: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub pack_version: Option<semver::Version>,
     pub installs: u64,
 }
 
@@ -216,7 +218,8 @@ pub struct FailureCell {
     /// As in [`FleetCell::pack`].
     pub pack: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pack_version: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub pack_version: Option<semver::Version>,
     /// A [`ReportReason`] code, or `other` (over the cap).
     pub reason: String,
     pub client_version: String,
@@ -237,7 +240,8 @@ pub struct FailingPack {
     /// As in [`FleetCell::pack`].
     pub pack: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pack_version: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub pack_version: Option<semver::Version>,
     /// Reports received.
     pub reports: u64,
     /// Distinct installs that sent them.

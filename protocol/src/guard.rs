@@ -3,6 +3,7 @@
 //! likelihood ratio; and every freeze or rollback it signed, with why.
 
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 
 #[cfg(feature = "openapi")]
 use utoipa::ToSchema;
@@ -34,7 +35,8 @@ pub struct MetricLook {
 pub struct EntryLook {
     pub entry: usize,
     pub clients: String,
-    pub version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub version: semver::Version,
     pub sha256: String,
     /// What it replaces: a version or `builtin`.
     pub replaces: String,
@@ -51,11 +53,14 @@ pub struct EntryLook {
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct Decision {
     pub channel: String,
-    pub at: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub at: OffsetDateTime,
     pub action: String,
     pub entry: usize,
     pub clients: String,
-    pub version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub version: semver::Version,
     /// The sequence the guard document took.
     pub sequence: u64,
     /// The sequence of the signed document it restricts.
@@ -88,7 +93,9 @@ pub struct GuardView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct GuardLook {
-    pub at: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub at: OffsetDateTime,
     pub sequence: u64,
     pub entries: Vec<EntryLook>,
 }

@@ -5,12 +5,18 @@
 //! Every body a reader takes from the network is checked where it is parsed: SHA-256 values
 //! are 64 lowercase hex digits and names follow the format's name rule, so nothing
 //! downstream slices or builds a URL from an unchecked string.
+//!
+//! Two helpers of everything that talks HTTP live here too, since every binary reaches this
+//! crate and it pulls in nothing heavy: [`retry`], the one backoff schedule (jitter, cap)
+//! every retry loop of the project uses, and [`error_text`], how an error reads on one line.
 
+pub mod error_text;
 pub mod fleet;
 pub mod guard;
 pub mod headers;
 pub mod outcomes;
 pub mod paths;
+pub mod retry;
 
 pub use fleet::{
     EstimateInfo, FailingPack, FailureCell, FailureReport, FleetCell, FleetView, RangePack,
@@ -22,6 +28,7 @@ pub use outcomes::{
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
+use time::OffsetDateTime;
 
 #[cfg(feature = "openapi")]
 use utoipa::ToSchema;
@@ -37,7 +44,8 @@ pub struct PackRecord {
     #[serde(deserialize_with = "pack_name")]
     pub name: String,
     /// Semantic version of the pack.
-    pub version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub version: semver::Version,
     /// Template schema the pack was validated against.
     pub schema: u32,
     /// Lowercase hex SHA-256 of the sealed bytes.
@@ -47,7 +55,9 @@ pub struct PackRecord {
     pub size: u64,
     /// RFC 3339 time of the upload this record points at (to the nanosecond: an upload that
     /// replaced the record carries its own time).
-    pub uploaded_at: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub uploaded_at: OffsetDateTime,
 }
 
 /// Answer to `PUT /v1/blobs/{sha256}`.
@@ -113,10 +123,18 @@ pub struct ChannelSummary {
     pub sha256: String,
     /// The minisign key id that signed it.
     pub key_id: String,
-    pub issued_at: String,
-    pub expires_at: String,
+    /// RFC 3339, as in the document.
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub issued_at: OffsetDateTime,
+    /// RFC 3339, as in the document.
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub expires_at: OffsetDateTime,
     /// RFC 3339 time the server accepted it.
-    pub published_at: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub published_at: OffsetDateTime,
     /// The name (from packd's config) of the token that published it. Absent on documents
     /// published before packd recorded it. A label, never the token or its hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -208,7 +226,8 @@ mod tests {
     fn summary(channel: &str, sha256: &str) -> serde_json::Value {
         serde_json::json!({
             "channel": channel, "pack": "core", "sequence": 3, "sha256": sha256,
-            "key_id": "ABCD", "issued_at": "t", "expires_at": "t", "published_at": "t"
+            "key_id": "ABCD", "issued_at": "2026-03-01T00:00:00Z",
+            "expires_at": "2026-04-01T00:00:00+02:00", "published_at": "2026-03-01T10:20:30.123456789Z"
         })
     }
 

@@ -296,7 +296,8 @@ pub struct OutcomeRow {
     /// SHA-256 of the sealed pack, or `builtin`.
     pub pack: String,
     pub pack_name: String,
-    pub pack_version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub pack_version: semver::Version,
     pub client_version: String,
     /// Distinct installs that reported this row in the window.
     pub installs: u64,

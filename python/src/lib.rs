@@ -53,7 +53,7 @@ fn error(kind: &str, message: String, class: fn(String) -> PyErr) -> PyErr {
 fn client_error(e: &ClientError) -> PyErr {
     error(
         e.kind(),
-        pack_format::error::report(e),
+        pack_protocol::error_text::report(e),
         PromptpackError::new_err,
     )
 }

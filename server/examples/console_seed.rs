@@ -25,7 +25,7 @@ use pack_format::{
     Rollout, SealInput, SigningKey,
 };
 use pack_protocol::{headers, paths};
-use pack_server::model::{ChannelRecord, ChannelSummary, rfc3339};
+use pack_server::model::{ChannelRecord, ChannelSummary};
 use time::OffsetDateTime;
 
 struct Args {
@@ -205,9 +205,9 @@ async fn main() -> Result<()> {
                     sequence,
                     sha256: pack_format::sha256_hex(&signed.document),
                     key_id: key.key_id(),
-                    issued_at: rfc3339(doc.issued_at),
-                    expires_at: rfc3339(doc.expires_at),
-                    published_at: rfc3339(doc.issued_at + time::Duration::seconds(5)),
+                    issued_at: doc.issued_at,
+                    expires_at: doc.expires_at,
+                    published_at: doc.issued_at + time::Duration::seconds(5),
                     published_by: Some(
                         ["release-ci", "alice", "bob"][sequence as usize % 3].into(),
                     ),

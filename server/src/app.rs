@@ -9,6 +9,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use pack_protocol::paths;
 use tokio::sync::Semaphore;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -143,8 +144,6 @@ pub fn router_with_fleet(
     Ok((app, live))
 }
 
-/// The route a watch is made on.
-const CHANNEL_ROUTE: &str = "/v1/channels/{channel}";
 /// The label watches are counted under in the request metrics: their time is waiting.
 const WATCH_ROUTE: &str = "/v1/channels/{channel}?wait";
 
@@ -170,7 +169,7 @@ async fn observe(State(state): State<SharedState>, request: Request, next: Next)
     };
     let start = Instant::now();
     let mut timeout = state.settings.request_timeout;
-    if route == CHANNEL_ROUTE && method == "GET" {
+    if route == paths::CHANNEL_ROUTE && method == "GET" {
         // The most a watch is held: the cap plus a sixteenth of stretch.
         let wait = state.settings.max_watch_wait;
         timeout += wait + wait / 16;

@@ -501,7 +501,7 @@ pub struct Fleet {
     /// SHA-256 → version of uploaded packs, from their records. A record replaced while its
     /// version was unreleased leaves its old entry, which stays true: that blob is that
     /// version.
-    versions: Mutex<HashMap<String, String>>,
+    versions: Mutex<HashMap<String, semver::Version>>,
     /// The records read, by key and write ([`crate::storage::listed_write`]).
     records_read: Mutex<HashSet<(String, String)>>,
     last_sweep: Mutex<Option<Date>>,
@@ -826,7 +826,7 @@ impl Fleet {
         &self,
         storage: &Storage,
         pack: &str,
-    ) -> Result<HashMap<String, String>, StorageError> {
+    ) -> Result<HashMap<String, semver::Version>, StorageError> {
         let prefix = format!("{}/{pack}", crate::storage::keys::PACKS);
         for meta in storage.list(&prefix).await? {
             let key = (meta.location.to_string(), listed_write(&meta));
@@ -926,7 +926,7 @@ fn assemble(
     dates: &[Date],
     per_day: &[DayData],
     sources: usize,
-    versions: &HashMap<String, String>,
+    versions: &HashMap<String, semver::Version>,
     ranges: &[semver::VersionReq],
     max_cells: usize,
 ) -> FleetView {

@@ -12,11 +12,12 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use pack_format::channel::{SignedChannel, format_time};
+use pack_format::channel::SignedChannel;
 use pack_format::guard::{GuardAction, guard_document};
 use pack_format::{ChannelDocument, EntryTarget, WatchAction};
 use pack_protocol::guard::{Decision, EntryLook, GuardLook, GuardView, MetricLook};
 use pack_protocol::outcomes::{OutcomeCounts, OutcomeRates, OutcomesView, Rate};
+use pack_protocol::paths;
 
 use time::OffsetDateTime;
 
@@ -118,7 +119,7 @@ pub async fn look(
     let settings = &state.settings.guard.test;
     let entries = entry_looks(doc, base_doc, &view, settings, now);
     let look = GuardLook {
-        at: format_time(now),
+        at: now,
         sequence: doc.sequence,
         entries,
     };
@@ -156,7 +157,7 @@ pub async fn look(
                 .collect();
             let decision = Decision {
                 channel: channel.to_string(),
-                at: format_time(now),
+                at: now,
                 action: action.to_string(),
                 entry: acting.entry,
                 clients: acting.clients.clone(),
@@ -170,7 +171,7 @@ pub async fn look(
             tracing::warn!(
                 channel,
                 action = %action,
-                version = decision.version,
+                version = %decision.version,
                 sequence = decision.sequence,
                 reason = decision.reason,
                 "guard stopped a rollout"
@@ -279,7 +280,7 @@ pub fn entry_looks(
         looks.push(EntryLook {
             entry: i,
             clients: entry.clients.to_string(),
-            version: new_pack.version.to_string(),
+            version: new_pack.version.clone(),
             sha256: new_pack.sha256.clone(),
             replaces,
             percent: rollout.percent_at(doc.ramp_time(now)),
@@ -363,7 +364,7 @@ fn delegated_key(state: &SharedState, document: &str, signature: &str) -> Option
 /// newest first. Readable like the fleet view (`[fleet] view`).
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}/guard",
+    path = paths::GUARD_ROUTE,
     tag = "guard",
     params(("channel" = String, Path, description = "Channel name")),
     responses(

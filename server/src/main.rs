@@ -71,7 +71,10 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", pack_format::error::report(error.as_ref()));
+            eprintln!(
+                "error: {}",
+                pack_protocol::error_text::report(error.as_ref())
+            );
             ExitCode::FAILURE
         }
     }

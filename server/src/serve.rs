@@ -11,7 +11,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use pack_format::retry::Backoff;
+use pack_protocol::retry::Backoff;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
 

@@ -213,7 +213,14 @@ async fn fifty_installs_through_two_nodes_are_counted_once_each(env: Env) {
             } else {
                 None
             };
-            assert_eq!(cell.pack_version.as_deref(), version, "{cell:?}");
+            assert_eq!(
+                cell.pack_version
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .as_deref(),
+                version,
+                "{cell:?}"
+            );
         }
         let today = fleet(server, &format!("?days={days}")).await;
         assert_eq!(today.installs, 50);
@@ -330,7 +337,7 @@ async fn failure_reports_through_two_nodes_are_summed(env: Env) {
         let view = fleet_until(server, |v| counts(v) == expected).await;
         assert_eq!(counts(&view), expected, "{view:#?}");
         assert!(view.failures.iter().all(|f| f.pack == sha
-            && f.pack_version.as_deref() == Some("1.0.0")
+            && f.pack_version.as_ref().map(ToString::to_string).as_deref() == Some("1.0.0")
             && f.client_version == "1.4.2"));
         // By pack: six distinct installs (the two that also marked it bad count once).
         assert_eq!(view.failing_packs.len(), 1, "{view:#?}");

@@ -93,7 +93,9 @@ async fn view_until(server: &Packd, done: impl Fn(&OutcomesView) -> bool) -> Out
 }
 
 fn row<'a>(view: &'a OutcomesView, version: &str) -> Option<&'a OutcomeRow> {
-    view.rows.iter().find(|r| r.pack_version == version)
+    view.rows
+        .iter()
+        .find(|r| r.pack_version.to_string() == version)
 }
 
 fn assert_rate(rate: &Rate, events: u64, trials: u64, point: f64, low: f64, high: f64) {
@@ -202,7 +204,11 @@ async fn two_nodes_merge_and_a_later_report_replaces_the_earlier(env: Env) {
         let builtin = row(&view, "0.0.0").unwrap();
         assert_eq!(builtin.pack, "builtin");
         assert_eq!(builtin.rates.exec_failure_rate.rate, None);
-        assert_eq!(view.rows[0].pack_version, "1.0.0", "most turns first");
+        assert_eq!(
+            view.rows[0].pack_version.to_string(),
+            "1.0.0",
+            "most turns first"
+        );
         assert_eq!(view.days.len(), 7);
         assert!(!view.overflow);
     }

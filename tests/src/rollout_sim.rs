@@ -144,7 +144,7 @@ impl SimFleet {
                 .map(|(served, (counts, installs))| OutcomeRow {
                     pack: served.pack,
                     pack_name: "builtin".to_string(),
-                    pack_version: served.version,
+                    pack_version: served.version.parse().unwrap(),
                     client_version: self.release.to_string(),
                     installs,
                     reports: installs,

@@ -515,13 +515,13 @@ impl Provider {
             // already, so keep only the cause ("Connection refused (os error 111)").
             Err(e) if e.is_connect() || e.is_timeout() || e.is_request() => {
                 Err(Failed::Retryable {
-                    last: pack_format::error::root_cause(&e),
+                    last: pack_protocol::error_text::root_cause(&e),
                     retry_after: None,
                 })
             }
             Err(e) => Err(Failed::Final(ProviderError::Connect {
                 url: url.to_string(),
-                reason: pack_format::error::root_cause(&e),
+                reason: pack_protocol::error_text::root_cause(&e),
             })),
         }
     }

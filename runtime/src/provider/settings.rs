@@ -133,8 +133,8 @@ pub struct ProviderSettings {
 impl ProviderSettings {
     /// The schedule failed model calls are retried on: `max_retries` retries from
     /// `retry_base`, doubling, jittered, every pause under `max_retry_wait`.
-    pub fn backoff(&self) -> pack_format::retry::Backoff {
-        pack_format::retry::Backoff {
+    pub fn backoff(&self) -> pack_protocol::retry::Backoff {
+        pack_protocol::retry::Backoff {
             first: self.retry_base,
             cap: self.max_retry_wait,
             retries: Some(self.max_retries as usize),

@@ -395,7 +395,7 @@ async fn fetch(settings: &WebSettings, start: &str) -> ToolResult {
                     Some(why) => format!("refused {url}{redirected}: {why}"),
                     None => format!(
                         "fetching {url}{redirected} failed: {}",
-                        pack_format::error::report(&e)
+                        pack_protocol::error_text::report(&e)
                     ),
                 })
             })?;

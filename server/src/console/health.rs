@@ -104,7 +104,7 @@ pub fn health(view: &FleetView) -> Vec<PackHealth> {
             .entry(failure.pack.as_str())
             .or_insert_with(|| PackHealth {
                 pack: failure.pack.clone(),
-                version: failure.pack_version.clone(),
+                version: failure.pack_version.as_ref().map(ToString::to_string),
                 failing_daily: vec![0; days],
                 installs_daily: vec![0; days],
                 reports: 0,
@@ -241,7 +241,7 @@ mod tests {
         let sha = "a".repeat(64);
         let failure = |reason: &str, n: u64| pack_protocol::FailureCell {
             pack: sha.clone(),
-            pack_version: Some("1.1.0".into()),
+            pack_version: Some("1.1.0".parse().unwrap()),
             reason: reason.into(),
             client_version: "1.4.0".into(),
             reports: n,
@@ -255,7 +255,7 @@ mod tests {
             cells: vec![pack_protocol::FleetCell {
                 client_version: "1.4.0".into(),
                 pack: sha.clone(),
-                pack_version: Some("1.1.0".into()),
+                pack_version: Some("1.1.0".parse().unwrap()),
                 installs: 20,
                 daily: vec![0, 20],
             }],
@@ -275,7 +275,7 @@ mod tests {
     fn an_install_reporting_two_reasons_counts_once_when_packd_says_so() {
         let by_pack = pack_protocol::FailingPack {
             pack: "a".repeat(64),
-            pack_version: Some("1.1.0".into()),
+            pack_version: Some("1.1.0".parse().unwrap()),
             reports: 8,
             installs: 6,
             daily: vec![0, 6],

@@ -336,7 +336,7 @@ mod tests {
             OutcomeRow {
                 pack: pack.to_string(),
                 pack_name: "core".into(),
-                pack_version: "1.1.0".into(),
+                pack_version: "1.1.0".parse().unwrap(),
                 client_version: release.to_string(),
                 installs: 2,
                 reports: 2,

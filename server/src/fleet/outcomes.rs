@@ -511,22 +511,27 @@ fn assemble(
     }
     let mut rows: Vec<OutcomeRow> = rows
         .into_iter()
-        .map(|((pack, name, version, release), sum)| OutcomeRow {
-            pack: pack.clone(),
-            pack_name: name.clone(),
-            pack_version: version.clone(),
-            client_version: release.clone(),
-            installs: sum.installs.len() as u64,
-            reports: sum.reports,
-            rates: OutcomeRates::of(&sum.counts),
-            counts: sum.counts,
+        .filter_map(|((pack, name, version, release), sum)| {
+            // Every version here was a checked semver when its report came in.
+            let pack_version = version.parse().ok()?;
+            Some(OutcomeRow {
+                pack: pack.clone(),
+                pack_name: name.clone(),
+                pack_version,
+                client_version: release.clone(),
+                installs: sum.installs.len() as u64,
+                reports: sum.reports,
+                rates: OutcomeRates::of(&sum.counts),
+                counts: sum.counts,
+            })
         })
         .collect();
     rows.sort_by(|a, b| {
         b.counts
             .turns
             .cmp(&a.counts.turns)
-            .then_with(|| a.pack_version.cmp(&b.pack_version))
+            // By the version's text, as the rows were always ordered.
+            .then_with(|| a.pack_version.to_string().cmp(&b.pack_version.to_string()))
             .then_with(|| a.client_version.cmp(&b.client_version))
             .then_with(|| a.pack.cmp(&b.pack))
     });

@@ -6,10 +6,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use pack_protocol::paths;
 use time::OffsetDateTime;
 
 use crate::error::{ApiError, ErrorBody, VersionHeld};
-use crate::model::{PackRecord, UploadResponse, rfc3339};
+use crate::model::{PackRecord, UploadResponse};
 use crate::range::{RangeRequest, if_none_match, parse_range};
 use crate::routes::{check_sha256, etag, header_str, read_body_sha256};
 use crate::state::SharedState;
@@ -30,7 +31,7 @@ const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 /// the version never points at other bytes again.
 #[utoipa::path(
     put,
-    path = "/v1/blobs/{sha256}",
+    path = paths::BLOB_ROUTE,
     tag = "blobs",
     params(("sha256" = String, Path, description = "Lowercase hex SHA-256 of the body")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The sealed pack"),
@@ -107,15 +108,14 @@ async fn store_checked(
     }
     let (header, _) =
         pack_format::read_header(&bytes, &state.settings.limits).map_err(ApiError::InvalidPack)?;
-    let version = header.version.to_string();
-    let record_key = keys::pack_record(&header.name, &version);
+    let record_key = keys::pack_record(&header.name, &header.version.to_string());
     let record = PackRecord {
         name: header.name.clone(),
-        version: version.clone(),
+        version: header.version.clone(),
         schema: header.schema,
         sha256: sha256.clone(),
         size: bytes.len() as u64,
-        uploaded_at: rfc3339(OffsetDateTime::now_utc()),
+        uploaded_at: OffsetDateTime::now_utc(),
     };
 
     let result = store_upload(state, token, bytes, &record_key, &record).await;
@@ -123,7 +123,7 @@ async fn store_checked(
         tracing::info!(
             token,
             pack = record.name,
-            version,
+            version = %record.version,
             sha256,
             size = record.size,
             "pack uploaded"
@@ -189,7 +189,7 @@ async fn store_upload(
                 tracing::info!(
                     token,
                     pack = record.name,
-                    version = record.version,
+                    version = %record.version,
                     sha256 = record.sha256,
                     replaced = replaced.sha256,
                     "an unreleased pack version was replaced"
@@ -241,7 +241,7 @@ fn stored(record: &PackRecord) -> (StatusCode, Json<UploadResponse>) {
 fn version_exists(existing: &PackRecord, upload: &PackRecord, held: VersionHeld) -> ApiError {
     ApiError::VersionExists {
         name: existing.name.clone(),
-        version: existing.version.clone(),
+        version: existing.version.to_string(),
         existing: existing.sha256.clone(),
         found: upload.sha256.clone(),
         held: Box::new(held),
@@ -267,7 +267,7 @@ async fn load_record(state: &SharedState, key: &str) -> Result<Option<Found>, Ap
 /// `Range: bytes=…` (206, or 416 past the end); `If-Range` with the ETag is honoured.
 #[utoipa::path(
     get,
-    path = "/v1/blobs/{sha256}",
+    path = paths::BLOB_ROUTE,
     tag = "blobs",
     params(
         ("sha256" = String, Path, description = "Lowercase hex SHA-256"),
@@ -294,7 +294,7 @@ pub async fn get_blob(
 /// Size and headers of a sealed pack, without the body.
 #[utoipa::path(
     head,
-    path = "/v1/blobs/{sha256}",
+    path = paths::BLOB_ROUTE,
     tag = "blobs",
     params(("sha256" = String, Path, description = "Lowercase hex SHA-256")),
     responses(

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
-use pack_protocol::headers;
+use pack_protocol::{headers, paths};
 
 use crate::auth::Scope;
 use crate::claims::{self, Claim, Purpose, Release, Taken};
@@ -60,7 +60,7 @@ fn publish_limit(state: &SharedState) -> u64 {
 /// re-read the channel, sign the change as the next sequence and retry.
 #[utoipa::path(
     put,
-    path = "/v1/channels/{channel}",
+    path = paths::CHANNEL_ROUTE,
     tag = "channels",
     params(("channel" = String, Path, description = "Channel name")),
     request_body(content = PublishRequest, content_type = "application/json"),
@@ -208,9 +208,9 @@ fn summary(verified: &VerifiedChannel, token: &str) -> ChannelSummary {
         sequence: doc.sequence,
         sha256: verified.sha256.clone(),
         key_id: verified.key_id.clone(),
-        issued_at: rfc3339(doc.issued_at),
-        expires_at: rfc3339(doc.expires_at),
-        published_at: rfc3339(OffsetDateTime::now_utc()),
+        issued_at: doc.issued_at,
+        expires_at: doc.expires_at,
+        published_at: OffsetDateTime::now_utc(),
         published_by: Some(token.to_string()),
     }
 }
@@ -532,7 +532,7 @@ fn answer(
 /// document as on any refresh.
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}",
+    path = paths::CHANNEL_ROUTE,
     tag = "channels",
     params(
         ("channel" = String, Path, description = "Channel name"),
@@ -648,7 +648,7 @@ async fn channel_answer(
 /// The minisign signature of the live channel document.
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}/signature",
+    path = paths::CHANNEL_SIGNATURE_ROUTE,
     tag = "channels",
     params(("channel" = String, Path, description = "Channel name")),
     responses(
@@ -678,7 +678,7 @@ pub async fn get_signature(
 /// The live document of every channel.
 #[utoipa::path(
     get,
-    path = "/v1/channels",
+    path = paths::CHANNELS,
     tag = "channels",
     responses((status = 200, description = "Channels, sorted by name", body = ChannelList))
 )]
@@ -717,7 +717,7 @@ pub struct HistoryQuery {
 /// Every document ever published on a channel, oldest first.
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}/history",
+    path = paths::HISTORY_ROUTE,
     tag = "channels",
     params(("channel" = String, Path, description = "Channel name"), HistoryQuery),
     responses(
@@ -786,7 +786,7 @@ async fn historic(
 /// One published document, byte for byte as signed.
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}/history/{sequence}",
+    path = paths::HISTORY_DOCUMENT_ROUTE,
     tag = "channels",
     params(("channel" = String, Path, description = "Channel name"), ("sequence" = u64, Path, description = "Sequence")),
     responses(
@@ -816,7 +816,7 @@ pub async fn history_document(
 /// The signature of one published document.
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}/history/{sequence}/signature",
+    path = paths::HISTORY_SIGNATURE_ROUTE,
     tag = "channels",
     params(("channel" = String, Path, description = "Channel name"), ("sequence" = u64, Path, description = "Sequence")),
     responses(

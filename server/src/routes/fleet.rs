@@ -6,6 +6,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use pack_protocol::fleet::MAX_REPORT_BYTES;
+use pack_protocol::paths;
 use pack_protocol::{FailureReport, FleetView, ReportAccepted};
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -38,7 +39,7 @@ pub struct FleetQuery {
 /// counted in each cell it was seen in; `days=1` shows the current picture.
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}/fleet",
+    path = paths::FLEET_ROUTE,
     tag = "fleet",
     params(("channel" = String, Path, description = "Channel name"), FleetQuery),
     responses(
@@ -89,7 +90,7 @@ pub async fn get_fleet(
 /// `Retry-After`).
 #[utoipa::path(
     post,
-    path = "/v1/channels/{channel}/reports",
+    path = paths::REPORTS_ROUTE,
     tag = "fleet",
     params(
         ("channel" = String, Path, description = "Channel name"),

@@ -4,12 +4,13 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use pack_protocol::paths;
 
 use crate::error::{ApiError, ErrorBody, ErrorDetail};
 use crate::state::SharedState;
 
 /// Liveness: the process answers.
-#[utoipa::path(get, path = "/healthz", tag = "ops", responses((status = 200, description = "ok", body = String)))]
+#[utoipa::path(get, path = paths::HEALTHZ, tag = "ops", responses((status = 200, description = "ok", body = String)))]
 pub async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -18,7 +19,7 @@ pub async fn healthz() -> &'static str {
 /// within the last 2 s stands).
 #[utoipa::path(
     get,
-    path = "/readyz",
+    path = paths::READYZ,
     tag = "ops",
     responses(
         (status = 200, description = "ready", body = String),
@@ -46,7 +47,7 @@ pub async fn readyz(State(state): State<SharedState>) -> Response {
 /// Prometheus metrics (text exposition format).
 #[utoipa::path(
     get,
-    path = "/metrics",
+    path = paths::METRICS,
     tag = "ops",
     responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String))
 )]
@@ -78,7 +79,7 @@ pub async fn metrics(
 /// This OpenAPI description.
 #[utoipa::path(
     get,
-    path = "/v1/openapi.json",
+    path = paths::OPENAPI,
     tag = "ops",
     responses((status = 200, description = "OpenAPI 3.1 JSON", content_type = "application/json", body = Object))
 )]

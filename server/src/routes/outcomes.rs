@@ -6,6 +6,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use pack_protocol::outcomes::MAX_OUTCOME_BYTES;
+use pack_protocol::paths;
 use pack_protocol::{OutcomeReport, OutcomesAccepted, OutcomesView};
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -43,7 +44,7 @@ pub struct OutcomesQuery {
 /// `fallback_rate` per turn (model call), `exec_failure_rate` per `agent exec` run.
 #[utoipa::path(
     get,
-    path = "/v1/channels/{channel}/outcomes",
+    path = paths::OUTCOMES_ROUTE,
     tag = "outcomes",
     params(("channel" = String, Path, description = "Channel name"), OutcomesQuery),
     responses(
@@ -84,7 +85,7 @@ pub async fn get_outcomes(
 /// `Retry-After`), and by the rows and installs a node keeps per day (429).
 #[utoipa::path(
     post,
-    path = "/v1/channels/{channel}/outcomes",
+    path = paths::OUTCOMES_ROUTE,
     tag = "outcomes",
     params(
         ("channel" = String, Path, description = "Channel name"),
@@ -137,7 +138,7 @@ pub async fn post_outcomes(
     tracing::debug!(
         channel,
         day = report.day,
-        pack_version = report.pack_version,
+        pack_version = %report.pack_version,
         client_version = report.client_version,
         "outcome counts"
     );

@@ -6,6 +6,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use futures_util::{StreamExt, TryStreamExt};
+use pack_protocol::paths;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::model::{PackList, PackRecord, PackVersions};
@@ -43,15 +44,7 @@ fn group(records: Vec<PackRecord>) -> Vec<PackVersions> {
     by_name
         .into_iter()
         .map(|(name, mut versions)| {
-            versions.sort_by(|a, b| {
-                match (
-                    semver::Version::parse(&a.version),
-                    semver::Version::parse(&b.version),
-                ) {
-                    (Ok(x), Ok(y)) => x.cmp(&y),
-                    (Ok(_) | Err(_), Ok(_) | Err(_)) => a.version.cmp(&b.version),
-                }
-            });
+            versions.sort_by(|a, b| a.version.cmp(&b.version));
             PackVersions { name, versions }
         })
         .collect()
@@ -60,7 +53,7 @@ fn group(records: Vec<PackRecord>) -> Vec<PackVersions> {
 /// Every uploaded pack with its versions.
 #[utoipa::path(
     get,
-    path = "/v1/packs",
+    path = paths::PACKS,
     tag = "packs",
     responses((status = 200, description = "Packs by name, versions oldest first", body = PackList))
 )]
@@ -77,7 +70,7 @@ pub async fn list_packs(
 /// Every uploaded version of one pack.
 #[utoipa::path(
     get,
-    path = "/v1/packs/{name}",
+    path = paths::PACK_ROUTE,
     tag = "packs",
     params(("name" = String, Path, description = "Pack name")),
     responses(

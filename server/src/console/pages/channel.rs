@@ -20,6 +20,7 @@ use crate::console::layout::{
 use crate::console::rollouts::{GuardDocument, Stop, live_rollouts};
 use crate::console::{ConsoleState, FleetAccess, RECENT_HISTORY};
 use crate::error::ApiError;
+use crate::model::rfc3339;
 
 use super::history::history_table;
 use super::overview::expiry;
@@ -84,7 +85,13 @@ fn group_by_range(entries: &[Entry], view: &FleetView) -> Vec<RangeGroup> {
             .entry(cell.pack.clone())
             .or_insert_with(|| {
                 (
-                    pack_label(&cell.pack, cell.pack_version.as_deref()),
+                    pack_label(
+                        &cell.pack,
+                        cell.pack_version
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .as_deref(),
+                    ),
                     vec![0; days],
                 )
             });
@@ -375,11 +382,11 @@ pub async fn render(
                 }
             } }
             div { dt { "Published" } dd {
-                (when(&summary.published_at, now))
+                (when(&rfc3339(summary.published_at), now))
                 @if let Some(by) = &summary.published_by { " by " strong class="by" { (by) } }
             } }
             div { dt { "Signed by key" } dd { code { (summary.key_id) } } }
-            div { dt { "Expires" } dd { (expiry(&summary.expires_at, now)) } }
+            div { dt { "Expires" } dd { (expiry(&rfc3339(summary.expires_at), now)) } }
             @if let Some(key) = &guard_key {
                 div { dt { "Guard key" } dd { code { (key) } " (may freeze or roll back)" } }
             }

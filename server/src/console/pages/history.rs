@@ -11,7 +11,7 @@ use crate::console::entries::{Change, diff, shell_quote};
 use crate::console::layout::{Section, change_box, page, short_sha, when};
 use crate::console::{ConsoleState, HISTORY_PER_PAGE, parse_document};
 use crate::error::ApiError;
-use crate::model::ChannelRecord;
+use crate::model::{ChannelRecord, rfc3339};
 
 use super::overview::{entry_list, expiry};
 
@@ -76,7 +76,7 @@ pub fn history_table(
                         }
                         @match record {
                             Some(r) => {
-                                td data-label="Published" { (when(&r.summary.published_at, now)) }
+                                td data-label="Published" { (when(&rfc3339(r.summary.published_at), now)) }
                                 td data-label="By token" {
                                     @match &r.summary.published_by {
                                         Some(by) => span class="by" { (by) },
@@ -213,13 +213,13 @@ pub async fn render_sequence(
             @else { "Not live: sequence " a href={ "/console/channels/" (channel) } { (live_sequence) } " is." }
         }
         dl class="facts" {
-            div { dt { "Published" } dd { (when(&summary.published_at, now)) } }
+            div { dt { "Published" } dd { (when(&rfc3339(summary.published_at), now)) } }
             div { dt { "By token" } dd {
                 @match &summary.published_by { Some(by) => span class="by" { (by) }, None => "not recorded" }
             } }
             div { dt { "Signed by key" } dd { code { (summary.key_id) } } }
-            div { dt { "Issued" } dd { (when(&summary.issued_at, now)) } }
-            div { dt { "Expires" } dd { (expiry(&summary.expires_at, now)) } }
+            div { dt { "Issued" } dd { (when(&rfc3339(summary.issued_at), now)) } }
+            div { dt { "Expires" } dd { (expiry(&rfc3339(summary.expires_at), now)) } }
             div { dt { "Document SHA-256" } dd { (short_sha(&summary.sha256)) } }
         }
         section aria-labelledby="entries-title" {

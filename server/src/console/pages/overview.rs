@@ -16,6 +16,7 @@ use crate::console::{
     CHANNELS_PER_PAGE, ConsoleState, FleetAccess, LiveChannel, OVERVIEW_FLEET_WAIT,
 };
 use crate::error::ApiError;
+use crate::model::rfc3339;
 
 /// One channel's row.
 struct Row {
@@ -171,10 +172,10 @@ pub async fn render(
                                 a href={ "/console/channels/" (s.channel) "/history" } { (s.sequence) }
                             }
                             td data-label="Published" {
-                                (when(&s.published_at, now))
+                                (when(&rfc3339(s.published_at), now))
                                 @if let Some(by) = &s.published_by { br; span class="by" { "by " (by) } }
                             }
-                            td data-label="Expires" { (expiry(&s.expires_at, now)) }
+                            td data-label="Expires" { (expiry(&rfc3339(s.expires_at), now)) }
                             @if fleet {
                                 td data-label="Failures" {
                                     @match (&row.rising, rising) {

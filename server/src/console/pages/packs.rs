@@ -12,18 +12,11 @@ use crate::console::entries::{Entry, entries_at, shell_quote};
 use crate::console::layout::{Section, change_box, page, rollout_bar, size, when};
 use crate::console::{ConsoleState, LiveChannel};
 use crate::error::ApiError;
+use crate::model::rfc3339;
 
 /// Newest version first; versions that are no semver (none packd accepts) last.
 fn by_version_desc(a: &PackRecord, b: &PackRecord) -> std::cmp::Ordering {
-    match (
-        semver::Version::parse(&a.version),
-        semver::Version::parse(&b.version),
-    ) {
-        (Ok(x), Ok(y)) => y.cmp(&x),
-        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
-        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
-        (Err(_), Err(_)) => a.version.cmp(&b.version),
-    }
+    b.version.cmp(&a.version)
 }
 
 pub async fn render(state: &ConsoleState, viewer: Viewer) -> Result<Markup, ApiError> {
@@ -84,7 +77,7 @@ pub async fn render(state: &ConsoleState, viewer: Viewer) -> Result<Markup, ApiE
                                 th scope="row" data-label="Version" { (r.version) }
                                 td data-label="Size" { (size(r.size)) }
                                 td data-label="Schema" { (r.schema) }
-                                td data-label="Uploaded" { (when(&r.uploaded_at, now)) }
+                                td data-label="Uploaded" { (when(&rfc3339(r.uploaded_at), now)) }
                                 td data-label="SHA-256" { code class="sha full" { (r.sha256) } }
                                 td data-label="Live on" {
                                     @match live {

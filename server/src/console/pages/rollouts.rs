@@ -15,6 +15,7 @@ use crate::console::entries::shell_quote;
 use crate::console::layout::{percent, points, rate_interval, ratio, rollout_bar, when};
 use crate::console::rollouts::{GuardDocument, LiveRollout, Side, StepState, Stop, side};
 use crate::error::ApiError;
+use crate::model::rfc3339;
 
 /// Decisions listed on the page (the API gives every stored one).
 pub const DECISIONS_SHOWN: usize = 20;
@@ -51,7 +52,7 @@ pub async fn evidence(
     let view = crate::guard::view(app, channel).await?;
     let (looks, looked_at) = match &view.last {
         Some(last) if last.sequence == live.sequence => {
-            (last.entries.clone(), Some(last.at.clone()))
+            (last.entries.clone(), Some(rfc3339(last.at)))
         }
         Some(_) | None => {
             let base = guard.map_or(live, |g| &g.base);
@@ -440,7 +441,7 @@ impl Rollouts<'_> {
                         tbody {
                             @for d in decisions.iter().take(DECISIONS_SHOWN) {
                                 tr data-version=(d.version) {
-                                    th scope="row" data-label="When" { (when(&d.at, self.now)) }
+                                    th scope="row" data-label="When" { (when(&rfc3339(d.at), self.now)) }
                                     td data-label="Action" { strong { (d.action) } " at " (d.percent) " %" }
                                     td data-label="Rollout" { (d.version) " for " (Self::clients(&d.clients)) }
                                     td data-label="Guard document" {

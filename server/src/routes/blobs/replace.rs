@@ -81,7 +81,7 @@ pub(super) async fn replace(
             to: new.sha256.clone(),
         },
     };
-    match claims::take(storage, &old.name, &old.version, &claim).await? {
+    match claims::take(storage, &old.name, &old.version.to_string(), &claim).await? {
         Taken::Ours => {}
         Taken::Theirs { key, claim } => {
             return claimed_by_another(storage, &found, key, claim).await;
@@ -176,7 +176,7 @@ fn names(document: &ChannelDocument, record: &PackRecord) -> bool {
     document.entries.iter().any(|entry| match &entry.target {
         EntryTarget::Pack(pack) => {
             pack.sha256 == record.sha256
-                || (document.pack == record.name && pack.version.to_string() == record.version)
+                || (document.pack == record.name && pack.version == record.version)
         }
         EntryTarget::Builtin => false,
     })
@@ -207,11 +207,11 @@ mod tests {
     fn record(name: &str, version: &str, sha256: &str) -> PackRecord {
         PackRecord {
             name: name.to_string(),
-            version: version.to_string(),
+            version: version.parse().unwrap(),
             schema: 1,
             sha256: sha256.to_string(),
             size: 10,
-            uploaded_at: "2026-01-01T00:00:00Z".to_string(),
+            uploaded_at: time::macros::datetime!(2026-01-01 0:00 UTC),
         }
     }
 

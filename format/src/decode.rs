@@ -1,0 +1,754 @@
+//! Reading a payload's zstd frames back into its `tar`: frame by frame on every core when
+//! every frame declares its size ([`with_frame_reader`] over a [`FrameSource`]), else as
+//! one stream on a second thread ([`with_chunk_reader`]), and always within the limits'
+//! budget. The `tar` reader of `payload` reads what comes out; a format-2 pack's segments
+//! (`pack::SealedSegments`) are one more [`FrameSource`].
+
+use std::io::Read;
+use std::sync::mpsc;
+
+use crate::layout::{FRAME_LEN, MIN_FRAME_LEN};
+use crate::payload::Payload;
+use crate::{FormatError, Limits};
+
+impl Payload {
+    /// Decompresses under the limits' budget, then reads the `tar`.
+    ///
+    /// Large payloads are decompressed on a second thread that hands the `tar` reader
+    /// chunks as they come, so decompression overlaps with copying and hashing the files.
+    /// The result, errors included, is the same as decompressing everything first: a
+    /// decompression error wins over whatever the `tar` reader made of the bytes before it.
+    ///
+    /// A payload of several zstd frames (as [`Payload::to_tar_zst`] writes) is decompressed
+    /// on every core, a frame per thread at a time, when every frame declares its size and
+    /// the sizes add up to no more than the budget; each frame is then decoded into a buffer
+    /// of exactly its declared size, which zstd cannot overrun. Anything else (one frame, a
+    /// frame without a size, sizes over the budget, a frame that fails) takes the streaming
+    /// path, which gives the same result, errors included.
+    pub fn from_tar_zst(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
+        if compressed.len() < PIPELINE_MIN_LEN {
+            return Self::from_tar_zst_serial(compressed, limits);
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads > 1
+            && let Some(frames) = frame_plan(compressed, limits)
+            && frames.len() > 1
+            && let Some(result) = Self::from_frames_parallel(compressed, &frames, limits, threads)
+        {
+            return result;
+        }
+        Self::from_tar_zst_pipelined(compressed, limits)
+    }
+
+    /// Decodes `frames` on up to `threads` threads while the `tar` reader reads them in
+    /// order. `None` when a frame failed to decode: the caller then takes the streaming
+    /// path for the exact error.
+    fn from_frames_parallel(
+        compressed: &[u8],
+        frames: &[Frame],
+        limits: &Limits,
+        threads: usize,
+    ) -> Option<Result<Self, FormatError>> {
+        let total: u64 = frames.iter().map(|f| f.content_len).sum();
+        let source = PlainFrames { compressed, frames };
+        let (parsed, decoded) = with_frame_reader(&source, threads, |reader| {
+            Self::read_tar(reader, limits, total)
+        });
+        decoded.is_ok().then_some(parsed)
+    }
+
+    fn from_tar_zst_serial(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
+        let tar = decompress(compressed, limits)?;
+        Self::from_tar(&tar, limits)
+    }
+
+    fn from_tar_zst_pipelined(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
+        let budget = limits.decompressed_budget(compressed.len() as u64);
+        with_chunk_reader(compressed, limits, |reader| {
+            Self::read_tar(reader, limits, budget)
+        })
+    }
+}
+
+/// Frames to decode in parallel, each into a buffer of a size known in advance: a format-1
+/// payload's zstd frames ([`PlainFrames`]) or a format-2 pack's segments
+/// ([`SealedSegments`]).
+pub(crate) trait FrameSource: Sync {
+    /// What each decoding thread keeps between frames.
+    type Scratch: Default;
+    fn count(&self) -> usize;
+    /// Decodes frame `number` into `out` (emptied first) at exactly the size known for it;
+    /// anything else is an error.
+    fn decode(
+        &self,
+        number: usize,
+        scratch: &mut Self::Scratch,
+        context: &mut zstd::zstd_safe::DCtx<'static>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError>;
+}
+
+/// A decrypted format-1 payload's frames, as [`frame_plan`] found them.
+pub(crate) struct PlainFrames<'a> {
+    pub compressed: &'a [u8],
+    pub frames: &'a [Frame],
+}
+
+impl FrameSource for PlainFrames<'_> {
+    type Scratch = ();
+
+    fn count(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn decode(
+        &self,
+        number: usize,
+        _scratch: &mut (),
+        context: &mut zstd::zstd_safe::DCtx<'static>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let frame = &self.frames[number];
+        decode_exact(
+            context,
+            &self.compressed[frame.start..frame.end],
+            frame.content_len,
+            out,
+        )
+    }
+}
+
+/// Decodes one or more whole zstd frames into `out` (empty, with room for `len` bytes),
+/// which must come to exactly `len` bytes; zstd cannot write past the room.
+pub(crate) fn decode_exact(
+    context: &mut zstd::zstd_safe::DCtx<'static>,
+    compressed: &[u8],
+    len: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), FormatError> {
+    out.clear();
+    let len_bytes = len as usize;
+    if out.capacity() < len_bytes {
+        // A fresh buffer rather than a larger copy of this one. A frame of a large pack gets
+        // room for the frames of up to FRAME_LEN that follow it, so that the buffer is reused
+        // for them as it is: pages past what a frame decodes to are never touched and cost no
+        // memory, while growing it would hold the old buffer and the new one at once.
+        let room = if len_bytes >= MIN_FRAME_LEN {
+            len_bytes.max(FRAME_LEN)
+        } else {
+            len_bytes
+        };
+        *out = Vec::with_capacity(room);
+    }
+    match context.decompress(out, compressed) {
+        Ok(n) if n as u64 == len => Ok(()),
+        Ok(n) => Err(FormatError::malformed(
+            "zstd payload",
+            format!("a frame decodes to {n} bytes, not the {len} it declares"),
+        )),
+        Err(code) => Err(FormatError::malformed(
+            "zstd payload",
+            zstd::zstd_safe::get_error_name(code),
+        )),
+    }
+}
+
+/// Decodes the frames of `source` on up to `threads` threads (frame `i` on thread
+/// `i % threads`, each thread a frame or two ahead of the reader at most, every frame into a
+/// buffer of exactly its size) and runs `read` over them in order. Also returns the first
+/// failure, by frame order; after a failed frame the reader saw the stream end early.
+pub(crate) fn with_frame_reader<S: FrameSource, T>(
+    source: &S,
+    threads: usize,
+    read: impl FnOnce(FrameReader) -> T,
+) -> (T, Result<(), FormatError>) {
+    let count = source.count();
+    let workers = threads.clamp(1, count.max(1));
+    std::thread::scope(|scope| {
+        let mut receivers = Vec::with_capacity(workers);
+        let mut spent = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for first in 0..workers {
+            let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(1);
+            let (spent_sender, spent_buffers) = mpsc::channel::<Vec<u8>>();
+            receivers.push(receiver);
+            spent.push(spent_sender);
+            handles.push(scope.spawn(move || {
+                let mut context = zstd::zstd_safe::DCtx::create();
+                let mut scratch = S::Scratch::default();
+                let mut listening = true;
+                for number in (first..count).step_by(workers) {
+                    // At most the frame's size, itself within the budget; a buffer the
+                    // reader is done with saves faulting in fresh pages.
+                    let mut out = spent_buffers.try_recv().unwrap_or_default();
+                    if let Err(e) = source.decode(number, &mut scratch, &mut context, &mut out) {
+                        return Err((number, e));
+                    }
+                    // Once the reader stops, keep decoding: a bad frame after the end of
+                    // the `tar` still fails the payload, as on the streaming path.
+                    if listening {
+                        listening = sender.send(out).is_ok();
+                    }
+                }
+                Ok(())
+            }));
+        }
+        // `read` drops the reader when it returns, which unblocks the decoders.
+        let result = read(FrameReader::new(receivers, spent));
+        let mut failed: Option<(usize, FormatError)> = None;
+        for handle in handles {
+            let outcome = crate::joined(handle);
+            if let Err((number, e)) = outcome
+                && failed.as_ref().is_none_or(|(first, _)| number < *first)
+            {
+                failed = Some((number, e));
+            }
+        }
+        (result, failed.map_or(Ok(()), |(_, e)| Err(e)))
+    })
+}
+
+/// Decompresses `compressed` as one stream on a second thread, under the limits' budget,
+/// and runs `read` over the chunks as they come. A decompression error wins over whatever
+/// `read` made of the bytes before it.
+pub(crate) fn with_chunk_reader<T>(
+    compressed: &[u8],
+    limits: &Limits,
+    read: impl FnOnce(ChunkReader) -> Result<T, FormatError>,
+) -> Result<T, FormatError> {
+    std::thread::scope(|scope| {
+        let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(PIPELINE_DEPTH);
+        let producer = scope.spawn(move || {
+            decompress_chunks(compressed, limits, |chunk| sender.send(chunk).is_ok())
+        });
+        // `read` drops the receiver when it returns, which unblocks the producer.
+        let parsed = read(ChunkReader::new(receiver));
+        let produced = crate::joined(producer);
+        produced?;
+        parsed
+    })
+}
+
+/// Decompresses, refusing to produce more than the limits' budget for this input.
+pub fn decompress(compressed: &[u8], limits: &Limits) -> Result<Vec<u8>, FormatError> {
+    let budget = limits.decompressed_budget(compressed.len() as u64);
+    let decoder = zstd::stream::Decoder::with_buffer(compressed)
+        .map_err(|e| FormatError::malformed("zstd payload", e))?;
+    // Start small: the frame's claimed size is not trusted.
+    let mut out = Vec::with_capacity((compressed.len() * 4).min(budget as usize));
+    let read = decoder
+        .take(budget + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| FormatError::malformed("zstd payload", e))?;
+    if read as u64 > budget {
+        return Err(FormatError::DecompressionBomb { limit: budget });
+    }
+    Ok(out)
+}
+
+/// Compressed payloads from this size up are decompressed on a second thread (see
+/// [`Payload::from_tar_zst`]); below it a thread costs more than it saves.
+pub(crate) const PIPELINE_MIN_LEN: usize = 256 * 1024;
+/// Chunks the decompressing thread hands over at a time, and how many may wait.
+const PIPELINE_CHUNK: u64 = 1024 * 1024;
+const PIPELINE_DEPTH: usize = 8;
+
+/// [`decompress`] in chunks: each chunk goes to `sink` as soon as it is ready. When `sink`
+/// returns false (the reader stopped), decompression still runs to the end, so that the
+/// result is exactly [`decompress`]'s.
+fn decompress_chunks(
+    compressed: &[u8],
+    limits: &Limits,
+    mut sink: impl FnMut(Vec<u8>) -> bool,
+) -> Result<(), FormatError> {
+    let budget = limits.decompressed_budget(compressed.len() as u64);
+    let decoder = zstd::stream::Decoder::with_buffer(compressed)
+        .map_err(|e| FormatError::malformed("zstd payload", e))?;
+    let mut limited = decoder.take(budget + 1);
+    let mut total: u64 = 0;
+    let mut listening = true;
+    loop {
+        let mut chunk = Vec::with_capacity(PIPELINE_CHUNK as usize);
+        let read = (&mut limited)
+            .take(PIPELINE_CHUNK)
+            .read_to_end(&mut chunk)
+            .map_err(|e| FormatError::malformed("zstd payload", e))?;
+        if read == 0 {
+            return Ok(());
+        }
+        total += read as u64;
+        if total > budget {
+            return Err(FormatError::DecompressionBomb { limit: budget });
+        }
+        if listening {
+            listening = sink(chunk);
+        }
+    }
+}
+
+/// One zstd frame of a payload: where it lies in the compressed bytes and the size its
+/// header declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Frame {
+    start: usize,
+    end: usize,
+    pub(crate) content_len: u64,
+}
+
+/// Frames beyond this many take the streaming path (8 GiB of `tar` at [`FRAME_LEN`]).
+const MAX_PARALLEL_FRAMES: usize = 1024;
+/// zstd's default limit on the window of a streamed frame (`ZSTD_WINDOWLOG_LIMIT_DEFAULT`):
+/// the streaming path refuses frames with a larger window, so the parallel path must too.
+const MAX_WINDOW_LOG: u32 = 27;
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// The frames of `compressed` when it can be decoded frame by frame in parallel: only
+/// standard zstd frames, without a dictionary, each declaring its content size and a
+/// window the streaming decoder accepts, the sizes adding up to no more than the budget,
+/// and nothing after the last frame. `None` otherwise.
+pub(crate) fn frame_plan(compressed: &[u8], limits: &Limits) -> Option<Vec<Frame>> {
+    frames_within(
+        compressed,
+        limits.decompressed_budget(compressed.len() as u64),
+    )
+}
+
+/// [`frame_plan`] with the declared sizes adding up to at most `budget`.
+pub(crate) fn frames_within(compressed: &[u8], budget: u64) -> Option<Vec<Frame>> {
+    let mut frames = Vec::new();
+    let mut start = 0;
+    let mut total: u64 = 0;
+    while start < compressed.len() {
+        if frames.len() == MAX_PARALLEL_FRAMES {
+            return None;
+        }
+        let rest = &compressed[start..];
+        if rest.len() < 6 || rest[..4] != ZSTD_MAGIC {
+            return None;
+        }
+        let descriptor = rest[4];
+        let single_segment = descriptor & 0x20 != 0;
+        if descriptor & 0x03 != 0 || descriptor & 0x08 != 0 {
+            return None; // a dictionary id, or the reserved bit
+        }
+        let len = zstd::zstd_safe::find_frame_compressed_size(rest).ok()?;
+        let content_len = zstd::zstd_safe::get_frame_content_size(&rest[..len]).ok()??;
+        let window = if single_segment {
+            content_len
+        } else {
+            let window = u32::from(rest[5]);
+            let log = 10 + (window >> 3);
+            (1u64 << log) + ((1u64 << log) / 8) * u64::from(window & 7)
+        };
+        if window > 1 << MAX_WINDOW_LOG {
+            return None;
+        }
+        total = total.checked_add(content_len)?;
+        if total > budget {
+            return None;
+        }
+        frames.push(Frame {
+            start,
+            end: start + len,
+            content_len,
+        });
+        start += len;
+    }
+    Some(frames)
+}
+
+/// Reads the frames the decoding threads send — frame `i` from thread `i % threads` — in
+/// order, as one stream, and hands each frame's buffer back to its thread once read.
+pub(crate) struct FrameReader {
+    receivers: Vec<mpsc::Receiver<Vec<u8>>>,
+    spent: Vec<mpsc::Sender<Vec<u8>>>,
+    next: usize,
+    current: Vec<u8>,
+    offset: usize,
+}
+
+impl FrameReader {
+    fn new(receivers: Vec<mpsc::Receiver<Vec<u8>>>, spent: Vec<mpsc::Sender<Vec<u8>>>) -> Self {
+        FrameReader {
+            receivers,
+            spent,
+            next: 0,
+            current: Vec::new(),
+            offset: 0,
+        }
+    }
+
+    /// The next frame in order, or `None` at the end (or when a decoding thread stopped,
+    /// which the caller of [`with_frame_reader`] learns from its result).
+    pub(crate) fn next_frame(&mut self) -> Option<Vec<u8>> {
+        let threads = self.receivers.len();
+        let frame = self.receivers[self.next % threads].recv().ok()?;
+        self.next += 1;
+        Some(frame)
+    }
+
+    /// Hands frame `index`'s buffer back to the thread that decodes the frames after it.
+    /// The thread may have finished; then the buffer is simply dropped.
+    pub(crate) fn give_back(&self, index: usize, buffer: Vec<u8>) {
+        let _ = self.spent[index % self.spent.len()].send(buffer);
+    }
+}
+
+impl Read for FrameReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.offset == self.current.len() {
+            let Some(frame) = self.next_frame() else {
+                return Ok(0);
+            };
+            let done = std::mem::replace(&mut self.current, frame);
+            if self.next > 1 {
+                self.give_back(self.next - 2, done);
+            }
+            self.offset = 0;
+        }
+        let n = buf.len().min(self.current.len() - self.offset);
+        buf[..n].copy_from_slice(&self.current[self.offset..self.offset + n]);
+        self.offset += n;
+        Ok(n)
+    }
+}
+
+/// Reads the chunks a decompressing thread sends, in order, as one stream.
+pub(crate) struct ChunkReader {
+    chunks: mpsc::Receiver<Vec<u8>>,
+    current: Vec<u8>,
+    offset: usize,
+}
+
+impl ChunkReader {
+    fn new(chunks: mpsc::Receiver<Vec<u8>>) -> Self {
+        ChunkReader {
+            chunks,
+            current: Vec::new(),
+            offset: 0,
+        }
+    }
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.offset == self.current.len() {
+            match self.chunks.recv() {
+                Ok(chunk) => {
+                    self.current = chunk;
+                    self.offset = 0;
+                }
+                // The sender is gone: the stream ended (or failed, which the caller
+                // learns from the decompressing thread).
+                Err(mpsc::RecvError) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.offset);
+        buf[..n].copy_from_slice(&self.current[self.offset..self.offset + n]);
+        self.offset += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PayloadFile;
+    use crate::frames::compress;
+    use crate::layout::INDEX_PATH;
+    use crate::payload::index_json;
+    use crate::payload::tests::text;
+
+    fn big_payload() -> Payload {
+        let files = (0..300).map(|i| PayloadFile {
+            path: format!("dir{}/sub{}/file{i}.md", i % 7, i % 3),
+            bytes: text(i, 2_000 + (i as usize * 7_919) % 60_000),
+        });
+        Payload::new(files, &Limits::DEFAULT).unwrap()
+    }
+
+    /// The same outcome, errors compared by their message.
+    fn outcome(result: Result<Payload, FormatError>) -> Result<Payload, String> {
+        result.map_err(|e| e.to_string())
+    }
+
+    fn assert_same(compressed: &[u8], limits: &Limits) {
+        assert_eq!(
+            outcome(Payload::from_tar_zst_pipelined(compressed, limits)),
+            outcome(Payload::from_tar_zst_serial(compressed, limits)),
+        );
+    }
+
+    /// The frames of `compressed` and what each decodes to.
+    fn frames_of(compressed: &[u8]) -> Vec<Vec<u8>> {
+        frame_plan(compressed, &Limits::DEFAULT)
+            .unwrap()
+            .iter()
+            .map(|f| {
+                zstd::bulk::decompress(&compressed[f.start..f.end], f.content_len as usize).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn file_frames_follow_the_frame_limits() {
+        // Replays docs/FORMAT.md's rule on the entries: a frame takes entries while they fit
+        // in its limit, the first two limits are 2 and 4 MiB, the last half of what remains.
+        let payload = big_payload();
+        let planned = payload.total_size();
+        assert!(planned > FRAME_LEN as u64, "{planned}");
+        let (mut expected, mut chunk, mut added) = (Vec::new(), 0usize, 0u64);
+        let mut limit = crate::frames::frame_limit(0, planned);
+        for bytes in payload.files().values() {
+            let entry = 512 + bytes.len().next_multiple_of(512);
+            if chunk > 0 && chunk + entry > limit {
+                expected.push(chunk);
+                limit = crate::frames::frame_limit(expected.len(), planned - added);
+                chunk = 0;
+            }
+            chunk += entry;
+            added += bytes.len() as u64;
+        }
+        expected.push(chunk + 1024);
+        let frames = frames_of(&payload.to_tar_zst(7, 3).unwrap());
+        let lens: Vec<usize> = frames[1..].iter().map(Vec::len).collect();
+        assert_eq!(lens, expected);
+        // Short at both ends.
+        assert!(
+            lens[0] <= FRAME_LEN / 4 && lens[1] <= FRAME_LEN / 2,
+            "{lens:?}"
+        );
+        assert!(*lens.last().unwrap() <= FRAME_LEN / 4 + 1024, "{lens:?}");
+    }
+
+    #[test]
+    fn the_tar_is_cut_into_frames_at_entry_boundaries() {
+        let payload = big_payload();
+        let tar = payload.to_tar(7).unwrap();
+        assert!(tar.len() > FRAME_LEN, "several frames: {}", tar.len());
+        let compressed = payload.to_tar_zst(7, 3).unwrap();
+        // Plain zstd: one stream to any decoder, and the canonical tar.
+        assert_eq!(decompress(&compressed, &Limits::DEFAULT).unwrap(), tar);
+        let frames = frames_of(&compressed);
+        assert_eq!(frames.concat(), tar);
+        // The index entry alone first, then file entries up to FRAME_LEN a frame, each frame
+        // starting with a tar header, the end of the archive in the last one.
+        let index_json = index_json(&payload.index()).unwrap();
+        assert_eq!(
+            frames[0].len(),
+            512 + index_json.len().next_multiple_of(512)
+        );
+        assert_eq!(&frames[0][..INDEX_PATH.len()], INDEX_PATH.as_bytes());
+        for frame in &frames[1..] {
+            assert_eq!(&frame[257..263], b"ustar ", "a frame starts with an entry");
+            assert!(frame.len() <= FRAME_LEN + 1024);
+        }
+        let last = frames.last().unwrap();
+        assert!(last[last.len() - 1024..].iter().all(|b| *b == 0));
+        // Every frame depends on its own bytes only.
+        let again: Vec<u8> = frames
+            .iter()
+            .flat_map(|frame| compress(frame, 3).unwrap())
+            .collect();
+        assert_eq!(again, compressed);
+
+        // A tar of up to FRAME_LEN bytes is one frame.
+        let small = Payload::new(
+            [PayloadFile {
+                path: "a.md".into(),
+                bytes: b"hi".to_vec(),
+            }],
+            &Limits::DEFAULT,
+        )
+        .unwrap();
+        assert_eq!(
+            small.to_tar_zst(0, 3).unwrap(),
+            compress(&small.to_tar(0).unwrap(), 3).unwrap()
+        );
+        // Many frames: chunk buffers come back and are filled again.
+        let files = big_payload()
+            .into_files()
+            .into_iter()
+            .flat_map(|(path, bytes)| {
+                (0..4).map(move |copy| PayloadFile {
+                    path: format!("copy{copy}/{path}"),
+                    bytes: bytes.clone(),
+                })
+            });
+        let large = Payload::new(files, &Limits::DEFAULT).unwrap();
+        let tar = large.to_tar(0).unwrap();
+        assert!(tar.len() > 4 * FRAME_LEN, "{}", tar.len());
+        assert_eq!(frames_of(&large.to_tar_zst(0, 3).unwrap()).concat(), tar);
+    }
+
+    #[test]
+    fn pipelined_decompression_matches_decompressing_first() {
+        let payload = big_payload();
+        let tar = payload.to_tar(0).unwrap();
+        let compressed = compress(&tar, 3).unwrap();
+        assert!(compressed.len() >= PIPELINE_MIN_LEN);
+        assert_eq!(
+            Payload::from_tar_zst_pipelined(&compressed, &Limits::DEFAULT).unwrap(),
+            payload
+        );
+        assert_same(&compressed, &Limits::DEFAULT);
+
+        // A budget too small for the payload: a bomb, found mid-stream.
+        let tight = Limits {
+            max_decompressed_len: tar.len() as u64 / 2,
+            ..Limits::DEFAULT
+        };
+        assert_same(&compressed, &tight);
+
+        // Truncated and corrupted zstd, at the start, middle and end.
+        for cut in [compressed.len() / 3, compressed.len() - 3] {
+            assert_same(&compressed[..cut], &Limits::DEFAULT);
+        }
+        for at in [20, compressed.len() / 2, compressed.len() - 2] {
+            let mut bad = compressed.clone();
+            bad[at] ^= 0x55;
+            assert_same(&bad, &Limits::DEFAULT);
+        }
+
+        // A broken tar early in the stream and broken zstd later: zstd's error wins, as
+        // it does when decompressing first.
+        let mut broken_tar = tar.clone();
+        broken_tar[600..1100].fill(b'x');
+        let mut both = compress(&broken_tar, 3).unwrap();
+        let last = both.len() - 2;
+        both[last] ^= 0x55;
+        assert_same(&both, &Limits::DEFAULT);
+        assert_same(&compress(&broken_tar, 3).unwrap(), &Limits::DEFAULT);
+
+        // A file that does not match the index, and garbage after the end of the archive.
+        let mut wrong_file = tar.clone();
+        let at = tar.len() / 2;
+        wrong_file[at] ^= 0x01;
+        assert_same(&compress(&wrong_file, 3).unwrap(), &Limits::DEFAULT);
+        let mut trailing = tar;
+        trailing.extend(text(99, 3 * 1024 * 1024));
+        assert_same(&compress(&trailing, 3).unwrap(), &Limits::DEFAULT);
+    }
+
+    #[test]
+    fn compress_cuts_any_bytes_into_independent_frames() {
+        let tar = big_payload().to_tar(0).unwrap();
+        let compressed = compress(&tar, 3).unwrap();
+        // One frame per FRAME_LEN bytes of input, each decoding to its chunk alone.
+        let frames = frames_of(&compressed);
+        assert_eq!(frames.len(), tar.len().div_ceil(FRAME_LEN));
+        for (frame, chunk) in frames.iter().zip(tar.chunks(FRAME_LEN)) {
+            assert_eq!(frame, chunk);
+        }
+        let one_by_one: Vec<u8> = tar
+            .chunks(FRAME_LEN)
+            .flat_map(|chunk| compress(chunk, 3).unwrap())
+            .collect();
+        assert_eq!(one_by_one, compressed);
+        // The streaming decoder reads the concatenated frames as one stream.
+        assert_eq!(decompress(&compressed, &Limits::DEFAULT).unwrap(), tar);
+        // Small inputs stay one frame.
+        let small = compress(&tar[..1000], 3).unwrap();
+        assert_eq!(frame_plan(&small, &Limits::DEFAULT).unwrap().len(), 1);
+        assert_eq!(
+            frame_plan(&compress(&[], 3).unwrap(), &Limits::DEFAULT)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn parallel_frames_match_the_streaming_path() {
+        let payload = big_payload();
+        let tar = payload.to_tar(0).unwrap();
+        let compressed = compress(&tar, 3).unwrap();
+        let limits = Limits::DEFAULT;
+        let frames = frame_plan(&compressed, &limits).unwrap();
+        assert!(frames.len() > 1);
+        let parallel = |bytes: &[u8], limits: &Limits| {
+            let frames = frame_plan(bytes, limits).unwrap();
+            Payload::from_frames_parallel(bytes, &frames, limits, 2).map(outcome)
+        };
+        assert_eq!(parallel(&compressed, &limits), Some(Ok(payload.clone())));
+        assert_eq!(
+            Payload::from_frames_parallel(&compressed, &frames, &limits, 7).map(outcome),
+            Some(Ok(payload.clone()))
+        );
+        assert_eq!(
+            Payload::from_tar_zst(&compressed, &limits).unwrap(),
+            payload
+        );
+
+        // Sizes over the budget: no plan, the streaming path finds the bomb.
+        let tight = Limits {
+            max_decompressed_len: tar.len() as u64 - 1,
+            ..Limits::DEFAULT
+        };
+        assert_eq!(frame_plan(&compressed, &tight), None);
+        assert!(matches!(
+            Payload::from_tar_zst(&compressed, &tight),
+            Err(FormatError::DecompressionBomb { .. })
+        ));
+
+        // Trailing bytes, or a truncated last frame: no plan.
+        let mut trailing = compressed.clone();
+        trailing.extend_from_slice(b"junk");
+        assert_eq!(frame_plan(&trailing, &limits), None);
+        assert_eq!(
+            frame_plan(&compressed[..compressed.len() - 1], &limits),
+            None
+        );
+
+        // A corrupted frame: the parallel path gives up, `from_tar_zst` gives the streaming
+        // path's error.
+        for at in [
+            frames[0].end - 3,
+            frames[1].start + 100,
+            compressed.len() - 2,
+        ] {
+            let mut bad = compressed.clone();
+            bad[at] ^= 0x55;
+            if let Some(plan) = frame_plan(&bad, &limits) {
+                assert_eq!(
+                    Payload::from_frames_parallel(&bad, &plan, &limits, 2).map(outcome),
+                    None
+                );
+            }
+            assert_eq!(
+                outcome(Payload::from_tar_zst(&bad, &limits)),
+                outcome(Payload::from_tar_zst_serial(&bad, &limits)),
+            );
+            assert!(Payload::from_tar_zst(&bad, &limits).is_err());
+        }
+
+        // A broken tar in the first frame, valid zstd: the same tar error both ways.
+        let mut broken_tar = tar.clone();
+        broken_tar[600..1100].fill(b'x');
+        let broken = compress(&broken_tar, 3).unwrap();
+        let got = parallel(&broken, &limits).unwrap();
+        assert!(got.is_err());
+        assert_eq!(got, outcome(Payload::from_tar_zst_serial(&broken, &limits)));
+
+        // A frame that lies about its size, one byte either way: zstd refuses it, and the
+        // streaming path gives the error.
+        for delta in [-1i64, 1] {
+            let mut lying = compressed.clone();
+            let descriptor = lying[4];
+            assert_eq!(descriptor >> 6, 2, "a 4-byte content size");
+            let at = 5 + usize::from(descriptor & 0x20 == 0);
+            let claimed = u32::from_le_bytes(lying[at..at + 4].try_into().unwrap());
+            let claimed = (i64::from(claimed) + delta) as u32;
+            lying[at..at + 4].copy_from_slice(&claimed.to_le_bytes());
+            let plan = frame_plan(&lying, &limits).unwrap();
+            assert_eq!(plan[0].content_len, claimed as u64);
+            assert_eq!(
+                Payload::from_frames_parallel(&lying, &plan, &limits, 2).map(outcome),
+                None
+            );
+            let got = outcome(Payload::from_tar_zst(&lying, &limits));
+            assert!(got.is_err());
+            assert_eq!(got, outcome(Payload::from_tar_zst_serial(&lying, &limits)));
+        }
+    }
+}
