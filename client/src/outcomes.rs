@@ -47,11 +47,9 @@ const SENDING_LOCK: &str = "outcomes.sending.lock";
 pub const MAX_ROWS: usize = 32;
 /// Days a row is kept, today included: packd's window, past which it refuses them.
 pub const MAX_DAYS: i64 = 7;
-/// A row of today goes out at most this often, and only when it changed since.
-pub const PROVISIONAL_INTERVAL: Duration = Duration::from_secs(60 * 60);
-/// The shortest and longest provisional interval a config may ask for.
-pub const MIN_PROVISIONAL_INTERVAL: Duration = Duration::from_secs(60);
-pub const MAX_PROVISIONAL_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The provisional interval and the bounds a config may ask for, kept with the other
+/// timings in [`crate::policy`].
+pub use crate::policy::{MAX_PROVISIONAL_INTERVAL, MIN_PROVISIONAL_INTERVAL, PROVISIONAL_INTERVAL};
 const DAY_SECS: i64 = 24 * 60 * 60;
 
 /// The pack a turn was meant to be served by: the captured snapshot, whatever it fell back to.
