@@ -15,7 +15,7 @@ pub enum ClientError {
     Status {
         url: String,
         status: u16,
-        /// What the server said, cut to [`crate::client::ERROR_BODY_LIMIT`] bytes; may be empty.
+        /// What the server said, cut to [`crate::http::ERROR_BODY_LIMIT`] bytes; may be empty.
         detail: String,
     },
     #[error("{what} from {url} is longer than the {limit} bytes allowed")]
@@ -85,13 +85,12 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// A request that got no answer. reqwest's own message repeats the URL ("error sending
-    /// request for url (…)") and hides the cause two sources down; the reason is that cause
-    /// ("Connection refused (os error 111)"), which is what a person can act on.
-    pub(crate) fn http(url: impl Into<String>, error: &reqwest::Error) -> Self {
+    /// A request to `url` that got no answer, or whose body broke off (see
+    /// [`crate::http::TransportError`]).
+    pub(crate) fn http(url: impl Into<String>, error: crate::http::TransportError) -> Self {
         ClientError::Http {
             url: url.into(),
-            reason: pack_format::error::root_cause(error),
+            reason: error.reason,
         }
     }
 
