@@ -12,7 +12,7 @@ use pack_format::{
     ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
 };
 use pack_protocol::{ReportReason, headers, paths};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::activity::{Activity, Choice, Event};
@@ -20,59 +20,13 @@ use crate::cache::{BadReason, Cache, State};
 use crate::config::key_set_fingerprint;
 use crate::files::{FileView, Published};
 use crate::health::Health;
-use crate::http::{HeaderName, Request, StatusCode, Transport, error_detail};
+use crate::http::{HeaderName, Request, StatusCode, Transport, TransportError, error_detail};
 use crate::policy;
+pub use crate::policy::refresh::RefreshOutcome;
 use crate::policy::refresh::{self, Answer, Held, Next, Opened, Plan, Serve};
 use crate::report::{Outbox, SendOutcome};
 use crate::snapshot::{Snapshot, SnapshotMeta, Source};
 use crate::{ClientConfig, ClientError, PromptStore, builtin};
-
-/// What one refresh did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum RefreshOutcome {
-    /// The server answered 304: the channel did not change.
-    NotModified,
-    /// A new document, but it selects what is already served.
-    Unchanged { sequence: u64 },
-    Installed {
-        name: String,
-        version: String,
-        sha256: String,
-        sequence: u64,
-    },
-    /// The channel sends this client to the built-in pack.
-    Builtin { sequence: u64, reason: String },
-    /// Nothing was fetched or installed, on purpose.
-    Skipped { reason: String },
-}
-
-impl std::fmt::Display for RefreshOutcome {
-    /// One sentence for a person (`pack-client refresh`, `agent packs refresh`).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RefreshOutcome::NotModified => f.write_str("The channel has not changed."),
-            RefreshOutcome::Unchanged { sequence } => write!(
-                f,
-                "The channel moved to sequence {sequence}; it still selects the pack that serves."
-            ),
-            RefreshOutcome::Installed {
-                name,
-                version,
-                sequence,
-                ..
-            } => write!(
-                f,
-                "Installed {name} {version} from channel sequence {sequence}; it serves from now on."
-            ),
-            RefreshOutcome::Builtin { sequence, reason } => write!(
-                f,
-                "The built-in pack serves: {reason} (channel sequence {sequence})."
-            ),
-            RefreshOutcome::Skipped { reason } => write!(f, "Nothing was installed: {reason}."),
-        }
-    }
-}
 
 /// What the client serves and how its last refresh went.
 #[derive(Debug, Clone, Serialize)]
@@ -1187,7 +1141,7 @@ impl Client {
         exact: Option<u64>,
         etag: Option<&str>,
     ) -> Result<Option<Fetched>, ClientError> {
-        let http_err = |e| ClientError::http(url, e);
+        let http_err = |e: TransportError| e.at(url);
         let mut request = self.request(url);
         if let Some(etag) = etag {
             request = request.header(reqwest::header::IF_NONE_MATCH, etag);

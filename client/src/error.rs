@@ -85,15 +85,6 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// A request to `url` that got no answer, or whose body broke off (see
-    /// [`crate::http::TransportError`]).
-    pub(crate) fn http(url: impl Into<String>, error: crate::http::TransportError) -> Self {
-        ClientError::Http {
-            url: url.into(),
-            reason: error.reason,
-        }
-    }
-
     /// A stable, machine-readable name for the kind of failure (`snake_case`), kept with the
     /// message in the cache's refresh record and shown by `status`.
     pub fn kind(&self) -> &'static str {

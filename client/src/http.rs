@@ -105,6 +105,16 @@ pub struct TransportError {
     pub reason: String,
 }
 
+impl TransportError {
+    /// The error of a request to `url` that failed so.
+    pub(crate) fn at(self, url: impl Into<String>) -> ClientError {
+        ClientError::Http {
+            url: url.into(),
+            reason: self.reason,
+        }
+    }
+}
+
 /// Sends requests to packd. Boxed futures, so a [`crate::Client`] holds any transport as an
 /// `Arc<dyn Transport>`.
 pub trait Transport: Send + Sync + 'static {

@@ -183,7 +183,7 @@ pub async fn watch_once(client: &Client, held: &Held, wait: Duration) -> Result<
         .transport()
         .send(request)
         .await
-        .map_err(|e| fail(ClientError::http(&url, e)))?;
+        .map_err(|e| fail(e.at(&url)))?;
     let status = response.status;
     let granted = response
         .header(headers::WAIT)
