@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use crate::ClientError;
 use crate::cache::Cache;
-use crate::{ClientError, RefreshOutcome};
+use crate::policy::refresh::RefreshOutcome;
 
 const FILE: &str = "refreshes.json";
 /// Releases remembered in the record (the most recent ones).

@@ -12,7 +12,7 @@ use pack_format::{
 };
 use pack_protocol::retry::Backoff;
 use pack_protocol::{ReportReason, headers, paths};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::activity::{Activity, Choice, Event};
@@ -20,58 +20,13 @@ use crate::cache::{BadReason, Cache, State};
 use crate::config::key_set_fingerprint;
 use crate::files::{FileView, Published};
 use crate::health::Health;
+use crate::http::{HeaderName, Request, StatusCode, Transport, TransportError, error_detail};
 use crate::policy;
+pub use crate::policy::refresh::RefreshOutcome;
 use crate::policy::refresh::{self, Answer, Held, Next, Opened, Plan, Serve};
 use crate::report::{Outbox, SendOutcome};
 use crate::snapshot::{Snapshot, SnapshotMeta, Source};
 use crate::{ClientConfig, ClientError, PromptStore, builtin};
-
-/// What one refresh did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum RefreshOutcome {
-    /// The server answered 304: the channel did not change.
-    NotModified,
-    /// A new document, but it selects what is already served.
-    Unchanged { sequence: u64 },
-    Installed {
-        name: String,
-        version: String,
-        sha256: String,
-        sequence: u64,
-    },
-    /// The channel sends this client to the built-in pack.
-    Builtin { sequence: u64, reason: String },
-    /// Nothing was fetched or installed, on purpose.
-    Skipped { reason: String },
-}
-
-impl std::fmt::Display for RefreshOutcome {
-    /// One sentence for a person (`pack-client refresh`, `agent packs refresh`).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RefreshOutcome::NotModified => f.write_str("The channel has not changed."),
-            RefreshOutcome::Unchanged { sequence } => write!(
-                f,
-                "The channel moved to sequence {sequence}; it still selects the pack that serves."
-            ),
-            RefreshOutcome::Installed {
-                name,
-                version,
-                sequence,
-                ..
-            } => write!(
-                f,
-                "Installed {name} {version} from channel sequence {sequence}; it serves from now on."
-            ),
-            RefreshOutcome::Builtin { sequence, reason } => write!(
-                f,
-                "The built-in pack serves: {reason} (channel sequence {sequence})."
-            ),
-            RefreshOutcome::Skipped { reason } => write!(f, "Nothing was installed: {reason}."),
-        }
-    }
-}
 
 /// What the client serves and how its last refresh went.
 #[derive(Debug, Clone, Serialize)]
@@ -177,7 +132,7 @@ pub struct Client {
     config: ClientConfig,
     cache: Cache,
     store: Arc<PromptStore>,
-    http: reqwest::Client,
+    transport: Arc<dyn Transport>,
     install_id: String,
     state: Mutex<State>,
     last_outcome: Mutex<Option<RefreshOutcome>>,
@@ -221,16 +176,20 @@ impl Client {
     /// [`builtin::from_dir`]): what serves when nothing else can, and what every fallback
     /// serves whole.
     pub fn with_builtin(config: ClientConfig, builtin: Arc<Snapshot>) -> Result<Self, ClientError> {
+        let transport = Arc::new(crate::http::reqwest_client(&config)?);
+        Client::with_transport(config, builtin, transport)
+    }
+
+    /// [`Client::with_builtin`] talking to packd through `transport` rather than over HTTP:
+    /// an in-process server for tests (see [`crate::http`]).
+    pub fn with_transport(
+        config: ClientConfig,
+        builtin: Arc<Snapshot>,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Self, ClientError> {
         let cache = Cache::open(&config.cache_dir)?;
         let install_id = cache.install_id()?;
         let store = Arc::new(PromptStore::new(builtin));
-        let http = reqwest::Client::builder()
-            // No per-request timeout: the whole refresh runs under one deadline
-            // (`refresh_now`), which then reports itself as such rather than as a body error.
-            .connect_timeout(config.connect_timeout)
-            .user_agent(format!("promptpack-client/{}", config.client_version))
-            .build()
-            .map_err(|e| ClientError::http(config.server.clone().unwrap_or_default(), &e))?;
         let mut last_error = None;
         let mut state = match cache.load_state() {
             Ok(Some(state)) if state.channel == config.channel => state,
@@ -290,7 +249,7 @@ impl Client {
             config,
             cache,
             store,
-            http,
+            transport,
             install_id,
             state: Mutex::new(state),
             last_outcome: Mutex::new(None),
@@ -838,7 +797,7 @@ impl Client {
         ) else {
             return Ok(SendOutcome::default());
         };
-        Ok(outbox.send(&self.http, &server, &install).await)
+        Ok(outbox.send(self.transport(), &server, &install).await)
     }
 
     /// Resolves when a failure report is queued in this process (never with telemetry off):
@@ -1151,24 +1110,27 @@ impl Client {
     }
 
     /// A GET of `url` with the headers every request to packd carries (this release, the
-    /// installed pack).
-    pub(crate) fn request(&self, url: &str) -> reqwest::RequestBuilder {
+    /// installed pack, and the install hash with telemetry on).
+    pub(crate) fn request(&self, url: &str) -> Request {
         let installed = match self.store.capture().source() {
             Source::Remote => self.store.capture().sha256().to_string(),
             Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
         };
-        let request = self
-            .http
-            .get(url)
+        let request = Request::get(url)
             .header(
-                headers::CLIENT_VERSION,
+                HeaderName::from_static(headers::CLIENT_VERSION),
                 self.config.client_version.to_string(),
             )
-            .header(headers::INSTALLED_PACK, installed);
+            .header(HeaderName::from_static(headers::INSTALLED_PACK), installed);
         match &self.install_hash {
-            Some(install) => request.header(headers::INSTALL, install),
+            Some(install) => request.header(HeaderName::from_static(headers::INSTALL), install),
             None => request,
         }
+    }
+
+    /// What this client sends its requests to packd through.
+    pub fn transport(&self) -> &dyn Transport {
+        &*self.transport
     }
 
     async fn get_once(
@@ -1179,14 +1141,14 @@ impl Client {
         exact: Option<u64>,
         etag: Option<&str>,
     ) -> Result<Option<Fetched>, ClientError> {
-        let http_err = |e: reqwest::Error| ClientError::http(url, &e);
+        let http_err = |e: TransportError| e.at(url);
         let mut request = self.request(url);
         if let Some(etag) = etag {
             request = request.header(reqwest::header::IF_NONE_MATCH, etag);
         }
-        let mut response = request.send().await.map_err(http_err)?;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_MODIFIED {
+        let mut response = self.transport.send(request).await.map_err(http_err)?;
+        let status = response.status;
+        if status == StatusCode::NOT_MODIFIED {
             // Only an answer to `If-None-Match`: otherwise there is nothing it can refer to.
             if etag.is_none() {
                 return Err(ClientError::Status {
@@ -1209,25 +1171,22 @@ impl Client {
             url: url.to_string(),
             limit: cap,
         };
-        if response.content_length().is_some_and(|len| len > cap) {
+        if response.content_length.is_some_and(|len| len > cap) {
             return Err(too_long());
         }
-        let headers = response.headers();
         // Stored in the state and sent back: an oversized one is dropped (no conditional
         // request next time) rather than kept.
-        let new_etag = headers
-            .get(reqwest::header::ETAG)
-            .and_then(|v| v.to_str().ok())
+        let new_etag = response
+            .header(reqwest::header::ETAG)
             .filter(|v| v.len() <= MAX_ETAG_LEN)
             .map(str::to_string);
         // Anything but a plain number is ignored: the signature is then fetched as the live
         // one, and the signature check decides.
-        let sequence = headers
-            .get(headers::SEQUENCE)
-            .and_then(|v| v.to_str().ok())
+        let sequence = response
+            .header(headers::SEQUENCE)
             .and_then(|v| v.parse::<u64>().ok());
         // The server's length is only a hint: never reserve more than a bounded first piece.
-        let hint = response.content_length().unwrap_or(0).min(cap).min(1 << 20);
+        let hint = response.content_length.unwrap_or(0).min(cap).min(1 << 20);
         let mut body = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
         while let Some(chunk) = response.chunk().await.map_err(http_err)? {
             if body.len() as u64 + chunk.len() as u64 > cap {
@@ -1254,30 +1213,11 @@ impl Client {
 }
 
 /// Bytes of a failed response's body kept for the error message.
-pub const ERROR_BODY_LIMIT: usize = 2048;
+pub use crate::http::ERROR_BODY_LIMIT;
 /// Longest ETag kept.
 const MAX_ETAG_LEN: usize = 256;
 /// Every pause between attempts is shorter than this.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// Up to [`ERROR_BODY_LIMIT`] bytes of what a failed response says, as text (bad bytes
-/// replaced, control characters dropped so nothing reaches a terminal as an escape code).
-pub(crate) async fn error_detail(mut response: reqwest::Response) -> String {
-    let mut body = Vec::new();
-    while body.len() < ERROR_BODY_LIMIT {
-        match response.chunk().await {
-            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-            Ok(None) | Err(_) => break,
-        }
-    }
-    body.truncate(ERROR_BODY_LIMIT);
-    String::from_utf8_lossy(&body)
-        .chars()
-        .filter(|c| !c.is_control() || *c == ' ')
-        .collect::<String>()
-        .trim()
-        .to_string()
-}
 
 /// What [`select`] needs: owned, so it runs on the blocking pool.
 struct Selector {

@@ -120,7 +120,7 @@ impl ClientConfig {
             mark_bad_after_failures: MARK_BAD_AFTER_FAILURES,
             files: None,
             builtin_dir: None,
-            outcomes_interval: crate::outcomes::PROVISIONAL_INTERVAL,
+            outcomes_interval: crate::policy::PROVISIONAL_INTERVAL,
         }
     }
 
@@ -299,9 +299,7 @@ impl ConfigFile {
             config.mark_bad_after_failures = n;
         }
         if let Some(secs) = u.outcomes_interval_secs {
-            use crate::outcomes::{
-                MAX_PROVISIONAL_INTERVAL as MAX, MIN_PROVISIONAL_INTERVAL as MIN,
-            };
+            use crate::policy::{MAX_PROVISIONAL_INTERVAL as MAX, MIN_PROVISIONAL_INTERVAL as MIN};
             let interval = Duration::from_secs(secs);
             if !(MIN..=MAX).contains(&interval) {
                 return Err(format!(

@@ -15,7 +15,7 @@ pub enum ClientError {
     Status {
         url: String,
         status: u16,
-        /// What the server said, cut to [`crate::client::ERROR_BODY_LIMIT`] bytes; may be empty.
+        /// What the server said, cut to [`crate::http::ERROR_BODY_LIMIT`] bytes; may be empty.
         detail: String,
     },
     #[error("{what} from {url} is longer than the {limit} bytes allowed")]
@@ -85,16 +85,6 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// A request that got no answer. reqwest's own message repeats the URL ("error sending
-    /// request for url (…)") and hides the cause two sources down; the reason is that cause
-    /// ("Connection refused (os error 111)"), which is what a person can act on.
-    pub(crate) fn http(url: impl Into<String>, error: &reqwest::Error) -> Self {
-        ClientError::Http {
-            url: url.into(),
-            reason: pack_protocol::error_text::root_cause(error),
-        }
-    }
-
     /// A stable, machine-readable name for the kind of failure (`snake_case`), kept with the
     /// message in the cache's refresh record and shown by `status`.
     pub fn kind(&self) -> &'static str {

@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod files;
 pub mod health;
+pub mod http;
 pub mod outcomes;
 pub mod policy;
 pub mod report;

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use time::{Date, OffsetDateTime};
 
 use crate::cache::Cache;
+use crate::http::Transport;
 use crate::report::{SendOutcome, post_json, record_sent};
 use crate::snapshot::{Snapshot, Source};
 use crate::{Client, ClientError};
@@ -47,11 +48,9 @@ const SENDING_LOCK: &str = "outcomes.sending.lock";
 pub const MAX_ROWS: usize = 32;
 /// Days a row is kept, today included: packd's window, past which it refuses them.
 pub const MAX_DAYS: i64 = 7;
-/// A row of today goes out at most this often, and only when it changed since.
-pub const PROVISIONAL_INTERVAL: Duration = Duration::from_secs(60 * 60);
-/// The shortest and longest provisional interval a config may ask for.
-pub const MIN_PROVISIONAL_INTERVAL: Duration = Duration::from_secs(60);
-pub const MAX_PROVISIONAL_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The provisional interval and the bounds a config may ask for, kept with the other
+/// timings in [`crate::policy`].
+pub use crate::policy::{MAX_PROVISIONAL_INTERVAL, MIN_PROVISIONAL_INTERVAL, PROVISIONAL_INTERVAL};
 const DAY_SECS: i64 = 24 * 60 * 60;
 
 /// The pack a turn was meant to be served by: the captured snapshot, whatever it fell back to.
@@ -376,7 +375,7 @@ impl OutcomeLog {
     /// changed) cannot be sent under this channel's install hash and are dropped.
     pub async fn send(
         &self,
-        http: &reqwest::Client,
+        transport: &dyn Transport,
         server: &str,
         install_hash: &str,
         now: OffsetDateTime,
@@ -408,11 +407,12 @@ impl OutcomeLog {
             let Ok(body) = serde_json::to_vec(&row.report()) else {
                 continue;
             };
-            let response = post_json(http, &url, &self.client_version, install_hash, body).await;
+            let response =
+                post_json(transport, &url, &self.client_version, install_hash, body).await;
             match response {
-                Ok(r) if r.status().is_success() => done.push((row.clone(), Fate::Taken)),
-                Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => {
-                    tracing::info!("{url} answered {}; outcome counts wait", r.status());
+                Ok(r) if r.status.is_success() => done.push((row.clone(), Fate::Taken)),
+                Ok(r) if r.status.as_u16() == 429 || r.status.is_server_error() => {
+                    tracing::info!("{url} answered {}; outcome counts wait", r.status);
                     retry = true;
                     break;
                 }
@@ -420,15 +420,12 @@ impl OutcomeLog {
                     tracing::warn!(
                         "{url} refused the outcome counts of {} with {}; not sent again",
                         row.day,
-                        r.status()
+                        r.status
                     );
                     done.push((row.clone(), Fate::Refused));
                 }
                 Err(e) => {
-                    tracing::info!(
-                        "could not send outcome counts to {url}: {}; they wait",
-                        pack_protocol::error_text::root_cause(&e)
-                    );
+                    tracing::info!("could not send outcome counts to {url}: {e}; they wait");
                     retry = true;
                     break;
                 }
@@ -495,20 +492,9 @@ impl OutcomeLog {
         if !self.due(now) {
             return SendOutcome::default();
         }
-        let http = match reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .user_agent(format!("promptpack-client/{}", config.client_version))
-            .build()
-        {
-            Ok(http) => http,
-            Err(e) => {
-                tracing::warn!("outcome counts not sent: {e}");
-                return SendOutcome::default();
-            }
-        };
         let install =
             pack_protocol::fleet::install_hash(server, &config.channel, client.install_id());
-        self.send(&http, server, &install, now).await
+        self.send(client.transport(), server, &install, now).await
     }
 
     fn sending_lock(&self) -> Option<std::fs::File> {

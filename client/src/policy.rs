@@ -1,8 +1,9 @@
 //! When the client acts on its own: the six-hour refresh and its per-install offset, how long
 //! a short-lived process leaves the server alone after a check, how often a long-running
-//! process looks at its outcome counts and file view, and how close together a watch may
-//! start refreshes. Plain numbers and functions of them, no I/O: [`crate::schedule`] and
-//! [`crate::watch`] run them, [`crate::client`] and [`crate::outcomes`] read them.
+//! process looks at its outcome counts and file view, how often outcome counts go out (and
+//! the bounds a config may set), and how close together a watch may start refreshes. Plain
+//! numbers and functions of them, no I/O: [`crate::schedule`] and [`crate::watch`] run them,
+//! [`crate::client`], [`crate::config`] and [`crate::outcomes`] read them.
 //!
 //! [`refresh`] holds what a refresh does with an answer from packd.
 
@@ -24,6 +25,13 @@ pub const MIN_REFRESH_GAP: Duration = Duration::from_secs(1);
 /// failed to render): within seconds, not at the next refresh, and a burst (a render
 /// failure, then the bad mark) together.
 pub const REPORTS_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A row of outcome counts of today goes out at most this often, and only when it changed
+/// since (`[updates] outcomes_interval_secs`; see [`crate::outcomes`]).
+pub const PROVISIONAL_INTERVAL: Duration = Duration::from_secs(60 * 60);
+/// The shortest and longest provisional interval a config may ask for.
+pub const MIN_PROVISIONAL_INTERVAL: Duration = Duration::from_secs(60);
+pub const MAX_PROVISIONAL_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// This install's spread on top of the interval for background refreshes, in seconds
 /// (under an hour).

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::cache::Cache;
+use crate::http::{HeaderName, Method, Request, Response, Transport, TransportError};
 
 const OUTBOX_FILE: &str = "reports.json";
 const SENDING_LOCK: &str = "reports.sending.lock";
@@ -48,20 +49,23 @@ pub(crate) fn retry_pause() -> Duration {
 
 /// POSTs the JSON `body` to `url` as `install_hash` (failure reports, outcome counts).
 pub(crate) async fn post_json(
-    http: &reqwest::Client,
+    transport: &dyn Transport,
     url: &str,
     client_version: &str,
     install_hash: &str,
     body: Vec<u8>,
-) -> reqwest::Result<reqwest::Response> {
-    http.post(url)
-        .timeout(SEND_TIMEOUT)
+) -> Result<Response, TransportError> {
+    let mut request = Request::get(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .header(headers::CLIENT_VERSION, client_version)
-        .header(headers::INSTALL, install_hash)
-        .body(body)
-        .send()
-        .await
+        .header(
+            HeaderName::from_static(headers::CLIENT_VERSION),
+            client_version,
+        )
+        .header(HeaderName::from_static(headers::INSTALL), install_hash);
+    request.method = Method::POST;
+    request.body = Some(body);
+    request.timeout = Some(SEND_TIMEOUT);
+    transport.send(request).await
 }
 
 /// Records what a send did in the cache file `name` (`what` names its contents in the log):
@@ -228,7 +232,7 @@ impl Outbox {
     /// did not take for now. One process at a time sends (another one sending: nothing).
     pub async fn send(
         &self,
-        http: &reqwest::Client,
+        transport: &dyn Transport,
         server: &str,
         install_hash: &str,
     ) -> SendOutcome {
@@ -248,11 +252,12 @@ impl Outbox {
                 Ok(body) => body,
                 Err(_) => continue,
             };
-            let response = post_json(http, &url, &self.client_version, install_hash, body).await;
+            let response =
+                post_json(transport, &url, &self.client_version, install_hash, body).await;
             match response {
-                Ok(r) if r.status().is_success() => done.push((queued.clone(), true)),
-                Ok(r) if r.status().as_u16() == 429 || r.status().is_server_error() => {
-                    tracing::info!("{url} answered {}; reports wait", r.status());
+                Ok(r) if r.status.is_success() => done.push((queued.clone(), true)),
+                Ok(r) if r.status.as_u16() == 429 || r.status.is_server_error() => {
+                    tracing::info!("{url} answered {}; reports wait", r.status);
                     retry = true;
                     break;
                 }
@@ -260,15 +265,12 @@ impl Outbox {
                     tracing::warn!(
                         "{url} refused a {} report with {}; dropped",
                         queued.report.reason,
-                        r.status()
+                        r.status
                     );
                     done.push((queued.clone(), false));
                 }
                 Err(e) => {
-                    tracing::info!(
-                        "could not send a failure report to {url}: {}; it waits",
-                        pack_protocol::error_text::root_cause(&e)
-                    );
+                    tracing::info!("could not send a failure report to {url}: {e}; it waits");
                     retry = true;
                     break;
                 }

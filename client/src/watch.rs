@@ -30,6 +30,7 @@ use pack_protocol::{headers, paths};
 use tokio::task::JoinHandle;
 
 use crate::activity::Event;
+use crate::http::{StatusCode, error_detail};
 use crate::{Client, ClientError, RefreshOutcome};
 
 /// The wait asked of the server (it may grant less). Under the 60 s idle timeout common in
@@ -174,52 +175,44 @@ pub async fn watch_once(client: &Client, held: &Held, wait: Duration) -> Result<
         error,
         retry_after: None,
     };
-    let response = client
+    let mut request = client
         .request(&url)
-        .header(reqwest::header::IF_NONE_MATCH, &held.etag)
-        .timeout(wait + wait / 16 + SLACK)
-        .send()
+        .header(reqwest::header::IF_NONE_MATCH, &held.etag);
+    request.timeout = Some(wait + wait / 16 + SLACK);
+    let response = client
+        .transport()
+        .send(request)
         .await
-        .map_err(|e| fail(ClientError::http(&url, &e)))?;
-    let status = response.status();
+        .map_err(|e| fail(e.at(&url)))?;
+    let status = response.status;
     let granted = response
-        .headers()
-        .get(headers::WAIT)
-        .and_then(|v| v.to_str().ok())
+        .header(headers::WAIT)
         .and_then(|v| v.parse::<u64>().ok())
         .map(Duration::from_secs);
-    if status == reqwest::StatusCode::NOT_MODIFIED {
+    if status == StatusCode::NOT_MODIFIED {
         return Ok(match granted {
             Some(granted) => Answer::Unchanged { granted },
             None => Answer::Unsupported,
         });
     }
     if status.is_success() {
-        let etag = response
-            .headers()
-            .get(reqwest::header::ETAG)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let etag = response.header(reqwest::header::ETAG).map(str::to_string);
         let sequence = response
-            .headers()
-            .get(headers::SEQUENCE)
-            .and_then(|v| v.to_str().ok())
+            .header(headers::SEQUENCE)
             .and_then(|v| v.parse::<u64>().ok());
         // The body is the new document; the refresh fetches and verifies it with its
         // signature, so it is not read here (the connection is not reused, that is all).
         return Ok(Answer::Changed { etag, sequence });
     }
     let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
+        .header(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(|s| RETRY_AFTER.capped(Duration::from_secs(s)));
     Err(Failure {
         error: ClientError::Status {
             url,
             status: status.as_u16(),
-            detail: crate::client::error_detail(response).await,
+            detail: error_detail(response).await,
         },
         retry_after,
     })

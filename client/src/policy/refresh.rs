@@ -14,11 +14,59 @@ use std::sync::Arc;
 
 use pack_contract::Contract;
 use pack_format::{EntryTarget, FormatError, PackRef, channel, sha256_hex};
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::cache::{BadPack, BadReason, Installed, State};
 use crate::snapshot::{Snapshot, Source};
-use crate::{ClientConfig, ClientError, RefreshOutcome};
+use crate::{ClientConfig, ClientError};
+
+/// What one refresh did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RefreshOutcome {
+    /// The server answered 304: the channel did not change.
+    NotModified,
+    /// A new document, but it selects what is already served.
+    Unchanged { sequence: u64 },
+    Installed {
+        name: String,
+        version: String,
+        sha256: String,
+        sequence: u64,
+    },
+    /// The channel sends this client to the built-in pack.
+    Builtin { sequence: u64, reason: String },
+    /// Nothing was fetched or installed, on purpose.
+    Skipped { reason: String },
+}
+
+impl std::fmt::Display for RefreshOutcome {
+    /// One sentence for a person (`pack-client refresh`, `agent packs refresh`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefreshOutcome::NotModified => f.write_str("The channel has not changed."),
+            RefreshOutcome::Unchanged { sequence } => write!(
+                f,
+                "The channel moved to sequence {sequence}; it still selects the pack that serves."
+            ),
+            RefreshOutcome::Installed {
+                name,
+                version,
+                sequence,
+                ..
+            } => write!(
+                f,
+                "Installed {name} {version} from channel sequence {sequence}; it serves from now on."
+            ),
+            RefreshOutcome::Builtin { sequence, reason } => write!(
+                f,
+                "The built-in pack serves: {reason} (channel sequence {sequence})."
+            ),
+            RefreshOutcome::Skipped { reason } => write!(f, "Nothing was installed: {reason}."),
+        }
+    }
+}
 
 /// What a refresh decided before anything is written.
 #[derive(Debug)]

@@ -1,0 +1,35 @@
+//! pack-client fetches, verifies and installs packs for any program that renders prompts
+//! (the agent, the Python package, `pack-client` itself): it links none of the agent's
+//! machinery and none of packd's. The closure is read from the workspace's `Cargo.lock`,
+//! which lists every dependency of every feature (and dev-dependencies), so a crate absent
+//! from it is absent from pack-client.
+
+#[path = "../../tests/shared/lock_closure.rs"]
+mod lock_closure;
+
+use lock_closure::closure;
+
+#[test]
+fn the_client_links_no_agent_or_server_machinery() {
+    let client = closure("pack-client", &[]);
+    assert!(
+        client.contains("reqwest") && client.contains("pack-serving"),
+        "the closure must be read: {client:?}"
+    );
+    for crate_name in [
+        "agent-runtime",
+        "prompt-assembly",
+        "rmcp",
+        "landlock",
+        "rustyline",
+        "pack-server",
+        "object_store",
+        "prometheus",
+        "maud",
+    ] {
+        assert!(
+            !client.contains(crate_name),
+            "pack-client reaches {crate_name}, which only the agent or packd needs"
+        );
+    }
+}
