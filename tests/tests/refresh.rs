@@ -91,7 +91,10 @@ fn publish_refresh_and_snapshots_that_do_not_change_under_a_reader() {
     assert_eq!(before.version().to_string(), "1.0.0");
     assert_eq!(after.version().to_string(), "2.0.0");
 
-    // Server down → keeps v2 and says why.
+    // Server down → keeps v2 and says why. Successes and failures are recorded in whole
+    // seconds; the failure must fall in a later second than the install for the order
+    // between them to be known.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     packd.stop();
     let err = rt.block_on(c.refresh_now()).unwrap_err();
     assert!(err.to_string().contains("request to"), "{err}");
@@ -111,7 +114,16 @@ fn publish_refresh_and_snapshots_that_do_not_change_under_a_reader() {
     let c = client(cache.path(), &config, "1.4.2");
     assert_eq!(c.store().capture().version().to_string(), "2.0.0");
     assert_eq!(c.store().capture().source(), Source::Remote);
-    assert!(c.status().last_error.is_none());
+    // The failed refresh of the process before still counts: nothing succeeded after it.
+    let status = c.status();
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("request to"),
+        "{status:?}"
+    );
 
     // Empty cache offline → builtin.
     let empty = tempfile::tempdir().unwrap();
