@@ -15,18 +15,18 @@ fn packer_links_no_agent_runtime() {
         packer.contains("prompt-assembly") && packer.contains("pack-format"),
         "the closure must be read: {packer:?}"
     );
-    for crate_name in ["agent-runtime", "rmcp", "landlock", "rustyline"] {
+    for crate_name in ["agent", "agent-runtime", "rmcp", "landlock", "rustyline"] {
         assert!(
             !packer.contains(crate_name),
             "packer reaches {crate_name}: `packer diff` needs only prompt assembly \
              (prompt-assembly), not the agent that runs the prompts"
         );
     }
-    let runtime = closure("agent-runtime", &[]);
+    let agent = closure("agent", &[]);
     assert!(
-        ["rmcp", "landlock", "rustyline"]
+        ["agent-runtime", "rmcp", "landlock", "rustyline"]
             .iter()
-            .all(|c| runtime.contains(*c)),
-        "the runtime links all three, so the scan would see them"
+            .all(|c| agent.contains(*c)),
+        "the agent links all of them, so the scan would see them"
     );
 }
