@@ -272,7 +272,7 @@ async fn sigterm_lets_the_request_in_flight_finish() {
 
 #[test]
 fn token_new_prints_a_token_and_its_config_entry() {
-    let out = Command::new(packd_bin())
+    let out = Command::new(bin("pack-server", "packd"))
         .args(["token", "new", "--scope", "publish", "--name", "release-ci"])
         .stdout(Stdio::piped())
         .output()
@@ -288,7 +288,7 @@ fn token_new_prints_a_token_and_its_config_entry() {
     assert!(text.contains("scopes = [\"publish\"]"));
     assert!(text.contains("name = \"release-ci\""));
 
-    let bad = Command::new(packd_bin())
+    let bad = Command::new(bin("pack-server", "packd"))
         .args(["token", "new", "--scope", "admin"])
         .output()
         .unwrap();

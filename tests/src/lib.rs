@@ -10,84 +10,9 @@ pub mod rollout_sim;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
-/// Says on stderr, in the line `scripts/test.sh` counts as a skip, that the running test
-/// returns without testing anything (`SKIPPED: <test> (<why>)`). Straight to the file
-/// descriptor: the harness captures `eprintln!` of a passing test, and this must be seen.
-pub fn skipped(why: &str) {
-    use std::io::Write as _;
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("a test")
-        .to_string();
-    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test} ({why})\n").as_bytes());
-}
-
-/// The workspace root.
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// Path of a workspace binary, built once if `cargo test` did not build it already.
-pub fn bin(package: &str, name: &str) -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    // target/debug/deps/<test-binary> → target/debug/<name>
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let path = dir.join(name);
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "packer",
-                "-p",
-                "pack-server",
-                "-p",
-                "pack-client",
-                "-p",
-                "agent",
-                "--bins",
-            ])
-            .current_dir(workspace())
-            .status()
-            .unwrap();
-        assert!(
-            status.success(),
-            "building the binaries for the end-to-end tests failed"
-        );
-    });
-    assert!(
-        path.exists(),
-        "{} of {package} is missing at {}",
-        name,
-        path.display()
-    );
-    path
-}
-
-pub fn packer() -> Command {
-    Command::new(bin("packer", "packer"))
-}
-
-/// Runs a command, panicking with its output if it fails.
-pub fn run(mut cmd: Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+pub use promptpack_harness::{bin, packer, run, skipped, workspace};
 
 /// A publisher: key directory, token, and a scratch directory for packs and documents.
 pub struct Publisher {

@@ -4,7 +4,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use pack_format::{ChannelDocument, Limits, TrustedKeys};
 use serde_json::Value;
@@ -14,30 +13,6 @@ use super::{assert_ok, s, write_required_templates};
 
 pub const TOKEN: &str = "ppt_test_publisher_token";
 pub const TEMPLATE: &str = "You are {{persona}}.\n";
-
-/// `target/debug/packd`, built once if the test run has not built it yet.
-fn packd_binary() -> &'static Path {
-    static PACKD: OnceLock<PathBuf> = OnceLock::new();
-    PACKD.get_or_init(|| {
-        // The test executable lives in target/debug/deps/.
-        let exe = std::env::current_exe().expect("current exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable is in target/<profile>/deps");
-        let packd = profile_dir.join(format!("packd{}", std::env::consts::EXE_SUFFIX));
-        if !packd.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "pack-server", "--bin", "packd"])
-                .status()
-                .expect("cargo runs");
-            assert!(status.success(), "building packd failed");
-        }
-        assert!(packd.exists(), "{} is missing", packd.display());
-        packd
-    })
-}
 
 /// A running packd on a free port, killed on drop.
 pub struct Packd {
@@ -92,7 +67,7 @@ impl Env {
         )
         .unwrap();
         let log = std::fs::File::create(dir.path().join("packd.log")).unwrap();
-        let mut child = Command::new(packd_binary())
+        let mut child = Command::new(promptpack_harness::bin("pack-server", "packd"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path().join("data"))
             .arg("--config")

@@ -17,14 +17,12 @@ use pack_format::{
 };
 use time::OffsetDateTime;
 
+pub use promptpack_harness::{bin, skipped};
+
 pub const PUBLISH_TOKEN: &str = "ppt_test_publish_token";
 pub const READ_ONLY_TOKEN: &str = "ppt_test_read_token";
 /// Small so the oversize test does not need to send 64 MiB.
 pub const MAX_BLOB_BYTES: u64 = 256 * 1024;
-
-pub fn packd_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_packd")
-}
 
 /// Where a `packd` keeps its data.
 #[derive(Clone, Debug)]
@@ -162,7 +160,7 @@ max_blob_bytes = {MAX_BLOB_BYTES}
 
 /// Hashes a token with `packd hash-token`, the way an operator would.
 pub fn hash_token_with_cli(token: &str) -> String {
-    let mut child = Command::new(packd_bin())
+    let mut child = Command::new(bin("pack-server", "packd"))
         .arg("hash-token")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -197,7 +195,12 @@ impl Packd {
     }
 
     pub fn start_in(backend: &Backend, config: Option<&Path>, cwd: &Path) -> Packd {
-        Self::spawn(Command::new(packd_bin()), backend, config, cwd)
+        Self::spawn(
+            Command::new(bin("pack-server", "packd")),
+            backend,
+            config,
+            cwd,
+        )
     }
 
     /// A packd that may run on one core only (`taskset`): it then serves every connection
@@ -215,7 +218,9 @@ impl Packd {
             .take_while(char::is_ascii_digit)
             .collect();
         let mut cmd = Command::new("taskset");
-        cmd.arg("--cpu-list").arg(first).arg(packd_bin());
+        cmd.arg("--cpu-list")
+            .arg(first)
+            .arg(bin("pack-server", "packd"));
         Self::spawn(cmd, backend, config, &std::env::temp_dir())
     }
 
@@ -370,17 +375,6 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
             Err(_) => "SeaweedFS failed to start (a panic without a message)".to_string(),
         },
     }
-}
-
-/// Says on stderr, in the line `scripts/test.sh` counts as a skip, that the running test
-/// returns without testing anything (`SKIPPED: <test> (<why>)`). Straight to the file
-/// descriptor: the harness captures `eprintln!` of a passing test, and this must be seen.
-pub fn skipped(why: &str) {
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("a test")
-        .to_string();
-    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test} ({why})\n").as_bytes());
 }
 
 impl Seaweed {
