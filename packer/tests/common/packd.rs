@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
 
 use pack_format::{ChannelDocument, Limits, TrustedKeys};
+use promptpack_harness::Publisher;
 use serde_json::Value;
-use tempfile::TempDir;
 
 use super::{assert_ok, s, write_required_templates};
 
@@ -29,8 +29,10 @@ impl Drop for Packd {
     }
 }
 
+/// A publisher (keys in `keys/`, the token [`TOKEN`], templates in `prompts/`) and a packd
+/// trusting it, over `data/` of the same directory.
 pub struct Env {
-    pub dir: TempDir,
+    pub publisher: Publisher,
     pub packd: Packd,
 }
 
@@ -43,33 +45,17 @@ pub fn json(output: &Output) -> Value {
 impl Env {
     /// Keys, a pack directory, a packd config trusting the keys and one publish token.
     pub fn start() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = dir.path().join("keys");
-        let out = Command::new(env!("CARGO_BIN_EXE_packer"))
-            .args(["keygen", "--dir", s(&keys)])
-            .env_remove("PROMPTPACK_KEY_PASSWORD")
-            .output()
-            .unwrap();
-        assert_ok(&out);
-        let template = dir.path().join("prompts/agents/mavis/system.hbs");
+        let publisher = Publisher::with_token(TOKEN);
+        let dir = publisher.dir.path();
+        let template = dir.join("prompts/agents/mavis/system.hbs");
         std::fs::create_dir_all(template.parent().unwrap()).unwrap();
         std::fs::write(&template, TEMPLATE).unwrap();
-        write_required_templates(&dir.path().join("prompts"));
-
-        let config = dir.path().join("packd.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "publisher_keys = [{:?}]\n\n[[tokens]]\nname = \"test\"\nsha256 = \"{}\"\nscopes = [\"publish\"]\n",
-                s(&keys.join("signing.pub")),
-                pack_format::sha256_hex(TOKEN.as_bytes())
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.path().join("packd.log")).unwrap();
+        write_required_templates(&dir.join("prompts"));
+        let config = publisher.server_config();
+        let log = std::fs::File::create(dir.join("packd.log")).unwrap();
         let mut child = Command::new(promptpack_harness::bin("pack-server", "packd"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path().join("data"))
+            .arg(dir.join("data"))
             .arg("--config")
             .arg(&config)
             .env("PACKD_LOG", "warn")
@@ -91,11 +77,11 @@ impl Env {
         let Some(url) = url else {
             let _ = child.kill();
             let _ = child.wait();
-            let log = std::fs::read_to_string(dir.path().join("packd.log")).unwrap_or_default();
+            let log = std::fs::read_to_string(dir.join("packd.log")).unwrap_or_default();
             panic!("packd did not print its address; its log:\n{log}");
         };
         Env {
-            dir,
+            publisher,
             packd: Packd {
                 child,
                 url,
@@ -105,11 +91,11 @@ impl Env {
     }
 
     pub fn path(&self, relative: &str) -> PathBuf {
-        self.dir.path().join(relative)
+        self.publisher.dir.path().join(relative)
     }
 
     pub fn keys(&self) -> PathBuf {
-        self.path("keys")
+        self.publisher.keys()
     }
 
     /// `packer ARGS` with the token in the environment and stdin not a terminal.

@@ -17,7 +17,7 @@ use pack_format::{
 };
 use time::OffsetDateTime;
 
-pub use promptpack_harness::{bin, skipped};
+pub use promptpack_harness::{bin, packd_config, skipped};
 
 pub const PUBLISH_TOKEN: &str = "ppt_test_publish_token";
 pub const READ_ONLY_TOKEN: &str = "ppt_test_read_token";
@@ -51,19 +51,10 @@ impl Fixture {
         let generated = SigningKey::generate(None).unwrap();
         std::fs::write(dir.path().join("signing.pub"), &generated.public_file).unwrap();
         let config = dir.path().join("packd.toml");
-        let text = format!(
-            r#"publisher_keys = ["signing.pub"]
-
-[[tokens]]
-name = "publisher"
-sha256 = "{publish}"
-scopes = ["publish"]
-
-[limits]
-max_blob_bytes = {MAX_BLOB_BYTES}
-{extra_toml}
-"#,
-            publish = hash_token_with_cli(PUBLISH_TOKEN),
+        let text = packd_config(
+            Path::new("signing.pub"),
+            &hash_token_with_cli(PUBLISH_TOKEN),
+            &format!("\n[limits]\nmax_blob_bytes = {MAX_BLOB_BYTES}\n{extra_toml}\n"),
         );
         std::fs::write(&config, text).unwrap();
         Fixture {

@@ -1,11 +1,14 @@
 //! What the tests of packd (`server/tests`), packer (`packer/tests`) and the end-to-end suite
-//! (`promptpack-tests`) share: the workspace's binaries ([`bin`]).
+//! (`promptpack-tests`) share: the workspace's binaries ([`bin`]) and a publisher's keys, token and packd config
+//! ([`Publisher`]).
 
 #![allow(clippy::print_stderr)]
 
 mod binaries;
+mod publisher;
 
 pub use binaries::{bin, build, packer, run, workspace};
+pub use publisher::{Publisher, copy_tree, packd_config, walk};
 
 /// Says on stderr, in the line `scripts/test.sh` counts as a skip, that the running test
 /// returns without testing anything (`SKIPPED: <test> (<why>)`). Straight to the file
