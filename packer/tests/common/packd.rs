@@ -1,33 +1,17 @@
-//! A real `packd` process with a publisher's keys, token and pack directory, for the tests
-//! of the commands that talk to it.
+//! A real `packd` process (promptpack-harness's) with a publisher's keys, token and pack
+//! directory, for the tests of the commands that talk to it.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use pack_format::{ChannelDocument, Limits, TrustedKeys};
-use promptpack_harness::Publisher;
+use promptpack_harness::{Packd, Publisher};
 use serde_json::Value;
 
 use super::{assert_ok, s, write_required_templates};
 
 pub const TOKEN: &str = "ppt_test_publisher_token";
 pub const TEMPLATE: &str = "You are {{persona}}.\n";
-
-/// A running packd on a free port, killed on drop.
-pub struct Packd {
-    child: Child,
-    pub url: String,
-    // Kept open so packd never writes to a closed pipe.
-    _stdout: BufReader<ChildStdout>,
-}
-
-impl Drop for Packd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A publisher (keys in `keys/`, the token [`TOKEN`], templates in `prompts/`) and a packd
 /// trusting it, over `data/` of the same directory.
@@ -51,43 +35,8 @@ impl Env {
         std::fs::create_dir_all(template.parent().unwrap()).unwrap();
         std::fs::write(&template, TEMPLATE).unwrap();
         write_required_templates(&dir.join("prompts"));
-        let config = publisher.server_config();
-        let log = std::fs::File::create(dir.join("packd.log")).unwrap();
-        let mut child = Command::new(promptpack_harness::bin("pack-server", "packd"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.join("data"))
-            .arg("--config")
-            .arg(&config)
-            .env("PACKD_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("packd starts");
-        let mut reader = BufReader::new(child.stdout.take().unwrap());
-        let mut url = None;
-        let mut line = String::new();
-        while reader.read_line(&mut line).unwrap_or(0) > 0 {
-            if let Some(rest) = line.trim().strip_prefix("listening on ") {
-                url = Some(rest.to_string());
-                break;
-            }
-            line.clear();
-        }
-        let Some(url) = url else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = std::fs::read_to_string(dir.join("packd.log")).unwrap_or_default();
-            panic!("packd did not print its address; its log:\n{log}");
-        };
-        Env {
-            publisher,
-            packd: Packd {
-                child,
-                url,
-                _stdout: reader,
-            },
-        }
+        let packd = Packd::start(&dir.join("data"), &publisher.server_config());
+        Env { publisher, packd }
     }
 
     pub fn path(&self, relative: &str) -> PathBuf {
