@@ -357,7 +357,7 @@ fn release_at_the_sequence_limit_refuses_instead_of_wrapping() {
         "document": text,
         "signature": std::fs::read_to_string(env.path("at-limit.json.minisig")).unwrap(),
     });
-    let history = env.dir.path().join("data/channels/stable/history");
+    let history = env.path("data/channels/stable/history");
     std::fs::create_dir_all(&history).unwrap();
     std::fs::write(
         history.join("00009007199254740991.json"),

@@ -776,7 +776,7 @@ async fn two_nodes_and_40_racing_releases_leave_a_contiguous_history(env: Env) {
     let started = std::time::Instant::now();
     let mut racers = Vec::new();
     for id in 0..RACERS {
-        let base = if id % 2 == 0 { &a.base } else { &b.base }.clone();
+        let base = if id % 2 == 0 { &a.url } else { &b.url }.clone();
         let fx = fx.clone();
         let pack = pack.clone();
         racers.push(tokio::spawn(async move {
@@ -895,7 +895,7 @@ async fn kill_9_during_a_publish_leaves_the_highest_commit_live(env: Env) {
     let c = client();
     let (mut committed, mut not_committed, mut hint_behind) = (0, 0, 0);
     for kill in 0..KILLS {
-        let before = live_sequence(&c, &server.base).await;
+        let before = live_sequence(&c, &server.url).await;
         let body =
             fx.publish_body(&fx.document("stable", before + 1, &pack, &format!("killed{kill}")));
         let sha = pack_format::sha256_hex(body["document"].as_str().unwrap().as_bytes());
@@ -911,10 +911,10 @@ async fn kill_9_during_a_publish_leaves_the_highest_commit_live(env: Env) {
         });
         let window = 2 * publish_time.as_micros().max(1) as u64;
         tokio::time::sleep(Duration::from_micros(rand::random_range(0..window))).await;
-        server.kill9();
+        server.stop();
         in_flight.await.unwrap();
         let hint = head_hint(&env, "stable");
-        server = server.restart();
+        server.restart();
 
         let (history, history_live) = history_of(&server).await;
         let highest = history.last().unwrap().clone();
@@ -1005,10 +1005,10 @@ async fn kill_9_during_an_upload_leaves_nothing_partial(env: Env) {
     assert!(interim.starts_with("HTTP/1.1 100 "), "{interim}");
     stream.write_all(&pack2[..pack2.len() / 2]).unwrap();
     stream.flush().unwrap();
-    server.kill9();
+    server.stop();
     drop(stream);
 
-    let server = server.restart();
+    server.restart();
     let c = client();
     for request in [
         c.get(blob_url(&server, &sha2)),

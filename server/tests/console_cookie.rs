@@ -259,7 +259,7 @@ async fn a_sign_in_holds_on_every_node_until_its_token_leaves_the_config() {
     let reader = sign_in(&a, READ_ONLY_TOKEN).await;
     let publisher = sign_in(&a, PUBLISH_TOKEN).await;
     assert_eq!(console_with(&b, &reader).await, "signed in as reader");
-    b = b.restart();
+    b.restart();
     assert_eq!(console_with(&b, &reader).await, "signed in as reader");
 
     // The operator replaces the read token with another under the same name.
@@ -269,7 +269,7 @@ async fn a_sign_in_holds_on_every_node_until_its_token_leaves_the_config() {
         &hash_token_with_cli("another-read-token"),
     );
     std::fs::write(&fx.config, &replaced).unwrap();
-    b = b.restart();
+    b.restart();
     assert_eq!(console_with(&b, &reader).await, REFUSED);
     assert_eq!(console_with(&b, &publisher).await, "signed in as publisher");
 
@@ -280,7 +280,7 @@ async fn a_sign_in_holds_on_every_node_until_its_token_leaves_the_config() {
     );
     assert!(replaced.contains(&publish_entry), "{replaced}");
     std::fs::write(&fx.config, replaced.replace(&publish_entry, "")).unwrap();
-    b = b.restart();
+    b.restart();
     assert_eq!(console_with(&b, &publisher).await, REFUSED);
     let r = browser_like()
         .get(b.url("/console/login?next=/console&expired=1"))

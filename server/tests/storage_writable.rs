@@ -72,7 +72,7 @@ fn tempdir() -> tempfile::TempDir {
 
 /// `packd serve` with `args`, which must fail to start; what it printed.
 fn packd_start_fails(args: &[&str], env: &[(String, String)]) -> Output {
-    let mut command = Command::new(packd_bin());
+    let mut command = Command::new(bin("pack-server", "packd"));
     command
         .arg("serve")
         .args(["--listen", "127.0.0.1:0"])

@@ -141,7 +141,7 @@ async fn a_watch_answers_as_soon_as_a_publish_lands() {
     ch.upload(&server).await;
     ch.publish(&server, 1).await;
     let tag = etag(&server).await;
-    let pending = tokio::spawn(watch(server.base.clone(), tag, 30));
+    let pending = tokio::spawn(watch(server.url.clone(), tag, 30));
     until_watching(&server, 1).await;
     let published = Instant::now();
     ch.publish(&server, 2).await;
@@ -163,7 +163,7 @@ async fn a_watch_ends_with_304_at_the_end_of_its_capped_wait() {
     ch.publish(&server, 1).await;
     let tag = etag(&server).await;
     let started = Instant::now();
-    let answer = watch(server.base.clone(), tag.clone(), 600).await;
+    let answer = watch(server.url.clone(), tag.clone(), 600).await;
     let held = answer.at - started;
     assert_eq!(answer.status, StatusCode::NOT_MODIFIED);
     assert_eq!(answer.granted, "2", "the server's cap, not the 600 asked");
@@ -176,7 +176,7 @@ async fn a_watch_ends_with_304_at_the_end_of_its_capped_wait() {
 
     // A stale ETag is answered at once, with the document.
     let started = Instant::now();
-    let answer = watch(server.base.clone(), "\"stale\"".to_string(), 30).await;
+    let answer = watch(server.url.clone(), "\"stale\"".to_string(), 30).await;
     assert_eq!(answer.status, StatusCode::OK);
     assert!(answer.at - started < Duration::from_secs(1));
     // No `wait` (or wait=0) is a plain conditional GET.
@@ -199,7 +199,7 @@ async fn a_watch_from_a_sequence_is_held_without_if_none_match() {
     let server = ch.start();
     ch.upload(&server).await;
     ch.publish(&server, 1).await;
-    let pending = tokio::spawn(watch_after(server.base.clone(), 1, 30));
+    let pending = tokio::spawn(watch_after(server.url.clone(), 1, 30));
     until_watching(&server, 1).await;
     let published = Instant::now();
     ch.publish(&server, 2).await;
@@ -220,7 +220,7 @@ async fn a_watch_from_a_sequence_is_held_without_if_none_match() {
     // server that lost its history): the live document at once.
     for held in [1, 7] {
         let started = Instant::now();
-        let answer = watch_after(server.base.clone(), held, 30).await;
+        let answer = watch_after(server.url.clone(), held, 30).await;
         assert_eq!(answer.status, StatusCode::OK, "after={held}");
         assert_eq!(answer.sequence, 2);
         assert_eq!(answer.cache_control, "no-store");
@@ -238,8 +238,8 @@ async fn both_forms_of_watch_end_with_an_uncacheable_304() {
     ch.publish(&server, 1).await;
     let tag = etag(&server).await;
     let (new_form, old_form) = tokio::join!(
-        watch_after(server.base.clone(), 1, 600),
-        watch(server.base.clone(), tag.clone(), 600)
+        watch_after(server.url.clone(), 1, 600),
+        watch(server.url.clone(), tag.clone(), 600)
     );
     for (form, answer) in [("after=1", new_form), ("If-None-Match", old_form)] {
         assert_eq!(answer.status, StatusCode::NOT_MODIFIED, "{form}");
@@ -326,7 +326,7 @@ async fn a_full_node_refuses_watches_with_a_clear_error_and_still_answers_plain_
     ch.publish(&server, 1).await;
     let tag = etag(&server).await;
     let held: Vec<_> = (0..3)
-        .map(|_| tokio::spawn(watch(server.base.clone(), tag.clone(), 30)))
+        .map(|_| tokio::spawn(watch(server.url.clone(), tag.clone(), 30)))
         .collect();
     until_watching(&server, 3).await;
 
@@ -364,7 +364,7 @@ async fn a_full_node_refuses_watches_with_a_clear_error_and_still_answers_plain_
     }
     until_watching(&server, 0).await;
     let tag = etag(&server).await;
-    let again = tokio::spawn(watch(server.base.clone(), tag, 30));
+    let again = tokio::spawn(watch(server.url.clone(), tag, 30));
     until_watching(&server, 1).await;
     ch.publish(&server, 3).await;
     assert_eq!(again.await.unwrap().status, StatusCode::OK);
@@ -377,11 +377,11 @@ async fn a_watcher_that_hangs_up_gives_its_place_back() {
     ch.upload(&server).await;
     ch.publish(&server, 1).await;
     let tag = etag(&server).await;
-    let gone = tokio::spawn(watch(server.base.clone(), tag.clone(), 30));
+    let gone = tokio::spawn(watch(server.url.clone(), tag.clone(), 30));
     until_watching(&server, 1).await;
     gone.abort();
     until_watching(&server, 0).await;
-    let next = tokio::spawn(watch(server.base.clone(), tag, 30));
+    let next = tokio::spawn(watch(server.url.clone(), tag, 30));
     until_watching(&server, 1).await;
     ch.publish(&server, 2).await;
     assert_eq!(next.await.unwrap().sequence, 2);
@@ -396,7 +396,7 @@ async fn shutdown_answers_watches_at_once() {
     ch.publish(&server, 1).await;
     let tag = etag(&server).await;
     let pending: Vec<_> = (0..5)
-        .map(|_| tokio::spawn(watch(server.base.clone(), tag.clone(), 50)))
+        .map(|_| tokio::spawn(watch(server.url.clone(), tag.clone(), 50)))
         .collect();
     until_watching(&server, 5).await;
     let stopped = Instant::now();
@@ -424,7 +424,7 @@ async fn watchers_on_another_node_wake_within_two_seconds(
     for sequence in 2..=RELEASES + 1 {
         let tag = etag(&b).await;
         let pending: Vec<_> = (0..WATCHERS)
-            .map(|_| tokio::spawn(watch(b.base.clone(), tag.clone(), 30)))
+            .map(|_| tokio::spawn(watch(b.url.clone(), tag.clone(), 30)))
             .collect();
         until_watching(&b, WATCHERS).await;
         // Somewhere within B's poll interval.

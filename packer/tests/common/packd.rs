@@ -1,61 +1,22 @@
-//! A real `packd` process with a publisher's keys, token and pack directory, for the tests
-//! of the commands that talk to it.
+//! A real `packd` process (promptpack-harness's) with a publisher's keys, token and pack
+//! directory, for the tests of the commands that talk to it.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::process::{Command, Output, Stdio};
 
 use pack_format::{ChannelDocument, Limits, TrustedKeys};
+use promptpack_harness::{Packd, Publisher};
 use serde_json::Value;
-use tempfile::TempDir;
 
 use super::{assert_ok, s, write_required_templates};
 
 pub const TOKEN: &str = "ppt_test_publisher_token";
 pub const TEMPLATE: &str = "You are {{persona}}.\n";
 
-/// `target/debug/packd`, built once if the test run has not built it yet.
-fn packd_binary() -> &'static Path {
-    static PACKD: OnceLock<PathBuf> = OnceLock::new();
-    PACKD.get_or_init(|| {
-        // The test executable lives in target/debug/deps/.
-        let exe = std::env::current_exe().expect("current exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable is in target/<profile>/deps");
-        let packd = profile_dir.join(format!("packd{}", std::env::consts::EXE_SUFFIX));
-        if !packd.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "pack-server", "--bin", "packd"])
-                .status()
-                .expect("cargo runs");
-            assert!(status.success(), "building packd failed");
-        }
-        assert!(packd.exists(), "{} is missing", packd.display());
-        packd
-    })
-}
-
-/// A running packd on a free port, killed on drop.
-pub struct Packd {
-    child: Child,
-    pub url: String,
-    // Kept open so packd never writes to a closed pipe.
-    _stdout: BufReader<ChildStdout>,
-}
-
-impl Drop for Packd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// A publisher (keys in `keys/`, the token [`TOKEN`], templates in `prompts/`) and a packd
+/// trusting it, over `data/` of the same directory.
 pub struct Env {
-    pub dir: TempDir,
+    pub publisher: Publisher,
     pub packd: Packd,
 }
 
@@ -68,73 +29,22 @@ pub fn json(output: &Output) -> Value {
 impl Env {
     /// Keys, a pack directory, a packd config trusting the keys and one publish token.
     pub fn start() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = dir.path().join("keys");
-        let out = Command::new(env!("CARGO_BIN_EXE_packer"))
-            .args(["keygen", "--dir", s(&keys)])
-            .env_remove("PROMPTPACK_KEY_PASSWORD")
-            .output()
-            .unwrap();
-        assert_ok(&out);
-        let template = dir.path().join("prompts/agents/mavis/system.hbs");
+        let publisher = Publisher::with_token(TOKEN);
+        let dir = publisher.dir.path();
+        let template = dir.join("prompts/agents/mavis/system.hbs");
         std::fs::create_dir_all(template.parent().unwrap()).unwrap();
         std::fs::write(&template, TEMPLATE).unwrap();
-        write_required_templates(&dir.path().join("prompts"));
-
-        let config = dir.path().join("packd.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "publisher_keys = [{:?}]\n\n[[tokens]]\nname = \"test\"\nsha256 = \"{}\"\nscopes = [\"publish\"]\n",
-                s(&keys.join("signing.pub")),
-                pack_format::sha256_hex(TOKEN.as_bytes())
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.path().join("packd.log")).unwrap();
-        let mut child = Command::new(packd_binary())
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .arg("--config")
-            .arg(&config)
-            .env("PACKD_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("packd starts");
-        let mut reader = BufReader::new(child.stdout.take().unwrap());
-        let mut url = None;
-        let mut line = String::new();
-        while reader.read_line(&mut line).unwrap_or(0) > 0 {
-            if let Some(rest) = line.trim().strip_prefix("listening on ") {
-                url = Some(rest.to_string());
-                break;
-            }
-            line.clear();
-        }
-        let Some(url) = url else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = std::fs::read_to_string(dir.path().join("packd.log")).unwrap_or_default();
-            panic!("packd did not print its address; its log:\n{log}");
-        };
-        Env {
-            dir,
-            packd: Packd {
-                child,
-                url,
-                _stdout: reader,
-            },
-        }
+        write_required_templates(&dir.join("prompts"));
+        let packd = Packd::start(&dir.join("data"), &publisher.server_config());
+        Env { publisher, packd }
     }
 
     pub fn path(&self, relative: &str) -> PathBuf {
-        self.dir.path().join(relative)
+        self.publisher.dir.path().join(relative)
     }
 
     pub fn keys(&self) -> PathBuf {
-        self.path("keys")
+        self.publisher.keys()
     }
 
     /// `packer ARGS` with the token in the environment and stdin not a terminal.

@@ -1,15 +1,17 @@
-//! Real `packd` processes on loopback, a SeaweedFS object store when it is installed, and
-//! the keys, packs and signed documents to feed them.
+//! A SeaweedFS object store when it is installed, and the keys, packs and signed documents
+//! to feed packd (the processes are promptpack-harness's `Packd`).
 #![allow(dead_code, clippy::print_stderr)]
 
 #[path = "../../../tests/shared/ports.rs"]
 mod ports;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub use promptpack_harness::{Backend, Packd, bin, packd_config, skipped};
 
 use pack_format::{
     ChannelDocument, ChannelEntry, ContentKey, EntryTarget, Limits, PackRef, Payload, PayloadFile,
@@ -21,22 +23,6 @@ pub const PUBLISH_TOKEN: &str = "ppt_test_publish_token";
 pub const READ_ONLY_TOKEN: &str = "ppt_test_read_token";
 /// Small so the oversize test does not need to send 64 MiB.
 pub const MAX_BLOB_BYTES: u64 = 256 * 1024;
-
-pub fn packd_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_packd")
-}
-
-/// Where a `packd` keeps its data.
-#[derive(Clone, Debug)]
-pub enum Backend {
-    /// No storage flag at all: the zero-config default under the working directory.
-    ZeroConfig,
-    Disk(PathBuf),
-    S3 {
-        url: String,
-        env: Vec<(String, String)>,
-    },
-}
 
 /// Test keys, tokens and a config file in a temp dir.
 pub struct Fixture {
@@ -53,19 +39,10 @@ impl Fixture {
         let generated = SigningKey::generate(None).unwrap();
         std::fs::write(dir.path().join("signing.pub"), &generated.public_file).unwrap();
         let config = dir.path().join("packd.toml");
-        let text = format!(
-            r#"publisher_keys = ["signing.pub"]
-
-[[tokens]]
-name = "publisher"
-sha256 = "{publish}"
-scopes = ["publish"]
-
-[limits]
-max_blob_bytes = {MAX_BLOB_BYTES}
-{extra_toml}
-"#,
-            publish = hash_token_with_cli(PUBLISH_TOKEN),
+        let text = packd_config(
+            Path::new("signing.pub"),
+            &hash_token_with_cli(PUBLISH_TOKEN),
+            &format!("\n[limits]\nmax_blob_bytes = {MAX_BLOB_BYTES}\n{extra_toml}\n"),
         );
         std::fs::write(&config, text).unwrap();
         Fixture {
@@ -162,7 +139,7 @@ max_blob_bytes = {MAX_BLOB_BYTES}
 
 /// Hashes a token with `packd hash-token`, the way an operator would.
 pub fn hash_token_with_cli(token: &str) -> String {
-    let mut child = Command::new(packd_bin())
+    let mut child = Command::new(bin("pack-server", "packd"))
         .arg("hash-token")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -177,158 +154,6 @@ pub fn hash_token_with_cli(token: &str) -> String {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// A running `packd serve`. Killed (SIGKILL) when dropped.
-pub struct Packd {
-    pub child: Child,
-    pub addr: SocketAddr,
-    pub base: String,
-    backend: Backend,
-    config: Option<PathBuf>,
-    cwd: PathBuf,
-    stderr_log: PathBuf,
-}
-
-impl Packd {
-    pub fn start(backend: &Backend, config: Option<&Path>) -> Packd {
-        let cwd = std::env::temp_dir();
-        Self::start_in(backend, config, &cwd)
-    }
-
-    pub fn start_in(backend: &Backend, config: Option<&Path>, cwd: &Path) -> Packd {
-        Self::spawn(Command::new(packd_bin()), backend, config, cwd)
-    }
-
-    /// A packd that may run on one core only (`taskset`): it then serves every connection
-    /// on one thread, as each of its threads does on a machine of many cores, so whatever
-    /// holds that thread up shows as the latency of every other request.
-    pub fn start_on_one_core(backend: &Backend, config: Option<&Path>) -> Packd {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let allowed = status
-            .lines()
-            .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
-            .expect("Cpus_allowed_list in /proc/self/status");
-        let first: String = allowed
-            .trim()
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        let mut cmd = Command::new("taskset");
-        cmd.arg("--cpu-list").arg(first).arg(packd_bin());
-        Self::spawn(cmd, backend, config, &std::env::temp_dir())
-    }
-
-    /// Starts `cmd`, a packd binary (or a command that runs one, with the arguments so
-    /// far), serving on `backend`.
-    fn spawn(mut cmd: Command, backend: &Backend, config: Option<&Path>, cwd: &Path) -> Packd {
-        let stderr_log = tempfile::Builder::new()
-            .prefix("packd-stderr-")
-            .tempfile()
-            .unwrap()
-            .into_temp_path()
-            .keep()
-            .unwrap();
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .current_dir(cwd);
-        if let Some(config) = config {
-            cmd.arg("--config").arg(config);
-        }
-        for var in [
-            "PACKD_LISTEN",
-            "PACKD_DATA_DIR",
-            "PACKD_CONFIG",
-            "PACKD_STORAGE",
-        ] {
-            cmd.env_remove(var);
-        }
-        match backend {
-            Backend::ZeroConfig => {}
-            Backend::Disk(dir) => {
-                cmd.arg("--data-dir").arg(dir);
-            }
-            Backend::S3 { url, env } => {
-                cmd.arg("--storage").arg(url);
-                for (k, v) in env {
-                    cmd.env(k, v);
-                }
-            }
-        }
-        cmd.env("PACKD_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr_log).unwrap());
-        let mut child = cmd.spawn().expect("spawning packd");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Some(Ok(line)) = lines.next() {
-                if let Some(addr) = line.strip_prefix("listening on http://") {
-                    let _ = tx.send(addr.to_string());
-                }
-            }
-        });
-        let addr: SocketAddr = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(a) => a.parse().unwrap(),
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "packd did not print its address; stderr:\n{}",
-                    std::fs::read_to_string(&stderr_log).unwrap_or_default()
-                );
-            }
-        };
-        Packd {
-            child,
-            addr,
-            base: format!("http://{addr}"),
-            backend: backend.clone(),
-            config: config.map(Path::to_path_buf),
-            cwd: cwd.to_path_buf(),
-            stderr_log,
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// SIGKILL, no chance to clean up.
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM by pid.
-    pub fn sigterm(&self) {
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// A fresh process over the same storage and config.
-    pub fn restart(&mut self) -> Packd {
-        self.kill9();
-        Packd::start_in(&self.backend, self.config.as_deref(), &self.cwd)
-    }
-
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
-    }
-}
-
-impl Drop for Packd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.stderr_log);
-    }
 }
 
 /// One SeaweedFS (`weed server`: master, volume server, filer and S3 gateway in one process)
@@ -370,17 +195,6 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
             Err(_) => "SeaweedFS failed to start (a panic without a message)".to_string(),
         },
     }
-}
-
-/// Says on stderr, in the line `scripts/test.sh` counts as a skip, that the running test
-/// returns without testing anything (`SKIPPED: <test> (<why>)`). Straight to the file
-/// descriptor: the harness captures `eprintln!` of a passing test, and this must be seen.
-pub fn skipped(why: &str) {
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("a test")
-        .to_string();
-    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test} ({why})\n").as_bytes());
 }
 
 impl Seaweed {
