@@ -20,8 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::permission_mode::PermissionMode;
 use crate::wildcard::Wildcard;
 
-/// The prefix of every MCP tool name the model sees (`mcp__<server>__<tool>`).
-pub const MCP_PREFIX: &str = "mcp__";
+pub use crate::wildcard::MCP_PREFIX;
 
 /// The capability-listed tools the runtime implements. A prompt may only mention a tool the
 /// model is offered, so one left out of this list reads as off; the runtime checks its tool

@@ -7,7 +7,8 @@
 //! the command, path or URL). Tool names add one form ([`Wildcard::tool`]): `mcp__<server>`
 //! alone names every tool of that server.
 
-use crate::capabilities::MCP_PREFIX;
+/// The prefix of every MCP tool name the model sees (`mcp__<server>__<tool>`).
+pub const MCP_PREFIX: &str = "mcp__";
 
 /// A pattern where `*` matches any text.
 #[derive(Debug, Clone, PartialEq, Eq)]

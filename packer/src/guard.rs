@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 
 use crate::fsio::read_limited;
 use crate::keys::password;
-use crate::release::fetch_live;
+use crate::live::fetch_live;
 use crate::remote::model::{PublishRequest, PublishResponse};
 use crate::remote::{Remote, ServerArgs, ServerError};
 use crate::{print_json, shown};
@@ -247,7 +247,7 @@ pub fn run(args: &GuardArgs, json: bool) -> Result<()> {
             "key_id": key.key_id(),
             "created": answer.created,
             "change": change.map(GuardChange::to_json),
-            "entries": crate::status::entries_json(&document.entries, now),
+            "entries": crate::live::entries_json(&document.entries, now),
         }));
     } else {
         match change {

@@ -24,6 +24,7 @@ mod fsio;
 mod guard;
 mod keygen;
 mod keys;
+mod live;
 mod outcomes;
 mod publish;
 mod read;

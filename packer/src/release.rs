@@ -5,15 +5,13 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use pack_format::channel::SignedChannel;
 use pack_format::channel::{CHANNEL_FORMAT, MAX_SEQUENCE, format_time};
 use pack_format::keys::SIGNING_PUB_FILE;
 use pack_format::{
-    ChannelDocument, ChannelEntry, ContentKeyRing, EntryTarget, FormatError, Guard, Limits,
-    PackRef, Ramp, Rollout, TrustedKeys, VerifiedChannel, Watch, WatchAction, sha256_hex,
-    validate_name,
+    ChannelDocument, ChannelEntry, ContentKeyRing, EntryTarget, Guard, Limits, PackRef, Ramp,
+    Rollout, TrustedKeys, Watch, WatchAction, sha256_hex, validate_name,
 };
-use pack_protocol::{OutcomeCounts, OutcomeRates, headers, paths};
+use pack_protocol::{OutcomeCounts, OutcomeRates, paths};
 use reqwest::StatusCode;
 use semver::{Version, VersionReq};
 use serde_json::json;
@@ -23,6 +21,7 @@ use crate::channel::{describe, parse_expires};
 use crate::check::open_entry_as_client;
 use crate::guard::{guard_id, read_guard_pub};
 use crate::keys::{content_key_ring, signing_key};
+use crate::live::{LiveChannel, fetch_live};
 use crate::remote::model::{
     ChannelList, PackList, PackRecord, PackVersions, PublishRequest, PublishResponse,
 };
@@ -541,7 +540,7 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
             "key_id": key.key_id(),
             "created": answer.created,
             "guard": document.guard.as_ref().map(|g| json!({ "key_id": guard_id(g), "key": g.key })),
-            "entries": crate::status::entries_json(&document.entries, now),
+            "entries": crate::live::entries_json(&document.entries, now),
             "checked": checked.iter().map(|r| r.version.to_string()).collect::<Vec<_>>(),
             "no_verify": args.no_verify,
         }));
@@ -747,121 +746,6 @@ fn next_sequence(channel: &str, server: &str, live: Option<&ChannelDocument>) ->
             live.sequence
         ),
     }
-}
-
-/// A channel's live document as packd serves it, its signature checked.
-pub(crate) struct LiveChannel {
-    /// For a guard document, with the document it restricts (`base`).
-    pub verified: VerifiedChannel,
-    pub signed: SignedChannel,
-}
-
-impl LiveChannel {
-    pub fn document(&self) -> &ChannelDocument {
-        &self.verified.document
-    }
-
-    /// The offline-signed document a guard document made now restricts: the one this guard
-    /// document restricts, or this one.
-    pub fn base(&self) -> SignedChannel {
-        match &self.verified.document.restricts {
-            Some(restricts) => SignedChannel {
-                document: restricts.document.clone().into_bytes(),
-                signature: restricts.signature.clone(),
-            },
-            None => self.signed.clone(),
-        }
-    }
-
-    /// The parsed document of [`LiveChannel::base`].
-    pub fn base_document(&self) -> &ChannelDocument {
-        self.verified
-            .base
-            .as_ref()
-            .map_or(&self.verified.document, |base| &base.document)
-    }
-}
-
-/// The live document, signature checked (expiry is not: an expired channel is exactly
-/// what a release fixes). `None` when nothing was published on the channel yet. A guard
-/// document verifies when the offline-signed document it restricts does and delegates to its
-/// key.
-pub(crate) fn fetch_live(
-    remote: &Remote,
-    channel: &str,
-    trusted: &TrustedKeys,
-) -> Result<Option<LiveChannel>> {
-    let limits = Limits::DEFAULT;
-    let Some((document, headers)) =
-        remote.get_bytes_opt(&paths::channel(channel), limits.max_channel_len as u64)?
-    else {
-        return Ok(None);
-    };
-    // The signature of exactly this sequence, so a publish landing between the two
-    // requests cannot pair a document with another one's signature.
-    let sequence = headers
-        .get(headers::SEQUENCE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let signature_path = match sequence {
-        Some(sequence) => paths::history_signature(channel, sequence),
-        None => paths::channel_signature(channel),
-    };
-    let Some((signature, _)) =
-        remote.get_bytes_opt(&signature_path, limits.max_signature_len as u64)?
-    else {
-        bail!(
-            "{} serves channel {channel} but not its signature ({}); re-run, or ask the operator to check packd",
-            remote.base(),
-            remote.url(&signature_path)
-        );
-    };
-    let signature = String::from_utf8(signature).with_context(|| {
-        format!(
-            "the signature at {} is not text",
-            remote.url(&signature_path)
-        )
-    })?;
-    let verified = match pack_format::channel::verify_ignoring_expiry(
-        &document, &signature, trusted, &limits,
-    ) {
-        Ok(verified) => verified,
-        // Signed, but past the bound: no key or re-run fixes that.
-        Err(error @ FormatError::SequenceOutOfRange { .. }) => {
-            return Err(error).with_context(|| {
-                format!(
-                    "the live document of channel {channel} on {} carries a sequence no \
-                         client accepts, and no higher one exists; this channel cannot be \
-                         released again. Nothing was changed: release on a new channel name and \
-                         point clients at it",
-                    remote.base()
-                )
-            });
-        }
-        Err(error) => {
-            return Err(error).with_context(|| {
-                    format!(
-                        "the live document of channel {channel} on {} does not verify against the trusted keys ({}); if the signing key was rotated, pass the old public key with --trusted-key FILE. Nothing was changed",
-                        remote.base(),
-                        trusted.ids().join(", ")
-                    )
-                });
-        }
-    };
-    if verified.document.channel != channel {
-        bail!(
-            "{} answered channel {channel} with a document for channel {:?}; nothing was changed",
-            remote.base(),
-            verified.document.channel
-        );
-    }
-    Ok(Some(LiveChannel {
-        verified,
-        signed: SignedChannel {
-            document,
-            signature,
-        },
-    }))
 }
 
 /// Where the pack's name comes from: the live document, or `--pack` for a new channel.

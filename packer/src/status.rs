@@ -115,7 +115,7 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                     "guard_actions": restricted(doc)
                         .map(|base| guard_changes(doc, &base).iter().map(|c| c.to_json()).collect::<Vec<_>>()),
                     "guard_view": live.guard.as_ref().map(|g| serde_json::to_value(g).unwrap_or(Value::Null)),
-                    "entries": entries_json(&doc.entries, now),
+                    "entries": crate::live::entries_json(&doc.entries, now),
                     "fleet": match &live.fleet {
                         Some(Ok(view)) => serde_json::to_value(view).unwrap_or(Value::Null),
                         Some(Err(reason)) => json!({ "unavailable": reason }),
@@ -259,64 +259,6 @@ fn entry_line(entry: &ChannelEntry, now: OffsetDateTime) -> String {
         })
         .unwrap_or_default();
     format!("{:<20} -> {target}{rollout}", entry.clients.to_string())
-}
-
-/// Entries as JSON: `clients`, `target` ("builtin" or the version), and the pack details;
-/// a rollout with its percentage at `now` (`percent_now`), its ramp and what the guard
-/// watches.
-pub fn entries_json(entries: &[ChannelEntry], now: OffsetDateTime) -> Vec<Value> {
-    entries
-        .iter()
-        .map(|entry| {
-            let mut value = match &entry.target {
-                EntryTarget::Pack(pack) => json!({
-                    "clients": entry.clients.to_string(),
-                    "target": "pack",
-                    "version": pack.version.to_string(),
-                    "sha256": pack.sha256,
-                    "size": pack.size,
-                    "schema": pack.schema,
-                }),
-                EntryTarget::Builtin => json!({
-                    "clients": entry.clients.to_string(),
-                    "target": "builtin",
-                }),
-            };
-            if let Some(rollout) = &entry.rollout {
-                let mut json = json!({
-                    "percent": rollout.percent,
-                    "salt": rollout.salt,
-                    "percent_now": rollout.percent_at(now),
-                });
-                if let Some(ramp) = &rollout.ramp {
-                    let steps: Vec<Value> = ramp
-                        .steps
-                        .iter()
-                        .zip(ramp.landings())
-                        .map(|(step, (at, percent))| {
-                            json!({
-                                "after_seconds": step.after_seconds,
-                                "percent": percent,
-                                "at": format_time(at),
-                                "landed": at <= now,
-                            })
-                        })
-                        .collect();
-                    json["ramp"] = json!({
-                        "start": format_time(ramp.start),
-                        "linear": ramp.linear,
-                        "steps": steps,
-                        "end": format_time(ramp.end()),
-                    });
-                }
-                if let Some(watch) = &rollout.watch {
-                    json["watch"] = serde_json::to_value(watch).unwrap_or(Value::Null);
-                }
-                value["rollout"] = json;
-            }
-            value
-        })
-        .collect()
 }
 
 /// `channel (range[ at N%])` for every entry that points at this blob.

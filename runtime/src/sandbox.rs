@@ -31,7 +31,14 @@ use std::process::Stdio;
 
 use serde::{Deserialize, Serialize};
 
-use crate::permissions::SandboxSpec;
+/// What a sandboxed command may do: write below these directories (none: read-only), and
+/// reach the network or not. The permissions decide it per call
+/// ([`crate::permissions::Permit`]); the launcher enforces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSpec {
+    pub writable: Vec<PathBuf>,
+    pub network: bool,
+}
 
 /// The hidden subcommand of the `agent` binary that launches a command in the sandbox.
 pub const SUBCOMMAND: &str = "sandbox-exec";

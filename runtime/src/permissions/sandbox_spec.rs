@@ -1,7 +1,5 @@
 //! The sandbox a command runs in: what it may write and whether it reaches the network.
 
-use std::path::PathBuf;
-
 use super::{PermissionMode, Policy};
 
 /// A call allowed to run.
@@ -11,12 +9,7 @@ pub struct Permit {
     pub sandbox: Option<SandboxSpec>,
 }
 
-/// What a sandboxed command may do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxSpec {
-    pub writable: Vec<PathBuf>,
-    pub network: bool,
-}
+pub use crate::sandbox::SandboxSpec;
 
 impl Policy {
     /// The sandbox a command would run in under this mode, or why there is none.
