@@ -25,8 +25,8 @@ fn profile_dir() -> PathBuf {
 }
 
 /// Path of the binary `name` of workspace package `package`, fresh: built once per test
-/// process (`cargo build -p <package> --bins`) unless it is the running test's own package,
-/// whose binaries `cargo test` has just built.
+/// process ([`build`]) unless it is the running test's own package, whose binaries
+/// `cargo test` has just built.
 pub fn bin(package: &str, name: &str) -> PathBuf {
     let path = profile_dir().join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     let own = std::env::var("CARGO_PKG_NAME").is_ok_and(|running| running == package);
@@ -41,21 +41,39 @@ pub fn bin(package: &str, name: &str) -> PathBuf {
     path
 }
 
+/// The workspace packages that ship binaries.
+const BINARY_PACKAGES: [&str; 4] = ["packer", "pack-server", "pack-client", "agent"];
+
 /// Builds the binaries of `package` for the running test's profile and target directory,
-/// once per test process: a stale binary would test yesterday's code.
+/// once per test process: a stale binary would test yesterday's code. Tests of a package of
+/// their own (no binary of theirs is built) get every binary package in one build at the
+/// first call, so the build is paid once, up front, and never inside what a test times;
+/// tests of a binary package build only what they ask for, never their own binary while it
+/// runs.
 pub fn build(package: &str) {
     static BUILT: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
     let mut built = BUILT.get_or_init(Mutex::default).lock().unwrap();
     if built.contains(package) {
         return;
     }
+    let running = std::env::var("CARGO_PKG_NAME").unwrap_or_default();
+    let packages: Vec<&str> = if BINARY_PACKAGES.contains(&running.as_str()) {
+        vec![package]
+    } else {
+        BINARY_PACKAGES.to_vec()
+    };
     let dir = profile_dir();
     let profile = match dir.file_name().and_then(|n| n.to_str()) {
         Some("debug") | None => "dev",
         Some(other) => other,
     };
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", package, "--bins", "--profile", profile])
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q"]);
+    for package in &packages {
+        cargo.args(["-p", package]);
+    }
+    let status = cargo
+        .args(["--bins", "--profile", profile])
         .arg("--target-dir")
         .arg(dir.parent().unwrap())
         .current_dir(workspace())
@@ -63,9 +81,10 @@ pub fn build(package: &str) {
         .unwrap();
     assert!(
         status.success(),
-        "building the binaries of {package} failed"
+        "building the binaries of {} failed",
+        packages.join(", ")
     );
-    built.insert(package.to_string());
+    built.extend(packages.iter().map(|p| p.to_string()));
 }
 
 /// `packer`, the publisher's tool.
