@@ -89,7 +89,10 @@ fn main() -> ExitCode {
         .with(
             tracing_subscriber::filter::Targets::new()
                 .with_default(tracing::Level::WARN)
-                .with_target("pack_client", client_level),
+                .with_target("pack_client", client_level)
+                // The store (which serves the built-in pack when a pack fails) lives in
+                // pack-serving; its warnings follow the same level.
+                .with_target("pack_serving", client_level),
         )
         .init();
     match run(cli) {
