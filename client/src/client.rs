@@ -1,6 +1,5 @@
 //! The refresh state machine (DESIGN.md, "Client state machine"), start-up load, and status.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -968,7 +967,7 @@ impl Client {
 
         // 2-3. Verify, select, and the checks before a download (`policy::refresh`).
         let serving = self.store.capture();
-        let render_marked: BTreeSet<String> = self.health.marked().into_keys().collect();
+        let render_marked = |sha256: &str| self.health.is_marked(sha256);
         let render_detail = self.health.detail();
         let held = Held {
             state: &state,

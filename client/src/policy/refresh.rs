@@ -9,7 +9,6 @@
 //! whether a pack is to be downloaded; [`decide_pack`] takes the downloaded pack, hashed and
 //! opened, and says whether it installs or is marked bad.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use pack_contract::Contract;
@@ -112,9 +111,10 @@ pub(crate) struct Held<'a> {
     pub state: &'a State,
     /// The snapshot the store serves.
     pub serving: &'a Snapshot,
-    /// Packs marked bad on this device after failing to render (`crate::health`), and why
-    /// they are refused.
-    pub render_marked: &'a BTreeSet<String>,
+    /// Whether a pack is marked bad on this device after failing to render
+    /// (`crate::health`), and why such packs are refused. Asked only of a pack the decision
+    /// considers installing, so a `304` or an unchanged document reads no marks.
+    pub render_marked: &'a (dyn Fn(&str) -> bool + Sync),
     pub render_detail: &'a str,
 }
 
@@ -362,7 +362,7 @@ fn decide_document(
             reason: mark.detail.clone(),
         });
     }
-    if held.render_marked.contains(&entry.sha256) {
+    if (held.render_marked)(&entry.sha256) {
         return Err(ClientError::KnownBad {
             sha256: entry.sha256.clone(),
             reason: held.render_detail.to_string(),
@@ -507,6 +507,8 @@ mod tests {
     //! The decisions as a table: each row is the state held, what packd answered and the
     //! time, and the plan that must come of it, written out. A changed decision changes a
     //! line here.
+
+    use std::collections::BTreeSet;
 
     use super::*;
 
@@ -949,7 +951,7 @@ mod tests {
             let held = Held {
                 state: row.state,
                 serving: row.serving,
-                render_marked: row.marked,
+                render_marked: &|sha256: &str| row.marked.contains(sha256),
                 render_detail: "its templates failed to render 3 times in a row on this device",
             };
             let decided = decide(row.config, "install-1", &held, row.answer.clone(), row.now);
