@@ -19,7 +19,15 @@ pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    // Created as a plain create would be (0666 less the umask), not tempfile's private 0600:
+    // rewriting the user's config must not change who may read it.
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut file = builder.tempfile_in(dir)?;
     file.write_all(bytes)?;
     file.as_file().sync_all()?;
     file.persist(path).map(drop).map_err(|e| e.error)

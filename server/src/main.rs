@@ -186,7 +186,16 @@ fn write_ready_file(path: &Path, text: &str) -> anyhow::Result<()> {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    tempfile::NamedTempFile::new_in(dir)
+    // Created as a plain create would be (0666 less the umask), not tempfile's private 0600,
+    // so whoever waits for the file can read it.
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    builder
+        .tempfile_in(dir)
         .and_then(|mut file| {
             std::io::Write::write_all(&mut file, text.as_bytes())?;
             file.persist(path).map(drop).map_err(|e| e.error)
