@@ -5,6 +5,8 @@
 
 #[path = "../../tests/shared/lock_closure.rs"]
 mod lock_closure;
+#[path = "../../tests/shared/module_layers.rs"]
+mod module_layers;
 
 use lock_closure::closure;
 
@@ -56,4 +58,10 @@ fn assembly_brings_no_network_stack_or_async_runtime() {
             .all(|c| client.contains(*c)),
         "pack-client fetches with reqwest on tokio, so the scan would see them"
     );
+}
+
+/// One idea, one module: no top-level module names a module that names it back.
+#[test]
+fn no_module_depends_back_on_a_module_that_depends_on_it() {
+    module_layers::assert_no_cycle(env!("CARGO_MANIFEST_DIR"), ("assemble", "agents"), &[]);
 }

@@ -60,7 +60,7 @@ pub struct PackKey {
     /// SHA-256 of the sealed pack, or `builtin`.
     pub pack: String,
     pub name: String,
-    pub version: String,
+    pub version: semver::Version,
 }
 
 impl PackKey {
@@ -71,7 +71,7 @@ impl PackKey {
                 Source::Builtin => headers::INSTALLED_BUILTIN.to_string(),
             },
             name: snapshot.name().to_string(),
-            version: snapshot.version().to_string(),
+            version: snapshot.version().clone(),
         }
     }
 }
@@ -83,7 +83,7 @@ struct Row {
     /// `YYYY-MM-DD`, UTC.
     day: String,
     pack: PackKey,
-    client_version: String,
+    client_version: semver::Version,
     counts: OutcomeCounts,
     /// The last send packd took: when, and the counts it carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,7 +221,7 @@ enum Fate {
 pub struct OutcomeLog {
     cache: Cache,
     channel: String,
-    client_version: String,
+    client_version: semver::Version,
     /// Seconds between provisional sends of a row ([`PROVISIONAL_INTERVAL`] by default).
     interval: i64,
     /// Seconds after midnight UTC before a day's final send (none by default).
@@ -245,7 +245,7 @@ impl OutcomeLog {
         OutcomeLog {
             cache,
             channel: channel.to_string(),
-            client_version: client_version.to_string(),
+            client_version: client_version.clone(),
             interval: PROVISIONAL_INTERVAL.as_secs() as i64,
             spread: 0,
             quiet: Arc::new(Mutex::new(None)),
@@ -553,7 +553,7 @@ mod tests {
         PackKey {
             pack: format!("{:064x}", version.len()),
             name: "core".to_string(),
-            version: version.to_string(),
+            version: version.parse().unwrap(),
         }
     }
 
@@ -594,12 +594,12 @@ mod tests {
         log.add(at("2026-03-02"), &[(pack("1.3.0"), turns(4))])
             .unwrap();
         let rows = log.rows();
-        let seen: Vec<(&str, &str, u64, u64)> = rows
+        let seen: Vec<(&str, String, u64, u64)> = rows
             .iter()
             .map(|r| {
                 (
                     r.day.as_str(),
-                    r.pack_version.as_str(),
+                    r.pack_version.to_string(),
                     r.counts.turns,
                     r.counts.tool_errors,
                 )
@@ -608,12 +608,12 @@ mod tests {
         assert_eq!(
             seen,
             [
-                ("2026-03-01", "1.3.0", 5, 2),
-                ("2026-03-01", "1.4.0", 1, 1),
-                ("2026-03-02", "1.3.0", 4, 1)
+                ("2026-03-01", "1.3.0".to_string(), 5, 2),
+                ("2026-03-01", "1.4.0".to_string(), 1, 1),
+                ("2026-03-02", "1.3.0".to_string(), 4, 1)
             ]
         );
-        assert!(rows.iter().all(|r| r.client_version == "1.4.2"));
+        assert!(rows.iter().all(|r| r.client_version.to_string() == "1.4.2"));
     }
 
     #[test]
@@ -627,7 +627,7 @@ mod tests {
         let rows = log.rows();
         assert_eq!(rows.len(), MAX_ROWS);
         // The oldest rows went first.
-        assert_eq!(rows[0].pack_version, "1.0.5");
+        assert_eq!(rows[0].pack_version.to_string(), "1.0.5");
         log.add(at("2026-03-08"), &[(pack("2.0.0"), turns(1))])
             .unwrap();
         let rows = log.rows();

@@ -51,7 +51,7 @@ pub(crate) fn retry_pause() -> Duration {
 pub(crate) async fn post_json(
     transport: &dyn Transport,
     url: &str,
-    client_version: &str,
+    client_version: &semver::Version,
     install_hash: &str,
     body: Vec<u8>,
 ) -> Result<Response, TransportError> {
@@ -59,7 +59,7 @@ pub(crate) async fn post_json(
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header(
             HeaderName::from_static(headers::CLIENT_VERSION),
-            client_version,
+            client_version.to_string(),
         )
         .header(HeaderName::from_static(headers::INSTALL), install_hash);
     request.method = Method::POST;
@@ -149,7 +149,7 @@ pub struct SendOutcome {
 pub struct Outbox {
     cache: Cache,
     channel: String,
-    client_version: String,
+    client_version: semver::Version,
     notify: tokio::sync::Notify,
 }
 
@@ -158,7 +158,7 @@ impl Outbox {
         Outbox {
             cache,
             channel: channel.to_string(),
-            client_version: client_version.to_string(),
+            client_version: client_version.clone(),
             notify: tokio::sync::Notify::new(),
         }
     }

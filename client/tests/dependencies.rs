@@ -6,6 +6,8 @@
 
 #[path = "../../tests/shared/lock_closure.rs"]
 mod lock_closure;
+#[path = "../../tests/shared/module_layers.rs"]
+mod module_layers;
 
 use lock_closure::closure;
 
@@ -32,4 +34,10 @@ fn the_client_links_no_agent_or_server_machinery() {
             "pack-client reaches {crate_name}, which only the agent or packd needs"
         );
     }
+}
+
+/// One idea, one module: no top-level module names a module that names it back.
+#[test]
+fn no_module_depends_back_on_a_module_that_depends_on_it() {
+    module_layers::assert_no_cycle(env!("CARGO_MANIFEST_DIR"), ("client", "cache"), &[]);
 }

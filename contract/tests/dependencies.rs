@@ -6,6 +6,8 @@
 
 #[path = "../../tests/shared/lock_closure.rs"]
 mod lock_closure;
+#[path = "../../tests/shared/module_layers.rs"]
+mod module_layers;
 
 use lock_closure::closure;
 
@@ -30,4 +32,10 @@ fn the_contract_links_no_network_or_async_runtime() {
             "pack-contract reaches {crate_name}; checking templates needs no network"
         );
     }
+}
+
+/// One idea, one module: no top-level module names a module that names it back.
+#[test]
+fn no_module_depends_back_on_a_module_that_depends_on_it() {
+    module_layers::assert_no_cycle(env!("CARGO_MANIFEST_DIR"), ("validator", "pieces"), &[]);
 }

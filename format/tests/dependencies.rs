@@ -6,6 +6,8 @@
 
 #[path = "../../tests/shared/lock_closure.rs"]
 mod lock_closure;
+#[path = "../../tests/shared/module_layers.rs"]
+mod module_layers;
 
 use lock_closure::closure;
 
@@ -30,4 +32,15 @@ fn the_format_links_no_network_runtime_or_template_engine() {
             "pack-format reaches {crate_name}; the byte format needs no network, async runtime or template engine"
         );
     }
+}
+
+/// One idea, one module: no top-level module names a module that names it back.
+/// `channel` ↔ `guard` is the one cycle kept (docs/ARCHITECTURE.md says why).
+#[test]
+fn no_module_depends_back_on_a_module_that_depends_on_it() {
+    module_layers::assert_no_cycle(
+        env!("CARGO_MANIFEST_DIR"),
+        ("decode", "payload"),
+        &[("guard", "channel")],
+    );
 }

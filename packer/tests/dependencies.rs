@@ -5,6 +5,8 @@
 
 #[path = "../../tests/shared/lock_closure.rs"]
 mod lock_closure;
+#[path = "../../tests/shared/module_layers.rs"]
+mod module_layers;
 
 use lock_closure::closure;
 
@@ -29,4 +31,10 @@ fn packer_links_no_agent_runtime() {
             .all(|c| agent.contains(*c)),
         "the agent links all of them, so the scan would see them"
     );
+}
+
+/// One idea, one module: no top-level module names a module that names it back.
+#[test]
+fn no_module_depends_back_on_a_module_that_depends_on_it() {
+    module_layers::assert_no_cycle(env!("CARGO_MANIFEST_DIR"), ("build", "keys"), &[]);
 }

@@ -114,9 +114,10 @@ pub struct FailureReport {
     #[serde(deserialize_with = "pack_ref")]
     pub pack: String,
     pub reason: ReportReason,
-    /// The client's release (semver).
+    /// The client's release.
     #[serde(deserialize_with = "release")]
-    pub client_version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub client_version: semver::Version,
 }
 
 /// Answer to an accepted report.
@@ -273,10 +274,14 @@ pub fn is_release(text: &str) -> bool {
     text.len() <= MAX_RELEASE_LEN && semver::Version::parse(text).is_ok()
 }
 
-pub(crate) fn release<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+pub(crate) fn release<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<semver::Version, D::Error> {
     let text = String::deserialize(deserializer)?;
-    if is_release(&text) {
-        return Ok(text);
+    if text.len() <= MAX_RELEASE_LEN
+        && let Ok(version) = semver::Version::parse(&text)
+    {
+        return Ok(version);
     }
     let shown: String = text.chars().take(80).collect();
     Err(D::Error::custom(format!(

@@ -252,12 +252,14 @@ pub struct OutcomeReport {
     /// The pack's name.
     #[serde(deserialize_with = "crate::pack_name")]
     pub pack_name: String,
-    /// The pack's version (semver).
+    /// The pack's version.
     #[serde(deserialize_with = "crate::fleet::release")]
-    pub pack_version: String,
-    /// The client's release (semver).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub pack_version: semver::Version,
+    /// The client's release.
     #[serde(deserialize_with = "crate::fleet::release")]
-    pub client_version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub client_version: semver::Version,
     pub counts: OutcomeCounts,
 }
 
@@ -298,7 +300,8 @@ pub struct OutcomeRow {
     pub pack_name: String,
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub pack_version: semver::Version,
-    pub client_version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub client_version: semver::Version,
     /// Distinct installs that reported this row in the window.
     pub installs: u64,
     /// Install-days summed (an install reporting on three days counts three).
@@ -520,6 +523,19 @@ mod tests {
         let parsed: OutcomeReport = serde_json::from_value(longest).unwrap();
         let bytes = serde_json::to_vec(&parsed).unwrap();
         assert!(bytes.len() <= MAX_OUTCOME_BYTES, "{}", bytes.len());
+    }
+
+    /// The versions are parsed, and a parsed version prints as it was written: a client's
+    /// queued report (kept as text in its cache) goes out byte for byte.
+    #[test]
+    fn a_version_with_pre_release_and_build_metadata_goes_out_as_it_came_in() {
+        let mut odd = report();
+        odd["pack_version"] = "1.3.0-rc.1+build.007".into();
+        odd["client_version"] = "0.10.0-alpha.beta.11+exp.sha.5114f85".into();
+        let parsed: OutcomeReport = serde_json::from_value(odd.clone()).unwrap();
+        assert_eq!(parsed.pack_version.pre.as_str(), "rc.1");
+        assert_eq!(parsed.client_version.minor, 10);
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), odd);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 
 #[path = "../../tests/shared/lock_closure.rs"]
 mod lock_closure;
+#[path = "../../tests/shared/module_layers.rs"]
+mod module_layers;
 
 use lock_closure::closure;
 
@@ -31,4 +33,10 @@ fn the_protocol_links_no_http_stack_or_template_engine() {
             "pack-protocol reaches {crate_name}; the protocol is data, the HTTP stack is each binary's"
         );
     }
+}
+
+/// One idea, one module: no top-level module names a module that names it back.
+#[test]
+fn no_module_depends_back_on_a_module_that_depends_on_it() {
+    module_layers::assert_no_cycle(env!("CARGO_MANIFEST_DIR"), ("outcomes", "fleet"), &[]);
 }

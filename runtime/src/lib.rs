@@ -41,6 +41,7 @@ pub mod error;
 pub mod live;
 pub mod mcp;
 pub mod outcomes;
+pub mod output;
 pub mod packs;
 pub mod permissions;
 pub mod plan;
@@ -49,6 +50,7 @@ pub mod reminders;
 pub mod roster;
 pub mod sandbox;
 pub mod session;
+pub mod todo_list;
 pub mod tools;
 pub mod transcript;
 

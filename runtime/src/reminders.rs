@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::tools::{TodoItem, TodoStatus};
+use crate::todo_list::{TodoItem, TodoStatus};
 
 /// The tag around every reminder.
 pub const REMINDER_OPEN: &str = "<system-reminder>";

@@ -6,6 +6,8 @@
 
 #[path = "../../tests/shared/lock_closure.rs"]
 mod lock_closure;
+#[path = "../../tests/shared/module_layers.rs"]
+mod module_layers;
 
 use lock_closure::closure;
 
@@ -27,4 +29,10 @@ fn the_runtime_links_no_front_end() {
         front_end.contains("rustyline") && front_end.contains("landlock"),
         "the front end links the line editor and the sandbox: {front_end:?}"
     );
+}
+
+/// One idea, one module: no top-level module names a module that names it back.
+#[test]
+fn no_module_depends_back_on_a_module_that_depends_on_it() {
+    module_layers::assert_no_cycle(env!("CARGO_MANIFEST_DIR"), ("agent_loop", "tools"), &[]);
 }

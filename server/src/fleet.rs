@@ -635,7 +635,7 @@ impl Fleet {
             day.add_report(
                 &report.pack,
                 report.reason,
-                &report.client_version,
+                &report.client_version.to_string(),
                 key,
                 max_cells,
             );

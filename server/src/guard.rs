@@ -237,11 +237,11 @@ pub fn entry_looks(
         };
         let sum = |pack: &str| {
             let mut counts = OutcomeCounts::default();
-            for row in view.rows.iter().filter(|r| {
-                r.pack == pack
-                    && semver::Version::parse(&r.client_version)
-                        .is_ok_and(|v| entry.clients.matches(&v))
-            }) {
+            for row in view
+                .rows
+                .iter()
+                .filter(|r| r.pack == pack && entry.clients.matches(&r.client_version))
+            {
                 counts.sum(&row.counts);
             }
             OutcomeRates::of(&counts)

@@ -567,8 +567,8 @@ async fn report_outcomes(
             day: day.clone(),
             pack: reference.sha256.clone(),
             pack_name: "core".to_string(),
-            pack_version: reference.version.to_string(),
-            client_version: "1.4.2".to_string(),
+            pack_version: reference.version.clone(),
+            client_version: semver::Version::new(1, 4, 2),
             counts: pack_protocol::OutcomeCounts {
                 turns: calls,
                 tool_calls: calls,

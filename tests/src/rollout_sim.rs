@@ -35,7 +35,7 @@ impl Rng {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Served {
     pub pack: String,
-    pub version: String,
+    pub version: semver::Version,
 }
 
 impl Served {
@@ -43,11 +43,11 @@ impl Served {
         match target {
             Some(EntryTarget::Pack(p)) => Served {
                 pack: p.sha256.clone(),
-                version: p.version.to_string(),
+                version: p.version.clone(),
             },
             Some(EntryTarget::Builtin) | None => Served {
                 pack: "builtin".to_string(),
-                version: "0.0.0".to_string(),
+                version: semver::Version::new(0, 0, 0),
             },
         }
     }
@@ -116,7 +116,7 @@ impl SimFleet {
                         pack: served.pack.clone(),
                         pack_name: "builtin".to_string(),
                         pack_version: served.version.clone(),
-                        client_version: self.release.to_string(),
+                        client_version: self.release.clone(),
                         counts: *counts,
                     },
                 ));
@@ -144,8 +144,8 @@ impl SimFleet {
                 .map(|(served, (counts, installs))| OutcomeRow {
                     pack: served.pack,
                     pack_name: "builtin".to_string(),
-                    pack_version: served.version.parse().unwrap(),
-                    client_version: self.release.to_string(),
+                    pack_version: served.version,
+                    client_version: self.release.clone(),
                     installs,
                     reports: installs,
                     counts,

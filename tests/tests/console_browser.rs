@@ -404,8 +404,8 @@ fn report_outcomes(
             day: day.clone(),
             pack: pack.to_string(),
             pack_name: "builtin".to_string(),
-            pack_version: version.to_string(),
-            client_version: "1.4.2".to_string(),
+            pack_version: version.parse().unwrap(),
+            client_version: "1.4.2".parse().unwrap(),
             counts: OutcomeCounts {
                 turns: calls,
                 tool_calls: calls,

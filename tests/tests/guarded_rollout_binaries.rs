@@ -126,8 +126,8 @@ impl World {
                 day: day.clone(),
                 pack: sha256.to_string(),
                 pack_name: "builtin".to_string(),
-                pack_version: version.to_string(),
-                client_version: "0.1.5".to_string(),
+                pack_version: version.parse().unwrap(),
+                client_version: "0.1.5".parse().unwrap(),
                 counts,
             };
             let hash = pack_protocol::fleet::install_hash(

@@ -36,8 +36,8 @@ pub use prompt_assembly::config::mcp::{
 };
 
 use crate::context::{McpInstructions, McpServerEntry};
+use crate::output::{ToolOutput, cut_middle};
 use crate::provider::ToolSpec;
-use crate::tools::{ToolOutput, cut_middle};
 
 /// The prefix of every MCP tool name the model sees.
 pub const PREFIX: &str = prompt_assembly::capabilities::MCP_PREFIX;

@@ -49,12 +49,12 @@ use crate::permissions::{Access, Permit, Policy};
 use crate::provider::{ToolCall, ToolSpec};
 use crate::skills::Skill;
 
+pub use crate::output::{ToolOutput, cut_middle};
+pub use crate::todo_list::{TodoItem, TodoStatus};
 pub use background::{TaskManager, TaskState};
 pub use edit::{EditOutcome, MatchLevel, apply_edit};
 pub use notes::{Note, load as load_notes, notes_file};
-pub use text::cut_middle;
 use text::diff;
-pub use todo::{TodoItem, TodoStatus};
 pub use web_fetch::WebSettings;
 
 /// Every tool the runtime implements, in the order they are offered. Adding a tool is one
@@ -405,30 +405,6 @@ impl Default for ToolLimits {
             bash_timeout: Duration::from_secs(120),
             bash_max_timeout: Duration::from_secs(600),
             search_results: 200,
-        }
-    }
-}
-
-/// What a tool hands back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolOutput {
-    pub content: String,
-    /// The call failed; the content says why and what to do instead.
-    pub is_error: bool,
-}
-
-impl ToolOutput {
-    pub fn ok(content: impl Into<String>) -> ToolOutput {
-        ToolOutput {
-            content: content.into(),
-            is_error: false,
-        }
-    }
-
-    pub fn error(content: impl Into<String>) -> ToolOutput {
-        ToolOutput {
-            content: content.into(),
-            is_error: true,
         }
     }
 }

@@ -3,25 +3,12 @@
 use std::sync::PoisonError;
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{Call, Gate, Tool, ToolContext, ToolResult, blocking};
 use crate::capabilities::ToolId;
 use crate::permissions::Access;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum TodoStatus {
-    Pending,
-    InProgress,
-    Done,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct TodoItem {
-    pub text: String,
-    pub status: TodoStatus,
-}
+use crate::todo_list::{TodoItem, TodoStatus};
 
 #[derive(Deserialize, JsonSchema)]
 pub(super) struct Args {

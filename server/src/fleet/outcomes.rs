@@ -314,8 +314,8 @@ impl Outcomes {
         let row = (
             report.pack.clone(),
             report.pack_name.clone(),
-            report.pack_version.clone(),
-            report.client_version.clone(),
+            report.pack_version.to_string(),
+            report.client_version.to_string(),
         );
         let key = install_key(install);
         let entry = Entry {
@@ -512,13 +512,14 @@ fn assemble(
     let mut rows: Vec<OutcomeRow> = rows
         .into_iter()
         .filter_map(|((pack, name, version, release), sum)| {
-            // Every version here was a checked semver when its report came in.
-            let pack_version = version.parse().ok()?;
+            // Both versions here were checked semver when their report came in (a row read
+            // back from a node file that does not parse is left out).
+            let (pack_version, client_version) = (version.parse().ok()?, release.parse().ok()?);
             Some(OutcomeRow {
                 pack: pack.clone(),
                 pack_name: name.clone(),
                 pack_version,
-                client_version: release.clone(),
+                client_version,
                 installs: sum.installs.len() as u64,
                 reports: sum.reports,
                 rates: OutcomeRates::of(&sum.counts),
@@ -555,8 +556,8 @@ mod tests {
             day: day.to_string(),
             pack: format!("{:064x}", version.len()),
             pack_name: "core".to_string(),
-            pack_version: version.to_string(),
-            client_version: "1.4.2".to_string(),
+            pack_version: version.parse().unwrap(),
+            client_version: semver::Version::new(1, 4, 2),
             counts: OutcomeCounts {
                 turns,
                 tool_calls: turns,

@@ -129,7 +129,7 @@ pub async fn post_report(
         channel,
         pack = report.pack,
         reason = %report.reason,
-        client_version = report.client_version,
+        client_version = %report.client_version,
         "failure report"
     );
     Ok((

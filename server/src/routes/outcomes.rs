@@ -139,7 +139,7 @@ pub async fn post_outcomes(
         channel,
         day = report.day,
         pack_version = %report.pack_version,
-        client_version = report.client_version,
+        client_version = %report.client_version,
         "outcome counts"
     );
     Ok((
