@@ -188,10 +188,9 @@ fn lines(view: &OutcomesView) -> Vec<String> {
         return out;
     }
     let mut rows: Vec<&OutcomeRow> = view.rows.iter().collect();
-    let version = |text: &str| semver::Version::parse(text).ok();
     rows.sort_by(|a, b| {
-        version(&b.client_version)
-            .cmp(&version(&a.client_version))
+        b.client_version
+            .cmp(&a.client_version)
             .then_with(|| b.pack_version.cmp(&a.pack_version))
             .then_with(|| a.pack.cmp(&b.pack))
     });
@@ -211,7 +210,7 @@ fn lines(view: &OutcomesView) -> Vec<String> {
     for row in rows {
         let r = &row.rates;
         table.push(vec![
-            row.client_version.clone(),
+            row.client_version.to_string(),
             pack_label(row),
             row.installs.to_string(),
             row.counts.turns.to_string(),
@@ -259,7 +258,7 @@ mod tests {
             pack: format!("{:064x}", version.len()),
             pack_name: "core".to_string(),
             pack_version: version.parse().unwrap(),
-            client_version: release.to_string(),
+            client_version: release.parse().unwrap(),
             installs: 3,
             reports: 3,
             rates: OutcomeRates::of(&counts),

@@ -188,9 +188,9 @@ pub fn side(view: &OutcomesView, clients: &str, target: &Target) -> Side {
     let mut installs = 0u64;
     for row in view.rows.iter().filter(|r| {
         r.pack == key
-            && range.as_ref().is_some_and(|range| {
-                semver::Version::parse(&r.client_version).is_ok_and(|v| range.matches(&v))
-            })
+            && range
+                .as_ref()
+                .is_some_and(|range| range.matches(&r.client_version))
     }) {
         counts.sum(&row.counts);
         installs = installs.saturating_add(row.installs);
@@ -337,7 +337,7 @@ mod tests {
                 pack: pack.to_string(),
                 pack_name: "core".into(),
                 pack_version: "1.1.0".parse().unwrap(),
-                client_version: release.to_string(),
+                client_version: release.parse().unwrap(),
                 installs: 2,
                 reports: 2,
                 rates: OutcomeRates::of(&counts),
