@@ -268,19 +268,25 @@ pub(crate) fn pack_ref<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Str
     )))
 }
 
-/// Whether `text` is a client release as the protocol accepts it: semver, at most
+/// `text` as a client release, if the protocol accepts it: semver, at most
 /// [`MAX_RELEASE_LEN`] bytes.
+pub fn parse_release(text: &str) -> Option<semver::Version> {
+    if text.len() > MAX_RELEASE_LEN {
+        return None;
+    }
+    semver::Version::parse(text).ok()
+}
+
+/// Whether `text` is a client release as the protocol accepts it ([`parse_release`]).
 pub fn is_release(text: &str) -> bool {
-    text.len() <= MAX_RELEASE_LEN && semver::Version::parse(text).is_ok()
+    parse_release(text).is_some()
 }
 
 pub(crate) fn release<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<semver::Version, D::Error> {
     let text = String::deserialize(deserializer)?;
-    if text.len() <= MAX_RELEASE_LEN
-        && let Ok(version) = semver::Version::parse(&text)
-    {
+    if let Some(version) = parse_release(&text) {
         return Ok(version);
     }
     let shown: String = text.chars().take(80).collect();
