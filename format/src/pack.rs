@@ -26,6 +26,7 @@ use aes_gcm::aead::inout::InOutBuf;
 use aes_gcm::{Aes256Gcm, KeyInit};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
@@ -457,31 +458,16 @@ fn encrypt_segments(
         Ok(())
     };
     let total: usize = pieces.iter().map(|p| p.len()).sum();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if threads < 2 || pieces.len() < 2 || total < PARALLEL_HASH_MIN_LEN {
+    if pieces.len() < 2 || total < PARALLEL_HASH_MIN_LEN {
         for (number, piece) in pieces.into_iter().enumerate() {
             encrypt(number, piece)?;
         }
         return Ok(());
     }
-    // Segment `i` on thread `i % threads`: segments are about the same size.
-    let mut shares: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
-    for (number, piece) in pieces.into_iter().enumerate() {
-        shares[number % threads].push((number, piece));
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = shares
-            .into_iter()
-            .map(|share| {
-                scope.spawn(|| {
-                    share
-                        .into_iter()
-                        .try_for_each(|(number, piece)| encrypt(number, piece))
-                })
-            })
-            .collect();
-        handles.into_iter().try_for_each(|h| crate::joined(h))
-    })
+    pieces
+        .into_par_iter()
+        .enumerate()
+        .try_for_each(|(number, piece)| encrypt(number, piece))
 }
 
 /// The nonce of format-2 segment `number`: the prefix ‖ `number` as u32 big-endian ‖ 1 for

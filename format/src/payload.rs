@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::{FormatError, Limits, sha256_hex};
@@ -462,29 +463,10 @@ const PARALLEL_HASH_MIN_LEN: u64 = 1024 * 1024;
 fn sha256_all<'a>(blobs: impl Iterator<Item = &'a Vec<u8>>) -> Vec<String> {
     let blobs: Vec<&[u8]> = blobs.map(Vec::as_slice).collect();
     let total: u64 = blobs.iter().map(|b| b.len() as u64).sum();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if threads < 2 || total < PARALLEL_HASH_MIN_LEN {
+    if total < PARALLEL_HASH_MIN_LEN {
         return blobs.iter().map(|b| sha256_hex(b)).collect();
     }
-    // Contiguous runs of about equal bytes, one per thread, joined back in order.
-    let share = total.div_ceil(threads as u64);
-    let mut runs: Vec<&[&[u8]]> = Vec::with_capacity(threads);
-    let (mut start, mut bytes) = (0, 0);
-    for (i, blob) in blobs.iter().enumerate() {
-        bytes += blob.len() as u64;
-        if bytes >= share {
-            runs.push(&blobs[start..=i]);
-            (start, bytes) = (i + 1, 0);
-        }
-    }
-    runs.push(&blobs[start..]);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = runs
-            .iter()
-            .map(|run| scope.spawn(move || run.iter().map(|b| sha256_hex(b)).collect::<Vec<_>>()))
-            .collect();
-        handles.into_iter().flat_map(crate::joined).collect()
-    })
+    blobs.par_iter().map(|b| sha256_hex(b)).collect()
 }
 
 #[cfg(test)]

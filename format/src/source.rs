@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 
+use rayon::prelude::*;
 use rustix::fd::OwnedFd;
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
@@ -306,34 +307,24 @@ impl PackDir {
     /// Reads every file and runs `check` on it, on every core, one file at a time per
     /// thread (nothing kept): every problem found, in no particular order.
     fn problems_of_files(&self, check: Option<&FileCheck<'_>>) -> Vec<DirProblem> {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let per_thread = self.files.len().div_ceil(threads).max(1);
-        std::thread::scope(|scope| {
-            let threads: Vec<_> = self
-                .files
-                .chunks(per_thread)
-                .map(|files| {
-                    scope.spawn(move || {
-                        let mut problems = Vec::new();
-                        let mut bytes = Vec::new();
-                        for file in files {
-                            bytes.clear();
-                            if let Err(e) = read_into(&file.disk, file.len, &mut bytes) {
-                                problems.push(DirProblem::new(file.disk.clone(), e.to_string()));
-                            } else if let Some(check) = check {
-                                problems.extend(check(&file.path, &bytes).into_iter().map(
-                                    |problem| {
-                                        DirProblem::of_file(self.root.join(&file.path), problem)
-                                    },
-                                ));
-                            }
-                        }
-                        problems
-                    })
-                })
-                .collect();
-            threads.into_iter().flat_map(crate::joined).collect()
-        })
+        let problems = |bytes: &mut Vec<u8>, file: &DirFile| -> Vec<DirProblem> {
+            bytes.clear();
+            if let Err(e) = read_into(&file.disk, file.len, bytes) {
+                return vec![DirProblem::new(file.disk.clone(), e.to_string())];
+            }
+            let Some(check) = check else {
+                return Vec::new();
+            };
+            check(&file.path, bytes)
+                .into_iter()
+                .map(|problem| DirProblem::of_file(self.root.join(&file.path), problem))
+                .collect()
+        };
+        self.files
+            .par_iter()
+            .map_init(Vec::new, problems)
+            .flatten_iter()
+            .collect()
     }
 }
 
@@ -596,34 +587,14 @@ fn read_into(path: &Path, len: u64, out: &mut Vec<u8>) -> std::io::Result<()> {
 /// Runs `check` over every file, on every core for a large set; problems in file order.
 fn check_all(files: &[PayloadFile], check: &FileCheck<'_>) -> Vec<(String, FileProblem)> {
     let total: usize = files.iter().map(|f| f.bytes.len()).sum();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let run = |files: &[PayloadFile]| -> Vec<(String, FileProblem)> {
-        files
-            .iter()
-            .flat_map(|f| {
-                check(&f.path, &f.bytes)
-                    .into_iter()
-                    .map(|p| (f.path.clone(), p))
-            })
+    let problems = |f: &PayloadFile| -> Vec<(String, FileProblem)> {
+        check(&f.path, &f.bytes)
+            .into_iter()
+            .map(|p| (f.path.clone(), p))
             .collect()
     };
-    if threads < 2 || total < 1024 * 1024 {
-        return run(files);
+    if total < 1024 * 1024 {
+        return files.iter().flat_map(problems).collect();
     }
-    // Contiguous runs of about equal bytes, one per thread, joined back in order.
-    let share = total.div_ceil(threads);
-    let mut runs: Vec<&[PayloadFile]> = Vec::with_capacity(threads);
-    let (mut start, mut bytes) = (0, 0);
-    for (i, file) in files.iter().enumerate() {
-        bytes += file.bytes.len();
-        if bytes >= share {
-            runs.push(&files[start..=i]);
-            (start, bytes) = (i + 1, 0);
-        }
-    }
-    runs.push(&files[start..]);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = runs.iter().map(|part| scope.spawn(|| run(part))).collect();
-        handles.into_iter().flat_map(crate::joined).collect()
-    })
+    files.par_iter().flat_map_iter(problems).collect()
 }
