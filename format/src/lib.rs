@@ -50,6 +50,10 @@ pub use unpack::{Unpack, Unpacked, open_file_into, open_into};
 /// [`pack::FORMAT_V1`].
 pub const FORMAT_VERSION: u32 = 2;
 
+/// Below this many bytes in all, data-parallel work (hashing, encrypting, checking) stays on
+/// the calling thread: handing it to the pool costs more than it saves.
+pub(crate) const PARALLEL_MIN_LEN: usize = 1024 * 1024;
+
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;

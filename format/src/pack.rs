@@ -458,7 +458,7 @@ fn encrypt_segments(
         Ok(())
     };
     let total: usize = pieces.iter().map(|p| p.len()).sum();
-    if pieces.len() < 2 || total < PARALLEL_HASH_MIN_LEN {
+    if pieces.len() < 2 || total < crate::PARALLEL_MIN_LEN {
         for (number, piece) in pieces.into_iter().enumerate() {
             encrypt(number, piece)?;
         }
@@ -900,7 +900,7 @@ pub fn open(
     keys: &ContentKeyRing,
     limits: &Limits,
 ) -> Result<OpenedPack, FormatError> {
-    if bytes.len() < PARALLEL_HASH_MIN_LEN {
+    if bytes.len() < crate::PARALLEL_MIN_LEN {
         let unsealed = unseal(bytes, keys, limits)?;
         let payload = open_payload(&unsealed, limits)?;
         return Ok(OpenedPack {
@@ -931,10 +931,6 @@ fn open_payload(unsealed: &Unsealed<'_>, limits: &Limits) -> Result<Payload, For
     }
     Payload::from_segments(unsealed, limits)
 }
-
-/// Packs from this size up are hashed on a second thread in [`open`], and their segments
-/// encrypted on every core.
-pub(crate) const PARALLEL_HASH_MIN_LEN: usize = 1024 * 1024;
 
 impl Payload {
     /// Decrypts and decodes a format-2 pack's segments (on every core for a large pack)

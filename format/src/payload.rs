@@ -456,14 +456,11 @@ pub fn validate_path(path: &str, limits: &Limits) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// Below this many bytes in all, hashing stays on the calling thread.
-const PARALLEL_HASH_MIN_LEN: u64 = 1024 * 1024;
-
 /// The SHA-256 of every blob, in order, spread over the available cores for large sets.
 fn sha256_all<'a>(blobs: impl Iterator<Item = &'a Vec<u8>>) -> Vec<String> {
     let blobs: Vec<&[u8]> = blobs.map(Vec::as_slice).collect();
-    let total: u64 = blobs.iter().map(|b| b.len() as u64).sum();
-    if total < PARALLEL_HASH_MIN_LEN {
+    let total: usize = blobs.iter().map(|b| b.len()).sum();
+    if total < crate::PARALLEL_MIN_LEN {
         return blobs.iter().map(|b| sha256_hex(b)).collect();
     }
     blobs.par_iter().map(|b| sha256_hex(b)).collect()

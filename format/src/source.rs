@@ -593,7 +593,7 @@ fn check_all(files: &[PayloadFile], check: &FileCheck<'_>) -> Vec<(String, FileP
             .map(|p| (f.path.clone(), p))
             .collect()
     };
-    if total < 1024 * 1024 {
+    if total < crate::PARALLEL_MIN_LEN {
         return files.iter().flat_map(problems).collect();
     }
     files.par_iter().flat_map_iter(problems).collect()

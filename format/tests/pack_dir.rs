@@ -339,3 +339,49 @@ fn a_check_that_panics_on_one_file_of_many_frames_passes_the_panic_on() {
         .unwrap_or_default();
     assert!(message.contains("the check broke on f21.md"), "{message}");
 }
+
+#[test]
+fn every_file_of_a_large_tree_is_checked_when_read_and_when_a_seal_stops_early() {
+    // 12 MB: past the size where the checks run on every core. Every other file is flagged;
+    // each must be reported, reading it into memory and sealing alike (the seal stops
+    // early on the scan's problem, a link, and still checks every file).
+    let dir = many_frames_tree();
+    let flags_odd = |path: &str, _: &[u8]| -> Vec<FileProblem> {
+        let odd = path
+            .trim_end_matches(".md")
+            .ends_with(['1', '3', '5', '7', '9']);
+        if odd {
+            vec![FileProblem {
+                line: Some(1),
+                message: "odd file".to_string(),
+                hint: None,
+            }]
+        } else {
+            Vec::new()
+        }
+    };
+    let flagged: Vec<PathBuf> = (1..40)
+        .step_by(2)
+        .map(|i| dir.path().join(format!("f{i:02}.md")))
+        .collect();
+
+    let read = problems(read_pack_dir(
+        dir.path(),
+        &Limits::DEFAULT,
+        Some(&flags_odd),
+    ));
+    let paths: Vec<PathBuf> = read.iter().map(|p| p.path.clone()).collect();
+    assert_eq!(paths, flagged);
+
+    std::os::unix::fs::symlink(dir.path().join("f00.md"), dir.path().join("link.md")).unwrap();
+    let key = ContentKey::from_parts("dir", [8; 32]).unwrap();
+    let version = semver::Version::new(1, 0, 0);
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    let sealed = problems(scanned.seal(&seal_options(&version), &[&key], Some(&flags_odd)));
+    let mut paths: Vec<PathBuf> = sealed.iter().map(|p| p.path.clone()).collect();
+    paths.sort();
+    let mut expected = flagged.clone();
+    expected.push(dir.path().join("link.md"));
+    expected.sort();
+    assert_eq!(paths, expected);
+}
