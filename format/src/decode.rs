@@ -4,8 +4,9 @@
 //! budget. The `tar` reader of `payload` reads what comes out; a format-2 pack's segments
 //! (`pack::SealedSegments`) are one more [`FrameSource`].
 
+use std::collections::BTreeMap;
 use std::io::Read;
-use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 
 use crate::layout::{FRAME_LEN, MIN_FRAME_LEN};
 use crate::payload::Payload;
@@ -77,6 +78,8 @@ pub(crate) trait FrameSource: Sync {
     /// What each decoding thread keeps between frames.
     type Scratch: Default;
     fn count(&self) -> usize;
+    /// The size frame `number` decodes to.
+    fn len(&self, number: usize) -> u64;
     /// Decodes frame `number` into `out` (emptied first) at exactly the size known for it;
     /// anything else is an error.
     fn decode(
@@ -99,6 +102,10 @@ impl FrameSource for PlainFrames<'_> {
 
     fn count(&self) -> usize {
         self.frames.len()
+    }
+
+    fn len(&self, number: usize) -> u64 {
+        self.frames[number].content_len
     }
 
     fn decode(
@@ -153,10 +160,12 @@ pub(crate) fn decode_exact(
     }
 }
 
-/// Decodes the frames of `source` on up to `threads` threads (frame `i` on thread
-/// `i % threads`, each thread a frame or two ahead of the reader at most, every frame into a
-/// buffer of exactly its size) and runs `read` over them in order. Also returns the first
-/// failure, by frame order; after a failed frame the reader saw the stream end early.
+/// Decodes the frames of `source` on up to `threads` threads and runs `read` over them in
+/// order. Each thread takes the next frame not yet taken, so a thread that drew a large frame
+/// does not hold the others back; no thread takes a frame more than [`AHEAD_PER_THREAD`]
+/// frames per thread ahead of the one the reader waits for, and every frame is decoded into
+/// a buffer of exactly its size. Also returns the first failure, by frame order; after a
+/// failed frame the reader saw the stream end early.
 pub(crate) fn with_frame_reader<S: FrameSource, T>(
     source: &S,
     threads: usize,
@@ -164,41 +173,34 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
 ) -> (T, Result<(), FormatError>) {
     let count = source.count();
     let workers = threads.clamp(1, count.max(1));
+    let decoded = Arc::new(Decoded::new(count, workers * AHEAD_PER_THREAD));
     std::thread::scope(|scope| {
-        let mut receivers = Vec::with_capacity(workers);
-        let mut spent = Vec::with_capacity(workers);
-        let mut handles = Vec::with_capacity(workers);
-        for first in 0..workers {
-            let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(1);
-            let (spent_sender, spent_buffers) = mpsc::channel::<Vec<u8>>();
-            receivers.push(receiver);
-            spent.push(spent_sender);
-            handles.push(scope.spawn(move || {
-                let mut context = zstd::zstd_safe::DCtx::create();
-                let mut scratch = S::Scratch::default();
-                let mut listening = true;
-                for number in (first..count).step_by(workers) {
-                    // At most the frame's size, itself within the budget; a buffer the
-                    // reader is done with saves faulting in fresh pages.
-                    let mut out = spent_buffers.try_recv().unwrap_or_default();
-                    if let Err(e) = source.decode(number, &mut scratch, &mut context, &mut out) {
-                        return Err((number, e));
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let decoded = &decoded;
+                scope.spawn(move || {
+                    let mut context = zstd::zstd_safe::DCtx::create();
+                    let mut scratch = S::Scratch::default();
+                    let mut failed = None;
+                    while let Some(number) = decoded.take() {
+                        let mut out = decoded.buffer_for(source.len(number));
+                        match source.decode(number, &mut scratch, &mut context, &mut out) {
+                            Ok(()) => decoded.put(number, out),
+                            Err(e) => {
+                                decoded.fail(number);
+                                failed = Some((number, e));
+                            }
+                        }
                     }
-                    // Once the reader stops, keep decoding: a bad frame after the end of
-                    // the `tar` still fails the payload, as on the streaming path.
-                    if listening {
-                        listening = sender.send(out).is_ok();
-                    }
-                }
-                Ok(())
-            }));
-        }
+                    failed
+                })
+            })
+            .collect();
         // `read` drops the reader when it returns, which unblocks the decoders.
-        let result = read(FrameReader::new(receivers, spent));
+        let result = read(FrameReader::new(Arc::clone(&decoded)));
         let mut failed: Option<(usize, FormatError)> = None;
         for handle in handles {
-            let outcome = crate::joined(handle);
-            if let Err((number, e)) = outcome
+            if let Some((number, e)) = crate::joined(handle)
                 && failed.as_ref().is_none_or(|(first, _)| number < *first)
             {
                 failed = Some((number, e));
@@ -206,6 +208,131 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
         }
         (result, failed.map_or(Ok(()), |(_, e)| Err(e)))
     })
+}
+
+/// How many frames per decoding thread may be decoded ahead of the reader: one being decoded
+/// and one waiting, per thread, as many as when each thread had its fixed share of frames.
+const AHEAD_PER_THREAD: usize = 2;
+
+/// What the decoding threads and the reader share: which frame goes next, the decoded frames
+/// the reader has not taken yet, and the buffers it is done with.
+struct Decoded {
+    state: Mutex<DecodedState>,
+    changed: Condvar,
+    count: usize,
+    ahead: usize,
+}
+
+struct DecodedState {
+    /// The next frame a decoding thread takes.
+    taken: usize,
+    /// The frame the reader wants next.
+    wanted: usize,
+    /// Decoded frames the reader has not taken, by number.
+    ready: BTreeMap<usize, Vec<u8>>,
+    /// Buffers of frames read and dropped, for the next frames.
+    spent: Vec<Vec<u8>>,
+    /// The first frame that failed: no frame after it is taken, and the stream ends there.
+    failed: Option<usize>,
+    /// The reader is gone: the remaining frames are decoded and dropped, since a bad frame
+    /// after the end of the `tar` still fails the payload, as on the streaming path.
+    closed: bool,
+}
+
+impl Decoded {
+    fn new(count: usize, ahead: usize) -> Self {
+        Decoded {
+            state: Mutex::new(DecodedState {
+                taken: 0,
+                wanted: 0,
+                ready: BTreeMap::new(),
+                spent: Vec::new(),
+                failed: None,
+                closed: false,
+            }),
+            changed: Condvar::new(),
+            count,
+            ahead,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DecodedState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'a>(&self, state: MutexGuard<'a, DecodedState>) -> MutexGuard<'a, DecodedState> {
+        self.changed.wait(state).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next frame to decode, once it is within reach of the reader; `None` when no frame
+    /// is left to decode.
+    fn take(&self) -> Option<usize> {
+        let mut state = self.lock();
+        loop {
+            if state.taken >= self.count || state.failed.is_some() {
+                return None;
+            }
+            if state.closed || state.taken < state.wanted + self.ahead {
+                state.taken += 1;
+                return Some(state.taken - 1);
+            }
+            state = self.wait(state);
+        }
+    }
+
+    /// A buffer for a frame of `len` bytes: the smallest spent one it fits in, whose pages
+    /// are faulted in already (a fresh buffer costs a page fault per 4 KiB), else an empty
+    /// one for [`decode_exact`] to allocate.
+    fn buffer_for(&self, len: u64) -> Vec<u8> {
+        let mut state = self.lock();
+        let fits = state
+            .spent
+            .iter()
+            .enumerate()
+            .filter(|(_, buffer)| buffer.capacity() as u64 >= len)
+            .min_by_key(|(_, buffer)| buffer.capacity())
+            .map(|(at, _)| at);
+        fits.map(|at| state.spent.swap_remove(at))
+            .unwrap_or_default()
+    }
+
+    /// Keeps `buffer` for the frames still to decode; at most as many as may be decoded at
+    /// once are kept, the largest.
+    fn give_back(&self, buffer: Vec<u8>) {
+        if buffer.capacity() == 0 {
+            return;
+        }
+        let mut state = self.lock();
+        if state.taken >= self.count {
+            return;
+        }
+        state.spent.push(buffer);
+        if state.spent.len() > self.ahead
+            && let Some(smallest) =
+                (0..state.spent.len()).min_by_key(|&at| state.spent[at].capacity())
+        {
+            state.spent.swap_remove(smallest);
+        }
+    }
+
+    fn put(&self, number: usize, frame: Vec<u8>) {
+        let mut state = self.lock();
+        if state.closed {
+            drop(state);
+            self.give_back(frame);
+        } else {
+            state.ready.insert(number, frame);
+            self.changed.notify_all();
+        }
+    }
+
+    fn fail(&self, number: usize) {
+        let mut state = self.lock();
+        if state.failed.is_none_or(|first| number < first) {
+            state.failed = Some(number);
+        }
+        self.changed.notify_all();
+    }
 }
 
 /// Decompresses `compressed` as one stream on a second thread, under the limits' budget,
@@ -357,59 +484,100 @@ pub(crate) fn frames_within(compressed: &[u8], budget: u64) -> Option<Vec<Frame>
     Some(frames)
 }
 
-/// Reads the frames the decoding threads send — frame `i` from thread `i % threads` — in
-/// order, as one stream, and hands each frame's buffer back to its thread once read.
+/// A decoded frame; its buffer goes back to the decoding threads when it is dropped, by the
+/// reader or by whoever held on to a file inside it.
+pub(crate) struct DecodedFrame {
+    bytes: Vec<u8>,
+    decoded: Arc<Decoded>,
+}
+
+impl std::ops::Deref for DecodedFrame {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for DecodedFrame {
+    fn drop(&mut self) {
+        self.decoded.give_back(std::mem::take(&mut self.bytes));
+    }
+}
+
+/// Reads the frames the decoding threads decode, in order, as one stream.
 pub(crate) struct FrameReader {
-    receivers: Vec<mpsc::Receiver<Vec<u8>>>,
-    spent: Vec<mpsc::Sender<Vec<u8>>>,
-    next: usize,
-    current: Vec<u8>,
+    decoded: Arc<Decoded>,
+    current: Option<DecodedFrame>,
     offset: usize,
 }
 
 impl FrameReader {
-    fn new(receivers: Vec<mpsc::Receiver<Vec<u8>>>, spent: Vec<mpsc::Sender<Vec<u8>>>) -> Self {
+    fn new(decoded: Arc<Decoded>) -> Self {
         FrameReader {
-            receivers,
-            spent,
-            next: 0,
-            current: Vec::new(),
+            decoded,
+            current: None,
             offset: 0,
         }
     }
 
-    /// The next frame in order, or `None` at the end (or when a decoding thread stopped,
-    /// which the caller of [`with_frame_reader`] learns from its result).
-    pub(crate) fn next_frame(&mut self) -> Option<Vec<u8>> {
-        let threads = self.receivers.len();
-        let frame = self.receivers[self.next % threads].recv().ok()?;
-        self.next += 1;
-        Some(frame)
+    /// The next frame in order, or `None` at the end (or when a frame failed, which the
+    /// caller of [`with_frame_reader`] learns from its result).
+    pub(crate) fn next_frame(&mut self) -> Option<DecodedFrame> {
+        let decoded = &*self.decoded;
+        let mut state = decoded.lock();
+        loop {
+            let wanted = state.wanted;
+            if let Some(bytes) = state.ready.remove(&wanted) {
+                state.wanted += 1;
+                decoded.changed.notify_all();
+                return Some(DecodedFrame {
+                    bytes,
+                    decoded: Arc::clone(&self.decoded),
+                });
+            }
+            if wanted >= decoded.count || state.failed.is_some_and(|first| first <= wanted) {
+                return None;
+            }
+            state = decoded.wait(state);
+        }
     }
+}
 
-    /// Hands frame `index`'s buffer back to the thread that decodes the frames after it.
-    /// The thread may have finished; then the buffer is simply dropped.
-    pub(crate) fn give_back(&self, index: usize, buffer: Vec<u8>) {
-        let _ = self.spent[index % self.spent.len()].send(buffer);
+impl Drop for FrameReader {
+    fn drop(&mut self) {
+        let ready = {
+            let mut state = self.decoded.lock();
+            state.closed = true;
+            self.decoded.changed.notify_all();
+            std::mem::take(&mut state.ready)
+        };
+        // Frames decoded for nobody become buffers for the frames still to decode.
+        for (_, frame) in ready {
+            self.decoded.give_back(frame);
+        }
     }
 }
 
 impl Read for FrameReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.offset == self.current.len() {
+        loop {
+            if let Some(frame) = &self.current
+                && self.offset < frame.len()
+            {
+                let n = buf.len().min(frame.len() - self.offset);
+                buf[..n].copy_from_slice(&frame[self.offset..self.offset + n]);
+                self.offset += n;
+                return Ok(n);
+            }
+            // The frame read to its end goes back before the next is waited for.
+            self.current = None;
             let Some(frame) = self.next_frame() else {
                 return Ok(0);
             };
-            let done = std::mem::replace(&mut self.current, frame);
-            if self.next > 1 {
-                self.give_back(self.next - 2, done);
-            }
+            self.current = Some(frame);
             self.offset = 0;
         }
-        let n = buf.len().min(self.current.len() - self.offset);
-        buf[..n].copy_from_slice(&self.current[self.offset..self.offset + n]);
-        self.offset += n;
-        Ok(n)
     }
 }
 
@@ -750,5 +918,109 @@ mod tests {
             assert!(got.is_err());
             assert_eq!(got, outcome(Payload::from_tar_zst_serial(&lying, &limits)));
         }
+    }
+
+    /// Frames of `lens` bytes, each filled with its own number; frame `slow` is decoded only
+    /// once frame `until` has been (it fails after `patience`), and frames in `bad` fail.
+    struct Scripted {
+        lens: Vec<usize>,
+        slow: usize,
+        until: usize,
+        patience: std::time::Duration,
+        bad: Vec<usize>,
+        done: Mutex<Vec<usize>>,
+        changed: Condvar,
+    }
+
+    impl Scripted {
+        fn new(lens: Vec<usize>, slow: usize, until: usize, bad: Vec<usize>) -> Self {
+            Scripted {
+                lens,
+                slow,
+                until,
+                patience: std::time::Duration::from_secs(10),
+                bad,
+                done: Mutex::new(Vec::new()),
+                changed: Condvar::new(),
+            }
+        }
+    }
+
+    impl FrameSource for Scripted {
+        type Scratch = ();
+
+        fn count(&self) -> usize {
+            self.lens.len()
+        }
+
+        fn len(&self, number: usize) -> u64 {
+            self.lens[number] as u64
+        }
+
+        fn decode(
+            &self,
+            number: usize,
+            _: &mut (),
+            _: &mut zstd::zstd_safe::DCtx<'static>,
+            out: &mut Vec<u8>,
+        ) -> Result<(), FormatError> {
+            if number == self.slow {
+                let done = self.done.lock().unwrap();
+                let (done, waited) = self
+                    .changed
+                    .wait_timeout_while(done, self.patience, |done| !done.contains(&self.until))
+                    .unwrap();
+                drop(done);
+                if waited.timed_out() {
+                    return Err(FormatError::malformed("test", "held back"));
+                }
+            }
+            out.clear();
+            out.resize(self.lens[number], number as u8);
+            self.done.lock().unwrap().push(number);
+            self.changed.notify_all();
+            if self.bad.contains(&number) {
+                return Err(FormatError::malformed("test", format!("frame {number}")));
+            }
+            Ok(())
+        }
+    }
+
+    fn read_all(source: &Scripted, threads: usize) -> (Vec<u8>, Result<(), String>) {
+        let (read, decoded) = with_frame_reader(source, threads, |mut reader| {
+            let mut all = Vec::new();
+            reader.read_to_end(&mut all).map(|_| all).unwrap()
+        });
+        (read, decoded.map_err(|e| e.to_string()))
+    }
+
+    #[test]
+    fn a_slow_frame_does_not_hold_back_the_frames_after_it() {
+        // Frame 0 is done only after frame 2. With a fixed share of frames per thread, frame 2
+        // would wait behind frame 0 on the same thread; each thread takes the next frame
+        // instead, so the other thread decodes 1 and then 2.
+        let source = Scripted::new(vec![3, 5, 7, 2, 4, 1], 0, 2, vec![]);
+        let (read, decoded) = read_all(&source, 2);
+        assert_eq!(decoded, Ok(()));
+        let expected: Vec<u8> = (0..6u8)
+            .flat_map(|n| std::iter::repeat_n(n, source.lens[n as usize]))
+            .collect();
+        assert_eq!(read, expected, "every frame, in order");
+        // No frame is decoded further ahead than the reader allows: 0 waits for 2 here,
+        // which is within two frames a thread.
+        let mut late = Scripted::new(vec![1; 8], 0, 7, vec![]);
+        late.patience = std::time::Duration::from_millis(300);
+        let (_, decoded) = read_all(&late, 2);
+        assert_eq!(decoded.unwrap_err(), "malformed test: held back");
+    }
+
+    #[test]
+    fn the_first_failed_frame_wins_and_ends_the_stream_there() {
+        // Frames 2 and 4 fail; 4 may be decoded first, 2's error is the one reported, and the
+        // reader saw frames 0 and 1 only.
+        let source = Scripted::new(vec![2; 6], 2, 4, vec![2, 4]);
+        let (read, decoded) = read_all(&source, 3);
+        assert_eq!(decoded.unwrap_err(), "malformed test: frame 2");
+        assert_eq!(read, vec![0, 0, 1, 1]);
     }
 }

@@ -1053,6 +1053,10 @@ impl FrameSource for SealedSegments<'_> {
         self.unsealed.header.segments.len()
     }
 
+    fn len(&self, number: usize) -> u64 {
+        self.unsealed.header.segments[number].tar_len
+    }
+
     fn decode(
         &self,
         number: usize,

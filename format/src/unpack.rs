@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use crate::decode::{
-    FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames, decompress, frame_plan,
+    DecodedFrame, FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames, decompress, frame_plan,
     with_chunk_reader, with_frame_reader,
 };
 use crate::pack::{
@@ -432,7 +432,7 @@ fn read_frames(
 /// A file's bytes: a range of a decoded frame when the file lies within one (no copy), or
 /// its own buffer when it spans frames or came through the streaming path.
 pub(crate) enum Body {
-    Shared(Arc<Vec<u8>>, Range<usize>),
+    Shared(Arc<DecodedFrame>, Range<usize>),
     Owned(Vec<u8>),
 }
 
@@ -460,13 +460,11 @@ struct Cursor {
 
 struct CursorState {
     reader: FrameReader,
-    /// Frames still in reach: (frame number, offset of its first byte, bytes).
-    frames: VecDeque<(usize, u64, Arc<Vec<u8>>)>,
-    /// Frames behind the position, waiting for the last file that uses them to be done.
-    retired: Vec<(usize, Arc<Vec<u8>>)>,
+    /// Frames still in reach: (offset of its first byte, bytes). A frame behind the position
+    /// leaves; its buffer goes back to the decoders once the last file inside it is done.
+    frames: VecDeque<(u64, Arc<DecodedFrame>)>,
     /// Offset just past the last frame received.
     end: u64,
-    pulled: usize,
     pos: u64,
 }
 
@@ -476,9 +474,7 @@ impl Cursor {
             inner: RefCell::new(CursorState {
                 reader,
                 frames: VecDeque::new(),
-                retired: Vec::new(),
                 end: 0,
-                pulled: 0,
                 pos: 0,
             }),
         }
@@ -492,7 +488,7 @@ impl Cursor {
             return Err(past_end());
         }
         let mut out: Option<Vec<u8>> = None;
-        for (_, first, frame) in &state.frames {
+        for (first, frame) in &state.frames {
             let last = first + frame.len() as u64;
             if last <= start || *first >= stop {
                 continue;
@@ -524,33 +520,20 @@ impl CursorState {
                 return false;
             };
             let len = frame.len() as u64;
-            self.frames
-                .push_back((self.pulled, self.end, Arc::new(frame)));
-            self.pulled += 1;
+            self.frames.push_back((self.end, Arc::new(frame)));
             self.end += len;
             self.recycle();
         }
         true
     }
 
-    /// Moves frames wholly behind the position out of reach, and hands back the buffers
-    /// of those no file holds any more.
+    /// Lets go of the frames wholly behind the position.
     fn recycle(&mut self) {
-        while let Some((_, first, frame)) = self.frames.front()
+        while let Some((first, frame)) = self.frames.front()
             && first + frame.len() as u64 <= self.pos
         {
-            if let Some((number, _, frame)) = self.frames.pop_front() {
-                self.retired.push((number, frame));
-            }
+            self.frames.pop_front();
         }
-        let mut held = Vec::with_capacity(self.retired.len());
-        for (number, frame) in self.retired.drain(..) {
-            match Arc::try_unwrap(frame) {
-                Ok(buffer) => self.reader.give_back(number, buffer),
-                Err(frame) => held.push((number, frame)),
-            }
-        }
-        self.retired = held;
     }
 }
 
@@ -561,10 +544,10 @@ impl Read for &Cursor {
         if buf.is_empty() || !state.reach(pos + 1) {
             return Ok(0);
         }
-        let Some((_, first, frame)) = state
+        let Some((first, frame)) = state
             .frames
             .iter()
-            .find(|(_, first, frame)| *first <= pos && pos < first + frame.len() as u64)
+            .find(|(first, frame)| *first <= pos && pos < first + frame.len() as u64)
         else {
             return Ok(0);
         };
