@@ -183,6 +183,7 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                     let mut scratch = S::Scratch::default();
                     let mut failed = None;
                     while let Some(number) = decoded.take() {
+                        let _taken = Taken { decoded, number };
                         let mut out = decoded.buffer_for(source.len(number));
                         match source.decode(number, &mut scratch, &mut context, &mut out) {
                             Ok(()) => decoded.put(number, out),
@@ -208,6 +209,22 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
         }
         (result, failed.map_or(Ok(()), |(_, e)| Err(e)))
     })
+}
+
+/// A frame a decoding thread took: should the thread panic before it is decoded, the frame
+/// counts as failed, so the reader stops there instead of waiting for it, and the panic
+/// reaches the caller through the join.
+struct Taken<'a> {
+    decoded: &'a Decoded,
+    number: usize,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.decoded.fail(self.number);
+        }
+    }
 }
 
 /// How many frames per decoding thread may be decoded ahead of the reader: one being decoded
@@ -928,6 +945,7 @@ mod tests {
         until: usize,
         patience: std::time::Duration,
         bad: Vec<usize>,
+        panics: Option<usize>,
         done: Mutex<Vec<usize>>,
         changed: Condvar,
     }
@@ -940,6 +958,7 @@ mod tests {
                 until,
                 patience: std::time::Duration::from_secs(10),
                 bad,
+                panics: None,
                 done: Mutex::new(Vec::new()),
                 changed: Condvar::new(),
             }
@@ -975,6 +994,7 @@ mod tests {
                     return Err(FormatError::malformed("test", "held back"));
                 }
             }
+            assert_ne!(self.panics, Some(number), "frame {number} panics");
             out.clear();
             out.resize(self.lens[number], number as u8);
             self.done.lock().unwrap().push(number);
@@ -1022,5 +1042,33 @@ mod tests {
         let (read, decoded) = read_all(&source, 3);
         assert_eq!(decoded.unwrap_err(), "malformed test: frame 2");
         assert_eq!(read, vec![0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn a_decoding_thread_that_panics_does_not_leave_the_reader_waiting() {
+        // Frame 3 panics; frames 0-2 may be read, then the reader sees the end instead of
+        // waiting for frame 3 forever, and the panic reaches the caller. On a thread of its
+        // own, so that a reader left waiting fails the test instead of hanging it.
+        let (done_to, done) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut source = Scripted::new(vec![2; 8], 9, 9, vec![]);
+            source.panics = Some(3);
+            let mut read = Vec::new();
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                with_frame_reader(&source, 2, |mut reader| {
+                    let _ = reader.read_to_end(&mut read);
+                })
+            }));
+            let message = outcome
+                .err()
+                .and_then(|panic| panic.downcast_ref::<String>().cloned());
+            let _ = done_to.send((message, read));
+        });
+        let (message, read) = done
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the reader was left waiting for the frame that panicked");
+        let message = message.expect("the panic reaches the caller");
+        assert!(message.contains("frame 3 panics"), "{message}");
+        assert_eq!(read, vec![0, 0, 1, 1, 2, 2]);
     }
 }
