@@ -234,9 +234,8 @@ curl -sf "$packd_blob" | cmp -s - "$work/bench.pack" || die "packd blob bytes di
 curl -sf "$nginx_blob" | cmp -s - "$work/bench.pack" || die "nginx blob bytes differ"
 
 # --- measure -----------------------------------------------------------------------------
-# CPU ticks (user + system) of a server: packd, or nginx's master and its workers.
+# CPU ticks of a server (packd, or nginx's master and its workers), as "user system".
 clk_tck=$(getconf CLK_TCK)
-# Prints "user system".
 server_ticks() {
   local pids=$1
   [ "$1" = "$nginx_pid" ] && pids="$nginx_pid $(cat /proc/"$nginx_pid"/task/*/children)"
