@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 
+use crate::buffer::FrameBuffer;
 use crate::layout::{FRAME_LEN, MIN_FRAME_LEN};
 use crate::payload::Payload;
 use crate::{FormatError, Limits};
@@ -87,7 +88,7 @@ pub(crate) trait FrameSource: Sync {
         number: usize,
         scratch: &mut Self::Scratch,
         context: &mut zstd::zstd_safe::DCtx<'static>,
-        out: &mut Vec<u8>,
+        out: &mut FrameBuffer,
     ) -> Result<(), FormatError>;
 }
 
@@ -113,7 +114,7 @@ impl FrameSource for PlainFrames<'_> {
         number: usize,
         _scratch: &mut (),
         context: &mut zstd::zstd_safe::DCtx<'static>,
-        out: &mut Vec<u8>,
+        out: &mut FrameBuffer,
     ) -> Result<(), FormatError> {
         let frame = &self.frames[number];
         decode_exact(
@@ -125,17 +126,16 @@ impl FrameSource for PlainFrames<'_> {
     }
 }
 
-/// Decodes one or more whole zstd frames into `out` (empty, with room for `len` bytes),
-/// which must come to exactly `len` bytes; zstd cannot write past the room.
+/// Decodes one or more whole zstd frames into `out` (its contents replaced), which must
+/// come to exactly `len` bytes; zstd cannot write past the buffer's room.
 pub(crate) fn decode_exact(
     context: &mut zstd::zstd_safe::DCtx<'static>,
     compressed: &[u8],
     len: u64,
-    out: &mut Vec<u8>,
+    out: &mut FrameBuffer,
 ) -> Result<(), FormatError> {
-    out.clear();
     let len_bytes = len as usize;
-    if out.capacity() < len_bytes {
+    if out.room() < len_bytes {
         // A fresh buffer rather than a larger copy of this one. A frame of a large pack gets
         // room for the frames of up to FRAME_LEN that follow it, so that the buffer is reused
         // for them as it is: pages past what a frame decodes to are never touched and cost no
@@ -145,9 +145,9 @@ pub(crate) fn decode_exact(
         } else {
             len_bytes
         };
-        *out = Vec::with_capacity(room);
+        *out = FrameBuffer::with_room(room);
     }
-    match context.decompress(out, compressed) {
+    match out.decompress(context, compressed) {
         Ok(n) if n as u64 == len => Ok(()),
         Ok(n) => Err(FormatError::malformed(
             "zstd payload",
@@ -246,9 +246,9 @@ struct DecodedState {
     /// The frame the reader wants next.
     wanted: usize,
     /// Decoded frames the reader has not taken, by number.
-    ready: BTreeMap<usize, Vec<u8>>,
+    ready: BTreeMap<usize, FrameBuffer>,
     /// Buffers of frames read and dropped, for the next frames.
-    spent: Vec<Vec<u8>>,
+    spent: Vec<FrameBuffer>,
     /// The first frame that failed: no frame after it is taken, and the stream ends there.
     failed: Option<usize>,
     /// The reader is gone: the remaining frames are decoded and dropped, since a bad frame
@@ -300,14 +300,14 @@ impl Decoded {
     /// A buffer for a frame of `len` bytes: the smallest spent one it fits in, whose pages
     /// are faulted in already (a fresh buffer costs a page fault per 4 KiB), else an empty
     /// one for [`decode_exact`] to allocate.
-    fn buffer_for(&self, len: u64) -> Vec<u8> {
+    fn buffer_for(&self, len: u64) -> FrameBuffer {
         let mut state = self.lock();
         let fits = state
             .spent
             .iter()
             .enumerate()
-            .filter(|(_, buffer)| buffer.capacity() as u64 >= len)
-            .min_by_key(|(_, buffer)| buffer.capacity())
+            .filter(|(_, buffer)| buffer.room() as u64 >= len)
+            .min_by_key(|(_, buffer)| buffer.room())
             .map(|(at, _)| at);
         fits.map(|at| state.spent.swap_remove(at))
             .unwrap_or_default()
@@ -315,8 +315,8 @@ impl Decoded {
 
     /// Keeps `buffer` for the frames still to decode; at most as many as may be decoded at
     /// once are kept, the largest.
-    fn give_back(&self, buffer: Vec<u8>) {
-        if buffer.capacity() == 0 {
+    fn give_back(&self, buffer: FrameBuffer) {
+        if buffer.room() == 0 {
             return;
         }
         let mut state = self.lock();
@@ -325,14 +325,13 @@ impl Decoded {
         }
         state.spent.push(buffer);
         if state.spent.len() > self.ahead
-            && let Some(smallest) =
-                (0..state.spent.len()).min_by_key(|&at| state.spent[at].capacity())
+            && let Some(smallest) = (0..state.spent.len()).min_by_key(|&at| state.spent[at].room())
         {
             state.spent.swap_remove(smallest);
         }
     }
 
-    fn put(&self, number: usize, frame: Vec<u8>) {
+    fn put(&self, number: usize, frame: FrameBuffer) {
         let mut state = self.lock();
         if state.closed {
             drop(state);
@@ -504,7 +503,7 @@ pub(crate) fn frames_within(compressed: &[u8], budget: u64) -> Option<Vec<Frame>
 /// A decoded frame; its buffer goes back to the decoding threads when it is dropped, by the
 /// reader or by whoever held on to a file inside it.
 pub(crate) struct DecodedFrame {
-    bytes: Vec<u8>,
+    bytes: FrameBuffer,
     decoded: Arc<Decoded>,
 }
 
@@ -981,7 +980,7 @@ mod tests {
             number: usize,
             _: &mut (),
             _: &mut zstd::zstd_safe::DCtx<'static>,
-            out: &mut Vec<u8>,
+            out: &mut FrameBuffer,
         ) -> Result<(), FormatError> {
             if number == self.slow {
                 let done = self.done.lock().unwrap();
@@ -995,8 +994,7 @@ mod tests {
                 }
             }
             assert_ne!(self.panics, Some(number), "frame {number} panics");
-            out.clear();
-            out.resize(self.lens[number], number as u8);
+            *out = vec![number as u8; self.lens[number]].into();
             self.done.lock().unwrap().push(number);
             self.changed.notify_all();
             if self.bad.contains(&number) {

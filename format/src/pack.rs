@@ -30,6 +30,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
+use crate::buffer::FrameBuffer;
 use crate::decode::{
     FrameSource, PIPELINE_MIN_LEN, decode_exact, frames_within, with_frame_reader,
 };
@@ -1027,7 +1028,7 @@ impl<'a> SealedSegments<'a> {
         let total = self.unsealed.header.tar_len().unwrap_or(0);
         let mut tar = Vec::with_capacity(total as usize);
         let mut scratch = SegmentScratch::default();
-        let mut out = Vec::new();
+        let mut out = FrameBuffer::default();
         let mut context = zstd::zstd_safe::DCtx::create();
         for number in 0..self.count() {
             self.decode(number, &mut scratch, &mut context, &mut out)?;
@@ -1062,7 +1063,7 @@ impl FrameSource for SealedSegments<'_> {
         number: usize,
         scratch: &mut SegmentScratch,
         context: &mut zstd::zstd_safe::DCtx<'static>,
-        out: &mut Vec<u8>,
+        out: &mut FrameBuffer,
     ) -> Result<(), FormatError> {
         let segment = self.unsealed.header.segments[number];
         let start = self.starts[number];

@@ -1,0 +1,159 @@
+//! The memory a zstd frame is decoded into.
+//!
+//! A frame of a large pack decodes to megabytes that are written once, read by the `tar`
+//! reader and the threads that hash files, and then reused for a later frame. Touching that
+//! memory for the first time costs a page fault per 4 KiB page: on a 100 MB pack of large
+//! files, faulting in the first frames' buffers (four frames of up to 12 MB may be in flight
+//! before the first buffer comes back) took about a tenth of `packer extract`'s CPU. So on
+//! Linux a buffer of [`HUGE_PAGE`] or more is a mapping of its own, a whole number of
+//! 2 MiB pages long, which the kernel is asked to back with transparent huge pages: it
+//! faults in 2 MiB at a time. Where the kernel has none to give (huge pages off, or none
+//! free), it is an ordinary mapping that faults in page by page, as a `Vec` would. Smaller
+//! buffers, and every buffer on other systems, are a `Vec`.
+
+use std::ops::Deref;
+
+/// The size of a transparent huge page on x86-64 and on arm64 with 4 KiB pages; a mapping
+/// whose length is a multiple of it starts on a huge-page boundary (Linux 6.7 and later), so
+/// every page of it can be huge.
+pub(crate) const HUGE_PAGE: usize = 2 * 1024 * 1024;
+
+/// A frame's decoded bytes in a buffer that keeps its room when it is reused.
+pub(crate) enum FrameBuffer {
+    Heap(Vec<u8>),
+    #[cfg(target_os = "linux")]
+    Mapped {
+        map: memmap2::MmapMut,
+        len: usize,
+    },
+}
+
+impl Default for FrameBuffer {
+    fn default() -> Self {
+        FrameBuffer::Heap(Vec::new())
+    }
+}
+
+impl From<Vec<u8>> for FrameBuffer {
+    fn from(bytes: Vec<u8>) -> Self {
+        FrameBuffer::Heap(bytes)
+    }
+}
+
+impl Deref for FrameBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FrameBuffer::Heap(bytes) => bytes,
+            #[cfg(target_os = "linux")]
+            FrameBuffer::Mapped { map, len } => &map[..*len],
+        }
+    }
+}
+
+impl FrameBuffer {
+    /// An empty buffer with room for `room` bytes.
+    pub(crate) fn with_room(room: usize) -> Self {
+        #[cfg(target_os = "linux")]
+        if room >= HUGE_PAGE {
+            let room = room.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+            if let Ok(map) = memmap2::MmapMut::map_anon(room) {
+                // Advice only: a kernel without transparent huge pages refuses it, and the
+                // mapping works the same with small pages.
+                let _ = map.advise(memmap2::Advice::HugePage);
+                return FrameBuffer::Mapped { map, len: 0 };
+            }
+        }
+        FrameBuffer::Heap(Vec::with_capacity(room))
+    }
+
+    /// How many bytes the buffer holds without growing.
+    pub(crate) fn room(&self) -> usize {
+        match self {
+            FrameBuffer::Heap(bytes) => bytes.capacity(),
+            #[cfg(target_os = "linux")]
+            FrameBuffer::Mapped { map, .. } => map.len(),
+        }
+    }
+
+    /// Decompresses the whole zstd frames in `compressed` into the buffer, replacing what
+    /// it held; zstd writes no further than the buffer's room. Returns how many bytes came
+    /// out.
+    pub(crate) fn decompress(
+        &mut self,
+        context: &mut zstd::zstd_safe::DCtx<'static>,
+        compressed: &[u8],
+    ) -> Result<usize, zstd::zstd_safe::ErrorCode> {
+        match self {
+            FrameBuffer::Heap(bytes) => {
+                bytes.clear();
+                context.decompress(bytes, compressed)
+            }
+            #[cfg(target_os = "linux")]
+            FrameBuffer::Mapped { map, len } => {
+                *len = 0;
+                let n = context.decompress(&mut map[..], compressed)?;
+                *len = n;
+                Ok(n)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compressed(bytes: &[u8]) -> Vec<u8> {
+        zstd::bulk::compress(bytes, 1).unwrap()
+    }
+
+    #[test]
+    fn a_buffer_holds_exactly_what_was_decompressed_into_it_last() {
+        let mut context = zstd::zstd_safe::DCtx::create();
+        for room in [1000, HUGE_PAGE + 1] {
+            let mut buffer = FrameBuffer::with_room(room);
+            assert!(buffer.room() >= room);
+            let first: Vec<u8> = (0..room).map(|i| (i % 251) as u8).collect();
+            assert_eq!(
+                buffer.decompress(&mut context, &compressed(&first)),
+                Ok(room)
+            );
+            assert_eq!(&buffer[..], &first[..]);
+            // Reused for a shorter frame: only the new bytes show.
+            assert_eq!(
+                buffer.decompress(&mut context, &compressed(b"short")),
+                Ok(5)
+            );
+            assert_eq!(&buffer[..], b"short");
+        }
+    }
+
+    #[test]
+    fn zstd_cannot_write_past_the_room() {
+        let mut context = zstd::zstd_safe::DCtx::create();
+        let room = HUGE_PAGE;
+        let mut buffer = FrameBuffer::with_room(room);
+        let room = buffer.room();
+        let too_long = vec![7u8; room + 1];
+        assert!(
+            buffer
+                .decompress(&mut context, &compressed(&too_long))
+                .is_err()
+        );
+        assert_eq!(buffer.room(), room);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn large_buffers_are_mapped_in_whole_huge_pages() {
+        let buffer = FrameBuffer::with_room(HUGE_PAGE + 1);
+        assert!(matches!(buffer, FrameBuffer::Mapped { .. }));
+        assert_eq!(buffer.room(), 2 * HUGE_PAGE);
+        assert!(matches!(
+            FrameBuffer::with_room(HUGE_PAGE - 1),
+            FrameBuffer::Heap(_)
+        ));
+    }
+}
