@@ -77,6 +77,26 @@ impl FrameBuffer {
         }
     }
 
+    /// The buffer's first `len` bytes, for the caller to overwrite: the room grows when it
+    /// is short, and what the bytes hold before is unspecified (zeros or an earlier use's).
+    /// The buffer then holds exactly those `len` bytes.
+    pub(crate) fn first_mut(&mut self, len: usize) -> &mut [u8] {
+        if self.room() < len {
+            *self = FrameBuffer::with_room(len);
+        }
+        match self {
+            FrameBuffer::Heap(bytes) => {
+                bytes.resize(len, 0);
+                bytes
+            }
+            #[cfg(target_os = "linux")]
+            FrameBuffer::Mapped { map, len: held } => {
+                *held = len;
+                &mut map[..len]
+            }
+        }
+    }
+
     /// Decompresses the whole zstd frames in `compressed` into the buffer, replacing what
     /// it held; zstd writes no further than the buffer's room. Returns how many bytes came
     /// out.
@@ -127,6 +147,20 @@ mod tests {
                 Ok(5)
             );
             assert_eq!(&buffer[..], b"short");
+        }
+    }
+
+    #[test]
+    fn first_mut_grows_the_room_and_then_holds_exactly_what_was_asked_for() {
+        for len in [1000, 3 * HUGE_PAGE] {
+            let mut buffer = FrameBuffer::default();
+            buffer.first_mut(len).fill(9);
+            assert_eq!(buffer.len(), len);
+            assert!(buffer.iter().all(|&b| b == 9));
+            let room = buffer.room();
+            buffer.first_mut(10).copy_from_slice(b"0123456789");
+            assert_eq!(&buffer[..], b"0123456789");
+            assert_eq!(buffer.room(), room, "a shorter use keeps the room");
         }
     }
 

@@ -797,12 +797,35 @@ impl SegmentOpener<'_> {
         out: &mut Vec<u8>,
     ) -> Result<(), FormatError> {
         let (ciphertext, tag) = sealed.split_at(sealed.len() - TAG_LEN);
-        let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| FormatError::Tampered)?;
         // Every byte is overwritten, and only once the tag verified.
         out.resize(ciphertext.len(), 0);
-        let nonce = segment_nonce(&self.nonce_prefix, number, number == self.last);
         let buffer =
             InOutBuf::new(ciphertext, out.as_mut_slice()).map_err(|_| FormatError::Tampered)?;
+        self.decrypt(number, buffer, tag)
+    }
+
+    /// [`SegmentOpener::open`] in place: `sealed` (ciphertext and tag) is authenticated and
+    /// its ciphertext decrypted where it lies; returns the plaintext, the first
+    /// `sealed.len() - TAG_LEN` bytes. When the tag does not verify, what `sealed` holds
+    /// afterwards is unspecified, and nothing may be read from it.
+    pub(crate) fn open_in_place<'s>(
+        &self,
+        number: usize,
+        sealed: &'s mut [u8],
+    ) -> Result<&'s [u8], FormatError> {
+        let (ciphertext, tag) = sealed.split_at_mut(sealed.len() - TAG_LEN);
+        self.decrypt(number, InOutBuf::from(&mut *ciphertext), tag)?;
+        Ok(ciphertext)
+    }
+
+    fn decrypt(
+        &self,
+        number: usize,
+        buffer: InOutBuf<'_, '_, u8>,
+        tag: &[u8],
+    ) -> Result<(), FormatError> {
+        let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| FormatError::Tampered)?;
+        let nonce = segment_nonce(&self.nonce_prefix, number, number == self.last);
         self.cipher
             .decrypt_inout_detached(&nonce.into(), self.aad, buffer, &tag.into())
             .map_err(|_| FormatError::Tampered)
@@ -962,12 +985,9 @@ fn read_segment<'b>(
     file: &File,
     start: u64,
     len: usize,
-    buffer: &'b mut Vec<u8>,
-) -> Result<&'b [u8], FormatError> {
-    if buffer.len() < len {
-        buffer.resize(len, 0);
-    }
-    let part = &mut buffer[..len];
+    buffer: &'b mut FrameBuffer,
+) -> Result<&'b mut [u8], FormatError> {
+    let part = buffer.first_mut(len);
     read_pack_at(file, part, start)?;
     Ok(part)
 }
@@ -1041,9 +1061,10 @@ impl<'a> SealedSegments<'a> {
 /// What a thread decoding segments keeps between them.
 #[derive(Default)]
 pub(crate) struct SegmentScratch {
-    /// The segment as read from the pack's file (unused for a pack in memory).
-    sealed: Vec<u8>,
-    /// The decrypted segment.
+    /// The segment as read from the pack's file, then decrypted in place (unused for a pack
+    /// in memory).
+    sealed: FrameBuffer,
+    /// The decrypted segment of a pack in memory.
     plain: Vec<u8>,
 }
 
@@ -1068,12 +1089,18 @@ impl FrameSource for SealedSegments<'_> {
         let segment = self.unsealed.header.segments[number];
         let start = self.starts[number];
         let len = segment.len as usize + TAG_LEN;
-        let sealed = match self.file {
-            None => &self.unsealed.bytes[start..start + len],
-            Some(file) => read_segment(file, start as u64, len, &mut scratch.sealed)?,
+        // A segment read from the file is decrypted where it was read into.
+        let plain: &[u8] = match self.file {
+            None => {
+                let sealed = &self.unsealed.bytes[start..start + len];
+                self.opener.open(number, sealed, &mut scratch.plain)?;
+                &scratch.plain
+            }
+            Some(file) => {
+                let sealed = read_segment(file, start as u64, len, &mut scratch.sealed)?;
+                self.opener.open_in_place(number, sealed)?
+            }
         };
-        let plain = &mut scratch.plain;
-        self.opener.open(number, sealed, plain)?;
         // The frames must declare sizes that add up to what the header says, within the
         // windows the streaming decoder accepts — the rules of the parallel path of
         // format 1.
