@@ -16,6 +16,7 @@ use std::ops::Deref;
 /// The size of a transparent huge page on x86-64 and on arm64 with 4 KiB pages; a mapping
 /// whose length is a multiple of it starts on a huge-page boundary (Linux 6.7 and later), so
 /// every page of it can be huge.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) const HUGE_PAGE: usize = 2 * 1024 * 1024;
 
 /// A frame's decoded bytes in a buffer that keeps its room when it is reused.
