@@ -10,6 +10,11 @@
 //! faults in 2 MiB at a time. Where the kernel has none to give (huge pages off, or none
 //! free), it is an ordinary mapping that faults in page by page, as a `Vec` would. Smaller
 //! buffers, and every buffer on other systems, are a `Vec`.
+//!
+//! The trade: under Linux's default `defrag` setting (`madvise`), a kernel whose free memory
+//! is fragmented may compact memory at the first touch of such a buffer to find a huge page,
+//! a pause of its own rather than a fault per page; and a buffer's last 2 MiB page is faulted
+//! in whole (peak memory a few MiB higher on some packs, BENCHMARKS.md).
 
 use std::ops::Deref;
 
