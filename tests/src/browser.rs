@@ -129,6 +129,17 @@ impl Browser {
     }
 
     fn send(&mut self, method: &str, params: Value, session: Option<&str>) -> Value {
+        self.try_send(method, params, session)
+            .unwrap_or_else(|error| panic!("{method}: {error}"))
+    }
+
+    /// [`Browser::send`], with the protocol's error as `Err` rather than a panic.
+    fn try_send(
+        &mut self,
+        method: &str,
+        params: Value,
+        session: Option<&str>,
+    ) -> Result<Value, Value> {
         self.next_id += 1;
         let id = self.next_id;
         let mut message = json!({"id": id, "method": method, "params": params});
@@ -145,9 +156,9 @@ impl Browser {
             match self.from_browser.recv_timeout(left) {
                 Ok(answer) if answer["id"] == id => {
                     if let Some(error) = answer.get("error") {
-                        panic!("{method}: {error}");
+                        return Err(error.clone());
                     }
-                    return answer["result"].clone();
+                    return Ok(answer["result"].clone());
                 }
                 Ok(event) => self.events.push_back(event),
                 Err(RecvTimeoutError::Timeout) => panic!("{method}: no answer in {TIMEOUT:?}"),
@@ -204,12 +215,27 @@ impl Browser {
         self.wait_event("Page.loadEventFired");
     }
 
-    /// Evaluates `expression` in the page and returns its value.
+    /// Evaluates `expression` in the page and returns its value. A page that navigates
+    /// while the expression runs (a link just clicked, a form just sent) is asked again
+    /// once the next document is there, until [`TIMEOUT`].
     pub fn eval(&mut self, expression: &str) -> Value {
-        let result = self.call(
-            "Runtime.evaluate",
-            json!({"expression": expression, "returnByValue": true}),
-        );
+        let session = self.session.clone();
+        let params = json!({"expression": expression, "returnByValue": true});
+        let deadline = Instant::now() + TIMEOUT;
+        let result = loop {
+            match self.try_send("Runtime.evaluate", params.clone(), Some(&session)) {
+                Ok(result) => break result,
+                Err(error)
+                    if Instant::now() < deadline
+                        && error["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("navigated or closed")) =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(error) => panic!("Runtime.evaluate of {expression}: {error}"),
+            }
+        };
         if let Some(exception) = result.get("exceptionDetails") {
             panic!("{expression}: {exception}");
         }

@@ -700,7 +700,9 @@ fn a_private_console_is_opened_with_a_token_typed_at_the_keyboard() {
     b.open(&format!(
         "data:text/html,<a id=go href=\"{link}\">the packs</a>"
     ));
-    b.eval("document.getElementById('go').click()");
+    b.and_wait_for_load(|b| {
+        b.eval("document.getElementById('go').click()");
+    });
     eventually("the shared link opens the packs page", || {
         b.text("h1").as_deref() == Some("Packs")
     });
