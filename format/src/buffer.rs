@@ -25,24 +25,33 @@ use std::ops::Deref;
 pub(crate) const HUGE_PAGE: usize = 2 * 1024 * 1024;
 
 /// A frame's decoded bytes in a buffer that keeps its room when it is reused.
-pub(crate) enum FrameBuffer {
-    Heap(Vec<u8>),
-    #[cfg(target_os = "linux")]
-    Mapped {
-        map: memmap2::MmapMut,
-        len: usize,
-    },
+#[derive(Default)]
+pub(crate) struct FrameBuffer {
+    memory: Memory,
+    /// How many bytes, from the start of `memory`, the buffer holds.
+    len: usize,
 }
 
-impl Default for FrameBuffer {
+enum Memory {
+    /// Room is the `Vec`'s capacity; its length is how much of it was ever initialised,
+    /// which stays when the buffer holds fewer bytes, so that growing again zeroes nothing.
+    Heap(Vec<u8>),
+    #[cfg(target_os = "linux")]
+    Mapped(memmap2::MmapMut),
+}
+
+impl Default for Memory {
     fn default() -> Self {
-        FrameBuffer::Heap(Vec::new())
+        Memory::Heap(Vec::new())
     }
 }
 
 impl From<Vec<u8>> for FrameBuffer {
     fn from(bytes: Vec<u8>) -> Self {
-        FrameBuffer::Heap(bytes)
+        FrameBuffer {
+            len: bytes.len(),
+            memory: Memory::Heap(bytes),
+        }
     }
 }
 
@@ -50,10 +59,10 @@ impl Deref for FrameBuffer {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match self {
-            FrameBuffer::Heap(bytes) => bytes,
+        match &self.memory {
+            Memory::Heap(bytes) => &bytes[..self.len],
             #[cfg(target_os = "linux")]
-            FrameBuffer::Mapped { map, len } => &map[..*len],
+            Memory::Mapped(map) => &map[..self.len],
         }
     }
 }
@@ -68,38 +77,44 @@ impl FrameBuffer {
                 // Advice only: a kernel without transparent huge pages refuses it, and the
                 // mapping works the same with small pages.
                 let _ = map.advise(memmap2::Advice::HugePage);
-                return FrameBuffer::Mapped { map, len: 0 };
+                return FrameBuffer {
+                    memory: Memory::Mapped(map),
+                    len: 0,
+                };
             }
         }
-        FrameBuffer::Heap(Vec::with_capacity(room))
+        FrameBuffer {
+            memory: Memory::Heap(Vec::with_capacity(room)),
+            len: 0,
+        }
     }
 
     /// How many bytes the buffer holds without growing.
     pub(crate) fn room(&self) -> usize {
-        match self {
-            FrameBuffer::Heap(bytes) => bytes.capacity(),
+        match &self.memory {
+            Memory::Heap(bytes) => bytes.capacity(),
             #[cfg(target_os = "linux")]
-            FrameBuffer::Mapped { map, .. } => map.len(),
+            Memory::Mapped(map) => map.len(),
         }
     }
 
-    /// The buffer's first `len` bytes, for the caller to overwrite: the room grows when it
-    /// is short, and what the bytes hold before is unspecified (zeros or an earlier use's).
-    /// The buffer then holds exactly those `len` bytes.
+    /// The buffer's first `len` bytes, for the caller to overwrite: the room grows (at least
+    /// doubling) when it is short, and what the bytes hold before is unspecified (zeros or
+    /// an earlier use's). The buffer then holds exactly those `len` bytes.
     pub(crate) fn first_mut(&mut self, len: usize) -> &mut [u8] {
         if self.room() < len {
-            *self = FrameBuffer::with_room(len);
+            *self = FrameBuffer::with_room(len.max(self.room().saturating_mul(2)));
         }
-        match self {
-            FrameBuffer::Heap(bytes) => {
-                bytes.resize(len, 0);
-                bytes
+        self.len = len;
+        match &mut self.memory {
+            Memory::Heap(bytes) => {
+                if bytes.len() < len {
+                    bytes.resize(len, 0);
+                }
+                &mut bytes[..len]
             }
             #[cfg(target_os = "linux")]
-            FrameBuffer::Mapped { map, len: held } => {
-                *held = len;
-                &mut map[..len]
-            }
+            Memory::Mapped(map) => &mut map[..len],
         }
     }
 
@@ -111,19 +126,17 @@ impl FrameBuffer {
         context: &mut zstd::zstd_safe::DCtx<'static>,
         compressed: &[u8],
     ) -> Result<usize, zstd::zstd_safe::ErrorCode> {
-        match self {
-            FrameBuffer::Heap(bytes) => {
+        self.len = 0;
+        let n = match &mut self.memory {
+            Memory::Heap(bytes) => {
                 bytes.clear();
-                context.decompress(bytes, compressed)
+                context.decompress(bytes, compressed)?
             }
             #[cfg(target_os = "linux")]
-            FrameBuffer::Mapped { map, len } => {
-                *len = 0;
-                let n = context.decompress(&mut map[..], compressed)?;
-                *len = n;
-                Ok(n)
-            }
-        }
+            Memory::Mapped(map) => context.decompress(&mut map[..], compressed)?,
+        };
+        self.len = n;
+        Ok(n)
     }
 }
 
@@ -171,6 +184,19 @@ mod tests {
     }
 
     #[test]
+    fn growing_again_within_the_room_zeroes_nothing() {
+        for len in [1000, 3 * HUGE_PAGE] {
+            let mut buffer = FrameBuffer::default();
+            buffer.first_mut(len).fill(9);
+            buffer.first_mut(10);
+            assert!(
+                buffer.first_mut(len)[10..].iter().all(|&b| b == 9),
+                "the bytes past a shorter use keep what they held"
+            );
+        }
+    }
+
+    #[test]
     fn zstd_cannot_write_past_the_room() {
         let mut context = zstd::zstd_safe::DCtx::create();
         let room = HUGE_PAGE;
@@ -187,13 +213,40 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn large_buffers_are_mapped_in_whole_huge_pages() {
+    fn large_buffers_are_mappings_of_whole_huge_pages_advised_huge() {
         let buffer = FrameBuffer::with_room(HUGE_PAGE + 1);
-        assert!(matches!(buffer, FrameBuffer::Mapped { .. }));
+        let Memory::Mapped(map) = &buffer.memory else {
+            panic!("a buffer of 2 MiB or more is a mapping of its own");
+        };
         assert_eq!(buffer.room(), 2 * HUGE_PAGE);
         assert!(matches!(
-            FrameBuffer::with_room(HUGE_PAGE - 1),
-            FrameBuffer::Heap(_)
+            FrameBuffer::with_room(HUGE_PAGE - 1).memory,
+            Memory::Heap(_)
         ));
+        // The kernel lists the advice among the mapping's flags (`hg`), whether or not a
+        // huge page is free to back it.
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        if thp.as_ref().map_or(true, |mode| mode.contains("[never]")) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "transparent huge pages are off under CI: {thp:?}"
+            );
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(
+                b"\nSKIPPED: large_buffers_are_mappings_of_whole_huge_pages_advised_huge (no transparent huge pages)\n",
+            );
+            return;
+        }
+        let start = format!("{:x}-", map.as_ptr() as usize);
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let flags = smaps
+            .lines()
+            .skip_while(|line| !line.starts_with(&start))
+            .find_map(|line| line.strip_prefix("VmFlags:"))
+            .expect("the mapping is in /proc/self/smaps");
+        assert!(
+            flags.split_whitespace().any(|flag| flag == "hg"),
+            "not advised huge: {flags}"
+        );
     }
 }

@@ -139,7 +139,8 @@ pub(crate) fn decode_exact(
         // A fresh buffer rather than a larger copy of this one. A frame of a large pack gets
         // room for the frames of up to FRAME_LEN that follow it, so that the buffer is reused
         // for them as it is: pages past what a frame decodes to are never touched and cost no
-        // memory, while growing it would hold the old buffer and the new one at once.
+        // memory (beyond the rest of the last 2 MiB page, `buffer`), while growing it would
+        // hold the old buffer and the new one at once.
         let room = if len_bytes >= MIN_FRAME_LEN {
             len_bytes.max(FRAME_LEN)
         } else {
@@ -298,7 +299,7 @@ impl Decoded {
     }
 
     /// A buffer for a frame of `len` bytes: the smallest spent one it fits in, whose pages
-    /// are faulted in already (a fresh buffer costs a page fault per 4 KiB), else an empty
+    /// are faulted in already (a fresh buffer costs a page fault per page), else an empty
     /// one for [`decode_exact`] to allocate.
     fn buffer_for(&self, len: u64) -> FrameBuffer {
         let mut state = self.lock();
