@@ -187,7 +187,10 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                         let _taken = Taken { decoded, number };
                         let mut out = decoded.buffer_for(source.len(number));
                         match source.decode(number, &mut scratch, &mut context, &mut out) {
-                            Ok(()) => decoded.put(number, out),
+                            Ok(()) => {
+                                let digests = file_digests(&out);
+                                decoded.put(number, out, digests);
+                            }
                             Err(e) => {
                                 decoded.fail(number);
                                 failed = Some((number, e));
@@ -246,8 +249,8 @@ struct DecodedState {
     taken: usize,
     /// The frame the reader wants next.
     wanted: usize,
-    /// Decoded frames the reader has not taken, by number.
-    ready: BTreeMap<usize, FrameBuffer>,
+    /// Decoded frames the reader has not taken, by number, with their files' digests.
+    ready: BTreeMap<usize, (FrameBuffer, Vec<FileDigest>)>,
     /// Buffers of frames read and dropped, for the next frames.
     spent: Vec<FrameBuffer>,
     /// The first frame that failed: no frame after it is taken, and the stream ends there.
@@ -332,13 +335,13 @@ impl Decoded {
         }
     }
 
-    fn put(&self, number: usize, frame: FrameBuffer) {
+    fn put(&self, number: usize, frame: FrameBuffer, digests: Vec<FileDigest>) {
         let mut state = self.lock();
         if state.closed {
             drop(state);
             self.give_back(frame);
         } else {
-            state.ready.insert(number, frame);
+            state.ready.insert(number, (frame, digests));
             self.changed.notify_all();
         }
     }
@@ -505,7 +508,108 @@ pub(crate) fn frames_within(compressed: &[u8], budget: u64) -> Option<Vec<Frame>
 /// reader or by whoever held on to a file inside it.
 pub(crate) struct DecodedFrame {
     bytes: FrameBuffer,
+    /// What [`file_digests`] found in it, by offset.
+    digests: Vec<FileDigest>,
     decoded: Arc<Decoded>,
+}
+
+impl DecodedFrame {
+    /// The SHA-256 of exactly the bytes `range` of this frame, when the decoding thread took
+    /// it already; `None` otherwise (the caller hashes them).
+    pub(crate) fn digest_of(&self, range: &std::ops::Range<usize>) -> Option<[u8; 32]> {
+        digest_of(&self.digests, range)
+    }
+}
+
+/// The digest in `digests` (in order of offset) of exactly the bytes `range`.
+fn digest_of(digests: &[FileDigest], range: &std::ops::Range<usize>) -> Option<[u8; 32]> {
+    let at = digests
+        .binary_search_by_key(&range.start, |d| d.start)
+        .ok()?;
+    let digest = &digests[at];
+    (digest.start + digest.len == range.end).then_some(digest.sha256)
+}
+
+/// The SHA-256 of one regular file's data in a decoded frame: `len` bytes at `start`.
+pub(crate) struct FileDigest {
+    start: usize,
+    len: usize,
+    sha256: [u8; 32],
+}
+
+/// The SHA-256 of every regular file whose data lies wholly in `frame`, found by walking the
+/// `tar` headers from the frame's first byte (`packer` cuts frames at entry boundaries)
+/// until a block is not a header with a good checksum, or an entry runs past the frame.
+///
+/// Only a shortcut: the decoding thread hashes while the frame it just wrote is still in the
+/// processor's cache, where the thread checking the file later would read it from memory.
+/// Whoever checks a file still takes its place from the `tar` reader and uses a digest
+/// only when it covers exactly that file's bytes in the same frame
+/// ([`DecodedFrame::digest_of`]); a walk that went astray on a crafted frame costs time,
+/// never a check.
+fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
+    use sha2::Digest;
+    const BLOCK: usize = 512;
+    let mut digests = Vec::new();
+    let mut at = 0;
+    while let Some(header) = frame.get(at..at + BLOCK) {
+        let Some(len) = tar_entry_len(header) else {
+            break;
+        };
+        let start = at + BLOCK;
+        let Some(end) = start.checked_add(len).filter(|&end| end <= frame.len()) else {
+            break;
+        };
+        // Regular files ('0', or NUL in old archives); long names and the rest are skipped.
+        if matches!(header[156], b'0' | 0) {
+            digests.push(FileDigest {
+                start,
+                len,
+                sha256: sha2::Sha256::digest(&frame[start..end]).into(),
+            });
+        }
+        at = start + len.div_ceil(BLOCK) * BLOCK;
+    }
+    digests
+}
+
+/// The data length a `tar` header block declares, if its checksum is right.
+fn tar_entry_len(header: &[u8]) -> Option<usize> {
+    let stored = octal(&header[148..156])?;
+    let sum: u64 = header
+        .iter()
+        .enumerate()
+        .map(|(at, &byte)| {
+            if (148..156).contains(&at) {
+                u64::from(b' ')
+            } else {
+                u64::from(byte)
+            }
+        })
+        .sum();
+    if sum != stored {
+        return None;
+    }
+    usize::try_from(octal(&header[124..136])?).ok()
+}
+
+/// A `tar` octal field: digits after optional spaces, ended by a NUL, a space or the field's
+/// end.
+fn octal(field: &[u8]) -> Option<u64> {
+    let digits = field
+        .iter()
+        .skip_while(|&&b| b == b' ')
+        .take_while(|&&b| b != 0 && b != b' ');
+    let mut value: u64 = 0;
+    let mut any = false;
+    for &b in digits {
+        if !(b'0'..=b'7').contains(&b) {
+            return None;
+        }
+        value = value.checked_mul(8)?.checked_add(u64::from(b - b'0'))?;
+        any = true;
+    }
+    any.then_some(value)
 }
 
 impl std::ops::Deref for DecodedFrame {
@@ -545,11 +649,12 @@ impl FrameReader {
         let mut state = decoded.lock();
         loop {
             let wanted = state.wanted;
-            if let Some(bytes) = state.ready.remove(&wanted) {
+            if let Some((bytes, digests)) = state.ready.remove(&wanted) {
                 state.wanted += 1;
                 decoded.changed.notify_all();
                 return Some(DecodedFrame {
                     bytes,
+                    digests,
                     decoded: Arc::clone(&self.decoded),
                 });
             }
@@ -570,7 +675,7 @@ impl Drop for FrameReader {
             std::mem::take(&mut state.ready)
         };
         // Frames decoded for nobody become buffers for the frames still to decode.
-        for (_, frame) in ready {
+        for (_, (frame, _)) in ready {
             self.decoded.give_back(frame);
         }
     }
@@ -643,6 +748,7 @@ mod tests {
     use crate::layout::INDEX_PATH;
     use crate::payload::index_json;
     use crate::payload::tests::text;
+    use sha2::Digest;
 
     fn big_payload() -> Payload {
         let files = (0..300).map(|i| PayloadFile {
@@ -704,6 +810,88 @@ mod tests {
             "{lens:?}"
         );
         assert!(*lens.last().unwrap() <= FRAME_LEN / 4 + 1024, "{lens:?}");
+    }
+
+    /// Each regular file's place in `frame` as the `tar` crate reads it: (start, length).
+    fn files_in(frame: &[u8]) -> Vec<(usize, usize)> {
+        let mut archive = tar::Archive::new(frame);
+        archive
+            .entries()
+            .unwrap()
+            .map(Result::unwrap)
+            .filter(|entry| entry.header().entry_type().is_file())
+            .map(|entry| (entry.raw_file_position() as usize, entry.size() as usize))
+            .collect()
+    }
+
+    #[test]
+    fn the_decoding_threads_hash_every_file_of_a_frame_where_the_tar_reader_finds_it() {
+        let payload = big_payload();
+        let compressed = payload.to_tar_zst(7, 3).unwrap();
+        let frames = frames_of(&compressed);
+        assert!(frames.len() > 2, "several frames: {}", frames.len());
+        let mut hashed = 0;
+        for frame in &frames {
+            let digests = file_digests(frame);
+            let found: Vec<_> = digests.iter().map(|d| (d.start, d.len)).collect();
+            assert_eq!(found, files_in(frame));
+            for digest in &digests {
+                let range = digest.start..digest.start + digest.len;
+                let expected: [u8; 32] = sha2::Sha256::digest(&frame[range.clone()]).into();
+                assert_eq!(digest.sha256, expected);
+                assert_eq!(digest_of(&digests, &range), Some(expected));
+            }
+            hashed += digests.len();
+        }
+        // Every file, and the index entry.
+        assert_eq!(hashed, payload.index().len() + 1);
+    }
+
+    #[test]
+    fn a_digest_serves_only_exactly_the_bytes_it_was_taken_of() {
+        let compressed = big_payload().to_tar_zst(7, 3).unwrap();
+        let frame = &frames_of(&compressed)[1];
+        let digests = file_digests(frame);
+        let first = &digests[0];
+        let (start, end) = (first.start, first.start + first.len);
+        assert!(digest_of(&digests, &(start..end)).is_some());
+        assert_eq!(digest_of(&digests, &(start..end - 1)), None);
+        assert_eq!(digest_of(&digests, &(start + 1..end)), None);
+        assert_eq!(digest_of(&digests, &(start..end + 1)), None);
+        assert_eq!(digest_of(&[], &(start..end)), None);
+    }
+
+    #[test]
+    fn a_frame_that_does_not_start_with_a_good_header_gives_no_digests() {
+        let compressed = big_payload().to_tar_zst(7, 3).unwrap();
+        let frame = frames_of(&compressed)[1].clone();
+        assert!(!file_digests(&frame).is_empty());
+        // Cut anywhere but at an entry.
+        assert!(file_digests(&frame[100..]).is_empty());
+        // A header whose checksum does not add up.
+        let mut bad = frame.clone();
+        bad[0] ^= 1;
+        assert!(file_digests(&bad).is_empty());
+        // A file that runs past the end of the frame.
+        let (start, len) = files_in(&frame)[0];
+        assert!(file_digests(&frame[..start + len - 1]).is_empty());
+        // Nothing, or only zeros.
+        assert!(file_digests(&[]).is_empty());
+        assert!(file_digests(&[0; 1024]).is_empty());
+    }
+
+    #[test]
+    fn tar_octal_fields_read_as_tar_writes_them() {
+        assert_eq!(octal(b"00000001750\0"), Some(0o1750));
+        assert_eq!(octal(b"     17 \0"), Some(0o17));
+        assert_eq!(octal(b"\0\0\0"), None);
+        assert_eq!(octal(b"0000008\0"), None);
+        assert_eq!(
+            octal(&[0x80, 0, 0, 0, 0, 0, 0, 1]),
+            None,
+            "base-256 is not octal"
+        );
+        assert_eq!(octal(b"77777777777777777777777"), None, "past u64");
     }
 
     #[test]

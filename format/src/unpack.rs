@@ -188,17 +188,18 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
             for (position, bytes) in batch {
                 // Once stopped, only drain, so the reader never blocks on a full queue.
                 if !self.stop.load(Ordering::Relaxed) {
-                    self.check_and_hand_out(position, bytes.as_slice());
+                    self.check_and_hand_out(position, &bytes);
                 }
             }
         }
     }
 
-    fn check_and_hand_out(&self, position: usize, bytes: &[u8]) {
+    fn check_and_hand_out(&self, position: usize, body: &Body) {
         let Some(entry) = self.index.get().and_then(|index| index.get(position)) else {
             return;
         };
-        let found = sha256_hex(bytes);
+        let bytes = body.as_slice();
+        let found = body.digest().map_or_else(|| sha256_hex(bytes), hex::encode);
         if found != entry.sha256 {
             self.fail(FormatError::HashMismatch {
                 what: entry.path.clone(),
@@ -441,6 +442,14 @@ impl Body {
         match self {
             Body::Shared(frame, range) => &frame[range.clone()],
             Body::Owned(bytes) => bytes,
+        }
+    }
+
+    /// The SHA-256 of exactly these bytes, when the thread that decoded their frame took it.
+    fn digest(&self) -> Option<[u8; 32]> {
+        match self {
+            Body::Shared(frame, range) => frame.digest_of(range),
+            Body::Owned(_) => None,
         }
     }
 }

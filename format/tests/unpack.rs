@@ -431,3 +431,38 @@ fn a_pack_file_that_gets_shorter_while_it_is_read_fails_saying_so() {
         other => panic!("{:?}", other.map(|u| u.index.len())),
     }
 }
+
+/// A pack as `packer` cuts it (every frame starting at an entry), whose index lies about
+/// one file: the thread that decodes the file's frame hashes it there, and the check still
+/// compares that digest with the index.
+#[test]
+fn a_file_hashed_where_its_frame_was_decoded_is_still_checked_against_the_index() {
+    let payload = Payload::new(files(3 * FRAME_LEN), &Limits::DEFAULT).unwrap();
+    let compressed = payload.to_tar_zst(0, 1).unwrap();
+    // The first frame holds the index entry alone; the files follow in frames of their own.
+    let index_len = zstd::zstd_safe::find_frame_compressed_size(&compressed).unwrap();
+    let (index_frame, file_frames) = compressed.split_at(index_len);
+    assert!(file_frames.len() > FRAME_LEN / 8, "several file frames");
+    let mut index_entry = zstd::stream::decode_all(index_frame).unwrap();
+    let victim = payload.index()[0].clone();
+    let other = pack_format::sha256_hex(b"something else");
+    let at = index_entry
+        .windows(victim.sha256.len())
+        .position(|w| w == victim.sha256.as_bytes())
+        .unwrap();
+    index_entry[at..at + other.len()].copy_from_slice(other.as_bytes());
+    let mut lying = compress(&index_entry, 1).unwrap();
+    lying.extend_from_slice(file_frames);
+
+    let (result, record) = open_into(&seal_payload(lying));
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, FormatError::HashMismatch { what, .. } if *what == victim.path),
+        "{err}"
+    );
+    assert!(
+        !record.files.lock().unwrap().contains_key(&victim.path),
+        "{} was handed out",
+        victim.path
+    );
+}
