@@ -543,8 +543,8 @@ pub(crate) struct FileDigest {
 ///
 /// Only a shortcut: the thread that checks a file then makes no second pass over it (on a
 /// pack of large files, 5-10% off an extract's wall time and a tenth off its peak memory,
-/// BENCHMARKS.md). Whoever checks a file still takes its place from the `tar` reader and uses a digest
-/// only when it covers exactly that file's bytes in the same frame
+/// BENCHMARKS.md). Whoever checks a file still takes its place from the `tar` reader and
+/// uses a digest only when it covers exactly that file's bytes in the same frame
 /// ([`DecodedFrame::digest_of`]); a walk that went astray on a crafted frame costs time,
 /// never a check.
 fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
