@@ -53,7 +53,7 @@ impl Payload {
     ) -> Option<Result<Self, FormatError>> {
         let total: u64 = frames.iter().map(|f| f.content_len).sum();
         let source = PlainFrames { compressed, frames };
-        let (parsed, decoded) = with_frame_reader(&source, threads, |reader| {
+        let (parsed, decoded) = with_frame_reader(&source, threads, FileHashes::Skip, |reader| {
             Self::read_tar(reader, limits, total)
         });
         decoded.is_ok().then_some(parsed)
@@ -161,6 +161,15 @@ pub(crate) fn decode_exact(
     }
 }
 
+/// Whether the decoding threads take the SHA-256 of the files in each frame they decode
+/// ([`file_digests`]): only for a reader that checks files straight from the frames
+/// ([`DecodedFrame::digest_of`]); one that copies the bytes out hashes them itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileHashes {
+    Take,
+    Skip,
+}
+
 /// Decodes the frames of `source` on up to `threads` threads and runs `read` over them in
 /// order. Each thread takes the next frame not yet taken, so a thread that drew a large frame
 /// does not hold the others back; no thread takes a frame more than [`AHEAD_PER_THREAD`]
@@ -170,6 +179,7 @@ pub(crate) fn decode_exact(
 pub(crate) fn with_frame_reader<S: FrameSource, T>(
     source: &S,
     threads: usize,
+    hashes: FileHashes,
     read: impl FnOnce(FrameReader) -> T,
 ) -> (T, Result<(), FormatError>) {
     let count = source.count();
@@ -188,7 +198,10 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                         let mut out = decoded.buffer_for(source.len(number));
                         match source.decode(number, &mut scratch, &mut context, &mut out) {
                             Ok(()) => {
-                                let digests = file_digests(&out);
+                                let digests = match hashes {
+                                    FileHashes::Take => file_digests(&out),
+                                    FileHashes::Skip => Vec::new(),
+                                };
                                 decoded.put(number, out, digests);
                             }
                             Err(e) => {
@@ -848,6 +861,28 @@ mod tests {
     }
 
     #[test]
+    fn only_a_reader_that_checks_files_in_the_frames_has_them_hashed_by_the_decoders() {
+        let payload = big_payload();
+        let compressed = payload.to_tar_zst(7, 3).unwrap();
+        let frames = frame_plan(&compressed, &Limits::DEFAULT).unwrap();
+        let source = PlainFrames {
+            compressed: &compressed,
+            frames: &frames,
+        };
+        let digests_taken = |hashes| {
+            let (taken, decoded) = with_frame_reader(&source, 2, hashes, |mut reader| {
+                std::iter::from_fn(|| reader.next_frame())
+                    .map(|frame| frame.digests.len())
+                    .sum::<usize>()
+            });
+            decoded.unwrap();
+            taken
+        };
+        assert_eq!(digests_taken(FileHashes::Take), payload.index().len() + 1);
+        assert_eq!(digests_taken(FileHashes::Skip), 0);
+    }
+
+    #[test]
     fn a_digest_serves_only_exactly_the_bytes_it_was_taken_of() {
         let compressed = big_payload().to_tar_zst(7, 3).unwrap();
         let frame = &frames_of(&compressed)[1];
@@ -1194,7 +1229,7 @@ mod tests {
     }
 
     fn read_all(source: &Scripted, threads: usize) -> (Vec<u8>, Result<(), String>) {
-        let (read, decoded) = with_frame_reader(source, threads, |mut reader| {
+        let (read, decoded) = with_frame_reader(source, threads, FileHashes::Skip, |mut reader| {
             let mut all = Vec::new();
             reader.read_to_end(&mut all).map(|_| all).unwrap()
         });
@@ -1242,7 +1277,7 @@ mod tests {
             source.panics = Some(3);
             let mut read = Vec::new();
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                with_frame_reader(&source, 2, |mut reader| {
+                with_frame_reader(&source, 2, FileHashes::Skip, |mut reader| {
                     let _ = reader.read_to_end(&mut read);
                 })
             }));

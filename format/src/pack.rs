@@ -32,7 +32,7 @@ use zeroize::Zeroizing;
 
 use crate::buffer::FrameBuffer;
 use crate::decode::{
-    FrameSource, PIPELINE_MIN_LEN, decode_exact, frames_within, with_frame_reader,
+    FileHashes, FrameSource, PIPELINE_MIN_LEN, decode_exact, frames_within, with_frame_reader,
 };
 use crate::keys::validate_key_id;
 pub use crate::layout::Segment;
@@ -971,7 +971,7 @@ impl Payload {
             return Self::from_tar(&tar, limits);
         }
         let total = unsealed.header.tar_len().unwrap_or(0);
-        let (parsed, decoded) = with_frame_reader(&source, threads, |reader| {
+        let (parsed, decoded) = with_frame_reader(&source, threads, FileHashes::Skip, |reader| {
             Self::read_tar(reader, limits, total)
         });
         decoded?;

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use crate::decode::{
-    DecodedFrame, FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames, decompress, frame_plan,
-    with_chunk_reader, with_frame_reader,
+    DecodedFrame, FileHashes, FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames, decompress,
+    frame_plan, with_chunk_reader, with_frame_reader,
 };
 use crate::pack::{
     FORMAT_V1, PackHeader, SealedSegments, head_len, read_header, read_pack_at, unseal, unseal_of,
@@ -414,7 +414,7 @@ fn read_frames(
     threads: usize,
     sink: &mut impl TarSink<Body = Body>,
 ) -> Result<(), FormatError> {
-    let (read, decoded) = with_frame_reader(source, threads, |reader| {
+    let (read, decoded) = with_frame_reader(source, threads, FileHashes::Take, |reader| {
         let cursor = Cursor::new(reader);
         let mut archive = tar::Archive::new(&cursor);
         let entries = archive
