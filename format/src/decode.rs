@@ -565,16 +565,17 @@ fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
     const BLOCK: usize = 512;
     let mut digests = Vec::new();
     let mut at = 0;
-    while let Some(header) = frame.get(at..at + BLOCK) {
-        let Some(len) = tar_entry_len(header) else {
+    while let Some(block) = frame.get(at..at + BLOCK) {
+        let header = tar::Header::from_byte_slice(block);
+        let Some(len) = checked_entry_len(header) else {
             break;
         };
         let start = at + BLOCK;
         let Some(end) = start.checked_add(len).filter(|&end| end <= frame.len()) else {
             break;
         };
-        // Regular files ('0', or NUL in old archives); long names and the rest are skipped.
-        if matches!(header[156], b'0' | 0) {
+        // Regular files; long names and the rest are skipped.
+        if header.entry_type().is_file() {
             digests.push(FileDigest {
                 start,
                 len,
@@ -586,43 +587,15 @@ fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
     digests
 }
 
-/// The data length a `tar` header block declares, if its checksum is right.
-fn tar_entry_len(header: &[u8]) -> Option<usize> {
-    let stored = octal(&header[148..156])?;
-    let sum: u64 = header
-        .iter()
-        .enumerate()
-        .map(|(at, &byte)| {
-            if (148..156).contains(&at) {
-                u64::from(b' ')
-            } else {
-                u64::from(byte)
-            }
-        })
-        .sum();
-    if sum != stored {
+/// The data length `header` declares, read as the `tar` reader reads it, if the checksum it
+/// stores is the one its bytes add up to.
+fn checked_entry_len(header: &tar::Header) -> Option<usize> {
+    let mut summed = header.clone();
+    summed.set_cksum();
+    if header.cksum().ok()? != summed.cksum().ok()? {
         return None;
     }
-    usize::try_from(octal(&header[124..136])?).ok()
-}
-
-/// A `tar` octal field: digits after optional spaces, ended by a NUL, a space or the field's
-/// end.
-fn octal(field: &[u8]) -> Option<u64> {
-    let digits = field
-        .iter()
-        .skip_while(|&&b| b == b' ')
-        .take_while(|&&b| b != 0 && b != b' ');
-    let mut value: u64 = 0;
-    let mut any = false;
-    for &b in digits {
-        if !(b'0'..=b'7').contains(&b) {
-            return None;
-        }
-        value = value.checked_mul(8)?.checked_add(u64::from(b - b'0'))?;
-        any = true;
-    }
-    any.then_some(value)
+    usize::try_from(header.entry_size().ok()?).ok()
 }
 
 impl std::ops::Deref for DecodedFrame {
@@ -916,17 +889,25 @@ mod tests {
     }
 
     #[test]
-    fn tar_octal_fields_read_as_tar_writes_them() {
-        assert_eq!(octal(b"00000001750\0"), Some(0o1750));
-        assert_eq!(octal(b"     17 \0"), Some(0o17));
-        assert_eq!(octal(b"\0\0\0"), None);
-        assert_eq!(octal(b"0000008\0"), None);
-        assert_eq!(
-            octal(&[0x80, 0, 0, 0, 0, 0, 0, 1]),
-            None,
-            "base-256 is not octal"
-        );
-        assert_eq!(octal(b"77777777777777777777777"), None, "past u64");
+    fn a_header_is_taken_only_with_its_checksum_and_a_size_that_reads() {
+        let compressed = big_payload().to_tar_zst(7, 3).unwrap();
+        let frame = &frames_of(&compressed)[1];
+        let header = tar::Header::from_byte_slice(&frame[..512]);
+        let (_, len) = files_in(frame)[0];
+        assert_eq!(checked_entry_len(header), Some(len));
+        // The size changed, the checksum not: refused.
+        let mut resized = header.clone();
+        resized.set_size(len as u64 + 1);
+        assert_eq!(checked_entry_len(&resized), None);
+        // With the checksum made right again, the new size counts.
+        resized.set_cksum();
+        assert_eq!(checked_entry_len(&resized), Some(len + 1));
+        // A size that is not a number, checksum right: refused.
+        let mut block = frame[..512].to_vec();
+        block[124..136].copy_from_slice(b"0000000008x\0");
+        let mut garbled = tar::Header::from_byte_slice(&block).clone();
+        garbled.set_cksum();
+        assert_eq!(checked_entry_len(&garbled), None);
     }
 
     #[test]
