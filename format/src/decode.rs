@@ -555,8 +555,8 @@ pub(crate) struct FileDigest {
 /// until a block is not a header with a good checksum, or an entry runs past the frame.
 ///
 /// Only a shortcut: the thread that checks a file then makes no second pass over it (on a
-/// pack of large files, 5-10% off an extract's wall time and a tenth off its peak memory,
-/// BENCHMARKS.md). Whoever checks a file still takes its place from the `tar` reader and
+/// pack of large files, from level to 10% off an extract's wall time depending on the
+/// run, BENCHMARKS.md). Whoever checks a file still takes its place from the `tar` reader and
 /// uses a digest only when it covers exactly that file's bytes in the same frame
 /// ([`DecodedFrame::digest_of`]); a walk that went astray on a crafted frame costs time,
 /// never a check.
