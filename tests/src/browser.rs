@@ -8,12 +8,20 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a starting browser may take to answer its first command. It takes well under a
+/// second here; a loaded CI machine gets room, and a browser silent this long is stuck.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many browsers [`Browser::start`] tries before it gives up.
+const STARTUP_ATTEMPTS: u32 = 2;
+/// How much of the browser's log a failure shows.
+const LOG_LINES: usize = 30;
 
 /// The Chromium binary, if one is installed. Under `CI` a missing browser is a failure
 /// (`scripts/test.sh` installs Debian's `chromium`); elsewhere the caller skips, loudly.
@@ -59,11 +67,45 @@ pub struct Browser {
     events: VecDeque<Value>,
     next_id: u64,
     session: String,
+    /// The browser's stderr, in its profile.
+    log: PathBuf,
     _profile: tempfile::TempDir,
 }
 
+/// Why a command got no result.
+enum Failure {
+    /// The browser answered with a protocol error.
+    Refused(Value),
+    /// No answer in this long.
+    Silent(Duration),
+    /// The browser's pipe closed.
+    Gone,
+}
+
 impl Browser {
+    /// Starts a browser and opens its page. A browser that does not answer its first
+    /// command within [`STARTUP_TIMEOUT`], or dies first, is stopped and started again, up
+    /// to [`STARTUP_ATTEMPTS`] times in all, each failure said on stderr with the end of
+    /// the browser's log.
     pub fn start(binary: &Path) -> Browser {
+        // One browser starts at a time in a test process: the tests run side by side, and a
+        // start has hung where several browsers started at once on a loaded machine.
+        static STARTING: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = STARTING.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut problem = String::new();
+        for attempt in 1..=STARTUP_ATTEMPTS {
+            match Browser::try_start(binary) {
+                Ok(browser) => return browser,
+                Err(why) => {
+                    eprintln!("chromium start {attempt} of {STARTUP_ATTEMPTS} failed: {why}");
+                    problem = why;
+                }
+            }
+        }
+        panic!("chromium did not start in {STARTUP_ATTEMPTS} tries; the last: {problem}");
+    }
+
+    fn try_start(binary: &Path) -> Result<Browser, String> {
         let profile = tempfile::tempdir().unwrap();
         let log = profile.path().join("chromium.log");
         let mut child = Command::new("sh")
@@ -114,9 +156,15 @@ impl Browser {
             events: VecDeque::new(),
             next_id: 0,
             session: String::new(),
+            log,
             _profile: profile,
         };
-        let target = browser.call_browser("Target.createTarget", json!({"url": "about:blank"}));
+        let method = "Target.createTarget";
+        let target =
+            match browser.request(method, json!({"url": "about:blank"}), None, STARTUP_TIMEOUT) {
+                Ok(target) => target,
+                Err(failure) => return Err(browser.describe(method, failure)),
+            };
         let target_id = target["targetId"].as_str().unwrap().to_string();
         let attached = browser.call_browser(
             "Target.attachToTarget",
@@ -125,7 +173,7 @@ impl Browser {
         browser.session = attached["sessionId"].as_str().unwrap().to_string();
         browser.call("Page.enable", json!({}));
         browser.call("Runtime.enable", json!({}));
-        browser
+        Ok(browser)
     }
 
     fn send(&mut self, method: &str, params: Value, session: Option<&str>) -> Value {
@@ -140,6 +188,22 @@ impl Browser {
         params: Value,
         session: Option<&str>,
     ) -> Result<Value, Value> {
+        match self.request(method, params, session, TIMEOUT) {
+            Ok(result) => Ok(result),
+            Err(Failure::Refused(error)) => Err(error),
+            Err(failure) => panic!("{}", self.describe(method, failure)),
+        }
+    }
+
+    /// Sends one command and waits up to `within` for its answer, keeping the events read
+    /// meanwhile.
+    fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+        session: Option<&str>,
+        within: Duration,
+    ) -> Result<Value, Failure> {
         self.next_id += 1;
         let id = self.next_id;
         let mut message = json!({"id": id, "method": method, "params": params});
@@ -148,23 +212,42 @@ impl Browser {
         }
         let mut bytes = serde_json::to_vec(&message).unwrap();
         bytes.push(0);
-        self.to_browser.write_all(&bytes).unwrap();
-        self.to_browser.flush().unwrap();
-        let deadline = Instant::now() + TIMEOUT;
+        if self
+            .to_browser
+            .write_all(&bytes)
+            .and_then(|()| self.to_browser.flush())
+            .is_err()
+        {
+            return Err(Failure::Gone);
+        }
+        let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.from_browser.recv_timeout(left) {
                 Ok(answer) if answer["id"] == id => {
                     if let Some(error) = answer.get("error") {
-                        return Err(error.clone());
+                        return Err(Failure::Refused(error.clone()));
                     }
                     return Ok(answer["result"].clone());
                 }
                 Ok(event) => self.events.push_back(event),
-                Err(RecvTimeoutError::Timeout) => panic!("{method}: no answer in {TIMEOUT:?}"),
-                Err(RecvTimeoutError::Disconnected) => panic!("{method}: chromium went away"),
+                Err(RecvTimeoutError::Timeout) => return Err(Failure::Silent(within)),
+                Err(RecvTimeoutError::Disconnected) => return Err(Failure::Gone),
             }
         }
+    }
+
+    /// What went wrong with `method`, and the end of the browser's log.
+    fn describe(&self, method: &str, failure: Failure) -> String {
+        let what = match failure {
+            Failure::Refused(error) => format!("refused: {error}"),
+            Failure::Silent(within) => format!("no answer in {within:?}"),
+            Failure::Gone => "chromium went away".to_string(),
+        };
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LOG_LINES)..].join("\n");
+        format!("{method}: {what}\n--- the last {LOG_LINES} lines of chromium's log ---\n{tail}")
     }
 
     fn call_browser(&mut self, method: &str, params: Value) -> Value {
