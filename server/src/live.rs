@@ -156,12 +156,17 @@ impl LiveChannels {
     /// The live document of `channel`, or `None` when nothing was published on it: from
     /// memory when a check of storage started within the poll interval, else checked now.
     pub async fn find(&self, channel: &str) -> Result<Option<Arc<ChannelRecord>>, ApiError> {
-        if let Some(entry) = self.entry(channel)
-            && let Some(record) = self.fresh(&entry)
-        {
+        if let Some(record) = self.cached(channel) {
             return Ok(Some(record));
         }
         self.check(channel).await
+    }
+
+    /// The live document of `channel` if memory holds one a check of storage confirmed
+    /// within the poll interval; `None` where [`LiveChannels::find`] would look at storage.
+    pub fn cached(&self, channel: &str) -> Option<Arc<ChannelRecord>> {
+        let channels = self.channels.read().unwrap_or_else(|p| p.into_inner());
+        self.fresh(channels.get(channel)?)
     }
 
     /// The live document of `channel` as storage holds it now (for publishing, and for

@@ -7,14 +7,16 @@
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{OnceLock, RwLock};
 
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
+
+use pack_protocol::paths::CHANNEL_ROUTE;
 
 /// Distinct values kept per client-supplied label.
 pub const MAX_LABEL_VALUES: usize = 64;
@@ -46,6 +48,17 @@ pub struct Metrics {
     client_versions: LabelCap,
     installed_packs: LabelCap,
     channels: LabelCap,
+    /// The series of a `GET` of a channel's document answered `304` and `200`, most of what
+    /// packd answers: looked up as [`Metrics::request`] looks up any, once, at the first.
+    channel_gets: [OnceLock<Series>; 2],
+}
+
+/// A request's series in the three request families, the bytes' looked up at the first
+/// answer with a body (as [`Metrics::request`] does).
+struct Series {
+    count: IntCounter,
+    bytes: OnceLock<IntCounter>,
+    duration: Histogram,
 }
 
 /// A metric family with at most [`MAX_SERIES`] series of their own.
@@ -228,6 +241,7 @@ impl Metrics {
             client_versions: LabelCap::default(),
             installed_packs: LabelCap::default(),
             channels: LabelCap::default(),
+            channel_gets: Default::default(),
         })
     }
 
@@ -247,20 +261,52 @@ impl Metrics {
         body_bytes: Option<u64>,
         seconds: f64,
     ) {
-        let values = [route, method, status];
-        let labels = self.requests.labels(&values, &[OTHER; 3], &self.folded);
-        self.requests.metric.with_label_values(labels).inc();
-        let route = [route];
+        let hot = match status {
+            _ if route != CHANNEL_ROUTE || method != "GET" => None,
+            "304" => Some(&self.channel_gets[0]),
+            "200" => Some(&self.channel_gets[1]),
+            _ => None,
+        };
+        if let Some(hot) = hot {
+            let series = hot.get_or_init(|| Series {
+                count: self.request_count(route, method, status),
+                bytes: OnceLock::new(),
+                duration: self.request_duration(route),
+            });
+            series.count.inc();
+            if let Some(n) = body_bytes.filter(|&n| n > 0) {
+                series
+                    .bytes
+                    .get_or_init(|| self.response_bytes(route))
+                    .inc_by(n);
+            }
+            series.duration.observe(seconds);
+            return;
+        }
+        self.request_count(route, method, status).inc();
         // Nothing to add for a 304 (most requests): no lookup of the counter either.
         if let Some(n) = body_bytes.filter(|&n| n > 0) {
-            let labels = self.bytes.labels(&route, &[OTHER], &self.folded);
-            self.bytes.metric.with_label_values(labels).inc_by(n);
+            self.response_bytes(route).inc_by(n);
         }
+        self.request_duration(route).observe(seconds);
+    }
+
+    fn request_count(&self, route: &str, method: &str, status: &str) -> IntCounter {
+        let values = [route, method, status];
+        let labels = self.requests.labels(&values, &[OTHER; 3], &self.folded);
+        self.requests.metric.with_label_values(labels)
+    }
+
+    fn response_bytes(&self, route: &str) -> IntCounter {
+        let route = [route];
+        let labels = self.bytes.labels(&route, &[OTHER], &self.folded);
+        self.bytes.metric.with_label_values(labels)
+    }
+
+    fn request_duration(&self, route: &str) -> Histogram {
+        let route = [route];
         let labels = self.duration.labels(&route, &[OTHER], &self.folded);
-        self.duration
-            .metric
-            .with_label_values(labels)
-            .observe(seconds);
+        self.duration.metric.with_label_values(labels)
     }
 
     pub fn channel_fetch(

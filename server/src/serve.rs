@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use pack_protocol::retry::Backoff;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
 
+use crate::app::App;
 use crate::config::{Settings, StorageConfig};
 use crate::live::LiveChannels;
 use crate::storage::{Storage, StorageError};
@@ -90,7 +90,7 @@ fn raise_open_file_limit(connections: usize) {
 /// A bound, not yet running server.
 pub struct Server {
     listener: TcpListener,
-    app: axum::Router,
+    app: App,
     header_timeout: Duration,
     shutdown_grace: Duration,
     max_connections: usize,
@@ -256,7 +256,7 @@ impl Server {
 async fn accept_loop(
     core: usize,
     listener: TcpListener,
-    app: &axum::Router,
+    app: &App,
     http: &hyper::server::conn::http1::Builder,
     connections: &Arc<Semaphore>,
     graceful: &GracefulShutdown,
@@ -300,7 +300,7 @@ async fn accept_loop(
             },
             () = &mut shutdown => break,
         };
-        let service = TowerToHyperService::new(app.clone());
+        let service = app.clone();
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(err) = connection.await {
@@ -328,7 +328,7 @@ enum Phase {
 fn spawn_accept_thread(
     core: usize,
     socket: std::net::TcpListener,
-    app: &axum::Router,
+    app: &App,
     http: &hyper::server::conn::http1::Builder,
     connections: &Arc<Semaphore>,
     phases: &watch::Receiver<Phase>,

@@ -18,7 +18,7 @@ use std::time::Instant;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Query, RawQuery, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
@@ -609,39 +609,75 @@ async fn channel_answer(
             WaitEnd::Closing => {}
         }
     }
-    let tag = etag(&record.summary.sha256);
-    let unchanged = match (wait, after) {
-        // A watch from a sequence ends in `304` while that is still live, whatever a proxy
-        // did to `If-None-Match`.
-        (Some(_), Some(_)) => holds(&record),
-        _ => if_none_match(header_str(incoming, "if-none-match"), &tag),
-    };
-    let (mut response, result) = answer(
-        unchanged,
-        &record.document,
-        &tag,
-        "application/json",
-        &record.summary,
-    )?;
+    // A watch from a sequence ends in `304` while that is still live, whatever a proxy did
+    // to `If-None-Match`.
+    let unchanged = (wait.is_some() && after.is_some()).then(|| holds(&record));
+    let mut response = counted_answer(state, channel, &record, unchanged, incoming)?;
     if let Some(granted) = wait {
         response
             .headers_mut()
             .insert(headers::WAIT, HeaderValue::from(granted.as_secs()));
         response.extensions_mut().insert(Watched);
     }
-    state.metrics.channel_fetch(
-        channel,
-        result,
-        header_str(incoming, headers::CLIENT_VERSION),
-        header_str(incoming, headers::INSTALLED_PACK),
-    );
-    state.fleet.record_fetch(
-        channel,
-        header_str(incoming, headers::CLIENT_VERSION),
-        header_str(incoming, headers::INSTALLED_PACK),
-        header_str(incoming, headers::INSTALL),
-        OffsetDateTime::now_utc(),
-    );
+    Ok(response)
+}
+
+/// A plain fetch or revalidation of `channel`'s live document (`GET`, no query) answered
+/// from memory, as [`get_channel`] answers it: `None` wherever that would do anything else
+/// (a token missing or wrong, a name it would refuse, `Cache-Control: no-cache`, nothing in
+/// memory confirmed within the poll interval), for the router to take the request there.
+pub(crate) fn from_memory(
+    state: &SharedState,
+    channel: &str,
+    incoming: &HeaderMap,
+) -> Option<Response> {
+    state.settings.tokens.authorize_read(incoming).ok()?;
+    check_name("channel", channel).ok()?;
+    if wants_storage(incoming) {
+        return None;
+    }
+    let record = state.live.cached(channel)?;
+    counted_answer(state, channel, &record, None, incoming).ok()
+}
+
+/// The `200` or `304` for a client fetching `record`, counted in the metrics and the fleet
+/// view. `unchanged` says whether the client holds it; `None` asks its `If-None-Match`.
+fn counted_answer(
+    state: &SharedState,
+    channel: &str,
+    record: &ChannelRecord,
+    unchanged: Option<bool>,
+    incoming: &HeaderMap,
+) -> Result<Response, ApiError> {
+    // The names every client sends, each looked up without parsing it.
+    const CLIENT_VERSION: HeaderName = HeaderName::from_static(headers::CLIENT_VERSION);
+    const INSTALLED_PACK: HeaderName = HeaderName::from_static(headers::INSTALLED_PACK);
+    const INSTALL: HeaderName = HeaderName::from_static(headers::INSTALL);
+    let tag = etag(&record.summary.sha256);
+    let unchanged = unchanged
+        .unwrap_or_else(|| if_none_match(header_str(incoming, header::IF_NONE_MATCH), &tag));
+    let (response, result) = answer(
+        unchanged,
+        &record.document,
+        &tag,
+        "application/json",
+        &record.summary,
+    )?;
+    let client_version = header_str(incoming, CLIENT_VERSION);
+    let installed = header_str(incoming, INSTALLED_PACK);
+    state
+        .metrics
+        .channel_fetch(channel, result, client_version, installed);
+    // The fleet view counts installs only: no clock read for a request that names none.
+    if let Some(install) = header_str(incoming, INSTALL) {
+        state.fleet.record_fetch(
+            channel,
+            client_version,
+            installed,
+            Some(install),
+            OffsetDateTime::now_utc(),
+        );
+    }
     Ok(response)
 }
 

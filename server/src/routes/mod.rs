@@ -8,6 +8,7 @@ pub mod outcomes;
 pub mod packs;
 
 use axum::body::Body;
+use axum::http::header::AsHeaderName;
 use axum::http::{HeaderMap, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -171,7 +172,9 @@ pub fn check_name(what: &'static str, name: &str) -> Result<(), ApiError> {
     pack_format::validate_name(what, name).map_err(ApiError::InvalidName)
 }
 
-pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// The value of header `name` when it is visible ASCII. A [`HeaderName`] as `name` is looked up
+/// without parsing it first, as a `&str` is.
+pub fn header_str(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
