@@ -16,6 +16,7 @@
 #   PACKD_BIN=/path/to/older/packd bash scripts/bench-packd.sh
 #   SKIP_BUILD=1 PACKD_BIN=/tmp/packd-a bash scripts/bench-packd.sh
 #   NGINX_SENDFILE=off bash scripts/bench-packd.sh   # nginx copying from its buffers instead
+#   FLOOR=1 bash scripts/bench-packd.sh              # also hyper alone (the bare_304 example)
 #
 # Each of RUNS rounds (default 3) measures packd and nginx back to back, alternating which
 # goes first; reported are the medians of req/s and of each round's ratio, and of each
@@ -61,6 +62,7 @@ done
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   say "building packd and packer (release)"
   cargo build --release -q -p pack-server -p packer
+  [ "${FLOOR:-0}" = 1 ] && cargo build --release -q -p pack-server --example bare_304
 fi
 target_dir=${CARGO_TARGET_DIR:-target}
 # PACKD_BIN: measure another packd binary (say, one built from an older commit).
@@ -71,9 +73,12 @@ PACKER=$(realpath "$target_dir/release/packer")
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench-packd.XXXXXX")
 packd_pid=""
 nginx_pid=""
+floor_pid=""
 cleanup() {
   local status=$?
   [ -n "$packd_pid" ] && kill "$packd_pid" 2>/dev/null && wait "$packd_pid" 2>/dev/null
+  # bare_304 dies of the signal (status 143), which must not end this trap early.
+  [ -n "$floor_pid" ] && kill "$floor_pid" 2>/dev/null && { wait "$floor_pid" 2>/dev/null || true; }
   [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null && wait "$nginx_pid" 2>/dev/null
   if [ "$status" -ne 0 ]; then
     for log in "$work/packd.err" "$work/nginx/error.log"; do
@@ -233,6 +238,20 @@ expect "nginx blob 200" "200 $blob_size" "$(probe "$nginx_blob")"
 curl -sf "$packd_blob" | cmp -s - "$work/bench.pack" || die "packd blob bytes differ"
 curl -sf "$nginx_blob" | cmp -s - "$work/bench.pack" || die "nginx blob bytes differ"
 
+# FLOOR=1: hyper alone on packd's accept model, answering every request 304 with packd's
+# ETag and doing nothing else (server/examples/bare_304.rs): the floor under packd's own work.
+if [ "${FLOOR:-0}" = 1 ]; then
+  "$target_dir/release/examples/bare_304" "$packd_etag" >"$work/floor.out" &
+  floor_pid=$!
+  for _ in $(seq 1 100); do
+    grep -q '^listening on ' "$work/floor.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  floor_url=$(sed -n 's/^listening on //p' "$work/floor.out")
+  [ -n "$floor_url" ] || die "bare_304 did not start"
+  expect "bare_304 304" "304 0" "$(probe "$floor_url/v1/channels/stable" -H "If-None-Match: $packd_etag")"
+fi
+
 # --- measure -----------------------------------------------------------------------------
 # CPU ticks of a server (packd, or nginx's master and its workers), as "user system".
 clk_tck=$(getconf CLK_TCK)
@@ -300,6 +319,7 @@ pair() {
 
 p304=() n304=() r304=() pblob=() nblob=() rblob=() pcpu304=() ncpu304=() pcpublob=() ncpublob=()
 pu304=() ps304=() pw304=() nu304=() ns304=() nw304=()
+f304=() fcpu304=() fu304=() fs304=() fw304=()
 for round in $(seq 1 "$RUNS"); do
   say "round $round/$RUNS: wrk -t$THREADS -c$CONNECTIONS -d$DURATION"
   read -r p pc pu ps pw n nc nu ns nw < <(pair "$round" 304 \
@@ -312,6 +332,12 @@ for round in $(seq 1 "$RUNS"); do
   [ -n "$nc" ] || die "a blob run failed"
   pblob+=("$p") nblob+=("$n") rblob+=("$(awk -v p="$p" -v n="$n" 'BEGIN {print p / n}')")
   pcpublob+=("$pc") ncpublob+=("$nc")
+  if [ -n "$floor_pid" ]; then
+    read -r f fc fu fs fw < <(run_wrk "$floor_pid" floor "$DURATION" \
+      -H "If-None-Match: $packd_etag" "$floor_url/v1/channels/stable")
+    f304+=("$f") fcpu304+=("$fc") fu304+=("$fu") fs304+=("$fs") fw304+=("$fw")
+    printf '   304: hyper alone %s req/s, %s µs CPU\n' "$f" "$fc" >&2
+  fi
   printf '   304: packd %s nginx %s req/s (%.2f; %s / %s µs CPU)   blob: packd %s nginx %s req/s (%.2f; %s / %s µs CPU)   load %s\n' \
     "${p304[-1]}" "${n304[-1]}" "${r304[-1]}" "${pcpu304[-1]}" "${ncpu304[-1]}" \
     "${pblob[-1]}" "${nblob[-1]}" "${rblob[-1]}" "${pcpublob[-1]}" "${ncpublob[-1]}" \
@@ -356,6 +382,10 @@ awk -v u="$(med "${pu304[@]}")" -v s="$(med "${ps304[@]}")" -v w="$(med "${pw304
   'BEGIN {printf "%-22s %9.2f %9.2f %9.2f\n", "packd", u, s, w}'
 awk -v u="$(med "${nu304[@]}")" -v s="$(med "${ns304[@]}")" -v w="$(med "${nw304[@]}")" \
   'BEGIN {printf "%-22s %9.2f %9.2f %9.2f\n", "nginx", u, s, w}'
+if [ -n "$floor_pid" ]; then
+  awk -v u="$(med "${fu304[@]}")" -v s="$(med "${fs304[@]}")" -v w="$(med "${fw304[@]}")" \
+    -v r="$(med "${f304[@]}")" 'BEGIN {printf "%-22s %9.2f %9.2f %9.2f   (%.0f req/s)\n", "hyper alone", u, s, w, r}'
+fi
 awk -v pw="$(med "${pw304[@]}")" -v nc="$(med "${ncpu304[@]}")" -v nw="$(med "${nw304[@]}")" \
   -v t="$TARGET_304" 'BEGIN {
     printf "for %sx nginx'"'"'s 304 rate at these wrk costs, packd may spend at most %.2f µs per 304\n",
