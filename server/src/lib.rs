@@ -31,7 +31,9 @@
 //!    else of the crate).
 //! 9. [`console`]: the read-only publisher console under `/console`, HTML pages over the
 //!    same storage, live-document lookup and fleet view as [`routes`].
-//! 10. [`app`]: the router (every route with its OpenAPI description) and its middleware.
+//! 10. [`app`]: the router (every route with its OpenAPI description), its middleware, and
+//!     the service each connection runs, which answers a plain `GET` of a channel document
+//!     from memory in front of the router.
 //! 11. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
 
 pub mod app;
