@@ -151,10 +151,10 @@ pub fn router_with_fleet(
 
 /// What every connection serves: the router and its middleware, with one way around them. A
 /// plain `GET` of a channel's live document (no query) that memory can answer, as almost
-/// every client request is, is answered by [`channels::from_memory`] without the router and
-/// counted and logged as [`observe`] counts and logs it; it waits for nothing, so it needs
-/// no timeout. Anything else, or anything about that request the router's path would answer
-/// differently, goes through the router.
+/// every client request is, is answered by `routes::channels::from_memory` without the
+/// router, and counted and logged as the middleware counts and logs every request; it waits
+/// for nothing, so it needs no timeout. Anything else, or anything about that request the
+/// router's path would answer differently, goes through the router.
 #[derive(Clone)]
 pub struct App {
     router: axum::Router,
@@ -162,7 +162,7 @@ pub struct App {
 }
 
 impl App {
-    /// [`channels::from_memory`]'s answer, counted, if the request is a plain `GET` of a
+    /// `routes::channels::from_memory`'s answer, counted, if the request is a plain `GET` of a
     /// channel's document.
     fn answer_from_memory<B>(&self, request: &hyper::Request<B>) -> Option<Response> {
         if request.method() != Method::GET || request.uri().query().is_some() {

@@ -172,7 +172,7 @@ pub fn check_name(what: &'static str, name: &str) -> Result<(), ApiError> {
     pack_format::validate_name(what, name).map_err(ApiError::InvalidName)
 }
 
-/// The value of header `name` when it is visible ASCII. A [`HeaderName`] as `name` is looked up
+/// The value of header `name` when it is visible ASCII. A `HeaderName` as `name` is looked up
 /// without parsing it first, as a `&str` is.
 pub fn header_str(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
