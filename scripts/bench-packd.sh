@@ -129,17 +129,24 @@ sha256 = "$token_sha"
 scopes = ["publish"]
 EOF
 
+# The URL a server started as process $1 (named $2) prints to $3 as "listening on URL",
+# waiting up to 10 s; dies with its stderr ($4) if it exits first.
+listening_url() {
+  local pid=$1 name=$2 out=$3 err=$4
+  for _ in $(seq 1 100); do
+    grep -q '^listening on ' "$out" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || die "$name exited: $(cat "$err")"
+    sleep 0.1
+  done
+  sed -n 's/^listening on //p' "$out" | head -n 1
+}
+
 # --- packd -------------------------------------------------------------------------------
 say "starting packd"
 "$PACKD" serve --listen 127.0.0.1:0 --data-dir "$work/data" --config "$work/packd.toml" \
   >"$work/packd.out" 2>"$work/packd.err" &
 packd_pid=$!
-for _ in $(seq 1 100); do
-  grep -q '^listening on ' "$work/packd.out" 2>/dev/null && break
-  kill -0 "$packd_pid" 2>/dev/null || die "packd exited: $(cat "$work/packd.err")"
-  sleep 0.1
-done
-packd_url=$(sed -n 's/^listening on //p' "$work/packd.out" | head -n 1)
+packd_url=$(listening_url "$packd_pid" packd "$work/packd.out" "$work/packd.err")
 [ -n "$packd_url" ] || die "packd did not print its address"
 
 say "publishing the pack and a channel document to $packd_url"
@@ -241,13 +248,9 @@ curl -sf "$nginx_blob" | cmp -s - "$work/bench.pack" || die "nginx blob bytes di
 # FLOOR=1: hyper alone on packd's accept model, answering every request 304 with packd's
 # ETag and doing nothing else (server/examples/bare_304.rs): the floor under packd's own work.
 if [ "${FLOOR:-0}" = 1 ]; then
-  "$target_dir/release/examples/bare_304" "$packd_etag" >"$work/floor.out" &
+  "$target_dir/release/examples/bare_304" "$packd_etag" >"$work/floor.out" 2>"$work/floor.err" &
   floor_pid=$!
-  for _ in $(seq 1 100); do
-    grep -q '^listening on ' "$work/floor.out" 2>/dev/null && break
-    sleep 0.1
-  done
-  floor_url=$(sed -n 's/^listening on //p' "$work/floor.out")
+  floor_url=$(listening_url "$floor_pid" bare_304 "$work/floor.out" "$work/floor.err")
   [ -n "$floor_url" ] || die "bare_304 did not start"
   expect "bare_304 304" "304 0" "$(probe "$floor_url/v1/channels/stable" -H "If-None-Match: $packd_etag")"
 fi
