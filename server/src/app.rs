@@ -398,6 +398,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_connection_answers_a_plain_get_around_the_router_and_the_rest_through_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let (app, live) = app("", dir.path());
+        publish(&live);
+        // A router that knows no route (404 to everything): only the way around it answers 200.
+        let app = App {
+            router: axum::Router::new(),
+            state: app.state,
+        };
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let connection = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(server), app);
+        tokio::spawn(connection);
+        client
+            .write_all(
+                b"GET /v1/channels/stable HTTP/1.1\r\nhost: packd\r\n\r\n\
+                  GET /v1/channels/stable?wait=1 HTTP/1.1\r\nhost: packd\r\nconnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let mut answers = String::new();
+        client.read_to_string(&mut answers).await.unwrap();
+        // The second status line follows the first answer's body on the same line.
+        let statuses: Vec<&str> = answers
+            .split("HTTP/1.1 ")
+            .skip(1)
+            .map(|answer| &answer[..3])
+            .collect();
+        assert_eq!(statuses, ["200", "404"], "{answers}");
+        assert!(answers.contains(DOCUMENT), "{answers}");
+    }
+
+    #[tokio::test]
     async fn every_other_request_is_left_to_the_router() {
         let dir = tempfile::tempdir().unwrap();
         let (app, live) = app("", dir.path());
