@@ -17,6 +17,7 @@
 #   SKIP_BUILD=1 PACKD_BIN=/tmp/packd-a bash scripts/bench-packd.sh
 #   NGINX_SENDFILE=off bash scripts/bench-packd.sh   # nginx copying from its buffers instead
 #   FLOOR=1 bash scripts/bench-packd.sh              # also hyper alone (the bare_304 example)
+#   CLIENT_HEADERS=1 bash scripts/bench-packd.sh     # 304s with the headers a client sends
 #
 # Each of RUNS rounds (default 3) measures packd and nginx back to back, alternating which
 # goes first; reported are the medians of req/s and of each round's ratio, and of each
@@ -255,6 +256,15 @@ if [ "${FLOOR:-0}" = 1 ]; then
   expect "bare_304 304" "304 0" "$(probe "$floor_url/v1/channels/stable" -H "If-None-Match: $packd_etag")"
 fi
 
+# CLIENT_HEADERS=1: each 304 request (to every server) also carries what pack-client sends
+# on a refresh: its version, the pack it has installed and its install hash, which packd
+# counts in its metrics and its fleet view. Without it a 304 request names only the ETag.
+client_headers=""
+if [ "${CLIENT_HEADERS:-0}" = 1 ]; then
+  install=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  client_headers="-H 'X-Promptpack-Client-Version: 1.4.0' -H 'X-Promptpack-Installed-Pack: builtin' -H 'X-Promptpack-Install: $install'"
+fi
+
 # --- measure -----------------------------------------------------------------------------
 # CPU ticks of a server (packd, or nginx's master and its workers), as "user system".
 clk_tck=$(getconf CLK_TCK)
@@ -301,8 +311,8 @@ documents_sent() {
 sent_before=$(documents_sent)
 
 say "warm-up ($WARMUP each)"
-run_wrk "$packd_pid" warm "$WARMUP" -H "If-None-Match: $packd_etag" "$packd_doc" >/dev/null
-run_wrk "$nginx_pid" warm "$WARMUP" -H "If-None-Match: $nginx_etag" "$nginx_doc" >/dev/null
+eval run_wrk "$packd_pid" warm "$WARMUP" '-H "If-None-Match: $packd_etag"' "$client_headers" '"$packd_doc"' >/dev/null
+eval run_wrk "$nginx_pid" warm "$WARMUP" '-H "If-None-Match: $nginx_etag"' "$client_headers" '"$nginx_doc"' >/dev/null
 run_wrk "$packd_pid" warm "$WARMUP" "$packd_blob" >/dev/null
 run_wrk "$nginx_pid" warm "$WARMUP" "$nginx_blob" >/dev/null
 
@@ -326,7 +336,8 @@ f304=() fcpu304=() fu304=() fs304=() fw304=()
 for round in $(seq 1 "$RUNS"); do
   say "round $round/$RUNS: wrk -t$THREADS -c$CONNECTIONS -d$DURATION"
   read -r p pc pu ps pw n nc nu ns nw < <(pair "$round" 304 \
-    '-H "If-None-Match: $packd_etag" "$packd_doc"' '-H "If-None-Match: $nginx_etag" "$nginx_doc"')
+    "-H \"If-None-Match: \$packd_etag\" $client_headers \"\$packd_doc\"" \
+    "-H \"If-None-Match: \$nginx_etag\" $client_headers \"\$nginx_doc\"")
   [ -n "$nw" ] || die "a 304 run failed"
   p304+=("$p") n304+=("$n") r304+=("$(awk -v p="$p" -v n="$n" 'BEGIN {print p / n}')")
   pcpu304+=("$pc") ncpu304+=("$nc")
@@ -336,8 +347,8 @@ for round in $(seq 1 "$RUNS"); do
   pblob+=("$p") nblob+=("$n") rblob+=("$(awk -v p="$p" -v n="$n" 'BEGIN {print p / n}')")
   pcpublob+=("$pc") ncpublob+=("$nc")
   if [ -n "$floor_pid" ]; then
-    read -r f fc fu fs fw < <(run_wrk "$floor_pid" floor "$DURATION" \
-      -H "If-None-Match: $packd_etag" "$floor_url/v1/channels/stable")
+    read -r f fc fu fs fw < <(eval run_wrk "$floor_pid" floor "$DURATION" \
+      '-H "If-None-Match: $packd_etag"' "$client_headers" '"$floor_url/v1/channels/stable"')
     f304+=("$f") fcpu304+=("$fc") fu304+=("$fu") fs304+=("$fs") fw304+=("$fw")
     printf '   304: hyper alone %s req/s, %s µs CPU\n' "$f" "$fc" >&2
   fi
