@@ -245,7 +245,7 @@ pub(crate) struct RefreshFailed;
 #[error("the error was reported above")]
 pub(crate) struct Reported;
 
-/// Colour only for a person at a terminal who has not asked for none (https://no-color.org).
+/// Colour only for a person at a terminal who has not asked for none (<https://no-color.org>).
 pub(crate) fn colour_stderr() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

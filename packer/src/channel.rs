@@ -71,8 +71,14 @@ pub struct ChannelArgs {
     #[arg(long, value_name = "DURATION_OR_RFC3339")]
     expires: String,
 
-    /// An entry: RANGE=TARGET[@PERCENT%[:SALT]]. See --help for details.
-    #[arg(long = "entry", value_name = "SPEC", required = true, long_help = ENTRY_HELP)]
+    // The short help is spelled out: as a doc comment its brackets would read as links.
+    #[arg(
+        long = "entry",
+        value_name = "SPEC",
+        required = true,
+        help = "An entry: RANGE=TARGET[@PERCENT%[:SALT]]. See --help for details.",
+        long_help = ENTRY_HELP
+    )]
     entries: Vec<String>,
 
     /// Output document; the signature goes to the same path plus `.minisig`.

@@ -130,7 +130,7 @@ impl Packs {
     /// (`pack_client::outcomes`), also start one: the background refresh sends
     /// them.
     /// Returns what a person who just configured updates should know, if anything (see
-    /// [`Packs::first_run_note`]).
+    /// `Packs::first_run_note`).
     pub fn refresh_in_background_if_due(&self) -> Option<String> {
         let client = self.client.as_ref()?;
         let now = time::OffsetDateTime::now_utc();

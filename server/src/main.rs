@@ -211,7 +211,7 @@ fn remove_ready_file(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// Colour only for a person at a terminal who has not asked for none (https://no-color.org).
+/// Colour only for a person at a terminal who has not asked for none (<https://no-color.org>).
 fn colour_stderr() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

@@ -84,8 +84,8 @@ enum Failure {
 
 impl Browser {
     /// Starts a browser and opens its page. A browser that does not answer its first
-    /// command within [`STARTUP_TIMEOUT`], or dies first, is stopped and started again, up
-    /// to [`STARTUP_ATTEMPTS`] times in all, each failure said on stderr with the end of
+    /// command within `STARTUP_TIMEOUT`, or dies first, is stopped and started again, up
+    /// to `STARTUP_ATTEMPTS` times in all, each failure said on stderr with the end of
     /// the browser's log.
     pub fn start(binary: &Path) -> Browser {
         // One browser starts at a time in a test process: the tests run side by side, and a
@@ -300,7 +300,7 @@ impl Browser {
 
     /// Evaluates `expression` in the page and returns its value. A page that navigates
     /// while the expression runs (a link just clicked, a form just sent) is asked again
-    /// once the next document is there, until [`TIMEOUT`].
+    /// once the next document is there, until `TIMEOUT`.
     pub fn eval(&mut self, expression: &str) -> Value {
         let session = self.session.clone();
         let params = json!({"expression": expression, "returnByValue": true});

@@ -1,12 +1,12 @@
 //! What a refresh does with what packd answered: a pure function of the state held, the
 //! answer and the time, returning what to write, what to serve and what to say. No I/O:
 //! [`crate::client`] fetches, runs the CPU and disk work on the blocking pool, and carries
-//! out the [`Plan`]; the decisions are tested here as a table.
+//! out the `Plan`; the decisions are tested here as a table.
 //!
-//! The steps (DESIGN.md, "Client state machine"): [`decide`] takes the channel document
+//! The steps (DESIGN.md, "Client state machine"): `decide` takes the channel document
 //! answer (a `304`, or a document with its signature) and verifies it (signature, channel,
 //! pack, sequence, expiry, equivocation), selects the entry for this release and says
-//! whether a pack is to be downloaded; [`decide_pack`] takes the downloaded pack, hashed and
+//! whether a pack is to be downloaded; `decide_pack` takes the downloaded pack, hashed and
 //! opened, and says whether it installs or is marked bad.
 
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! every read route. On a private one a page needs a `read` or `publish` token, which a
 //! browser supplies through the sign-in form: `POST /console/login` checks the token like a
 //! bearer token and sets the cookie [`COOKIE`] to a sign-in that names the token without
-//! holding it ([`session`](super::session): the token's name, an expiry and a MAC keyed by
+//! holding it ([`super::session`]: the token's name, an expiry and a MAC keyed by
 //! the token's configured hash), which no `/v1` route accepts. The cookie is `HttpOnly`, so
 //! no script can read it; `SameSite=Strict`, so no other site's page can make the browser
 //! send it; `Path=/console`; `Secure` when the page was loaded over HTTPS; it lasts

@@ -13,7 +13,7 @@
 //!
 //! Bounded: at most `[fleet] max_cells` rows per channel-day, [`MAX_INSTALLS_PER_DAY`]
 //! installs per channel-day and [`MAX_ENTRIES_IN_MEMORY`] install-rows on a node (past them a
-//! report is refused with 429 and `overflow` says so), [`MAX_NODE_FILE_BYTES`] per file
+//! report is refused with 429 and `overflow` says so), 16 MiB per file
 //! read and the fleet's cap on files per day.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
