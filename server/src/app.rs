@@ -1,5 +1,6 @@
 //! The router: every route, its OpenAPI description, and the middleware that bounds and
-//! measures each request.
+//! measures each request; and [`App`], the service each connection runs, which answers a
+//! plain `GET` of a channel document from memory in front of the router.
 
 use std::convert::Infallible;
 use std::future::Ready;
