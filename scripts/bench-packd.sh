@@ -18,6 +18,7 @@
 #   NGINX_SENDFILE=off bash scripts/bench-packd.sh   # nginx copying from its buffers instead
 #   FLOOR=1 bash scripts/bench-packd.sh              # also hyper alone (the bare_304 example)
 #   CLIENT_HEADERS=1 bash scripts/bench-packd.sh     # 304s with the headers a client sends
+#   CLIENT_HEADERS=1 FLEET=off bash scripts/bench-packd.sh   # packd without its fleet view
 #
 # Each of RUNS rounds (default 3) measures packd and nginx back to back, alternating which
 # goes first; reported are the medians of req/s and of each round's ratio, and of each
@@ -129,6 +130,10 @@ name = "bench"
 sha256 = "$token_sha"
 scopes = ["publish"]
 EOF
+# FLEET=off: packd without its fleet view, which counts every request naming an install.
+if [ "${FLEET:-on}" = off ]; then
+  printf '\n[fleet]\nenabled = false\n' >>"$work/packd.toml"
+fi
 
 # The URL a server started as process $1 (named $2) prints to $3 as "listening on URL",
 # waiting up to 10 s; dies with its stderr ($4) if it exits first.
@@ -259,6 +264,8 @@ fi
 # CLIENT_HEADERS=1: each 304 request (to every server) also carries what pack-client sends
 # on a refresh: its version, the pack it has installed and its install hash, which packd
 # counts in its metrics and its fleet view. Without it a 304 request names only the ETag.
+# Every request names the same install, which the fleet's count already holds after the
+# first: a fleet of distinct installs costs packd at least as much per request.
 client_headers=""
 if [ "${CLIENT_HEADERS:-0}" = 1 ]; then
   install=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
