@@ -1,7 +1,8 @@
 //! `packer extract` makes durable what it wrote and nothing else: each file it wrote and each
 //! directory it made is synced, never the whole file system (`syncfs`, which writes back
 //! everything anyone left dirty there). Checked on the system calls themselves, with
-//! `strace`.
+//! `strace`, which also sees the hint (`posix_fadvise`) that starts each file's write-back
+//! before the syncs.
 
 mod common;
 
@@ -36,6 +37,9 @@ fn in_memory(path: &Path) -> bool {
     let fs = rustix::fs::statfs(path).unwrap();
     matches!(u64::try_from(fs.f_type), Ok(0x0102_1994 | 0x8584_58f6))
 }
+
+/// The calls counted: the syncs, and the hint that starts each file's write-back first.
+const TRACED: &str = "trace=syncfs,sync,fsync,fdatasync,fadvise64";
 
 #[test]
 fn extract_syncs_each_file_and_directory_it_wrote_and_never_the_file_system() {
@@ -81,7 +85,7 @@ fn extract_syncs_each_file_and_directory_it_wrote_and_never_the_file_system() {
     let out = dir.path().join("out");
     let log = dir.path().join("strace.log");
     let traced = Command::new(strace)
-        .args(["-f", "-qq", "-e", "trace=syncfs,sync,fsync,fdatasync", "-o"])
+        .args(["-f", "-qq", "-e", TRACED, "-o"])
         .arg(&log)
         .arg(packer)
         .args(["extract", s(&pack), "--keys", s(&keys), "-o", s(&out)])
@@ -98,6 +102,12 @@ fn extract_syncs_each_file_and_directory_it_wrote_and_never_the_file_system() {
         Some(&files),
         "one fdatasync per file written: {calls:?}"
     );
+    // Each file's write-back is started once, before the syncs wait on it.
+    assert_eq!(
+        calls.get("fadvise64"),
+        Some(&files),
+        "one write-back hint per file written: {calls:?}"
+    );
     // Every directory made, the extracted directory itself, and the directory it was
     // renamed into.
     assert_eq!(
@@ -109,7 +119,7 @@ fn extract_syncs_each_file_and_directory_it_wrote_and_never_the_file_system() {
     // --no-fsync syncs nothing.
     let quiet = dir.path().join("quiet");
     let traced = Command::new(strace)
-        .args(["-f", "-qq", "-e", "trace=syncfs,sync,fsync,fdatasync", "-o"])
+        .args(["-f", "-qq", "-e", TRACED, "-o"])
         .arg(&log)
         .arg(packer)
         .args(["extract", s(&pack), "--keys", s(&keys), "-o", s(&quiet)])
@@ -127,7 +137,7 @@ fn extract_syncs_each_file_and_directory_it_wrote_and_never_the_file_system() {
     }
     let in_shm = tempfile::tempdir_in(shm).unwrap();
     let traced = Command::new(strace)
-        .args(["-f", "-qq", "-e", "trace=syncfs,sync,fsync,fdatasync", "-o"])
+        .args(["-f", "-qq", "-e", TRACED, "-o"])
         .arg(&log)
         .arg(packer)
         .args(["extract", s(&pack), "--keys", s(&keys), "-o"])
