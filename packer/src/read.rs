@@ -307,9 +307,8 @@ enum Sealed {
 /// all. On a freshly made ext4, the bench tree's 4,774 files and 8,081 directories took
 /// 3.8-8.1 s synced by the two threads that write the files, right after each; 0.55-1.09 s
 /// together at the end; 0.45-0.78 s with one `syncfs` (BENCHMARKS.md). Before the syncs, one
-/// thread starts every file's write-back ([`start_write_back`]), so that the file system
-/// places all their blocks in one go and the syncs find little left to commit: on the same
-/// tree that brought the extract from 1.14-1.16x the time of one `syncfs` to 1.01-1.04x. A
+/// thread starts every file's write-back ([`start_write_back`]): on the same tree that
+/// brought the extract from 1.14-1.16x the time of one `syncfs` to 1.01-1.04x. A
 /// file system in memory (tmpfs) is not synced at all: there is no disk to write to.
 struct IntoDir {
     root: OwnedFd,
@@ -382,11 +381,13 @@ impl IntoDir {
 
 /// Starts writing each file's data to disk without waiting for it (Linux: `posix_fadvise`
 /// `DONTNEED`, which starts the write-back, then drops from the page cache only the pages
-/// already clean). Run on one thread over every file before the syncs: ext4 then allocates
+/// already clean). Run on one thread over every file before the syncs, which then took
+/// 1.01-1.04x the time of one `syncfs` instead of 1.14-1.16x; likely because ext4 allocates
 /// all their blocks in one pass, into few journal transactions, and each `fdatasync` finds
-/// its data written or on its way. Several threads doing this were slower than one, and so
-/// was starting each file's write-back right after writing it (BENCHMARKS.md). Only a
-/// hint: a file that cannot be opened here is reported by its sync.
+/// its data written or on its way. Each file is opened again for this: several threads
+/// doing it were slower than one, and so was the writing thread giving the hint right after
+/// each file, with the handle it had (BENCHMARKS.md). Only a hint: a file that cannot be
+/// opened here is reported by its sync.
 #[cfg(target_os = "linux")]
 fn start_write_back(root: &OwnedFd, files: &[String]) {
     for path in files {
