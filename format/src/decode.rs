@@ -561,9 +561,8 @@ pub(crate) struct FileDigest {
 /// ([`DecodedFrame::digest_of`]); a walk that went astray on a crafted frame costs time,
 /// never a check.
 fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
-    use sha2::Digest;
     const BLOCK: usize = 512;
-    let mut digests = Vec::new();
+    let mut files = Vec::new();
     let mut at = 0;
     while let Some(block) = frame.get(at..at + BLOCK) {
         let header = tar::Header::from_byte_slice(block);
@@ -576,15 +575,22 @@ fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
         };
         // Regular files; long names and the rest are skipped.
         if header.entry_type().is_file() {
-            digests.push(FileDigest {
-                start,
-                len,
-                sha256: sha2::Sha256::digest(&frame[start..end]).into(),
-            });
+            files.push(start..end);
         }
         at = start + len.div_ceil(BLOCK) * BLOCK;
     }
-    digests
+    // All at once: many files hash side by side (crate::digest).
+    let bytes: Vec<&[u8]> = files.iter().map(|range| &frame[range.clone()]).collect();
+    let digests = crate::digest::sha256_each(&bytes);
+    files
+        .into_iter()
+        .zip(digests)
+        .map(|(range, sha256)| FileDigest {
+            start: range.start,
+            len: range.len(),
+            sha256,
+        })
+        .collect()
 }
 
 /// The data length `header` declares, read as the `tar` reader reads it, if the checksum it

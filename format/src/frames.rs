@@ -27,9 +27,9 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
+use crate::FormatError;
 use crate::layout::{FRAME_LEN, INDEX_PATH, Layout, MIN_FRAME_LEN, PlacedFrames, Segment, TAG_LEN};
 use crate::payload::{IndexEntry, Payload, index_json};
-use crate::{FormatError, sha256_hex};
 
 /// What [`frame_payload`] made: the frames laid out for sealing, one segment per frame,
 /// and what the check found.
@@ -423,16 +423,22 @@ impl Pool<'_, '_> {
         files: Vec<(String, Range<usize>)>,
     ) -> (Vec<IndexEntry>, Vec<(String, FileProblem)>) {
         let mut problems = Vec::new();
+        // All of the chunk's files at once: many hash side by side (crate::digest).
+        let bytes: Vec<&[u8]> = files
+            .iter()
+            .map(|(_, range)| &chunk[range.clone()])
+            .collect();
+        let digests = crate::digest::sha256_each(&bytes);
         let index = files
             .into_iter()
-            .map(|(path, range)| {
-                let bytes = &chunk[range];
+            .zip(bytes.into_iter().zip(digests))
+            .map(|((path, _), (bytes, sha256))| {
                 if let Some(check) = self.check {
                     problems.extend(check(&path, bytes).into_iter().map(|p| (path.clone(), p)));
                 }
                 IndexEntry {
                     size: bytes.len() as u64,
-                    sha256: sha256_hex(bytes),
+                    sha256: hex::encode(sha256),
                     path,
                 }
             })

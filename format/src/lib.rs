@@ -15,6 +15,7 @@
 mod buffer;
 pub mod channel;
 mod decode;
+mod digest;
 pub mod error;
 mod frames;
 pub mod guard;

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{FormatError, Limits, sha256_hex};
+use crate::{FormatError, Limits};
 
 pub use crate::layout::{FRAME_LEN, INDEX_PATH};
 
@@ -460,11 +460,23 @@ pub fn validate_path(path: &str, limits: &Limits) -> Result<(), FormatError> {
 fn sha256_all<'a>(blobs: impl Iterator<Item = &'a Vec<u8>>) -> Vec<String> {
     let blobs: Vec<&[u8]> = blobs.map(Vec::as_slice).collect();
     let total: usize = blobs.iter().map(|b| b.len()).sum();
+    let each = |blobs: &[&[u8]]| {
+        crate::digest::sha256_each(blobs)
+            .into_iter()
+            .map(hex::encode)
+            .collect::<Vec<_>>()
+    };
     if total < crate::PARALLEL_MIN_LEN {
-        return blobs.iter().map(|b| sha256_hex(b)).collect();
+        return each(&blobs);
     }
-    blobs.par_iter().map(|b| sha256_hex(b)).collect()
+    // Groups of files side by side on each core (crate::digest).
+    let groups: Vec<Vec<String>> = blobs.par_chunks(SHA256_GROUP).map(each).collect();
+    groups.into_iter().flatten().collect()
 }
+
+/// How many files one core hashes side by side at a time, when a payload's files are
+/// hashed on every core.
+const SHA256_GROUP: usize = 256;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -503,7 +515,7 @@ pub(crate) mod tests {
         let blobs: Vec<Vec<u8>> = (0..50)
             .map(|i| text(i, 1_000 + i as usize * 50_000))
             .collect();
-        let serial: Vec<String> = blobs.iter().map(|b| sha256_hex(b)).collect();
+        let serial: Vec<String> = blobs.iter().map(|b| crate::sha256_hex(b)).collect();
         assert_eq!(sha256_all(blobs.iter()), serial);
         assert_eq!(sha256_all(blobs[..1].iter()), serial[..1]);
         assert!(sha256_all(std::iter::empty()).is_empty());
