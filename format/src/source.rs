@@ -341,16 +341,17 @@ struct Pending {
     listing: usize,
 }
 
-/// Lists every directory under `root` on up to [`SCAN_THREADS`] threads: listing a tree of
+/// Lists every directory under `root` on [`SCAN_THREADS`] threads: listing a tree of
 /// thousands of directories is system calls more than anything, and the seal that follows
-/// cannot start before it ends. The files come back in no particular order.
+/// cannot start before it ends. The files come back in no particular order. As many threads
+/// on any machine, even one of fewer cores: a listing thread is often blocked, in the kernel
+/// or waiting for a directory another thread shares.
 ///
 /// Each thread lists a directory and then the directories under it, opening each relative
 /// to its parent (`openat`: one name looked up, not the whole path again), except that it
 /// hands a subdirectory to the shared queue when another thread has nothing to do, or when
 /// it is [`LOCAL_DEPTH`] directories down already.
 fn walk(root: &Path, limits: &Limits) -> (Vec<DirFile>, Vec<DirProblem>) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(SCAN_THREADS));
     let walker = Walker {
         limits,
         pending: Mutex::new(Pending {
@@ -360,28 +361,26 @@ fn walk(root: &Path, limits: &Limits) -> (Vec<DirFile>, Vec<DirProblem>) {
         changed: Condvar::new(),
         idle: AtomicUsize::new(0),
     };
-    let mut all = if threads < 2 {
-        walker.lister()
-    } else {
-        std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads)
-                .map(|_| scope.spawn(|| walker.lister()))
-                .collect();
-            let mut all = walker.lister();
-            for helper in helpers {
-                let mut found = crate::joined(helper);
-                all.files.append(&mut found.files);
-                all.problems.append(&mut found.problems);
-            }
-            all
-        })
-    };
+    let mut all = std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..SCAN_THREADS)
+            .map(|_| scope.spawn(|| walker.lister()))
+            .collect();
+        let mut all = walker.lister();
+        for helper in helpers {
+            let mut found = crate::joined(helper);
+            all.files.append(&mut found.files);
+            all.problems.append(&mut found.problems);
+        }
+        all
+    });
     all.problems.sort_by(|a, b| a.path.cmp(&b.path));
     (all.files, all.problems)
 }
 
-/// Threads listing directories at most: beyond a few, they wait on each other in the
-/// kernel's directory locks.
+/// Threads listing directories: beyond a few, they wait on each other in the kernel's
+/// directory locks. On 2 cores, with the steps-off seal of the `markdown` shape (19,229
+/// directories), four took 0.316-0.327 s where one per core took 0.336-0.350 s, and eight
+/// were no faster than four (BENCHMARKS.md).
 const SCAN_THREADS: usize = 4;
 
 /// Directories a thread goes down below one it took from the queue before it queues the
