@@ -14,7 +14,7 @@
 //! keep lanes waiting.
 //!
 //! On the bench tree (4,779 files, 100 MB, an Intel Xeon with SHA-NI and AVX-512), hashing
-//! went from 20% of `packer extract`'s CPU to 14%, and the extract from 0.31 to 0.24 s of
+//! went from 20% of `packer extract`'s CPU to 14%, and the extract from 0.27 to 0.22 s of
 //! CPU. Timed on their own, the same files side by side but unsorted hashed slower than one
 //! at a time. On the `few-large` shape, whose bytes are mostly in files of megabytes, nothing
 //! changed (BENCHMARKS.md, "Many files hashed side by side").
