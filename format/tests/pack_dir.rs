@@ -220,16 +220,47 @@ fn a_missing_directory_is_a_problem_not_a_panic() {
 
 #[test]
 fn a_file_that_changes_after_the_scan_is_a_problem() {
+    for (listed, now, what) in [
+        (&b"short"[..], &b"much longer now"[..], "grew"),
+        (b"longer at first", b"short", "shrank"),
+        (b"", b"x", "was empty"),
+        (b"12345", b"123456", "grew by one byte"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.md", listed);
+        write(dir.path(), "b.md", b"unchanged");
+        let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+        write(dir.path(), "a.md", now);
+        let found = problems(scanned.read(&Limits::DEFAULT, None));
+        assert_eq!(found.len(), 1, "{what}: {found:?}");
+        assert_eq!(found[0].path, dir.path().join("a.md"), "{what}");
+        assert!(
+            found[0].message.contains("changed while being read"),
+            "{what}: {}",
+            found[0]
+        );
+    }
+}
+
+#[test]
+fn a_file_read_as_listed_gives_its_bytes_whatever_its_length() {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "a.md", b"short");
-    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
-    write(dir.path(), "a.md", b"much longer now");
-    let found = problems(scanned.read(&Limits::DEFAULT, None));
-    assert!(
-        found[0].message.contains("changed while being read"),
-        "{}",
-        found[0]
-    );
+    let lens = [0usize, 1, 511, 512, 4096, 65_537, 1 << 20];
+    for len in lens {
+        let bytes: Vec<u8> = (0..len).map(|n| b"abc \n"[n % 5]).collect();
+        write(dir.path(), &format!("f{len}.md"), &bytes);
+    }
+    let payload = read_pack_dir(dir.path(), &Limits::DEFAULT, None).unwrap();
+    for len in lens {
+        let bytes = &payload.files()[&format!("f{len}.md")];
+        assert_eq!(bytes.len(), len);
+        assert!(
+            bytes
+                .iter()
+                .enumerate()
+                .all(|(n, b)| *b == b"abc \n"[n % 5])
+        );
+    }
 }
 
 #[test]
