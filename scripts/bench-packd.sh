@@ -340,7 +340,7 @@ pair() {
 
 p304=() n304=() r304=() pblob=() nblob=() rblob=() pcpu304=() ncpu304=() pcpublob=() ncpublob=()
 pu304=() ps304=() pw304=() nu304=() ns304=() nw304=()
-f304=() fcpu304=() fu304=() fs304=() fw304=()
+f304=() rf304=() fcpu304=() fu304=() fs304=() fw304=()
 for round in $(seq 1 "$RUNS"); do
   say "round $round/$RUNS: wrk -t$THREADS -c$CONNECTIONS -d$DURATION"
   read -r p pc pu ps pw n nc nu ns nw < <(pair "$round" 304 \
@@ -358,6 +358,7 @@ for round in $(seq 1 "$RUNS"); do
     read -r f fc fu fs fw < <(eval run_wrk "$floor_pid" floor "$DURATION" \
       '-H "If-None-Match: $packd_etag"' "$client_headers" '"$floor_url/v1/channels/stable"')
     f304+=("$f") fcpu304+=("$fc") fu304+=("$fu") fs304+=("$fs") fw304+=("$fw")
+    rf304+=("$(awk -v f="$f" -v n="${n304[-1]}" 'BEGIN {print f / n}')")
     printf '   304: hyper alone %s req/s, %s µs CPU\n' "$f" "$fc" >&2
   fi
   printf '   304: packd %s nginx %s req/s (%.2f; %s / %s µs CPU)   blob: packd %s nginx %s req/s (%.2f; %s / %s µs CPU)   load %s\n' \
@@ -417,11 +418,7 @@ awk -v pw="$(med "${pw304[@]}")" -v nc="$(med "${ncpu304[@]}")" -v nw="$(med "${
 # Its rate against nginx's is the median of the rounds; wrk's and its CPU per request
 # together, against the most the target allows ((wrk's + nginx's) / target).
 if [ -n "$floor_pid" ]; then
-  ratios=()
-  for i in "${!f304[@]}"; do
-    ratios+=("$(awk -v f="${f304[$i]}" -v n="${n304[$i]}" 'BEGIN {print f / n}')")
-  done
-  awk -v r="$(med "${ratios[@]}")" -v fc="$(med "${fcpu304[@]}")" -v fw="$(med "${fw304[@]}")" \
+  awk -v r="$(med "${rf304[@]}")" -v fc="$(med "${fcpu304[@]}")" -v fw="$(med "${fw304[@]}")" \
     -v nc="$(med "${ncpu304[@]}")" -v nw="$(med "${nw304[@]}")" -v t="$TARGET_304" 'BEGIN {
       printf "hyper alone: %.2fx nginx'"'"'s 304 rate; wrk'"'"'s and its CPU %.2f µs per 304, the target allows %.2f (%s)\n",
         r, fw + fc, (nw + nc) / t, (r >= t ? "hyper alone meets it" : "hyper alone misses it: no server on hyper would meet it in this run")
