@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::HttpBody;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{Method, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::Either;
@@ -175,7 +175,15 @@ impl App {
             .strip_prefix(paths::CHANNELS)?
             .strip_prefix('/')?;
         let start = Instant::now();
-        let response = channels::from_memory(&self.state, channel, request.headers())?;
+        let fetch = channels::FetchHeaders::from_map(request.headers());
+        let channels::FromMemory::Answer(answer) =
+            channels::from_memory(&self.state, channel, &fetch)
+        else {
+            return None;
+        };
+        let response = answer
+            .into_response()
+            .unwrap_or_else(IntoResponse::into_response);
         count(
             &self.state,
             paths::CHANNEL_ROUTE,
@@ -184,6 +192,11 @@ impl App {
             start.elapsed(),
         );
         Some(response)
+    }
+
+    /// What every request is answered with: the state of this node.
+    pub(crate) fn state(&self) -> &SharedState {
+        &self.state
     }
 }
 
@@ -206,7 +219,6 @@ impl hyper::service::Service<hyper::Request<Incoming>> for App {
 /// Counts `response` to a `method` request on `route` in the request metrics, and logs it
 /// (at debug level for reads).
 fn count(state: &AppState, route: &str, method: &str, response: &Response, elapsed: Duration) {
-    let status = response.status();
     // Blobs carry an explicit Content-Length; other bodies know their exact size.
     let bytes = response
         .headers()
@@ -214,6 +226,18 @@ fn count(state: &AppState, route: &str, method: &str, response: &Response, elaps
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .or_else(|| HttpBody::size_hint(response.body()).exact());
+    count_answer(state, route, method, response.status(), bytes, elapsed);
+}
+
+/// [`count`] for an answer of `status` with a body of `bytes`, however it was written.
+pub(crate) fn count_answer(
+    state: &AppState,
+    route: &str,
+    method: &str,
+    status: StatusCode,
+    bytes: Option<u64>,
+    elapsed: Duration,
+) {
     state
         .metrics
         .request(route, method, status.as_str(), bytes, elapsed.as_secs_f64());

@@ -140,7 +140,19 @@ impl Tokens {
 
     /// Checks the request's bearer token for `needed`. Returns the token's name.
     pub fn authorize(&self, headers: &HeaderMap, needed: Scope) -> Result<String, AuthError> {
-        let presented = bearer(headers).ok_or(AuthError::Unauthorized)?;
+        self.authorize_header(authorization(headers), needed)
+    }
+
+    /// [`Tokens::authorize`] given the request's `Authorization` value (its first, when it
+    /// is visible ASCII).
+    pub fn authorize_header(
+        &self,
+        authorization: Option<&str>,
+        needed: Scope,
+    ) -> Result<String, AuthError> {
+        let presented = authorization
+            .and_then(bearer)
+            .ok_or(AuthError::Unauthorized)?;
         let token = self.find(presented).ok_or(AuthError::Unauthorized)?;
         let allowed = match needed {
             Scope::Read => {
@@ -156,15 +168,24 @@ impl Tokens {
 
     /// For read routes: nothing to check on a public deployment.
     pub fn authorize_read(&self, headers: &HeaderMap) -> Result<(), AuthError> {
+        self.authorize_read_header(authorization(headers))
+    }
+
+    /// [`Tokens::authorize_read`] given the request's `Authorization` value.
+    pub fn authorize_read_header(&self, authorization: Option<&str>) -> Result<(), AuthError> {
         if self.reads_need_token() {
-            self.authorize(headers, Scope::Read)?;
+            self.authorize_header(authorization, Scope::Read)?;
         }
         Ok(())
     }
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::AUTHORIZATION)?.to_str().ok()
+}
+
+/// The token of an `Authorization: Bearer <token>` value.
+fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;

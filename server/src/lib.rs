@@ -34,7 +34,10 @@
 //! 10. [`app`]: the router (every route with its OpenAPI description), its middleware, and
 //!     the service each connection runs, which answers a plain `GET` of a channel document
 //!     from memory in front of the router.
-//! 11. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
+//! 11. [`front`]: each connection's requests read ahead of hyper; a plain `GET` of a channel
+//!     document that memory answers is answered there, anything else hands the connection to
+//!     hyper and [`app`].
+//! 12. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
 
 pub mod app;
 pub mod auth;
@@ -44,6 +47,7 @@ pub mod config;
 pub mod console;
 pub mod error;
 pub mod fleet;
+pub mod front;
 pub mod guard;
 pub mod live;
 pub mod metrics;

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use hyper_util::server::graceful::GracefulShutdown;
 use pack_protocol::retry::Backoff;
 use tokio::net::TcpListener;
@@ -208,7 +208,14 @@ impl Server {
                     .and_then(TcpListener::into_std),
             };
             match socket.and_then(|socket| {
-                spawn_accept_thread(core, socket, &app, &http, &connections, &phases)
+                let serving = Serving {
+                    app: app.clone(),
+                    http: http.clone(),
+                    connections: connections.clone(),
+                    phases: phases.clone(),
+                    header_timeout,
+                };
+                spawn_accept_thread(core, socket, serving)
             }) {
                 Ok(finished) => loops.push(finished),
                 Err(err) if core == 0 => {
@@ -251,14 +258,23 @@ impl Server {
     }
 }
 
+/// What every accept loop serves its connections with.
+struct Serving {
+    app: App,
+    http: hyper::server::conn::http1::Builder,
+    /// One cap on open connections for all the loops.
+    connections: Arc<Semaphore>,
+    /// Each connection closes once the node drains.
+    phases: watch::Receiver<Phase>,
+    header_timeout: Duration,
+}
+
 /// Accepts connections on `listener` and serves each on this thread's runtime until
 /// `shutdown` resolves. `core` numbers the loop in its log lines.
 async fn accept_loop(
     core: usize,
     listener: TcpListener,
-    app: &App,
-    http: &hyper::server::conn::http1::Builder,
-    connections: &Arc<Semaphore>,
+    serving: &Serving,
     graceful: &GracefulShutdown,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -274,7 +290,7 @@ async fn accept_loop(
     let mut failing = false;
     loop {
         let permit = tokio::select! {
-            permit = connections.clone().acquire_owned() => match permit {
+            permit = serving.connections.clone().acquire_owned() => match permit {
                 Ok(p) => p,
                 Err(_) => break,
             },
@@ -300,12 +316,22 @@ async fn accept_loop(
             },
             () = &mut shutdown => break,
         };
-        let service = app.clone();
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        // Each connection is served by `front` until a request needs hyper; it holds a
+        // watcher all along, so the graceful shutdown waits for it either way.
+        let mut phases = serving.phases.clone();
+        let connection = crate::front::serve(
+            stream,
+            peer,
+            serving.app.clone(),
+            serving.http.clone(),
+            graceful.watcher(),
+            serving.header_timeout,
+            async move {
+                let _ = phases.wait_for(|p| *p != Phase::Serve).await;
+            },
+        );
         tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(%peer, %err, "connection ended with an error");
-            }
+            connection.await;
             drop(permit);
         });
     }
@@ -328,10 +354,7 @@ enum Phase {
 fn spawn_accept_thread(
     core: usize,
     socket: std::net::TcpListener,
-    app: &App,
-    http: &hyper::server::conn::http1::Builder,
-    connections: &Arc<Semaphore>,
-    phases: &watch::Receiver<Phase>,
+    serving: Serving,
 ) -> std::io::Result<oneshot::Receiver<()>> {
     // Each loop's runtime has its own pool for blocking work (file reads of the data
     // directory); capped so that a machine with many cores does not multiply tokio's
@@ -340,8 +363,7 @@ fn spawn_accept_thread(
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS_PER_LOOP)
         .build()?;
-    let (app, http, connections) = (app.clone(), http.clone(), connections.clone());
-    let (mut draining, mut aborting) = (phases.clone(), phases.clone());
+    let (mut draining, mut aborting) = (serving.phases.clone(), serving.phases.clone());
     let (done, finished) = oneshot::channel();
     std::thread::Builder::new()
         .name(format!("packd-accept-{core}"))
@@ -358,7 +380,7 @@ fn spawn_accept_thread(
                 let drain = async move {
                     let _ = draining.wait_for(|p| *p != Phase::Serve).await;
                 };
-                accept_loop(core, listener, &app, &http, &connections, &graceful, drain).await;
+                accept_loop(core, listener, &serving, &graceful, drain).await;
                 tokio::select! {
                     () = graceful.shutdown() => {}
                     _ = aborting.wait_for(|p| *p == Phase::Abort) => {}

@@ -446,8 +446,47 @@ fn wants_storage(headers: &HeaderMap) -> bool {
         .get_all(header::CACHE_CONTROL)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
+        .any(asks_storage)
+}
+
+/// Whether one `Cache-Control` value names `no-cache` or `max-age=0`.
+pub(crate) fn asks_storage(value: &str) -> bool {
+    value
+        .split(',')
         .any(|d| matches!(d.trim(), "no-cache" | "max-age=0"))
+}
+
+/// What a fetch of a channel's live document reads from the request beyond its path: its
+/// token, its condition, whether it wants storage's answer, and what the client says of
+/// itself. Each value is the header's first, when it is visible ASCII (as
+/// [`HeaderMap::get`] and `to_str` give it). Read from hyper's header map, or from a request
+/// head parsed ahead of hyper (`crate::front`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FetchHeaders<'a> {
+    pub authorization: Option<&'a str>,
+    pub if_none_match: Option<&'a str>,
+    /// Some `Cache-Control` value names `no-cache` or `max-age=0`.
+    pub wants_storage: bool,
+    pub client_version: Option<&'a str>,
+    pub installed: Option<&'a str>,
+    pub install: Option<&'a str>,
+}
+
+impl<'a> FetchHeaders<'a> {
+    pub(crate) fn from_map(incoming: &'a HeaderMap) -> Self {
+        // The names every client sends, each looked up without parsing it.
+        const CLIENT_VERSION: HeaderName = HeaderName::from_static(headers::CLIENT_VERSION);
+        const INSTALLED_PACK: HeaderName = HeaderName::from_static(headers::INSTALLED_PACK);
+        const INSTALL: HeaderName = HeaderName::from_static(headers::INSTALL);
+        FetchHeaders {
+            authorization: header_str(incoming, header::AUTHORIZATION),
+            if_none_match: header_str(incoming, header::IF_NONE_MATCH),
+            wants_storage: wants_storage(incoming),
+            client_version: header_str(incoming, CLIENT_VERSION),
+            installed: header_str(incoming, INSTALLED_PACK),
+            install: header_str(incoming, INSTALL),
+        }
+    }
 }
 
 /// The live record of `channel`: from memory (at most a poll interval old), or from storage
@@ -612,7 +651,8 @@ async fn channel_answer(
     // A watch from a sequence ends in `304` while that is still live, whatever a proxy did
     // to `If-None-Match`.
     let unchanged = (wait.is_some() && after.is_some()).then(|| holds(&record));
-    let mut response = counted_answer(state, channel, &record, unchanged, incoming)?;
+    let fetch = FetchHeaders::from_map(incoming);
+    let mut response = counted_answer(state, channel, &record, unchanged, &fetch)?;
     if let Some(granted) = wait {
         response
             .headers_mut()
@@ -623,21 +663,65 @@ async fn channel_answer(
 }
 
 /// A plain fetch or revalidation of `channel`'s live document (`GET`, no query) answered
-/// from memory, as [`get_channel`] answers it: `None` wherever that would do anything else
-/// (a token missing or wrong, a name it would refuse, `Cache-Control: no-cache`, nothing in
-/// memory confirmed within the poll interval), for the router to take the request there.
+/// from memory, as [`get_channel`] answers it, and counted; or why not, for the caller to
+/// take the request to the router (or, [`FromMemory::Unconfirmed`], to check storage first).
 pub(crate) fn from_memory(
     state: &SharedState,
     channel: &str,
-    incoming: &HeaderMap,
-) -> Option<Response> {
-    state.settings.tokens.authorize_read(incoming).ok()?;
-    check_name("channel", channel).ok()?;
-    if wants_storage(incoming) {
-        return None;
+    fetch: &FetchHeaders<'_>,
+) -> FromMemory {
+    // Where the route would answer otherwise: a token missing or wrong, a name it would
+    // refuse, `Cache-Control: no-cache`.
+    if state
+        .settings
+        .tokens
+        .authorize_read_header(fetch.authorization)
+        .is_err()
+        || check_name("channel", channel).is_err()
+        || fetch.wants_storage
+    {
+        return FromMemory::Elsewhere;
     }
-    let record = state.live.cached(channel)?;
-    counted_answer(state, channel, &record, None, incoming).ok()
+    let Some(record) = state.live.cached(channel) else {
+        return FromMemory::Unconfirmed;
+    };
+    let unchanged = if_none_match(fetch.if_none_match, &etag(&record.summary.sha256));
+    count_fetch(state, channel, unchanged, fetch);
+    FromMemory::Answer(MemoryAnswer { record, unchanged })
+}
+
+/// What [`from_memory`] made of a fetch.
+pub(crate) enum FromMemory {
+    /// Answered from memory, and counted.
+    Answer(MemoryAnswer),
+    /// Memory holds no document of the channel that a check of storage confirmed within the
+    /// poll interval: the route would check storage (`LiveChannels::find`).
+    Unconfirmed,
+    /// The route would answer otherwise (an error, or storage's answer).
+    Elsewhere,
+}
+
+/// [`from_memory`]'s answer: the live record, and whether the client holds it (`304`).
+pub(crate) struct MemoryAnswer {
+    pub record: Arc<ChannelRecord>,
+    pub unchanged: bool,
+}
+
+impl MemoryAnswer {
+    /// The content type of a `200`'s document.
+    pub(crate) const CONTENT_TYPE: &'static str = "application/json";
+
+    pub(crate) fn into_response(self) -> Result<Response, ApiError> {
+        let tag = etag(&self.record.summary.sha256);
+        answer(
+            self.unchanged,
+            &self.record.document,
+            &tag,
+            Self::CONTENT_TYPE,
+            &self.record.summary,
+        )
+        .map(|(response, _)| response)
+    }
 }
 
 /// The `200` or `304` for a client fetching `record`, counted in the metrics and the fleet
@@ -647,38 +731,41 @@ fn counted_answer(
     channel: &str,
     record: &ChannelRecord,
     unchanged: Option<bool>,
-    incoming: &HeaderMap,
+    fetch: &FetchHeaders<'_>,
 ) -> Result<Response, ApiError> {
-    // The names every client sends, each looked up without parsing it.
-    const CLIENT_VERSION: HeaderName = HeaderName::from_static(headers::CLIENT_VERSION);
-    const INSTALLED_PACK: HeaderName = HeaderName::from_static(headers::INSTALLED_PACK);
-    const INSTALL: HeaderName = HeaderName::from_static(headers::INSTALL);
     let tag = etag(&record.summary.sha256);
-    let unchanged = unchanged
-        .unwrap_or_else(|| if_none_match(header_str(incoming, header::IF_NONE_MATCH), &tag));
-    let (response, result) = answer(
+    let unchanged = unchanged.unwrap_or_else(|| if_none_match(fetch.if_none_match, &tag));
+    let (response, _) = answer(
         unchanged,
         &record.document,
         &tag,
-        "application/json",
+        MemoryAnswer::CONTENT_TYPE,
         &record.summary,
     )?;
-    let client_version = header_str(incoming, CLIENT_VERSION);
-    let installed = header_str(incoming, INSTALLED_PACK);
+    count_fetch(state, channel, unchanged, fetch);
+    Ok(response)
+}
+
+/// Counts a fetch of `channel`'s document in the metrics and the fleet view.
+fn count_fetch(state: &SharedState, channel: &str, unchanged: bool, fetch: &FetchHeaders<'_>) {
+    let result = if unchanged {
+        FetchResult::NotModified
+    } else {
+        FetchResult::Sent
+    };
     state
         .metrics
-        .channel_fetch(channel, result, client_version, installed);
+        .channel_fetch(channel, result, fetch.client_version, fetch.installed);
     // The fleet view counts installs only: no clock read for a request that names none.
-    if let Some(install) = header_str(incoming, INSTALL) {
+    if let Some(install) = fetch.install {
         state.fleet.record_fetch(
             channel,
-            client_version,
-            installed,
+            fetch.client_version,
+            fetch.installed,
             Some(install),
             OffsetDateTime::now_utc(),
         );
     }
-    Ok(response)
 }
 
 /// The minisign signature of the live channel document.
