@@ -263,8 +263,91 @@ pub fn install_key(install_hash: &str) -> u64 {
 
 /// (client release, pack)
 type CellKey = (String, String);
+
+/// Two strings, owned or borrowed: a [`CellKey`] looked up by `(&str, &str)` without
+/// allocating, ordered as the tuple of owned strings is.
+trait Pair {
+    fn pair(&self) -> (&str, &str);
+}
+
+impl Pair for (String, String) {
+    fn pair(&self) -> (&str, &str) {
+        (&self.0, &self.1)
+    }
+}
+
+impl Pair for (&str, &str) {
+    fn pair(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn Pair + 'a> for (String, String) {
+    fn borrow(&self) -> &(dyn Pair + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn Pair + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.pair() == other.pair()
+    }
+}
+
+impl Eq for dyn Pair + '_ {}
+
+impl PartialOrd for dyn Pair + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn Pair + '_ {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.pair().cmp(&other.pair())
+    }
+}
 /// (pack, reason, client release)
 type FailureKey = (String, String, String);
+
+/// A channel and a day, owned or borrowed: a `live` key looked up by `(&str, Date)` without
+/// allocating, hashed and compared as the owned tuple is.
+trait ChannelDay {
+    fn channel_day(&self) -> (&str, Date);
+}
+
+impl ChannelDay for (String, Date) {
+    fn channel_day(&self) -> (&str, Date) {
+        (&self.0, self.1)
+    }
+}
+
+impl ChannelDay for (&str, Date) {
+    fn channel_day(&self) -> (&str, Date) {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn ChannelDay + 'a> for (String, Date) {
+    fn borrow(&self) -> &(dyn ChannelDay + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn ChannelDay + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `(String, Date)` hashes: a `String` hashes as its `str`.
+        self.channel_day().hash(state);
+    }
+}
+
+impl PartialEq for dyn ChannelDay + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.channel_day() == other.channel_day()
+    }
+}
+
+impl Eq for dyn ChannelDay + '_ {}
 
 #[derive(Debug, Clone, Default)]
 struct Failures {
@@ -281,18 +364,22 @@ pub struct DayData {
 }
 
 impl DayData {
-    fn cell_key(&mut self, release: &str, pack: &str, max_cells: usize) -> CellKey {
-        let key = (release.to_string(), pack.to_string());
-        if self.cells.contains_key(&key) || self.cells.len() + 1 < max_cells {
-            return key;
-        }
-        self.overflow = true;
-        (OTHER.to_string(), OTHER.to_string())
-    }
-
+    /// Counts `install` in the cell of `release` × `pack`, or in `other` × `other` once the
+    /// day holds `max_cells` cells. A cell seen before is found without allocating.
     fn add_install(&mut self, release: &str, pack: &str, install: u64, max_cells: usize) {
-        let key = self.cell_key(release, pack, max_cells);
-        self.cells.entry(key).or_default().insert(install);
+        let mut cell = (release, pack);
+        if self.cells.len() + 1 >= max_cells && !self.cells.contains_key(&cell as &dyn Pair) {
+            self.overflow = true;
+            cell = (OTHER, OTHER);
+        }
+        match self.cells.get_mut(&cell as &dyn Pair) {
+            Some(sketch) => sketch.insert(install),
+            None => self
+                .cells
+                .entry((cell.0.to_string(), cell.1.to_string()))
+                .or_default()
+                .insert(install),
+        }
     }
 
     fn add_report(
@@ -578,8 +665,15 @@ impl Fleet {
 
     fn with_today(&self, channel: &str, now: OffsetDateTime, add: impl FnOnce(&mut DayData)) {
         let mut live = lock(&self.live);
-        let key = (channel.to_string(), now.date());
-        if !live.contains_key(&key) && live.len() >= MAX_LIVE_ENTRIES {
+        let today = (channel, now.date());
+        // A channel-day seen before is found without allocating.
+        if let Some(entry) = live.get_mut(&today as &dyn ChannelDay) {
+            add(&mut entry.data);
+            entry.dirty = true;
+            return;
+        }
+        let key = (channel.to_string(), today.1);
+        if live.len() >= MAX_LIVE_ENTRIES {
             let mut warned = lock(&self.full_warned);
             if !*warned {
                 tracing::warn!(
@@ -1220,6 +1314,53 @@ async fn off_thread<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The borrowed keys find what the owned ones hold (else every count would allocate its
+    /// key again, and a day at its cap would fold a cell it holds into `other`).
+    #[test]
+    fn borrowed_keys_find_owned_ones() {
+        let day = Date::from_calendar_date(2026, time::Month::December, 4).unwrap();
+        let mut live = HashMap::new();
+        for channel in ["stable", "beta", "", "a-much-longer-channel-name"] {
+            live.insert((channel.to_string(), day), channel.len());
+        }
+        for channel in ["stable", "beta", "", "a-much-longer-channel-name"] {
+            let key = (channel, day);
+            assert_eq!(live.get(&key as &dyn ChannelDay), Some(&channel.len()));
+        }
+        let next = day.next_day().unwrap();
+        assert_eq!(live.get(&("stable", next) as &dyn ChannelDay), None);
+
+        let mut cells = BTreeMap::new();
+        let pairs = [
+            ("1.4.0", "builtin"),
+            ("1.4.0", "b"),
+            ("1.10.0", "a"),
+            ("", ""),
+        ];
+        for (i, (release, pack)) in pairs.iter().enumerate() {
+            cells.insert((release.to_string(), pack.to_string()), i);
+        }
+        for (i, pair) in pairs.iter().enumerate() {
+            assert_eq!(cells.get(pair as &dyn Pair), Some(&i));
+        }
+        assert_eq!(cells.get(&("1.4.0", "c") as &dyn Pair), None);
+
+        // At the cap a cell held already still counts under its own labels.
+        let mut data = DayData::default();
+        data.add_install("1.4.0", "builtin", 1, 2);
+        data.add_install("1.4.0", "builtin", 2, 2);
+        data.add_install("1.5.0", "builtin", 3, 2);
+        assert!(data.overflow);
+        let held: Vec<_> = data.cells.keys().cloned().collect();
+        assert_eq!(
+            held,
+            [
+                ("1.4.0".to_string(), "builtin".to_string()),
+                (OTHER.to_string(), OTHER.to_string())
+            ]
+        );
+    }
 
     fn installs(n: u64, seed: u64) -> impl Iterator<Item = u64> {
         (0..n).map(move |i| {

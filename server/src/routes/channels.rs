@@ -38,7 +38,7 @@ use crate::model::{
     ChannelHistory, ChannelList, ChannelRecord, ChannelSummary, PackRecord, PublishRequest,
     PublishResponse, rfc3339,
 };
-use crate::range::if_none_match;
+use crate::range::{if_none_match, if_none_match_sha256};
 use crate::routes::{check_name, etag, header_str, read_body};
 use crate::state::SharedState;
 use crate::storage::{Created, keys};
@@ -685,7 +685,7 @@ pub(crate) fn from_memory(
     let Some(record) = state.live.cached(channel) else {
         return FromMemory::Unconfirmed;
     };
-    let unchanged = if_none_match(fetch.if_none_match, &etag(&record.summary.sha256));
+    let unchanged = if_none_match_sha256(fetch.if_none_match, &record.summary.sha256);
     count_fetch(state, channel, unchanged, fetch);
     FromMemory::Answer(MemoryAnswer { record, unchanged })
 }
