@@ -51,6 +51,36 @@ pub struct Metrics {
     /// The series of a `GET` of a channel's document answered `304` and `200`, most of what
     /// packd answers: looked up as [`Metrics::request`] looks up any, once, at the first.
     channel_gets: [OnceLock<Series>; 2],
+    /// Tells this node's fetch memos (see [`FETCH_MEMO`]) from another's in one process.
+    id: u64,
+}
+
+/// The fetches a serving thread counted last, each with the series its labels resolved to:
+/// a fetch that names the same channel, result, client version and installed pack as one of
+/// them (as most of a fleet's do: it runs a few versions and packs) is counted without the
+/// caps' locks and lookups. What a value resolves to never changes: a label admitted stays
+/// admitted, and a combination folded into `other` stays folded.
+struct FetchMemo {
+    metrics: u64,
+    channel: String,
+    result: &'static str,
+    client_version: Option<String>,
+    installed: Option<String>,
+    counter: IntCounter,
+}
+
+/// How many fetches a serving thread remembers.
+const FETCH_MEMOS: usize = 4;
+
+thread_local! {
+    static FETCH_MEMO: std::cell::RefCell<(usize, Vec<FetchMemo>)> =
+        const { std::cell::RefCell::new((0, Vec::new())) };
+}
+
+/// A fresh [`Metrics::id`].
+fn next_metrics_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A request's series in the three request families, the bytes' looked up at the first
@@ -242,6 +272,7 @@ impl Metrics {
             installed_packs: LabelCap::default(),
             channels: LabelCap::default(),
             channel_gets: Default::default(),
+            id: next_metrics_id(),
         })
     }
 
@@ -326,12 +357,42 @@ impl Metrics {
                 "304"
             }
         };
-        let channel = self.channels.label(Some(channel));
-        let version = self.client_versions.label(client_version);
-        let installed = self.installed_packs.label(installed);
-        let values = [channel, result, version, installed];
-        let labels = self.fetches.labels(&values, &[OTHER; 4], &self.folded);
-        self.fetches.metric.with_label_values(labels).inc();
+        FETCH_MEMO.with_borrow_mut(|(next, memos)| {
+            let seen = memos.iter().find(|m| {
+                m.metrics == self.id
+                    && m.result == result
+                    && m.channel == channel
+                    && m.client_version.as_deref() == client_version
+                    && m.installed.as_deref() == installed
+            });
+            if let Some(memo) = seen {
+                memo.counter.inc();
+                return;
+            }
+            let labels = [
+                self.channels.label(Some(channel)),
+                result,
+                self.client_versions.label(client_version),
+                self.installed_packs.label(installed),
+            ];
+            let labels = self.fetches.labels(&labels, &[OTHER; 4], &self.folded);
+            let counter = self.fetches.metric.with_label_values(labels);
+            counter.inc();
+            let memo = FetchMemo {
+                metrics: self.id,
+                channel: channel.to_owned(),
+                result,
+                client_version: client_version.map(str::to_owned),
+                installed: installed.map(str::to_owned),
+                counter,
+            };
+            if memos.len() < FETCH_MEMOS {
+                memos.push(memo);
+            } else {
+                memos[*next] = memo;
+                *next = (*next + 1) % FETCH_MEMOS;
+            }
+        });
     }
 
     /// Adds metrics kept elsewhere (the watch counts) to what [`Metrics::render`] shows.
@@ -420,6 +481,44 @@ mod tests {
         assert!(
             text.contains(&format!("packd_channel_not_modified_ratio {ratio}")),
             "{text}"
+        );
+    }
+
+    /// Fetches counted through a serving thread's memo land in their own series, whatever
+    /// the order, and two nodes in one thread do not share memos.
+    #[test]
+    fn remembered_fetches_count_in_their_own_series() {
+        let (a, b) = (Metrics::new().unwrap(), Metrics::new().unwrap());
+        let versions = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"];
+        for round in 0..3 {
+            for (i, version) in versions.iter().enumerate() {
+                // More combinations than the memo holds, in an order that evicts each.
+                for _ in 0..=i {
+                    a.channel_fetch("stable", FetchResult::NotModified, Some(version), None);
+                }
+                if round == 0 {
+                    // What `a` just counted, and may remember.
+                    b.channel_fetch("stable", FetchResult::NotModified, Some(version), None);
+                }
+            }
+            a.channel_fetch("stable", FetchResult::Sent, Some(" 1.0.0 "), None);
+        }
+        let (a, b) = (a.render().unwrap(), b.render().unwrap());
+        for (i, version) in versions.iter().enumerate() {
+            let series = format!(
+                r#"packd_channel_fetches_total{{channel="stable",client_version="{version}",installed_pack="none",result="304"}} {}"#,
+                3 * (i + 1)
+            );
+            assert!(a.contains(&series), "{series}\n{a}");
+            let series = format!(
+                r#"packd_channel_fetches_total{{channel="stable",client_version="{version}",installed_pack="none",result="304"}} 1"#
+            );
+            assert!(b.contains(&series), "{series}\n{b}");
+        }
+        // The spelling with spaces is its own memo, and the same label.
+        assert!(
+            a.contains(r#"packd_channel_fetches_total{channel="stable",client_version="1.0.0",installed_pack="none",result="200"} 3"#),
+            "{a}"
         );
     }
 
