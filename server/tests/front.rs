@@ -321,3 +321,41 @@ async fn shutdown_closes_idle_connections_at_once() {
     };
     assert!(status.success(), "{status:?}\n{}", server.stderr());
 }
+
+/// A connection kept open to node B across a publish through node A: once B's memory is past
+/// the poll interval, the front checks storage and the next revalidation on that same
+/// connection gets the new document, and the one after it a `304` for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_sees_a_publish_through_another_node() {
+    let (fx, a, tag) = published("watch_poll_ms = 200\n").await;
+    let b = Packd::start(&fx.disk(), Some(&fx.config));
+    let mut stream = connect(&b);
+    stream.write_all(revalidation(&tag, "").as_bytes()).unwrap();
+    assert_eq!(read_answer(&mut stream).status, 304);
+
+    let pack = fx.pack("core", "1.0.1", "two");
+    assert!(upload(&a, &pack).await.status().is_success());
+    let body = fx.publish_body(&fx.document("stable", 2, &pack, "s2"));
+    publish_created(&a, "stable", &body).await;
+    let published = Instant::now();
+    let changed = loop {
+        stream.write_all(revalidation(&tag, "").as_bytes()).unwrap();
+        let answer = read_answer(&mut stream);
+        if answer.status == 200 {
+            break answer;
+        }
+        assert_eq!(answer.status, 304, "{answer:?}");
+        assert!(
+            published.elapsed() < Duration::from_secs(5),
+            "B still answers the old document"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let document: serde_json::Value = serde_json::from_slice(&changed.body).unwrap();
+    assert_eq!(document["sequence"], 2);
+    let new_tag = &changed.headers.iter().find(|(n, _)| n == "etag").unwrap().1;
+    stream
+        .write_all(revalidation(new_tag, "").as_bytes())
+        .unwrap();
+    assert_eq!(read_answer(&mut stream).status, 304);
+}
