@@ -2,7 +2,8 @@
 //! parser hyper itself uses (`httparse`, its default settings). The request almost every
 //! client makes, a plain `GET` of a channel's live document that memory answers, is answered
 //! here: by `routes::channels::from_memory`, as the router's route and `App` answer it, with
-//! the same headers, counted and logged the same way, and written in one `write`.
+//! the same headers, counted and logged the same way. The answers to requests
+//! pipelined together are written together, [`WRITE_BATCH`] at a time.
 //!
 //! The first request that is anything else hands the connection, with every byte read so
 //! far, to hyper, which serves it from there on, as it serves every connection: another route
@@ -47,6 +48,10 @@ pub const HEAD_LIMIT: usize = 8 * 1024;
 /// The most header fields read ahead of hyper; a head with more goes to hyper.
 pub const MAX_HEADERS: usize = 32;
 
+/// The answers written at once at most (beyond one that is larger alone): a client that
+/// pipelines requests and reads no answers holds no more of them than this.
+const WRITE_BATCH: usize = 64 * 1024;
+
 /// Fields about the connection or a body: a request naming one goes to hyper.
 const FRAMING: [&str; 5] = [
     "content-length",
@@ -82,6 +87,11 @@ pub(crate) async fn serve(
         let mut hand_over = false;
         let mut unconfirmed = None;
         loop {
+            // Requests pipelined behind each other are answered a batch at a time: a client
+            // that sends many and reads none holds at most this much of their answers.
+            if out.len() >= WRITE_BATCH {
+                break;
+            }
             let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut request = httparse::Request::new(&mut fields);
             match request.parse(&head[start..end]) {
@@ -109,12 +119,12 @@ pub(crate) async fn serve(
             }
         }
         // Pipelined answers go out together, and before hyper answers what follows them.
-        if !out.is_empty() {
-            if let Err(err) = stream.write_all(&out).await {
-                tracing::debug!(%peer, %err, "connection ended with an error");
-                return;
-            }
-            out.clear();
+        let batch_full = out.len() >= WRITE_BATCH;
+        if flush(&mut stream, &mut out, peer).await.is_err() {
+            return;
+        }
+        if batch_full {
+            continue;
         }
         if let Some(channel) = unconfirmed {
             // Memory is past the poll interval: check storage as the route would, then
@@ -184,6 +194,19 @@ enum Answered<'a> {
     Unconfirmed(&'a str),
     /// Hyper's to answer.
     No,
+}
+
+/// Writes the answers in `out` and empties it; logs why the connection ended if it did.
+async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>, peer: SocketAddr) -> io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let written = stream.write_all(out).await;
+    out.clear();
+    if let Err(err) = &written {
+        tracing::debug!(%peer, %err, "connection ended with an error");
+    }
+    written
 }
 
 /// Answers `request` into `out` if it is a plain `GET` of a channel's document that memory

@@ -150,6 +150,22 @@ async fn pipelined_requests_are_answered_in_order_across_the_hand_over() {
         .collect();
     assert_eq!(statuses, [304, 304, 200, 304, 200]);
 
+    // More whole documents asked for at once than the front answers in one batch (64 KiB),
+    // and more requests than its 8 KiB buffer holds: every one answered, in order.
+    let mut stream = connect(&server);
+    let get = "GET /v1/channels/stable HTTP/1.1\r\nHost: test\r\n\r\n";
+    stream.write_all(get.repeat(400).as_bytes()).unwrap();
+    let first = read_answer(&mut stream);
+    assert_eq!(first.status, 200);
+    assert!(
+        400 * first.body.len() > 2 * 64 * 1024,
+        "{}",
+        first.body.len()
+    );
+    for _ in 1..400 {
+        assert_eq!(read_answer(&mut stream), first);
+    }
+
     // And one at a time on one connection, the hand-over in the middle.
     let mut stream = connect(&server);
     for (request, status) in [
