@@ -217,14 +217,7 @@ async fn publish_fetch_revalidate_and_publish_again(env: Env) {
     assert_eq!(channels["channels"][0]["channel"], "stable");
     assert_eq!(channels["channels"][0]["sequence"], 2);
 
-    let metrics = c
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&server).await;
     assert!(
         metrics.contains(
             r#"packd_channel_fetches_total{channel="stable",client_version="1.4.2",installed_pack="core@1.0.0",result="304"} 1"#

@@ -258,26 +258,16 @@ async fn the_front_s_answers_are_counted() {
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
-    let metrics = || async {
-        client()
-            .get(server.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
     let requests =
         "packd_http_requests_total{method=\"GET\",route=\"/v1/channels/{channel}\",status=\"304\"}";
     let fetches = "packd_channel_fetches_total{channel=\"stable\",client_version=\"1.4.0\"";
-    let before = metrics().await;
+    let before = metrics_text(&server).await;
     let mut stream = connect(&server);
     for _ in 0..5 {
         stream.write_all(revalidation(&tag, "").as_bytes()).unwrap();
         assert_eq!(read_answer(&mut stream).status, 304);
     }
-    let after = metrics().await;
+    let after = metrics_text(&server).await;
     assert_eq!(
         count(&after, requests) - count(&before, requests),
         5.0,

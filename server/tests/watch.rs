@@ -112,14 +112,7 @@ async fn answer(request: reqwest::RequestBuilder) -> Answer {
 
 /// A gauge of packd's `/metrics`.
 async fn metric(server: &Packd, name: &str) -> f64 {
-    let text = client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(server).await;
     text.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in\n{text}"))

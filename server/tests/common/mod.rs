@@ -577,6 +577,18 @@ pub async fn publish_created(server: &Packd, channel: &str, body: &serde_json::V
     );
 }
 
+/// The text of `server`'s `/metrics`.
+pub async fn metrics_text(server: &Packd) -> String {
+    client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 pub fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(wait)).unwrap();
