@@ -181,6 +181,29 @@ async fn pipelined_requests_are_answered_in_order_across_the_hand_over() {
     }
 }
 
+/// Wherever a client's writes split a pipeline that crosses the hand-over (the front's
+/// request, hyper's, then one more that hyper answers), the bytes the front read ahead reach
+/// hyper whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_split_anywhere_is_answered_in_order() {
+    let (_fx, server, tag) = published("").await;
+    let pipeline = [
+        revalidation(&tag, ""),
+        "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n".to_owned(),
+        revalidation(&tag, ""),
+    ]
+    .concat();
+    for split in (1..pipeline.len()).step_by(5) {
+        let mut stream = connect(&server);
+        let (first, second) = pipeline.as_bytes().split_at(split);
+        stream.write_all(first).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        stream.write_all(second).unwrap();
+        let statuses: Vec<u16> = (0..3).map(|_| read_answer(&mut stream).status).collect();
+        assert_eq!(statuses, [304, 200, 304], "split at byte {split}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_arriving_byte_by_byte_is_answered() {
     let (_fx, server, tag) = published("").await;
