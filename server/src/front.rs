@@ -52,6 +52,9 @@ pub const MAX_HEADERS: usize = 32;
 /// pipelines requests and reads no answers holds no more of them than this.
 const WRITE_BATCH: usize = 64 * 1024;
 
+/// The most room for answers a connection keeps between writes.
+const KEPT_ROOM: usize = 16 * 1024;
+
 /// Fields about the connection or a body: a request naming one goes to hyper.
 const FRAMING: [&str; 5] = [
     "content-length",
@@ -203,6 +206,10 @@ async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>, peer: SocketAddr) -> i
     }
     let written = stream.write_all(out).await;
     out.clear();
+    // An idle connection keeps a revalidation's worth of room, not a whole batch's.
+    if out.capacity() > KEPT_ROOM {
+        *out = Vec::new();
+    }
     if let Err(err) = &written {
         tracing::debug!(%peer, %err, "connection ended with an error");
     }
