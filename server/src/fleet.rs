@@ -307,6 +307,7 @@ impl Ord for dyn Pair + '_ {
         self.pair().cmp(&other.pair())
     }
 }
+
 /// (pack, reason, client release)
 type FailureKey = (String, String, String);
 

@@ -318,7 +318,6 @@ async fn accept_loop(
         };
         // Each connection is served by `front` until a request needs hyper; it holds a
         // watcher all along, so the graceful shutdown waits for it either way.
-        let mut phases = serving.phases.clone();
         let connection = crate::front::serve(
             stream,
             peer,
@@ -326,9 +325,7 @@ async fn accept_loop(
             serving.http.clone(),
             graceful.watcher(),
             serving.header_timeout,
-            async move {
-                let _ = phases.wait_for(|p| *p != Phase::Serve).await;
-            },
+            draining(serving.phases.clone()),
         );
         tokio::spawn(async move {
             connection.await;
@@ -349,6 +346,11 @@ enum Phase {
     Abort,
 }
 
+/// Resolves once the node stops serving (drains, or aborts).
+async fn draining(mut phases: watch::Receiver<Phase>) {
+    let _ = phases.wait_for(|p| *p != Phase::Serve).await;
+}
+
 /// Starts the accept loop of one core on `socket`: a thread with a single-threaded runtime.
 /// The receiver fires once the thread's runtime is gone.
 fn spawn_accept_thread(
@@ -363,7 +365,7 @@ fn spawn_accept_thread(
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS_PER_LOOP)
         .build()?;
-    let (mut draining, mut aborting) = (serving.phases.clone(), serving.phases.clone());
+    let mut aborting = serving.phases.clone();
     let (done, finished) = oneshot::channel();
     std::thread::Builder::new()
         .name(format!("packd-accept-{core}"))
@@ -377,9 +379,7 @@ fn spawn_accept_thread(
                     }
                 };
                 let graceful = GracefulShutdown::new();
-                let drain = async move {
-                    let _ = draining.wait_for(|p| *p != Phase::Serve).await;
-                };
+                let drain = draining(serving.phases.clone());
                 accept_loop(core, listener, &serving, &graceful, drain).await;
                 tokio::select! {
                     () = graceful.shutdown() => {}

@@ -461,7 +461,7 @@ pub(crate) fn asks_storage(value: &str) -> bool {
 /// itself. Each value is the header's first, when it is visible ASCII (as
 /// [`HeaderMap::get`] and `to_str` give it). Read from hyper's header map, or from a request
 /// head parsed ahead of hyper (`crate::front`).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct FetchHeaders<'a> {
     pub authorization: Option<&'a str>,
     pub if_none_match: Option<&'a str>,
@@ -514,7 +514,7 @@ fn revalidated(
     tag: &str,
     content_type: &'static str,
     summary: &ChannelSummary,
-) -> Result<(Response, FetchResult), ApiError> {
+) -> Result<Response, ApiError> {
     let unchanged = if_none_match(header_str(headers, "if-none-match"), tag);
     answer(unchanged, body, tag, content_type, summary)
 }
@@ -526,18 +526,12 @@ fn answer(
     tag: &str,
     content_type: &'static str,
     summary: &ChannelSummary,
-) -> Result<(Response, FetchResult), ApiError> {
+) -> Result<Response, ApiError> {
     // The headers go straight into the response's own map (no second map to merge).
-    let (mut response, result) = if unchanged {
-        (
-            StatusCode::NOT_MODIFIED.into_response(),
-            FetchResult::NotModified,
-        )
+    let mut response = if unchanged {
+        StatusCode::NOT_MODIFIED.into_response()
     } else {
-        (
-            (StatusCode::OK, body.to_owned()).into_response(),
-            FetchResult::Sent,
-        )
+        (StatusCode::OK, body.to_owned()).into_response()
     };
     let out = response.headers_mut();
     out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -549,7 +543,7 @@ fn answer(
     if !unchanged {
         out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     }
-    Ok((response, result))
+    Ok(response)
 }
 
 /// The live channel document, byte for byte as signed; with `wait`, a watch.
@@ -720,7 +714,6 @@ impl MemoryAnswer {
             Self::CONTENT_TYPE,
             &self.record.summary,
         )
-        .map(|(response, _)| response)
     }
 }
 
@@ -735,7 +728,7 @@ fn counted_answer(
 ) -> Result<Response, ApiError> {
     let tag = etag(&record.summary.sha256);
     let unchanged = unchanged.unwrap_or_else(|| if_none_match(fetch.if_none_match, &tag));
-    let (response, _) = answer(
+    let response = answer(
         unchanged,
         &record.document,
         &tag,
@@ -788,14 +781,13 @@ pub async fn get_signature(
     state.settings.tokens.authorize_read(&headers)?;
     let record = live(&state, &channel, &headers).await?;
     let tag = etag(&pack_format::sha256_hex(record.signature.as_bytes()));
-    Ok(revalidated(
+    revalidated(
         &headers,
         &record.signature,
         &tag,
         "text/plain; charset=utf-8",
         &record.summary,
-    )?
-    .0)
+    )
 }
 
 /// The live document of every channel.
@@ -926,14 +918,13 @@ pub async fn history_document(
     state.settings.tokens.authorize_read(&headers)?;
     let record = historic(&state, &channel, sequence).await?;
     let tag = etag(&record.summary.sha256);
-    Ok(revalidated(
+    revalidated(
         &headers,
         &record.document,
         &tag,
         "application/json",
         &record.summary,
-    )?
-    .0)
+    )
 }
 
 /// The signature of one published document.
@@ -956,12 +947,11 @@ pub async fn history_signature(
     state.settings.tokens.authorize_read(&headers)?;
     let record = historic(&state, &channel, sequence).await?;
     let tag = etag(&pack_format::sha256_hex(record.signature.as_bytes()));
-    Ok(revalidated(
+    revalidated(
         &headers,
         &record.signature,
         &tag,
         "text/plain; charset=utf-8",
         &record.summary,
-    )?
-    .0)
+    )
 }
