@@ -21,9 +21,8 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use aes_gcm::aead::AeadInOut;
-use aes_gcm::aead::inout::InOutBuf;
-use aes_gcm::{Aes256Gcm, KeyInit};
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::error::Unspecified;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use rayon::prelude::*;
@@ -448,14 +447,15 @@ fn encrypt_segments(
         rest = next;
     }
     let last = segments.len() - 1;
-    let cipher = Aes256Gcm::new(data_key.into());
+    let failed = || FormatError::Signing("encrypting the payload failed".to_string());
+    let cipher = aes_256_gcm(data_key).map_err(|_| failed())?;
     let encrypt = |number: usize, piece: &mut [u8]| -> Result<(), FormatError> {
         let (text, tag_room) = piece.split_at_mut(piece.len() - TAG_LEN);
         let nonce = segment_nonce(nonce_prefix, number, number == last);
         let tag = cipher
-            .encrypt_inout_detached(&nonce.into(), aad, text.into())
-            .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
-        tag_room.copy_from_slice(&tag);
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), text)
+            .map_err(|_| failed())?;
+        tag_room.copy_from_slice(tag.as_ref());
         Ok(())
     };
     let total: usize = pieces.iter().map(|p| p.len()).sum();
@@ -489,16 +489,25 @@ fn slot_aad(key_id: &str) -> Vec<u8> {
     [SLOT_AAD_PREFIX, key_id.as_bytes()].concat()
 }
 
+/// An AES-256-GCM key. Nonces are never reused: each key slot has a random nonce of its own,
+/// and each segment's nonce is the pack's random prefix with the segment's number.
+fn aes_256_gcm(key: &[u8; 32]) -> Result<LessSafeKey, Unspecified> {
+    Ok(LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key)?))
+}
+
 /// AES-256-GCM encryption of `in_out` in place; returns the tag.
 fn seal_detached(
     key: &[u8; 32],
     nonce: [u8; 12],
     aad: &[u8],
     in_out: &mut [u8],
-) -> Result<[u8; TAG_LEN], aes_gcm::Error> {
-    let tag =
-        Aes256Gcm::new(key.into()).encrypt_inout_detached(&nonce.into(), aad, in_out.into())?;
-    Ok(tag.into())
+) -> Result<[u8; TAG_LEN], Unspecified> {
+    let tag = aes_256_gcm(key)?.seal_in_place_separate_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad),
+        in_out,
+    )?;
+    tag.as_ref().try_into().map_err(|_| Unspecified)
 }
 
 /// AES-256-GCM decryption of `in_out` in place, checking `tag`.
@@ -508,14 +517,17 @@ fn open_detached(
     aad: &[u8],
     tag: &[u8],
     in_out: &mut [u8],
-) -> Result<(), aes_gcm::Error> {
-    let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| aes_gcm::Error)?;
-    Aes256Gcm::new(key.into()).decrypt_inout_detached(
-        &nonce.into(),
-        aad,
-        in_out.into(),
-        &tag.into(),
-    )
+) -> Result<(), Unspecified> {
+    if tag.len() != TAG_LEN {
+        return Err(Unspecified);
+    }
+    aes_256_gcm(key)?.open_in_place_separate_tag(
+        Nonce::assume_unique_for_key(nonce),
+        Aad::from(aad),
+        tag,
+        in_out,
+    )?;
+    Ok(())
 }
 
 /// Parses and checks the header of a sealed pack without decrypting anything. Returns the
@@ -740,7 +752,7 @@ impl Unsealed<'_> {
     /// A decryptor for this pack's format-2 segments, one per thread.
     pub(crate) fn segment_opener(&self) -> Result<SegmentOpener<'_>, FormatError> {
         Ok(SegmentOpener {
-            cipher: Aes256Gcm::new((&*self.data_key).into()),
+            cipher: aes_256_gcm(&self.data_key).map_err(|_| FormatError::Tampered)?,
             nonce_prefix: decode_fixed::<NONCE_PREFIX_LEN>(
                 "segment nonce prefix",
                 &self.header.nonce,
@@ -781,7 +793,7 @@ impl Unsealed<'_> {
 
 /// Decrypts format-2 segments.
 pub(crate) struct SegmentOpener<'a> {
-    cipher: Aes256Gcm,
+    cipher: LessSafeKey,
     nonce_prefix: [u8; NONCE_PREFIX_LEN],
     aad: &'a [u8],
     last: usize,
@@ -797,11 +809,17 @@ impl SegmentOpener<'_> {
         out: &mut Vec<u8>,
     ) -> Result<(), FormatError> {
         let (ciphertext, tag) = sealed.split_at(sealed.len() - TAG_LEN);
-        // Every byte is overwritten, and only once the tag verified.
+        // Every byte is overwritten; nothing may be read from `out` unless the tag verified.
         out.resize(ciphertext.len(), 0);
-        let buffer =
-            InOutBuf::new(ciphertext, out.as_mut_slice()).map_err(|_| FormatError::Tampered)?;
-        self.decrypt(number, buffer, tag)
+        self.cipher
+            .open_separate_gather(
+                self.nonce(number),
+                Aad::from(self.aad),
+                ciphertext,
+                tag,
+                out,
+            )
+            .map_err(|_| FormatError::Tampered)
     }
 
     /// [`SegmentOpener::open`] in place: `sealed` (ciphertext and tag) is authenticated and
@@ -814,21 +832,19 @@ impl SegmentOpener<'_> {
         sealed: &'s mut [u8],
     ) -> Result<&'s [u8], FormatError> {
         let (ciphertext, tag) = sealed.split_at_mut(sealed.len() - TAG_LEN);
-        self.decrypt(number, InOutBuf::from(&mut *ciphertext), tag)?;
-        Ok(ciphertext)
+        let plain = self
+            .cipher
+            .open_in_place_separate_tag(self.nonce(number), Aad::from(self.aad), tag, ciphertext)
+            .map_err(|_| FormatError::Tampered)?;
+        Ok(plain)
     }
 
-    fn decrypt(
-        &self,
-        number: usize,
-        buffer: InOutBuf<'_, '_, u8>,
-        tag: &[u8],
-    ) -> Result<(), FormatError> {
-        let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| FormatError::Tampered)?;
-        let nonce = segment_nonce(&self.nonce_prefix, number, number == self.last);
-        self.cipher
-            .decrypt_inout_detached(&nonce.into(), self.aad, buffer, &tag.into())
-            .map_err(|_| FormatError::Tampered)
+    fn nonce(&self, number: usize) -> Nonce {
+        Nonce::assume_unique_for_key(segment_nonce(
+            &self.nonce_prefix,
+            number,
+            number == self.last,
+        ))
     }
 }
 
