@@ -250,14 +250,7 @@ async fn fifty_installs_through_two_nodes_are_counted_once_each(env: Env) {
     assert_eq!(cells(&view), expected);
     assert_eq!(view.installs, 50);
 
-    let metrics = client()
-        .get(a.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&a).await;
     let line = format!(
         "packd_fleet_installs{{channel=\"stable\",client_version=\"1.4.2\",pack=\"{sha}\"}} {}",
         expected[&("1.4.2".to_string(), sha.clone())]

@@ -15,12 +15,6 @@ use reqwest::StatusCode;
 /// Series a metric family keeps before it folds new label combinations into `other`.
 const MAX_SERIES: usize = 1024;
 
-async fn metrics(server: &Packd) -> String {
-    let r = client().get(server.url("/metrics")).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    r.text().await.unwrap()
-}
-
 /// The samples of `family` in `text`: labels → value.
 fn samples(text: &str, family: &str) -> BTreeMap<String, f64> {
     text.lines()
@@ -69,7 +63,7 @@ async fn fetches_from_more_label_combinations_than_a_family_keeps_fold_into_othe
         }
     }
 
-    let text = metrics(&server).await;
+    let text = metrics_text(&server).await;
     let fetches = samples(&text, "packd_channel_fetches_total");
     let folded = SIDE * SIDE - MAX_SERIES;
     assert_eq!(
@@ -145,7 +139,7 @@ async fn a_fleet_of_more_cells_than_a_family_keeps_folds_the_smallest_into_other
     }
     let server = Packd::start(&fx.disk(), Some(&fx.config));
 
-    let text = metrics(&server).await;
+    let text = metrics_text(&server).await;
     let installs = samples(&text, "packd_fleet_installs");
     let folded = CHANNELS * CELLS - MAX_SERIES;
     assert_eq!(

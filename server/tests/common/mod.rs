@@ -577,16 +577,11 @@ pub async fn publish_created(server: &Packd, channel: &str, body: &serde_json::V
     );
 }
 
-/// The text of `server`'s `/metrics`.
+/// The text of `server`'s `/metrics`, which must answer `200`.
 pub async fn metrics_text(server: &Packd) -> String {
-    client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    let r = client().get(server.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    r.text().await.unwrap()
 }
 
 pub fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
