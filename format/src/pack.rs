@@ -31,7 +31,8 @@ use zeroize::Zeroizing;
 
 use crate::buffer::FrameBuffer;
 use crate::decode::{
-    FileHashes, FrameSource, PIPELINE_MIN_LEN, decode_exact, frames_within, with_frame_reader,
+    FileHashes, FrameSource, PIPELINE_MIN_LEN, decode_exact, frame_context, frames_within,
+    with_frame_reader,
 };
 use crate::keys::validate_key_id;
 pub use crate::layout::Segment;
@@ -1065,7 +1066,7 @@ impl<'a> SealedSegments<'a> {
         let mut tar = Vec::with_capacity(total as usize);
         let mut scratch = SegmentScratch::default();
         let mut out = FrameBuffer::default();
-        let mut context = zstd::zstd_safe::DCtx::create();
+        let mut context = frame_context(Self::AUTHENTICATED);
         for number in 0..self.count() {
             self.decode(number, &mut scratch, &mut context, &mut out)?;
             tar.extend_from_slice(&out);
@@ -1086,6 +1087,7 @@ pub(crate) struct SegmentScratch {
 
 impl FrameSource for SealedSegments<'_> {
     type Scratch = SegmentScratch;
+    const AUTHENTICATED: bool = true;
 
     fn count(&self) -> usize {
         self.unsealed.header.segments.len()

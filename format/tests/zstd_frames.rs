@@ -1,9 +1,9 @@
 //! What a format-2 segment's plaintext may hold, as docs/FORMAT.md ("Sealed pack") states
 //! it and the reader enforces it: one or more standard zstd frames and nothing else, each
 //! declaring its content size, without a dictionary, the sizes adding up to the segment's
-//! `tar_len`. A frame's checksum is optional (the segment's tag already authenticates every
-//! byte) but must match when present. Every frame here is sealed properly, so what refuses
-//! it is the frame rule, not the encryption.
+//! `tar_len`. A frame's checksum is optional and not checked: the segment's tag already
+//! authenticates every byte, and every file is checked against its SHA-256. Every frame
+//! here is sealed properly, so what refuses it is the frame rule, not the encryption.
 
 mod common;
 
@@ -90,13 +90,36 @@ fn several_frames_in_one_segment_open() {
 }
 
 #[test]
-fn a_frame_whose_checksum_fails_is_refused() {
-    assert_refused(open_segment(|tar| {
+fn a_frame_whose_checksum_is_wrong_opens_since_the_tag_authenticated_it() {
+    let opened = open_segment(|tar| {
         let mut frame = compressor(true, true).compress(tar).unwrap();
         let last = frame.len() - 1;
         frame[last] ^= 0xff;
         frame
-    }));
+    });
+    assert_eq!(opened.unwrap(), small_payload());
+}
+
+#[test]
+fn a_frame_that_decodes_to_other_file_bytes_is_refused_by_the_files_sha256() {
+    // A frame zstd decodes without complaint (its checksum ignored, and wrong too) to a `tar`
+    // whose one file differs from what the index lists: the SHA-256 of the file refuses it.
+    let opened = open_segment(|tar| {
+        let mut changed = tar.to_vec();
+        let at = changed
+            .windows(b"Be careful.".len())
+            .position(|w| w == b"Be careful.")
+            .unwrap();
+        changed[at] = b'b';
+        let mut frame = compressor(true, true).compress(&changed).unwrap();
+        let last = frame.len() - 1;
+        frame[last] ^= 0xff;
+        frame
+    });
+    match opened {
+        Err(FormatError::HashMismatch { what, .. }) => assert_eq!(what, "rules/runtime.md"),
+        other => panic!("expected the file's SHA-256 to refuse it, found {other:?}"),
+    }
 }
 
 #[test]
