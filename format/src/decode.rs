@@ -183,12 +183,17 @@ pub(crate) fn decode_exact(
     }
 }
 
+/// What a decoding thread may do with a frame and its files before the reader gets it.
+pub(crate) type HandOut<'h> = dyn Fn(&[u8], &[FileDigest]) + Sync + 'h;
+
 /// Whether the decoding threads take the SHA-256 of the files in each frame they decode
 /// ([`file_digests`]): only for a reader that checks files straight from the frames
 /// ([`DecodedFrame::digest_of`]); one that copies the bytes out hashes them itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FileHashes {
-    Take,
+#[derive(Clone, Copy)]
+pub(crate) enum FileHashes<'h> {
+    /// Take them, and give each frame with its files to the function first, on the thread
+    /// that decoded it, before the reader gets the frame.
+    Take(Option<&'h HandOut<'h>>),
     Skip,
 }
 
@@ -201,7 +206,7 @@ pub(crate) enum FileHashes {
 pub(crate) fn with_frame_reader<S: FrameSource, T>(
     source: &S,
     threads: usize,
-    hashes: FileHashes,
+    hashes: FileHashes<'_>,
     read: impl FnOnce(FrameReader) -> T,
 ) -> (T, Result<(), FormatError>) {
     let count = source.count();
@@ -221,7 +226,13 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                         match source.decode(number, &mut scratch, &mut context, &mut out) {
                             Ok(()) => {
                                 let digests = match hashes {
-                                    FileHashes::Take => file_digests(&out),
+                                    FileHashes::Take(early) => {
+                                        let digests = file_digests(&out);
+                                        if let Some(early) = early {
+                                            early(&out, &digests);
+                                        }
+                                        digests
+                                    }
                                     FileHashes::Skip => Vec::new(),
                                 };
                                 decoded.put(number, out, digests);
@@ -565,11 +576,30 @@ fn digest_of(digests: &[FileDigest], range: &std::ops::Range<usize>) -> Option<[
     (digest.start + digest.len == range.end).then_some(digest.sha256)
 }
 
-/// The SHA-256 of one regular file's data in a decoded frame: `len` bytes at `start`.
+/// The SHA-256 of one regular file's data in a decoded frame: `len` bytes at `start`, after
+/// its header block at `header`.
 pub(crate) struct FileDigest {
+    header: usize,
     start: usize,
     len: usize,
     sha256: [u8; 32],
+}
+
+impl FileDigest {
+    /// The path the file's header block in `frame` gives (the `ustar` prefix and the name);
+    /// a long name that an entry before it gives is not seen.
+    pub(crate) fn header_path<'f>(&self, frame: &'f [u8]) -> std::borrow::Cow<'f, [u8]> {
+        tar::Header::from_byte_slice(&frame[self.header..self.start]).path_bytes()
+    }
+
+    /// Where the file's data lies in its frame.
+    pub(crate) fn range(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.len
+    }
+
+    pub(crate) fn sha256(&self) -> &[u8; 32] {
+        &self.sha256
+    }
 }
 
 /// The SHA-256 of every regular file whose data lies wholly in `frame`, but the index (the
@@ -579,8 +609,9 @@ pub(crate) struct FileDigest {
 ///
 /// Only a shortcut: the thread that checks a file then makes no second pass over it (on a
 /// pack of large files, from level to 10% off an extract's wall time depending on the
-/// run, BENCHMARKS.md). Whoever checks a file still takes its place from the `tar` reader and
-/// uses a digest only when it covers exactly that file's bytes in the same frame
+/// run, BENCHMARKS.md), and `unpack` hands out right away the files whose path, size and
+/// digest match the index. Whoever checks a file behind the `tar` reader uses a digest only
+/// when it covers exactly that file's bytes in the same frame
 /// ([`DecodedFrame::digest_of`]); a walk that went astray on a crafted frame costs time,
 /// never a check.
 fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
@@ -599,17 +630,21 @@ fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
         // Regular files but the index, which no one checks against itself; long names and
         // the rest are skipped.
         if header.entry_type().is_file() && *header.path_bytes() != *INDEX_PATH.as_bytes() {
-            files.push(start..end);
+            files.push((at, start..end));
         }
         at = start + len.div_ceil(BLOCK) * BLOCK;
     }
     // All at once: many files hash side by side (crate::digest).
-    let bytes: Vec<&[u8]> = files.iter().map(|range| &frame[range.clone()]).collect();
+    let bytes: Vec<&[u8]> = files
+        .iter()
+        .map(|(_, range)| &frame[range.clone()])
+        .collect();
     let digests = crate::digest::sha256_each(&bytes);
     files
         .into_iter()
         .zip(digests)
-        .map(|(range, sha256)| FileDigest {
+        .map(|((header, range), sha256)| FileDigest {
+            header,
             start: range.start,
             len: range.len(),
             sha256,
@@ -889,7 +924,7 @@ mod tests {
             decoded.unwrap();
             taken
         };
-        assert_eq!(digests_taken(FileHashes::Take), payload.index().len());
+        assert_eq!(digests_taken(FileHashes::Take(None)), payload.index().len());
         assert_eq!(digests_taken(FileHashes::Skip), 0);
     }
 

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use crate::decode::{
-    DecodedFrame, FileHashes, FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames, decompress,
-    frame_plan, with_chunk_reader, with_frame_reader,
+    DecodedFrame, FileDigest, FileHashes, FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames,
+    decompress, frame_plan, with_chunk_reader, with_frame_reader,
 };
 use crate::pack::{
     FORMAT_V1, PackHeader, SealedSegments, head_len, read_header, read_pack_at, unseal, unseal_of,
@@ -161,14 +161,67 @@ fn ends_at(file: &File, len: u64) -> Result<(), FormatError> {
 
 /// What the threads share: the index, the queue of files, and the first failure.
 struct Shared<'o, U: ?Sized> {
-    index: OnceLock<Vec<IndexEntry>>,
+    listing: OnceLock<Listing>,
     queue: Mutex<mpsc::Receiver<Batch>>,
     failure: Mutex<Option<FormatError>>,
     stop: AtomicBool,
     out: &'o U,
 }
 
+/// The index as the `tar` reader checked it, and which of its files went out.
+struct Listing {
+    entries: Vec<IndexEntry>,
+    positions: HashMap<String, usize>,
+    /// Set by whoever hands the file out (a decoding thread or a worker), before it does.
+    written: Vec<AtomicBool>,
+}
+
+impl Listing {
+    /// Claims the file at `position` for the caller to hand out; false if someone has.
+    fn claim(&self, position: usize) -> bool {
+        !self.written[position].swap(true, Ordering::AcqRel)
+    }
+}
+
 impl<U: Unpack + ?Sized> Shared<'_, U> {
+    /// Hands out, from the thread that decoded `frame`, each of its `files` whose path, size
+    /// and SHA-256 are an index entry's, while the bytes are fresh in this core's caches and
+    /// the frame's buffer can go back sooner. The `tar` reader still reads every entry in
+    /// order and checks it; what it finds handed out already (the same bytes, by their
+    /// digest) it does not queue. A frame decoded before the index was read, a file the
+    /// walk of the frame got wrong (a long name, say), or one that does not match, is left
+    /// to the reader as before. Whatever goes out here is exactly what the index lists for
+    /// that path, at most once, and stays provisional like everything else until
+    /// [`open_into`] returns `Ok`.
+    fn hand_out_early(&self, frame: &[u8], files: &[FileDigest]) {
+        let Some(listing) = self.listing.get() else {
+            return;
+        };
+        for file in files {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let path = file.header_path(frame);
+            let Some(&position) = std::str::from_utf8(&path)
+                .ok()
+                .and_then(|path| listing.positions.get(path))
+            else {
+                continue;
+            };
+            let entry = &listing.entries[position];
+            let bytes = &frame[file.range()];
+            if entry.size != bytes.len() as u64
+                || hex::encode(file.sha256()) != entry.sha256
+                || !listing.claim(position)
+            {
+                continue;
+            }
+            if let Err(e) = self.out.file(&entry.path, bytes) {
+                self.fail(FormatError::io(format!("unpacking {}", entry.path), e));
+            }
+        }
+    }
+
     fn fail(&self, error: FormatError) {
         let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
         failure.get_or_insert(error);
@@ -195,7 +248,10 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
     }
 
     fn check_and_hand_out(&self, position: usize, body: &Body) {
-        let Some(entry) = self.index.get().and_then(|index| index.get(position)) else {
+        let Some(listing) = self.listing.get() else {
+            return;
+        };
+        let Some(entry) = listing.entries.get(position) else {
             return;
         };
         let bytes = body.as_slice();
@@ -206,6 +262,8 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
                 expected: entry.sha256.clone(),
                 found,
             });
+        } else if !listing.claim(position) {
+            // A decoding thread handed out these very bytes (they match the index too).
         } else if let Err(e) = self.out.file(&entry.path, bytes) {
             self.fail(FormatError::io(format!("unpacking {}", entry.path), e));
         }
@@ -234,7 +292,6 @@ struct Streaming<'s, 'o, U: ?Sized> {
     queue: mpsc::SyncSender<Batch>,
     batch: Batch,
     batch_bytes: usize,
-    positions: HashMap<String, usize>,
     seen: Vec<bool>,
     files: usize,
 }
@@ -262,8 +319,12 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
             .index(&index)
             .map_err(|e| FormatError::io("unpacking the index", e))?;
         self.seen = vec![false; index.len()];
-        self.positions = positions;
-        let _ = self.shared.index.set(index);
+        let written = index.iter().map(|_| AtomicBool::new(false)).collect();
+        let _ = self.shared.listing.set(Listing {
+            entries: index,
+            positions,
+            written,
+        });
         Ok(())
     }
 
@@ -271,7 +332,11 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
         if self.shared.stop.load(Ordering::Relaxed) {
             return Err(stopped());
         }
-        let Some(&position) = self.positions.get(&path) else {
+        let shared = self.shared;
+        let listing = shared.listing.get();
+        let Some((listing, &position)) =
+            listing.and_then(|listing| Some((listing, listing.positions.get(&path)?)))
+        else {
             return Err(FormatError::IndexMismatch {
                 reason: format!("archive holds {path:?}, which the index does not list"),
             });
@@ -282,20 +347,25 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
                 reason: "duplicate path",
             });
         }
-        let listed = self
-            .shared
-            .index
-            .get()
-            .map_or(0, |index| index[position].size);
+        let entry = &listing.entries[position];
         let len = bytes.as_slice().len();
-        if len as u64 != listed {
+        if len as u64 != entry.size {
             return Err(FormatError::SizeMismatch {
                 what: path,
-                expected: listed,
+                expected: entry.size,
                 found: len as u64,
             });
         }
         self.files += 1;
+        // Handed out by the thread that decoded it, and these are the bytes it checked:
+        // nothing left to do.
+        if listing.written[position].load(Ordering::Acquire)
+            && bytes
+                .digest()
+                .is_some_and(|digest| hex::encode(digest) == entry.sha256)
+        {
+            return Ok(());
+        }
         self.batch_bytes += len;
         self.batch.push((position, bytes));
         if self.batch_bytes >= BATCH_BYTES || self.batch.len() >= BATCH_FILES {
@@ -328,7 +398,7 @@ fn unpack_with<U: Unpack + ?Sized>(
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (queue_sender, queue) = mpsc::sync_channel(QUEUE);
     let shared = Shared {
-        index: OnceLock::new(),
+        listing: OnceLock::new(),
         queue: Mutex::new(queue),
         failure: Mutex::new(None),
         stop: AtomicBool::new(false),
@@ -345,7 +415,6 @@ fn unpack_with<U: Unpack + ?Sized>(
             queue: queue_sender,
             batch: Vec::new(),
             batch_bytes: 0,
-            positions: HashMap::new(),
             seen: Vec::new(),
             files: 0,
         };
@@ -365,7 +434,11 @@ fn unpack_with<U: Unpack + ?Sized>(
         return Err(failure);
     }
     let files = read?;
-    let index = shared.index.into_inner().unwrap_or_default();
+    let index = shared
+        .listing
+        .into_inner()
+        .map(|listing| listing.entries)
+        .unwrap_or_default();
     if files != index.len() {
         return Err(FormatError::IndexMismatch {
             reason: format!("index lists {} files, archive holds {files}", index.len()),
@@ -376,11 +449,11 @@ fn unpack_with<U: Unpack + ?Sized>(
 
 /// Runs the `tar` reader over a decrypted format-1 payload: frame by frame on every core
 /// when every frame declares its size within the budget, otherwise as one bounded stream.
-fn decode_v1(
+fn decode_v1<U: Unpack + ?Sized>(
     compressed: &[u8],
     limits: &Limits,
     threads: usize,
-    sink: &mut impl TarSink<Body = Body>,
+    sink: &mut Streaming<'_, '_, U>,
 ) -> Result<(), FormatError> {
     if threads > 1
         && let Some(frames) = frame_plan(compressed, limits)
@@ -407,14 +480,17 @@ fn decode_v1(
 /// the files' bytes straight from the decoded frames. A frame that fails wins over whatever
 /// the reader made of the bytes before it; files before it may have gone out already (the
 /// caller throws them away).
-fn read_frames(
+fn read_frames<U: Unpack + ?Sized>(
     source: &impl FrameSource,
     total: u64,
     limits: &Limits,
     threads: usize,
-    sink: &mut impl TarSink<Body = Body>,
+    sink: &mut Streaming<'_, '_, U>,
 ) -> Result<(), FormatError> {
-    let (read, decoded) = with_frame_reader(source, threads, FileHashes::Take, |reader| {
+    let shared = sink.shared;
+    let early = |frame: &[u8], files: &[FileDigest]| shared.hand_out_early(frame, files);
+    let hashes = FileHashes::Take(Some(&early));
+    let (read, decoded) = with_frame_reader(source, threads, hashes, |reader| {
         let cursor = Cursor::new(reader);
         let mut archive = tar::Archive::new(&cursor);
         let entries = archive

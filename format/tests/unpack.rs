@@ -466,3 +466,103 @@ fn a_file_hashed_where_its_frame_was_decoded_is_still_checked_against_the_index(
         victim.path
     );
 }
+
+// --- files handed out by the threads that decode their frames ------------------------------
+
+/// `tar` compressed as `packer` cuts it: the index entry alone in the first frame, then
+/// frames of whole entries of about 1 MiB, so that the threads that decode them find the
+/// files inside and hand out early the ones that match the index.
+fn cut_at_entries(tar: &[u8]) -> Vec<u8> {
+    let mut starts = vec![0];
+    let mut at = 0;
+    while at + 512 <= tar.len() {
+        let header = tar::Header::from_byte_slice(&tar[at..at + 512]);
+        if header.as_bytes().iter().all(|&b| b == 0) {
+            break; // the two zero blocks go with the last frame
+        }
+        at += 512 + (header.entry_size().unwrap() as usize).next_multiple_of(512);
+        if starts.len() == 1 || at - starts[starts.len() - 1] >= 1024 * 1024 {
+            starts.push(at);
+        }
+    }
+    starts.retain(|&start| start < at);
+    starts.push(tar.len());
+    starts.dedup();
+    let mut compressed = Vec::new();
+    for pair in starts.windows(2) {
+        compressed.extend(compress(&tar[pair[0]..pair[1]], 1).unwrap());
+    }
+    compressed
+}
+
+/// `open` and `open_into` both refuse `tar` cut at its entries; no `bad` path was handed
+/// out, and nothing twice (`Record` panics on that).
+fn refused_cut_at_entries(tar: &[u8], bad: &[&str]) -> FormatError {
+    let sealed = seal_payload(cut_at_entries(tar));
+    let header = pack_format::read_header(&sealed, &Limits::DEFAULT)
+        .unwrap()
+        .0;
+    assert!(header.segments.len() > 8, "{}", header.segments.len());
+    assert!(pack_format::open(&sealed, &ring(&key()), &Limits::DEFAULT).is_err());
+    let (result, record) = open_into(&sealed);
+    let err = result.unwrap_err();
+    for path in bad {
+        assert!(
+            !record.files.lock().unwrap().contains_key(*path),
+            "{path} was handed out"
+        );
+    }
+    err
+}
+
+#[test]
+fn a_tar_cut_at_its_entries_opens_into_exactly_its_files() {
+    let tar = big_tar_with(&[("z/late.md", b"listed")], &[("z/late.md", b"listed")]);
+    let sealed = seal_payload(cut_at_entries(&tar));
+    let opened = pack_format::open(&sealed, &ring(&key()), &Limits::DEFAULT).unwrap();
+    let (unpacked, record) = open_into(&sealed);
+    unpacked.unwrap();
+    assert_eq!(*record.files.lock().unwrap(), opened.payload.into_files());
+}
+
+#[test]
+fn a_file_listed_once_and_found_twice_goes_out_once_and_fails_the_pack() {
+    // The same bytes both times: each copy matches the index, the second is still refused.
+    let tar = big_tar_with(
+        &[("z/twice.md", b"same bytes")],
+        &[("z/twice.md", b"same bytes"), ("z/twice.md", b"same bytes")],
+    );
+    let err = refused_cut_at_entries(&tar, &[]);
+    assert!(
+        matches!(
+            err,
+            FormatError::UnsafeEntry {
+                reason: "duplicate path",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_file_whose_bytes_differ_from_the_index_is_not_handed_out_by_its_decoding_thread() {
+    let tar = big_tar_with(&[("z/late.md", b"original")], &[("z/late.md", b"modified")]);
+    let err = refused_cut_at_entries(&tar, &["z/late.md"]);
+    assert!(matches!(err, FormatError::HashMismatch { .. }), "{err}");
+}
+
+#[test]
+fn a_bad_frame_after_files_went_out_early_still_fails_the_pack() {
+    let tar = big_tar_with(&[], &[]);
+    let mut compressed = cut_at_entries(&tar);
+    // The last frame's last bytes: its checksum and the end of its data.
+    let end = compressed.len();
+    compressed[end - 40..].iter_mut().for_each(|b| *b ^= 0x55);
+    let sealed = seal_payload(compressed);
+    let (result, record) = open_into(&sealed);
+    assert!(result.is_err());
+    // Files of earlier frames did go out: the destination must throw them away (as
+    // `packer extract` does with its staging directory).
+    assert!(!record.files.lock().unwrap().is_empty());
+}
