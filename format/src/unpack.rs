@@ -172,11 +172,19 @@ struct Shared<'o, U: ?Sized> {
 struct Listing {
     entries: Vec<IndexEntry>,
     positions: HashMap<String, usize>,
+    /// Each entry's SHA-256 as bytes (`None` unless it is 64 lowercase hex digits: then no
+    /// file matches it).
+    digests: Vec<Option<[u8; 32]>>,
     /// Set by whoever hands the file out (a decoding thread or a worker), before it does.
     written: Vec<AtomicBool>,
 }
 
 impl Listing {
+    /// Whether `digest` is the SHA-256 the index lists at `position`.
+    fn lists(&self, position: usize, digest: &[u8; 32]) -> bool {
+        self.digests[position].as_ref() == Some(digest)
+    }
+
     /// Claims the file at `position` for the caller to hand out; false if someone has.
     fn claim(&self, position: usize) -> bool {
         !self.written[position].swap(true, Ordering::AcqRel)
@@ -211,7 +219,7 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
             let entry = &listing.entries[position];
             let bytes = &frame[file.range()];
             if entry.size != bytes.len() as u64
-                || hex::encode(file.sha256()) != entry.sha256
+                || !listing.lists(position, file.sha256())
                 || !listing.claim(position)
             {
                 continue;
@@ -320,9 +328,23 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
             .map_err(|e| FormatError::io("unpacking the index", e))?;
         self.seen = vec![false; index.len()];
         let written = index.iter().map(|_| AtomicBool::new(false)).collect();
+        let digests = index
+            .iter()
+            .map(|entry| {
+                // Lowercase only, as the check behind the reader compares the text.
+                let lowercase = entry
+                    .sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                let mut digest = [0; 32];
+                let decoded = hex::decode_to_slice(&entry.sha256, &mut digest).is_ok();
+                (lowercase && decoded).then_some(digest)
+            })
+            .collect();
         let _ = self.shared.listing.set(Listing {
             entries: index,
             positions,
+            digests,
             written,
         });
         Ok(())
@@ -362,7 +384,7 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
         if listing.written[position].load(Ordering::Acquire)
             && bytes
                 .digest()
-                .is_some_and(|digest| hex::encode(digest) == entry.sha256)
+                .is_some_and(|digest| listing.lists(position, &digest))
         {
             return Ok(());
         }

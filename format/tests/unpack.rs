@@ -566,3 +566,20 @@ fn a_bad_frame_after_files_went_out_early_still_fails_the_pack() {
     // `packer extract` does with its staging directory).
     assert!(!record.files.lock().unwrap().is_empty());
 }
+
+#[test]
+fn an_index_digest_in_uppercase_matches_no_file_wherever_it_is_checked() {
+    let tar = big_tar_with(&[("z/late.md", b"upper")], &[("z/late.md", b"upper")]);
+    let lower = pack_format::sha256_hex(b"upper");
+    let mut tar = tar;
+    let at = tar
+        .windows(lower.len())
+        .position(|w| w == lower.as_bytes())
+        .unwrap();
+    tar[at..at + lower.len()].make_ascii_uppercase();
+    let err = refused_cut_at_entries(&tar, &["z/late.md"]);
+    assert!(
+        matches!(&err, FormatError::HashMismatch { what, .. } if what == "z/late.md"),
+        "{err}"
+    );
+}
