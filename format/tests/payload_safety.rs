@@ -207,16 +207,7 @@ fn duplicate_paths_are_rejected() {
         (b"a.hbs", tar::EntryType::Regular, b"one", b""),
     ]);
     let err = Payload::from_tar(&tar, &Limits::DEFAULT).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            FormatError::UnsafeEntry {
-                reason: "duplicate path",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_duplicate_path(&err);
 }
 
 #[test]

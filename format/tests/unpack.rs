@@ -180,9 +180,14 @@ fn big_tar_with(listed: &[(&str, &[u8])], hostile: &[(&str, &[u8])]) -> Vec<u8> 
 /// `open` and `open_into` both refuse `tar`, and nothing `open_into` handed out is one
 /// of the `bad` paths.
 fn refused(tar: &[u8], bad: &[&str]) -> FormatError {
-    let sealed = seal_tar(tar);
-    assert!(pack_format::open(&sealed, &ring(&key()), &Limits::DEFAULT).is_err());
-    let (result, record) = open_into(&sealed);
+    refused_sealed(&seal_tar(tar), bad)
+}
+
+/// `open` and `open_into` both refuse `sealed`, nothing `open_into` handed out is one of the
+/// `bad` paths, and nothing went out twice (`Record` panics on that).
+fn refused_sealed(sealed: &[u8], bad: &[&str]) -> FormatError {
+    assert!(pack_format::open(sealed, &ring(&key()), &Limits::DEFAULT).is_err());
+    let (result, record) = open_into(sealed);
     let err = result.unwrap_err();
     for path in bad {
         assert!(
@@ -222,16 +227,7 @@ fn extra_missing_and_duplicate_files_fail_the_pack() {
         &[("z/twice.md", b"one"), ("z/twice.md", b"one")],
     );
     let err = refused(&tar, &[]);
-    assert!(
-        matches!(
-            err,
-            FormatError::UnsafeEntry {
-                reason: "duplicate path",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_duplicate_path(&err);
 }
 
 #[test]
@@ -495,24 +491,14 @@ fn cut_at_entries(tar: &[u8]) -> Vec<u8> {
     compressed
 }
 
-/// `open` and `open_into` both refuse `tar` cut at its entries; no `bad` path was handed
-/// out, and nothing twice (`Record` panics on that).
+/// [`refused_sealed`] of `tar` cut at its entries, in many frames.
 fn refused_cut_at_entries(tar: &[u8], bad: &[&str]) -> FormatError {
     let sealed = seal_payload(cut_at_entries(tar));
     let header = pack_format::read_header(&sealed, &Limits::DEFAULT)
         .unwrap()
         .0;
     assert!(header.segments.len() > 8, "{}", header.segments.len());
-    assert!(pack_format::open(&sealed, &ring(&key()), &Limits::DEFAULT).is_err());
-    let (result, record) = open_into(&sealed);
-    let err = result.unwrap_err();
-    for path in bad {
-        assert!(
-            !record.files.lock().unwrap().contains_key(*path),
-            "{path} was handed out"
-        );
-    }
-    err
+    refused_sealed(&sealed, bad)
 }
 
 #[test]
@@ -533,16 +519,7 @@ fn a_file_listed_once_and_found_twice_goes_out_once_and_fails_the_pack() {
         &[("z/twice.md", b"same bytes"), ("z/twice.md", b"same bytes")],
     );
     let err = refused_cut_at_entries(&tar, &[]);
-    assert!(
-        matches!(
-            err,
-            FormatError::UnsafeEntry {
-                reason: "duplicate path",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_duplicate_path(&err);
 }
 
 #[test]

@@ -3,8 +3,8 @@
 
 use pack_format::channel::SignedChannel;
 use pack_format::{
-    ChannelDocument, ChannelEntry, ContentKey, ContentKeyRing, EntryTarget, Limits, PackRef,
-    Payload, PayloadFile, SealInput, SigningKey, TrustedKeys,
+    ChannelDocument, ChannelEntry, ContentKey, ContentKeyRing, EntryTarget, FormatError, Limits,
+    PackRef, Payload, PayloadFile, SealInput, SigningKey, TrustedKeys,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -98,4 +98,19 @@ pub fn signer() -> Signer {
 
 pub fn signed(signer: &Signer, sequence: u64) -> SignedChannel {
     document(sequence).sign(&signer.key).unwrap()
+}
+
+/// Fails unless `err` refuses a path found twice in the archive.
+#[track_caller]
+pub fn assert_duplicate_path(err: &FormatError) {
+    assert!(
+        matches!(
+            err,
+            FormatError::UnsafeEntry {
+                reason: "duplicate path",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
