@@ -391,9 +391,12 @@ async fn a_publish_racing_a_replacement_never_releases_bytes_the_record_left(env
     ];
     let started = Instant::now();
     let (mut published, mut replaced) = (0usize, 0usize);
-    // How long the last replacement took: the publish starts at a point inside that span
-    // that moves from round to round, so the two meet at every stage of each other.
-    let mut span = Duration::from_millis(5);
+    // How long the last replacement and the last publish took: one of the two starts at a
+    // point inside the other's span that moves from round to round (the publish late in some
+    // rounds, the replacement in others), so the two meet at every stage of each other
+    // whichever is the slower on this machine.
+    let mut upload_span = Duration::from_millis(5);
+    let mut publish_span = Duration::from_millis(5);
     let mut sequence = 1;
     let mut round = 0;
     while round < ROUNDS && started.elapsed() < TIME {
@@ -403,23 +406,30 @@ async fn a_publish_racing_a_replacement_never_releases_bytes_the_record_left(env
         let (sha_old, sha_new) = (pack_format::sha256_hex(&old), pack_format::sha256_hex(&new));
         assert_eq!(upload(&nodes[0], &old).await.status(), StatusCode::CREATED);
         let body = fx.publish_body(&fx.document("race", sequence, &old, "race"));
-        let delay = span.mul_f64((round % 7) as f64 / 6.0);
+        // From -1 (the replacement starts a whole publish late) to 1 (the publish starts a
+        // whole replacement late), in 13 steps.
+        let phase = (round % 13) as f64 / 6.0 - 1.0;
+        let publish_delay = upload_span.mul_f64(phase.max(0.0));
+        let upload_delay = publish_span.mul_f64((-phase).max(0.0));
         let (publisher, uploader) = (nodes[round % 2].clone(), nodes[(round + 1) % 2].clone());
         let publishing = tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep(publish_delay).await;
+            let at = Instant::now();
             let r = publish(&publisher, "race", &body).await;
             let status = r.status();
-            (status, r.text().await.unwrap())
+            (status, r.text().await.unwrap(), at.elapsed())
         });
         let replacing = tokio::spawn(async move {
+            tokio::time::sleep(upload_delay).await;
             let at = Instant::now();
             let r = upload(&uploader, &new).await;
             let status = r.status();
             (status, r.text().await.unwrap(), at.elapsed())
         });
-        let (published_status, published_text) = publishing.await.unwrap();
-        let (replaced_status, replaced_text, took) = replacing.await.unwrap();
-        span = took;
+        let (published_status, published_text, published_took) = publishing.await.unwrap();
+        let (replaced_status, replaced_text, replaced_took) = replacing.await.unwrap();
+        publish_span = published_took;
+        upload_span = replaced_took;
         let record = recorded(&nodes[round % 2], "core", &version).await;
         match (published_status, replaced_status) {
             (StatusCode::CREATED, StatusCode::CONFLICT) => {
