@@ -136,8 +136,9 @@ impl FrameSource for PlainFrames<'_> {
 /// An authenticated frame's checksum (XXH64 of what it decodes to, when the frame has one)
 /// is not checked: the segment's GCM tag already authenticated every byte the frame is
 /// decoded from, and every file it holds is still checked against its SHA-256 in the index.
-/// Hashing every decoded byte a second time was 2-3% of an extract's CPU samples (BENCHMARKS.md).
-/// Frames that nothing authenticated (a bare `tar.zst`, a format-1 payload) keep the check.
+/// Hashing every decoded byte a second time was 2-3% of an extract's CPU samples
+/// (BENCHMARKS.md). Frames that nothing authenticated (a bare `tar.zst`, a format-1
+/// payload) keep the check.
 pub(crate) fn frame_context(authenticated: bool) -> zstd::zstd_safe::DCtx<'static> {
     let mut context = zstd::zstd_safe::DCtx::create();
     if authenticated {
