@@ -194,7 +194,7 @@ pub(crate) type HandOut<'h> = dyn Fn(&[u8], &[FileDigest]) + Sync + 'h;
 pub(crate) enum FileHashes<'h> {
     /// Take them, and give each frame with its files to the function first, on the thread
     /// that decoded it, before the reader gets the frame.
-    Take(Option<&'h HandOut<'h>>),
+    Take(&'h HandOut<'h>),
     Skip,
 }
 
@@ -227,11 +227,9 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                         match source.decode(number, &mut scratch, &mut context, &mut out) {
                             Ok(()) => {
                                 let digests = match hashes {
-                                    FileHashes::Take(early) => {
+                                    FileHashes::Take(hand_out) => {
                                         let digests = file_digests(&out);
-                                        if let Some(early) = early {
-                                            early(&out, &digests);
-                                        }
+                                        hand_out(&out, &digests);
                                         digests
                                     }
                                     FileHashes::Skip => Vec::new(),
@@ -925,7 +923,19 @@ mod tests {
             decoded.unwrap();
             taken
         };
-        assert_eq!(digests_taken(FileHashes::Take(None)), payload.index().len());
+        // The hand-out sees every file of every frame, on the decoding threads.
+        let handed = std::sync::atomic::AtomicUsize::new(0);
+        let count = |_: &[u8], files: &[FileDigest]| {
+            handed.fetch_add(files.len(), std::sync::atomic::Ordering::Relaxed);
+        };
+        assert_eq!(
+            digests_taken(FileHashes::Take(&count)),
+            payload.index().len()
+        );
+        assert_eq!(
+            handed.load(std::sync::atomic::Ordering::Relaxed),
+            payload.index().len()
+        );
         assert_eq!(digests_taken(FileHashes::Skip), 0);
     }
 

@@ -511,7 +511,7 @@ fn read_frames<U: Unpack + ?Sized>(
 ) -> Result<(), FormatError> {
     let shared = sink.shared;
     let early = |frame: &[u8], files: &[FileDigest]| shared.hand_out_early(frame, files);
-    let hashes = FileHashes::Take(Some(&early));
+    let hashes = FileHashes::Take(&early);
     let (read, decoded) = with_frame_reader(source, threads, hashes, |reader| {
         let cursor = Cursor::new(reader);
         let mut archive = tar::Archive::new(&cursor);

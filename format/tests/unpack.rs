@@ -483,7 +483,6 @@ fn cut_at_entries(tar: &[u8]) -> Vec<u8> {
     }
     starts.retain(|&start| start < at);
     starts.push(tar.len());
-    starts.dedup();
     let mut compressed = Vec::new();
     for pair in starts.windows(2) {
         compressed.extend(compress(&tar[pair[0]..pair[1]], 1).unwrap());
