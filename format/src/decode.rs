@@ -199,10 +199,11 @@ pub(crate) enum FileHashes<'h> {
 }
 
 /// Decodes the frames of `source` on up to `threads` threads and runs `read` over them in
-/// order. Each thread takes the next frame not yet taken, so a thread that drew a large frame
-/// does not hold the others back; no thread takes a frame more than [`AHEAD_PER_THREAD`]
-/// frames per thread ahead of the one the reader waits for, and every frame is decoded into
-/// a buffer of exactly its size. Also returns the first failure, by frame order; after a
+/// order. No thread takes a frame more than [`AHEAD_PER_THREAD`] frames per thread ahead of
+/// the one the reader waits for; within that reach a thread takes the frame the reader waits
+/// for if no thread has, else the largest frame not yet taken ([`DecodedState::pick`]), so
+/// that a thread that drew a large frame does not hold the others back and the threads
+/// finish together; and every frame is decoded into a buffer of exactly its size. Also returns the first failure, by frame order; after a
 /// failed frame the reader saw the stream end early.
 pub(crate) fn with_frame_reader<S: FrameSource, T>(
     source: &S,
@@ -212,7 +213,8 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
 ) -> (T, Result<(), FormatError>) {
     let count = source.count();
     let workers = threads.clamp(1, count.max(1));
-    let decoded = Arc::new(Decoded::new(count, workers * AHEAD_PER_THREAD));
+    let lens = (0..count).map(|number| source.len(number)).collect();
+    let decoded = Arc::new(Decoded::new(lens, workers * AHEAD_PER_THREAD));
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
@@ -290,8 +292,12 @@ struct Decoded {
 }
 
 struct DecodedState {
-    /// The next frame a decoding thread takes.
-    taken: usize,
+    /// Each frame's decoded length, as its source declares it.
+    lens: Vec<u64>,
+    /// Which frames a decoding thread took.
+    taken: Vec<bool>,
+    /// How many frames no thread has taken yet.
+    untaken: usize,
     /// The frame the reader wants next.
     wanted: usize,
     /// Decoded frames the reader has not taken, by number, with their files' digests.
@@ -305,11 +311,33 @@ struct DecodedState {
     closed: bool,
 }
 
+impl DecodedState {
+    /// Which frame before `reach` a thread takes: the one the reader waits for if no thread
+    /// has taken it, else the largest not taken (the first of equals). Taking the reader's
+    /// frame first keeps it from waiting behind frames it reads later; taking the largest
+    /// next leaves the short frames of each stretch, and of the pack, for last, when the
+    /// threads would otherwise finish one after the other (one 12 MB frame decoded, hashed
+    /// and written alone at the end while the other thread has nothing left). The frames
+    /// before `wanted` were all taken, so the search starts there.
+    fn pick(&self, reach: usize) -> Option<usize> {
+        let from = self.wanted.min(reach);
+        if from < reach && !self.taken[from] {
+            return Some(from);
+        }
+        (from..reach)
+            .filter(|&number| !self.taken[number])
+            .max_by_key(|&number| (self.lens[number], std::cmp::Reverse(number)))
+    }
+}
+
 impl Decoded {
-    fn new(count: usize, ahead: usize) -> Self {
+    fn new(lens: Vec<u64>, ahead: usize) -> Self {
+        let count = lens.len();
         Decoded {
             state: Mutex::new(DecodedState {
-                taken: 0,
+                lens,
+                taken: vec![false; count],
+                untaken: count,
                 wanted: 0,
                 ready: BTreeMap::new(),
                 spent: Vec::new(),
@@ -330,17 +358,23 @@ impl Decoded {
         self.changed.wait(state).unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next frame to decode, once it is within reach of the reader; `None` when no frame
-    /// is left to decode.
+    /// The next frame to decode, once one is within reach of the reader; `None` when no
+    /// frame is left to decode.
     fn take(&self) -> Option<usize> {
         let mut state = self.lock();
         loop {
-            if state.taken >= self.count || state.failed.is_some() {
+            if state.untaken == 0 || state.failed.is_some() {
                 return None;
             }
-            if state.closed || state.taken < state.wanted + self.ahead {
-                state.taken += 1;
-                return Some(state.taken - 1);
+            let reach = if state.closed {
+                self.count
+            } else {
+                self.count.min(state.wanted + self.ahead)
+            };
+            if let Some(number) = state.pick(reach) {
+                state.taken[number] = true;
+                state.untaken -= 1;
+                return Some(number);
             }
             state = self.wait(state);
         }
@@ -369,7 +403,7 @@ impl Decoded {
             return;
         }
         let mut state = self.lock();
-        if state.taken >= self.count {
+        if state.untaken == 0 {
             return;
         }
         state.spent.push(buffer);
@@ -1320,6 +1354,36 @@ mod tests {
         late.patience = std::time::Duration::from_millis(300);
         let (_, decoded) = read_all(&late, 2);
         assert_eq!(decoded.unwrap_err(), "malformed test: held back");
+    }
+
+    #[test]
+    fn a_thread_takes_the_frame_the_reader_waits_for_and_then_the_largest_within_reach() {
+        let decoded = Decoded::new(vec![1, 2, 3, 9, 1, 9, 8, 2], 4);
+        let mut state = decoded.lock();
+        let take = |state: &mut DecodedState, reach: usize| {
+            let number = state.pick(reach)?;
+            state.taken[number] = true;
+            Some(number)
+        };
+        // The reader waits for frame 0: that first, then the largest of 1-3, not the next.
+        assert_eq!(take(&mut state, 4), Some(0));
+        assert_eq!(take(&mut state, 4), Some(3));
+        assert_eq!(take(&mut state, 4), Some(2));
+        assert_eq!(take(&mut state, 4), Some(1));
+        assert_eq!(take(&mut state, 4), None, "nothing else within reach");
+        // The reader has frames 0 and 1 and waits for 2, taken already: the largest within
+        // reach (5, 9 bytes, before 6's 8), then the next largest; of equals the first.
+        state.wanted = 2;
+        assert_eq!(take(&mut state, 6), Some(5));
+        assert_eq!(take(&mut state, 8), Some(6));
+        state.lens[4] = 2;
+        assert_eq!(take(&mut state, 8), Some(4));
+        assert_eq!(take(&mut state, 8), Some(7));
+        assert_eq!(take(&mut state, 8), None);
+        // The reader waits for a frame no thread took: that one, however small.
+        state.taken[7] = false;
+        state.wanted = 7;
+        assert_eq!(take(&mut state, 8), Some(7));
     }
 
     #[test]
