@@ -363,18 +363,22 @@ impl Decoded {
     fn take(&self) -> Option<usize> {
         let mut state = self.lock();
         loop {
-            if state.untaken == 0 || state.failed.is_some() {
-                return None;
-            }
+            // No frame from the first that failed on is taken; the frames before it still
+            // are (a larger frame after them may have been taken, and failed, first): the
+            // reader reads up to the failed frame, and an earlier failure wins.
+            let end = state.failed.unwrap_or(self.count);
             let reach = if state.closed {
-                self.count
+                end
             } else {
-                self.count.min(state.wanted + self.ahead)
+                end.min(state.wanted + self.ahead)
             };
             if let Some(number) = state.pick(reach) {
                 state.taken[number] = true;
                 state.untaken -= 1;
                 return Some(number);
+            }
+            if state.untaken == 0 || (state.wanted..end).all(|number| state.taken[number]) {
+                return None;
             }
             state = self.wait(state);
         }
@@ -1394,6 +1398,23 @@ mod tests {
         let (read, decoded) = read_all(&source, 3);
         assert_eq!(decoded.unwrap_err(), "malformed test: frame 2");
         assert_eq!(read, vec![0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn a_large_frame_that_fails_first_does_not_leave_the_frames_before_it_undecoded() {
+        // Frame 3, the largest, is taken before 1 and 2 and fails while 0 waits for it; 1
+        // and 2 are still decoded, the reader reads 0-2, and frame 3's error is the one. On a
+        // thread of its own, so that a reader left waiting fails the test instead of hanging.
+        let (done_to, done) = mpsc::channel();
+        std::thread::spawn(move || {
+            let source = Scripted::new(vec![1, 1, 1, 9, 1], 0, 3, vec![3]);
+            let _ = done_to.send(read_all(&source, 2));
+        });
+        let (read, decoded) = done
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the reader was left waiting for a frame before the failed one");
+        assert_eq!(decoded.unwrap_err(), "malformed test: frame 3");
+        assert_eq!(read, vec![0, 1, 2]);
     }
 
     #[test]
