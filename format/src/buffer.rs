@@ -237,11 +237,21 @@ mod tests {
             );
             return;
         }
-        let start = format!("{:x}-", map.as_ptr() as usize);
+        // The area that holds the mapping: the kernel may have merged it with a neighbour
+        // another test's thread mapped with the same flags, so it need not start there.
+        let at = map.as_ptr() as usize;
+        let holds = |line: &str| {
+            let range = line.split_whitespace().next().unwrap_or("");
+            let Some((start, end)) = range.split_once('-') else {
+                return false;
+            };
+            let bound = |hex| usize::from_str_radix(hex, 16).ok();
+            matches!((bound(start), bound(end)), (Some(start), Some(end)) if start <= at && at < end)
+        };
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let flags = smaps
             .lines()
-            .skip_while(|line| !line.starts_with(&start))
+            .skip_while(|line| !holds(line))
             .find_map(|line| line.strip_prefix("VmFlags:"))
             .expect("the mapping is in /proc/self/smaps");
         assert!(
