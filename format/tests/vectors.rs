@@ -507,8 +507,9 @@ fn computed_frames_vector() -> Value {
             path replaced by 0, 1, 2, ... as four digits; a file's bytes are the lines \
             `{path} {n}\\n` for n = 0, 1, 2, ... one after the other, cut to `size` bytes. \
             `frames` is the cut: each frame's length of tar and its SHA-256. The compressed \
-            and sealed SHA-256s are this implementation's (zstd 1.5.7 at `zstd_level`, the \
-            secrets, keys, name \"vector\", version 1.0.0 and schema 1 of pack-v2.json).",
+            and sealed SHA-256s are this implementation's (zstd 1.5.7 at `zstd_level` in \
+            blocks of at most 131,071 bytes, the secrets, keys, name \"vector\", version \
+            1.0.0 and schema 1 of pack-v2.json).",
         "mtime": inputs["mtime"],
         "zstd_level": inputs["zstd_level"],
         "cases": cases,
