@@ -83,8 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut buffer = vec![0xa5; largest];
     let (decompress, decoded) = best(|| decode_each(&frames, &mut buffer));
     decoded?;
-    let tar = pack_format::decompress(&compressed, &limits)?;
-    let payload = pack_format::Payload::from_tar(&tar, &limits)?;
+    let payload = pack_format::open(&sealed, &keys, &limits)?.payload;
     let files = payload.files();
     let (hash, digests) = best(|| {
         files
@@ -105,8 +104,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok(())
     });
+    // Nothing left behind, whether the writes went through or not.
+    let removed = if out.exists() {
+        std::fs::remove_dir_all(out)
+    } else {
+        Ok(())
+    };
     written?;
-    std::fs::remove_dir_all(out)?;
+    removed?;
 
     let bytes: usize = files.values().map(Vec::len).sum();
     let total = read + decrypt + decompress + hash + write;

@@ -203,8 +203,9 @@ pub(crate) enum FileHashes<'h> {
 /// the one the reader waits for; within that reach a thread takes the frame the reader waits
 /// for if no thread has, else the largest frame not yet taken ([`DecodedState::pick`]), so
 /// that a thread that drew a large frame does not hold the others back and the threads
-/// finish together; and every frame is decoded into a buffer of exactly its size. Also returns the first failure, by frame order; after a
-/// failed frame the reader saw the stream end early.
+/// finish together; and every frame is decoded into a buffer of exactly its size. Also
+/// returns the first failure, by frame order; after a failed frame the reader saw the stream
+/// end early.
 pub(crate) fn with_frame_reader<S: FrameSource, T>(
     source: &S,
     threads: usize,

@@ -801,15 +801,8 @@ mod tests {
     fn frames_are_cut_into_blocks_one_byte_short_of_128_kib() {
         // Random bytes: stored raw, so each block's header says how much of the frame it
         // holds. Blocks of 128 KiB would have zstd 1.5.7 search each for a better end.
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let bytes: Vec<u8> = (0..3 * 128 * 1024 + 10)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 24) as u8
-            })
-            .collect();
+        let mut bytes = vec![0u8; 3 * 128 * 1024 + 10];
+        rand::fill(&mut bytes[..]);
         let frame = compressor(3).unwrap().compress(&bytes).unwrap();
         let lens = raw_block_lens(&frame);
         assert_eq!(lens.iter().sum::<usize>(), bytes.len());
