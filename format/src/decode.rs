@@ -198,6 +198,10 @@ pub(crate) enum FileHashes<'h> {
     Skip,
 }
 
+/// The name of every thread [`with_frame_reader`] starts, as a panic message or a profiler
+/// shows it.
+pub(crate) const DECODING_THREAD: &str = "pack-decode";
+
 /// Decodes the frames of `source` on up to `threads` threads and runs `read` over them in
 /// order. No thread takes a frame more than [`AHEAD_PER_THREAD`] frames per thread ahead of
 /// the one the reader waits for; within that reach a thread takes the frame the reader waits
@@ -220,7 +224,8 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 let decoded = &decoded;
-                scope.spawn(move || {
+                let thread = std::thread::Builder::new().name(DECODING_THREAD.to_string());
+                let spawned = thread.spawn_scoped(scope, move || {
                     let mut context = frame_context(S::AUTHENTICATED);
                     let mut scratch = S::Scratch::default();
                     let mut failed = None;
@@ -246,7 +251,9 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                         }
                     }
                     failed
-                })
+                });
+                // As `scope.spawn` would: the reader cannot go on without its decoders.
+                spawned.unwrap_or_else(|e| panic!("cannot start a thread to decode frames: {e}"))
             })
             .collect();
         // `read` drops the reader when it returns, which unblocks the decoders.

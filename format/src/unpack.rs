@@ -687,3 +687,105 @@ impl Seek for &Cursor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::{ContentKey, Payload, PayloadFile, SealInput};
+
+    /// Counts the files handed out on the threads that decode frames and on any other.
+    #[derive(Default)]
+    struct ByThread {
+        decoding: AtomicUsize,
+        other: AtomicUsize,
+    }
+
+    impl Unpack for ByThread {
+        fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
+            Ok(())
+        }
+
+        fn file(&self, _path: &str, _bytes: &[u8]) -> std::io::Result<()> {
+            let on = std::thread::current();
+            let count = if on.name() == Some(crate::decode::DECODING_THREAD) {
+                &self.decoding
+            } else {
+                &self.other
+            };
+            count.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// The early hand-out is what keeps a file's bytes in the cache of the core that
+    /// decoded them; were it lost, every pack would still open, only slower, so this test
+    /// is what notices.
+    #[test]
+    fn files_of_frames_decoded_after_the_index_go_out_from_the_threads_that_decoded_them() {
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            use std::io::Write as _;
+            let _ = std::io::stderr().write_all(
+                b"\nSKIPPED: files_of_frames_decoded_after_the_index_go_out_from_the_threads_that_decoded_them (one core: frames are decoded where they are read)\n",
+            );
+            return;
+        }
+        // 300 files of 100 kB: 30 MB of file data, cut into an index frame and seven file
+        // frames (2, 4, 8, 8, 4, 2 and 2 MiB). The decoders take at most four frames ahead
+        // of the one the reader waits for, so the last frames are decoded after the reader
+        // has read the index, and their files can go out where they were decoded.
+        let words = [
+            "the",
+            "agent",
+            "reads",
+            "{{persona}}",
+            "tool",
+            "never",
+            "file",
+        ];
+        let mut state = 7u64;
+        let files: Vec<PayloadFile> = (0..300)
+            .map(|i| {
+                let mut bytes = Vec::with_capacity(100_010);
+                while bytes.len() < 100_000 {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    bytes.extend_from_slice(words[(state >> 33) as usize % words.len()].as_bytes());
+                    bytes.push(if state.is_multiple_of(11) {
+                        b'\n'
+                    } else {
+                        b' '
+                    });
+                }
+                PayloadFile {
+                    path: format!("docs/part-{i:03}.md"),
+                    bytes,
+                }
+            })
+            .collect();
+        let payload = Payload::new(files, &Limits::DEFAULT).unwrap();
+        let version = semver::Version::new(1, 0, 0);
+        let input = SealInput {
+            name: "early",
+            version: &version,
+            schema: 1,
+            payload: &payload,
+            mtime: 0,
+            zstd_level: 1,
+        };
+        let key = ContentKey::from_parts("early", [5; 32]).unwrap();
+        let sealed = crate::pack::seal(&input, &[&key]).unwrap();
+        let out = ByThread::default();
+        let keys = ContentKeyRing::new([key]);
+        open_into(&sealed, &keys, &Limits::DEFAULT, &out).unwrap();
+        let decoding = out.decoding.load(Ordering::Relaxed);
+        let other = out.other.load(Ordering::Relaxed);
+        assert_eq!(decoding + other, 300);
+        assert!(
+            decoding > 0,
+            "no file went out from a decoding thread ({other} from the others)"
+        );
+    }
+}
