@@ -90,6 +90,7 @@ fn pack(version: &str, key: &ContentKey, seed: u64) -> Vec<u8> {
     let payload = Payload::new(files, &Limits::DEFAULT).unwrap();
     let version: semver::Version = version.parse().unwrap();
     let input = SealInput {
+        format: pack_format::FORMAT_VERSION,
         name: "builtin",
         version: &version,
         schema: 1,

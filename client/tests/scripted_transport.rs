@@ -92,6 +92,7 @@ fn release(version: &str) -> Release {
     let version: semver::Version = version.parse().unwrap();
     let sealed = pack_format::seal(
         &SealInput {
+            format: pack_format::FORMAT_VERSION,
             name: "builtin",
             version: &version,
             schema: 1,

@@ -104,6 +104,7 @@ fn main() -> Result<()> {
     let seal_ours = || -> Result<()> {
         let payload = read_tree(&tree)?;
         let input = SealInput {
+            format: pack_format::FORMAT_VERSION,
             name: "bench",
             version: &version,
             schema: 1,

@@ -9,6 +9,7 @@ use std::io::Read;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 
 use crate::buffer::FrameBuffer;
+use crate::digest::DigestRule;
 use crate::layout::{FRAME_LEN, INDEX_PATH, MIN_FRAME_LEN};
 use crate::payload::Payload;
 use crate::{FormatError, Limits};
@@ -28,18 +29,29 @@ impl Payload {
     /// frame without a size, sizes over the budget, a frame that fails) takes the streaming
     /// path, which gives the same result, errors included.
     pub fn from_tar_zst(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
+        Self::from_tar_zst_as(compressed, limits, None)
+    }
+
+    /// [`Payload::from_tar_zst`] whose index must digest by `expect` when given (the
+    /// container's rule).
+    pub(crate) fn from_tar_zst_as(
+        compressed: &[u8],
+        limits: &Limits,
+        expect: Option<DigestRule>,
+    ) -> Result<Self, FormatError> {
         if compressed.len() < PIPELINE_MIN_LEN {
-            return Self::from_tar_zst_serial(compressed, limits);
+            return Self::from_tar_zst_serial(compressed, limits, expect);
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         if threads > 1
             && let Some(frames) = frame_plan(compressed, limits)
             && frames.len() > 1
-            && let Some(result) = Self::from_frames_parallel(compressed, &frames, limits, threads)
+            && let Some(result) =
+                Self::from_frames_parallel(compressed, &frames, limits, threads, expect)
         {
             return result;
         }
-        Self::from_tar_zst_pipelined(compressed, limits)
+        Self::from_tar_zst_pipelined(compressed, limits, expect)
     }
 
     /// Decodes `frames` on up to `threads` threads while the `tar` reader reads them in
@@ -50,24 +62,33 @@ impl Payload {
         frames: &[Frame],
         limits: &Limits,
         threads: usize,
+        expect: Option<DigestRule>,
     ) -> Option<Result<Self, FormatError>> {
         let total: u64 = frames.iter().map(|f| f.content_len).sum();
         let source = PlainFrames { compressed, frames };
         let (parsed, decoded) = with_frame_reader(&source, threads, FileHashes::Skip, |reader| {
-            Self::read_tar(reader, limits, total)
+            Self::read_tar(reader, limits, total, expect)
         });
         decoded.is_ok().then_some(parsed)
     }
 
-    fn from_tar_zst_serial(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
+    fn from_tar_zst_serial(
+        compressed: &[u8],
+        limits: &Limits,
+        expect: Option<DigestRule>,
+    ) -> Result<Self, FormatError> {
         let tar = decompress(compressed, limits)?;
-        Self::from_tar(&tar, limits)
+        Self::read_tar(tar.as_slice(), limits, tar.len() as u64, expect)
     }
 
-    fn from_tar_zst_pipelined(compressed: &[u8], limits: &Limits) -> Result<Self, FormatError> {
+    fn from_tar_zst_pipelined(
+        compressed: &[u8],
+        limits: &Limits,
+        expect: Option<DigestRule>,
+    ) -> Result<Self, FormatError> {
         let budget = limits.decompressed_budget(compressed.len() as u64);
         with_chunk_reader(compressed, limits, |reader| {
-            Self::read_tar(reader, limits, budget)
+            Self::read_tar(reader, limits, budget, expect)
         })
     }
 }
@@ -194,7 +215,7 @@ pub(crate) type HandOut<'h> = dyn Fn(&[u8], &[FileDigest]) + Sync + 'h;
 pub(crate) enum FileHashes<'h> {
     /// Take them, and give each frame with its files to the function first, on the thread
     /// that decoded it, before the reader gets the frame.
-    Take(&'h HandOut<'h>),
+    Take(&'h HandOut<'h>, DigestRule),
     Skip,
 }
 
@@ -235,8 +256,8 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                         match source.decode(number, &mut scratch, &mut context, &mut out) {
                             Ok(()) => {
                                 let digests = match hashes {
-                                    FileHashes::Take(hand_out) => {
-                                        let digests = file_digests(&out);
+                                    FileHashes::Take(hand_out, rule) => {
+                                        let digests = file_digests(&out, rule);
                                         hand_out(&out, &digests);
                                         digests
                                     }
@@ -659,7 +680,7 @@ impl FileDigest {
 /// when it covers exactly that file's bytes in the same frame
 /// ([`DecodedFrame::digest_of`]); a walk that went astray on a crafted frame costs time,
 /// never a check.
-fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
+fn file_digests(frame: &[u8], rule: DigestRule) -> Vec<FileDigest> {
     const BLOCK: usize = 512;
     let mut files = Vec::new();
     let mut at = 0;
@@ -684,7 +705,7 @@ fn file_digests(frame: &[u8]) -> Vec<FileDigest> {
         .iter()
         .map(|(_, range)| &frame[range.clone()])
         .collect();
-    let digests = crate::digest::sha256_each(&bytes);
+    let digests = rule.each(&bytes);
     files
         .into_iter()
         .zip(digests)
@@ -860,8 +881,8 @@ mod tests {
 
     fn assert_same(compressed: &[u8], limits: &Limits) {
         assert_eq!(
-            outcome(Payload::from_tar_zst_pipelined(compressed, limits)),
-            outcome(Payload::from_tar_zst_serial(compressed, limits)),
+            outcome(Payload::from_tar_zst_pipelined(compressed, limits, None)),
+            outcome(Payload::from_tar_zst_serial(compressed, limits, None)),
         );
     }
 
@@ -931,7 +952,7 @@ mod tests {
         assert!(frames.len() > 2, "several frames: {}", frames.len());
         let mut hashed = 0;
         for frame in &frames {
-            let digests = file_digests(frame);
+            let digests = file_digests(frame, DigestRule::Bytes);
             let found: Vec<_> = digests.iter().map(|d| (d.start, d.len)).collect();
             let files: Vec<_> = files_in(frame)
                 .into_iter()
@@ -975,7 +996,7 @@ mod tests {
             handed.fetch_add(files.len(), std::sync::atomic::Ordering::Relaxed);
         };
         assert_eq!(
-            digests_taken(FileHashes::Take(&count)),
+            digests_taken(FileHashes::Take(&count, DigestRule::Bytes)),
             payload.index().len()
         );
         assert_eq!(
@@ -989,7 +1010,7 @@ mod tests {
     fn a_digest_serves_only_exactly_the_bytes_it_was_taken_of() {
         let compressed = big_payload().to_tar_zst(7, 3).unwrap();
         let frame = &frames_of(&compressed)[1];
-        let digests = file_digests(frame);
+        let digests = file_digests(frame, DigestRule::Bytes);
         let first = &digests[0];
         let (start, end) = (first.start, first.start + first.len);
         assert!(digest_of(&digests, &(start..end)).is_some());
@@ -1003,19 +1024,19 @@ mod tests {
     fn a_frame_that_does_not_start_with_a_good_header_gives_no_digests() {
         let compressed = big_payload().to_tar_zst(7, 3).unwrap();
         let frame = frames_of(&compressed)[1].clone();
-        assert!(!file_digests(&frame).is_empty());
+        assert!(!file_digests(&frame, DigestRule::Bytes).is_empty());
         // Cut anywhere but at an entry.
-        assert!(file_digests(&frame[100..]).is_empty());
+        assert!(file_digests(&frame[100..], DigestRule::Bytes).is_empty());
         // A header whose checksum does not add up.
         let mut bad = frame.clone();
         bad[0] ^= 1;
-        assert!(file_digests(&bad).is_empty());
+        assert!(file_digests(&bad, DigestRule::Bytes).is_empty());
         // A file that runs past the end of the frame.
         let ((start, len), _) = files_in(&frame)[0];
-        assert!(file_digests(&frame[..start + len - 1]).is_empty());
+        assert!(file_digests(&frame[..start + len - 1], DigestRule::Bytes).is_empty());
         // Nothing, or only zeros.
-        assert!(file_digests(&[]).is_empty());
-        assert!(file_digests(&[0; 1024]).is_empty());
+        assert!(file_digests(&[], DigestRule::Bytes).is_empty());
+        assert!(file_digests(&[0; 1024], DigestRule::Bytes).is_empty());
     }
 
     #[test]
@@ -1052,7 +1073,7 @@ mod tests {
         assert_eq!(frames.concat(), tar);
         // The index entry alone first, then file entries up to FRAME_LEN a frame, each frame
         // starting with a tar header, the end of the archive in the last one.
-        let index_json = index_json(&payload.index()).unwrap();
+        let index_json = index_json(&payload.index(), DigestRule::Bytes).unwrap();
         assert_eq!(
             frames[0].len(),
             512 + index_json.len().next_multiple_of(512)
@@ -1107,7 +1128,7 @@ mod tests {
         let compressed = compress(&tar, 3).unwrap();
         assert!(compressed.len() >= PIPELINE_MIN_LEN);
         assert_eq!(
-            Payload::from_tar_zst_pipelined(&compressed, &Limits::DEFAULT).unwrap(),
+            Payload::from_tar_zst_pipelined(&compressed, &Limits::DEFAULT, None).unwrap(),
             payload
         );
         assert_same(&compressed, &Limits::DEFAULT);
@@ -1187,11 +1208,11 @@ mod tests {
         assert!(frames.len() > 1);
         let parallel = |bytes: &[u8], limits: &Limits| {
             let frames = frame_plan(bytes, limits).unwrap();
-            Payload::from_frames_parallel(bytes, &frames, limits, 2).map(outcome)
+            Payload::from_frames_parallel(bytes, &frames, limits, 2, None).map(outcome)
         };
         assert_eq!(parallel(&compressed, &limits), Some(Ok(payload.clone())));
         assert_eq!(
-            Payload::from_frames_parallel(&compressed, &frames, &limits, 7).map(outcome),
+            Payload::from_frames_parallel(&compressed, &frames, &limits, 7, None).map(outcome),
             Some(Ok(payload.clone()))
         );
         assert_eq!(
@@ -1230,13 +1251,13 @@ mod tests {
             bad[at] ^= 0x55;
             if let Some(plan) = frame_plan(&bad, &limits) {
                 assert_eq!(
-                    Payload::from_frames_parallel(&bad, &plan, &limits, 2).map(outcome),
+                    Payload::from_frames_parallel(&bad, &plan, &limits, 2, None).map(outcome),
                     None
                 );
             }
             assert_eq!(
                 outcome(Payload::from_tar_zst(&bad, &limits)),
-                outcome(Payload::from_tar_zst_serial(&bad, &limits)),
+                outcome(Payload::from_tar_zst_serial(&bad, &limits, None)),
             );
             assert!(Payload::from_tar_zst(&bad, &limits).is_err());
         }
@@ -1247,7 +1268,10 @@ mod tests {
         let broken = compress(&broken_tar, 3).unwrap();
         let got = parallel(&broken, &limits).unwrap();
         assert!(got.is_err());
-        assert_eq!(got, outcome(Payload::from_tar_zst_serial(&broken, &limits)));
+        assert_eq!(
+            got,
+            outcome(Payload::from_tar_zst_serial(&broken, &limits, None))
+        );
 
         // A frame that lies about its size, one byte either way: zstd refuses it, and the
         // streaming path gives the error.
@@ -1262,12 +1286,15 @@ mod tests {
             let plan = frame_plan(&lying, &limits).unwrap();
             assert_eq!(plan[0].content_len, claimed as u64);
             assert_eq!(
-                Payload::from_frames_parallel(&lying, &plan, &limits, 2).map(outcome),
+                Payload::from_frames_parallel(&lying, &plan, &limits, 2, None).map(outcome),
                 None
             );
             let got = outcome(Payload::from_tar_zst(&lying, &limits));
             assert!(got.is_err());
-            assert_eq!(got, outcome(Payload::from_tar_zst_serial(&lying, &limits)));
+            assert_eq!(
+                got,
+                outcome(Payload::from_tar_zst_serial(&lying, &limits, None))
+            );
         }
     }
 

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
 use crate::FormatError;
+use crate::digest::DigestRule;
 use crate::layout::{FRAME_LEN, INDEX_PATH, Layout, MIN_FRAME_LEN, PlacedFrames, Segment, TAG_LEN};
 use crate::payload::{IndexEntry, Payload, index_json};
 
@@ -81,6 +82,7 @@ pub(crate) type ReadFile<'r> = dyn Fn(usize, &mut Vec<u8>) -> std::io::Result<()
 /// Builds and compresses the payload of `files` (in path order), each file's bytes read by
 /// `read` on the thread that compresses its frame; `check` runs on every file's bytes there.
 pub(crate) fn frame_payload(
+    rule: DigestRule,
     mtime: u64,
     level: i32,
     files: &[PayloadEntry<'_>],
@@ -90,6 +92,7 @@ pub(crate) fn frame_payload(
 ) -> Result<Framed, FormatError> {
     let frames = plan(files, mtime)?;
     let pool = Pool {
+        rule,
         level,
         check,
         mtime,
@@ -278,6 +281,8 @@ struct FrameFiles {
 }
 
 struct Pool<'c, 'f> {
+    /// How the index digests each file.
+    rule: DigestRule,
     level: i32,
     check: Option<&'c FileCheck<'c>>,
     mtime: u64,
@@ -428,7 +433,7 @@ impl Pool<'_, '_> {
             .iter()
             .map(|(_, range)| &chunk[range.clone()])
             .collect();
-        let digests = crate::digest::sha256_each(&bytes);
+        let digests = self.rule.each(&bytes);
         let index = files
             .into_iter()
             .zip(bytes.into_iter().zip(digests))
@@ -611,7 +616,7 @@ impl<'p> Collected<'p> {
             ..
         } = scratch;
         self.problems = problems;
-        let index_entry = index_entry(&index, pool.mtime)?;
+        let index_entry = index_entry(&index, pool.rule, pool.mtime)?;
         chunk.extend_from_slice(&[0; 1024]);
         let mut compress = |bytes: &[u8]| {
             compressor
@@ -647,7 +652,7 @@ fn compress_index(
     index: &[IndexEntry],
     pool: &Pool<'_, '_>,
 ) -> Result<(Vec<u8>, usize), FormatError> {
-    let entry = index_entry(index, pool.mtime)?;
+    let entry = index_entry(index, pool.rule, pool.mtime)?;
     let frame = compressor(pool.level)?
         .compress(&entry)
         .map_err(|e| FormatError::io("compressing the payload index", e))?;
@@ -655,8 +660,8 @@ fn compress_index(
 }
 
 /// The index's `tar` entry: header blocks, the JSON, padding.
-fn index_entry(index: &[IndexEntry], mtime: u64) -> Result<Vec<u8>, FormatError> {
-    let json = index_json(index)?;
+fn index_entry(index: &[IndexEntry], rule: DigestRule, mtime: u64) -> Result<Vec<u8>, FormatError> {
+    let json = index_json(index, rule)?;
     let mut headers = tar::Builder::new(Vec::new());
     let mut entry = entry_header(&mut headers, INDEX_PATH, json.len() as u64, mtime)?;
     entry.extend_from_slice(&json);
@@ -669,6 +674,7 @@ fn index_entry(index: &[IndexEntry], mtime: u64) -> Result<Vec<u8>, FormatError>
 pub(crate) fn compress_chunks(bytes: &[u8], level: i32) -> Result<Vec<u8>, FormatError> {
     let chunks: Vec<&[u8]> = bytes.chunks(FRAME_LEN).collect();
     let pool = Pool {
+        rule: DigestRule::Bytes,
         level,
         check: None,
         mtime: 0,
@@ -710,12 +716,16 @@ impl Payload {
             room: 0,
             tags: false,
         };
-        Ok(self.framed(mtime, level, layout)?.placed.out)
+        Ok(self
+            .framed(DigestRule::Bytes, mtime, level, layout)?
+            .placed
+            .out)
     }
 
     /// The payload's frames, laid out as `layout` says.
     pub(crate) fn framed(
         &self,
+        rule: DigestRule,
         mtime: u64,
         level: i32,
         layout: Layout,
@@ -732,7 +742,7 @@ impl Payload {
             out.extend_from_slice(files[i].1);
             Ok(())
         };
-        frame_payload(mtime, level, &entries, layout, None, &read)
+        frame_payload(rule, mtime, level, &entries, layout, None, &read)
     }
 }
 

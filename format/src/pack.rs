@@ -34,12 +34,14 @@ use crate::decode::{
     FileHashes, FrameSource, PIPELINE_MIN_LEN, decode_exact, frame_context, frames_within,
     with_frame_reader,
 };
+use crate::digest::DigestRule;
 use crate::keys::validate_key_id;
 pub use crate::layout::Segment;
 use crate::layout::{Layout, PlacedFrames, TAG_LEN};
 use crate::payload::Payload;
 use crate::{
-    ContentKey, ContentKeyRing, FORMAT_VERSION, FormatError, Limits, sha256_hex, validate_name,
+    ContentKey, ContentKeyRing, FORMAT_V3, FORMAT_VERSION, FormatError, Limits, sha256_hex,
+    validate_name,
 };
 
 /// The first eight bytes of every sealed pack.
@@ -92,10 +94,18 @@ impl PackHeader {
     pub fn tar_len(&self) -> Option<u64> {
         (self.format != FORMAT_V1).then(|| self.segments.iter().map(|s| s.tar_len).sum())
     }
+
+    /// How the pack's index digests its files, by its format (one [`read_header`] accepted).
+    pub fn digest_rule(&self) -> DigestRule {
+        DigestRule::of_format(self.format).unwrap_or(DigestRule::Bytes)
+    }
 }
 
 /// What to seal.
 pub struct SealInput<'a> {
+    /// The container format to write: [`FORMAT_VERSION`] (2), which every reader reads, or
+    /// [`FORMAT_V3`], which readers that predate it refuse.
+    pub format: u32,
     pub name: &'a str,
     pub version: &'a semver::Version,
     pub schema: u32,
@@ -104,6 +114,28 @@ pub struct SealInput<'a> {
     pub mtime: u64,
     /// zstd level; 3 is zstd's own default.
     pub zstd_level: i32,
+}
+
+impl SealInput<'_> {
+    /// The rule the index of a pack in `format` digests by; only formats 2 and 3 are
+    /// written.
+    pub(crate) fn digest_rule(&self) -> Result<DigestRule, FormatError> {
+        seal_rule(self.format)
+    }
+}
+
+/// The digest rule of a format this crate writes (2 or 3).
+pub(crate) fn seal_rule(format: u32) -> Result<DigestRule, FormatError> {
+    match format {
+        FORMAT_VERSION | FORMAT_V3 => {
+            Ok(DigestRule::of_format(format).unwrap_or(DigestRule::Bytes))
+        }
+        other => Err(FormatError::UnsupportedVersion {
+            what: "pack format to seal (2 or 3)",
+            expected: FORMAT_V3,
+            found: other,
+        }),
+    }
 }
 
 /// A pack that opened: its header, its verified files and the SHA-256 of the sealed bytes.
@@ -155,6 +187,8 @@ impl SealSecrets {
 
 /// The header fields of a pack, whatever its payload comes from.
 pub(crate) struct PackMeta<'a> {
+    /// The container format the header declares (2 or 3).
+    pub format: u32,
     pub name: &'a str,
     pub version: &'a semver::Version,
     pub schema: u32,
@@ -175,6 +209,7 @@ pub fn seal_with_secrets(
     secrets: SealSecrets,
 ) -> Result<Vec<u8>, FormatError> {
     let meta = PackMeta {
+        format: input.format,
         name: input.name,
         version: input.version,
         schema: input.schema,
@@ -185,9 +220,10 @@ pub fn seal_with_secrets(
         room: room_for(keys.len()) + 64 * 1024 + 200 * input.payload.len(),
         tags: true,
     };
-    let framed = input
-        .payload
-        .framed(input.mtime, input.zstd_level, layout)?;
+    let framed =
+        input
+            .payload
+            .framed(input.digest_rule()?, input.mtime, input.zstd_level, layout)?;
     seal_frames(&meta, keys, secrets, framed.placed, &framed.segments).map(SealedPack::into_vec)
 }
 
@@ -269,7 +305,9 @@ pub fn seal_segments(
             ),
         ));
     }
+    input.digest_rule()?;
     let meta = PackMeta {
+        format: input.format,
         name: input.name,
         version: input.version,
         schema: input.schema,
@@ -401,7 +439,7 @@ pub(crate) fn seal_frames(
         });
     }
     let header = PackHeader {
-        format: FORMAT_VERSION,
+        format: meta.format,
         name: meta.name.to_string(),
         version: meta.version.clone(),
         schema: meta.schema,
@@ -584,10 +622,10 @@ pub(crate) fn read_header_of(
     }
     let header: PackHeader = serde_json::from_slice(&bytes[PREFIX_LEN..header_len])
         .map_err(|e| FormatError::malformed("pack header", e))?;
-    if header.format != FORMAT_VERSION && header.format != FORMAT_V1 {
+    if DigestRule::of_format(header.format).is_none() {
         return Err(FormatError::UnsupportedVersion {
             what: "sealed pack",
-            expected: FORMAT_VERSION,
+            expected: FORMAT_V3,
             found: header.format,
         });
     }
@@ -968,7 +1006,8 @@ pub fn open(
 
 fn open_payload(unsealed: &Unsealed<'_>, limits: &Limits) -> Result<Payload, FormatError> {
     if unsealed.header.format == FORMAT_V1 {
-        return Payload::from_tar_zst(&unsealed.decrypt_v1()?, limits);
+        let compressed = unsealed.decrypt_v1()?;
+        return Payload::from_tar_zst_as(&compressed, limits, Some(DigestRule::Bytes));
     }
     Payload::from_segments(unsealed, limits)
 }
@@ -982,14 +1021,15 @@ impl Payload {
         limits: &Limits,
     ) -> Result<Self, FormatError> {
         let source = SealedSegments::new(unsealed)?;
+        let rule = unsealed.header.digest_rule();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         if threads < 2 || source.count() < 2 || unsealed.bytes.len() < PIPELINE_MIN_LEN {
             let tar = source.decode_all()?;
-            return Self::from_tar(&tar, limits);
+            return Self::read_tar(tar.as_slice(), limits, tar.len() as u64, Some(rule));
         }
         let total = unsealed.header.tar_len().unwrap_or(0);
         let (parsed, decoded) = with_frame_reader(&source, threads, FileHashes::Skip, |reader| {
-            Self::read_tar(reader, limits, total)
+            Self::read_tar(reader, limits, total, Some(rule))
         });
         decoded?;
         parsed

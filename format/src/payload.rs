@@ -9,11 +9,10 @@ use std::io::{Read, Write};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::digest::DigestRule;
 use crate::{FormatError, Limits};
 
 pub use crate::layout::{FRAME_LEN, INDEX_PATH};
-
-const INDEX_FORMAT: u32 = 1;
 
 /// One file as listed in the index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,10 +36,11 @@ struct IndexOut<'a> {
     files: &'a [IndexEntry],
 }
 
-/// The index file's bytes: pretty JSON (two-space indentation, no final newline).
-pub(crate) fn index_json(files: &[IndexEntry]) -> Result<Vec<u8>, FormatError> {
+/// The index file's bytes: pretty JSON (two-space indentation, no final newline), its
+/// `format` the one of `rule`.
+pub(crate) fn index_json(files: &[IndexEntry], rule: DigestRule) -> Result<Vec<u8>, FormatError> {
     serde_json::to_vec_pretty(&IndexOut {
-        format: INDEX_FORMAT,
+        format: rule.index_format(),
         files,
     })
     .map_err(|e| FormatError::malformed("payload index", e))
@@ -119,9 +119,15 @@ impl Payload {
         self.files.values().map(|b| b.len() as u64).sum()
     }
 
-    /// The index: every file's path, size and SHA-256, in path order.
+    /// The index as formats 1 and 2 write it: every file's path, size and SHA-256, in path
+    /// order.
     pub fn index(&self) -> Vec<IndexEntry> {
-        let hashes = sha256_all(self.files.values());
+        self.index_with(DigestRule::Bytes)
+    }
+
+    /// The index with each file digested by `rule`.
+    pub fn index_with(&self, rule: DigestRule) -> Vec<IndexEntry> {
+        let hashes = digest_all(rule, self.files.values());
         self.files
             .iter()
             .zip(hashes)
@@ -142,7 +148,7 @@ impl Payload {
 
     /// Writes the `tar` of [`Payload::to_tar`] into `out` and returns `out`.
     fn write_tar<W: Write>(&self, out: W, mtime: u64) -> Result<W, FormatError> {
-        let index_bytes = index_json(&self.index())?;
+        let index_bytes = index_json(&self.index(), DigestRule::Bytes)?;
         let mut builder = tar::Builder::new(out);
         let mut append = |path: &str, bytes: &[u8]| -> Result<(), FormatError> {
             let mut header = tar::Header::new_gnu();
@@ -167,21 +173,28 @@ impl Payload {
 
     /// Reads a decompressed `tar` payload: regular files only, safe paths, within the
     /// limits, index first and matching every file exactly.
+    /// The index's own `format` says how its digests were taken; any format this crate
+    /// knows is accepted here, where no container says which one to expect.
     pub fn from_tar(tar_bytes: &[u8], limits: &Limits) -> Result<Self, FormatError> {
-        Self::read_tar(tar_bytes, limits, tar_bytes.len() as u64)
+        Self::read_tar(tar_bytes, limits, tar_bytes.len() as u64, None)
     }
 
     /// [`Payload::from_tar`] over any reader; `max_len` bounds how many bytes the reader
     /// can produce, so that no entry reserves more memory than that, whatever its header
-    /// claims.
+    /// claims. With `expect`, the index must digest by that rule (the container's).
     pub(crate) fn read_tar(
         reader: impl Read,
         limits: &Limits,
         max_len: u64,
+        expect: Option<DigestRule>,
     ) -> Result<Self, FormatError> {
         let mut collected = Collect::default();
         read_tar(reader, limits, max_len, &mut collected)?;
-        check_index(&collected.index, &collected.files)?;
+        let rule = collected.rule.unwrap_or(DigestRule::Bytes);
+        if let Some(expect) = expect {
+            check_index_format(expect, rule)?;
+        }
+        check_index(&collected.index, &collected.files, rule)?;
         Ok(Payload {
             files: collected.files,
         })
@@ -192,8 +205,8 @@ impl Payload {
 pub(crate) trait TarSink {
     /// A file's bytes, as the sink takes them.
     type Body;
-    /// The index, the archive's first entry.
-    fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError>;
+    /// The index, the archive's first entry, and the rule its `format` names.
+    fn index(&mut self, index: Vec<IndexEntry>, rule: DigestRule) -> Result<(), FormatError>;
     /// One regular file with a safe path, within the limits, after the index.
     fn file(&mut self, path: String, body: Self::Body) -> Result<(), FormatError>;
 }
@@ -259,13 +272,13 @@ pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
             let bytes = read_entry(&mut entry, &path, size, max_len)?;
             let parsed: Index = serde_json::from_slice(&bytes)
                 .map_err(|e| FormatError::malformed("payload index", e))?;
-            if parsed.format != INDEX_FORMAT {
+            let Some(rule) = DigestRule::of_index_format(parsed.format) else {
                 return Err(FormatError::UnsupportedVersion {
                     what: "payload index",
-                    expected: INDEX_FORMAT,
+                    expected: DigestRule::Pieces.index_format(),
                     found: parsed.format,
                 });
-            }
+            };
             if parsed.files.len() > limits.max_file_count {
                 return Err(FormatError::TooManyFiles {
                     found: parsed.files.len(),
@@ -273,7 +286,7 @@ pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
                 });
             }
             seen_index = true;
-            sink.index(parsed.files)?;
+            sink.index(parsed.files, rule)?;
             continue;
         }
         validate_path(&path, limits)?;
@@ -300,14 +313,16 @@ pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
 #[derive(Default)]
 struct Collect {
     index: Vec<IndexEntry>,
+    rule: Option<DigestRule>,
     files: BTreeMap<String, Vec<u8>>,
 }
 
 impl TarSink for Collect {
     type Body = Vec<u8>;
 
-    fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError> {
+    fn index(&mut self, index: Vec<IndexEntry>, rule: DigestRule) -> Result<(), FormatError> {
         self.index = index;
+        self.rule = Some(rule);
         Ok(())
     }
 
@@ -358,7 +373,25 @@ fn entry_kind_reason(kind: tar::EntryType) -> &'static str {
     }
 }
 
-fn check_index(index: &[IndexEntry], files: &BTreeMap<String, Vec<u8>>) -> Result<(), FormatError> {
+/// A container's rule against the one its index names: a format-3 pack's index must be
+/// format 2, a format-1 or -2 pack's format 1 (the strict reading: a writer that mixed them
+/// made a pack other readers refuse).
+pub(crate) fn check_index_format(expect: DigestRule, found: DigestRule) -> Result<(), FormatError> {
+    if expect == found {
+        return Ok(());
+    }
+    Err(FormatError::UnsupportedVersion {
+        what: "payload index for this pack format",
+        expected: expect.index_format(),
+        found: found.index_format(),
+    })
+}
+
+fn check_index(
+    index: &[IndexEntry],
+    files: &BTreeMap<String, Vec<u8>>,
+    rule: DigestRule,
+) -> Result<(), FormatError> {
     // An index naming one file twice could leave another unchecked with the counts equal.
     let mut listed = std::collections::HashSet::with_capacity(index.len());
     if let Some(twice) = index
@@ -382,7 +415,7 @@ fn check_index(index: &[IndexEntry], files: &BTreeMap<String, Vec<u8>>) -> Resul
     let hashes: BTreeMap<&str, String> = files
         .keys()
         .map(String::as_str)
-        .zip(sha256_all(files.values()))
+        .zip(digest_all(rule, files.values()))
         .collect();
     for entry in index {
         let (Some(bytes), Some(found)) = (files.get(&entry.path), hashes.get(entry.path.as_str()))
@@ -456,12 +489,13 @@ pub fn validate_path(path: &str, limits: &Limits) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// The SHA-256 of every blob, in order, spread over the available cores for large sets.
-fn sha256_all<'a>(blobs: impl Iterator<Item = &'a Vec<u8>>) -> Vec<String> {
+/// The digest by `rule` of every blob, in order, spread over the available cores for large
+/// sets.
+fn digest_all<'a>(rule: DigestRule, blobs: impl Iterator<Item = &'a Vec<u8>>) -> Vec<String> {
     let blobs: Vec<&[u8]> = blobs.map(Vec::as_slice).collect();
     let total: usize = blobs.iter().map(|b| b.len()).sum();
     let each = |blobs: &[&[u8]]| {
-        crate::digest::sha256_each(blobs)
+        rule.each(blobs)
             .into_iter()
             .map(hex::encode)
             .collect::<Vec<_>>()
@@ -516,8 +550,11 @@ pub(crate) mod tests {
             .map(|i| text(i, 1_000 + i as usize * 50_000))
             .collect();
         let serial: Vec<String> = blobs.iter().map(|b| crate::sha256_hex(b)).collect();
-        assert_eq!(sha256_all(blobs.iter()), serial);
-        assert_eq!(sha256_all(blobs[..1].iter()), serial[..1]);
-        assert!(sha256_all(std::iter::empty()).is_empty());
+        assert_eq!(digest_all(DigestRule::Bytes, blobs.iter()), serial);
+        assert_eq!(
+            digest_all(DigestRule::Bytes, blobs[..1].iter()),
+            serial[..1]
+        );
+        assert!(digest_all(DigestRule::Bytes, std::iter::empty()).is_empty());
     }
 }

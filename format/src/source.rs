@@ -100,6 +100,9 @@ pub struct PackDir {
 
 /// What [`PackDir::seal`] needs besides the files and the keys.
 pub struct SealOptions<'a> {
+    /// The container format to write: [`crate::FORMAT_VERSION`] (2), which every reader
+    /// reads, or [`crate::FORMAT_V3`], which readers that predate it refuse.
+    pub format: u32,
     pub name: &'a str,
     pub version: &'a semver::Version,
     pub schema: u32,
@@ -249,7 +252,9 @@ impl PackDir {
         keys: &[&ContentKey],
         check: Option<&FileCheck<'_>>,
     ) -> Result<SealedDir, FormatError> {
+        let rule = crate::pack::seal_rule(options.format)?;
         let meta = PackMeta {
+            format: options.format,
             name: options.name,
             version: options.version,
             schema: options.schema,
@@ -279,6 +284,7 @@ impl PackDir {
             read_into(&file.disk, file.len, out)
         };
         let framed = frame_payload(
+            rule,
             options.mtime,
             options.zstd_level,
             &entries,

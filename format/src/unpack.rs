@@ -23,11 +23,14 @@ use crate::decode::{
     DecodedFrame, FileDigest, FileHashes, FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames,
     decompress, frame_plan, with_chunk_reader, with_frame_reader,
 };
+use crate::digest::DigestRule;
 use crate::pack::{
     FORMAT_V1, PackHeader, SealedSegments, head_len, read_header, read_pack_at, unseal, unseal_of,
 };
-use crate::payload::{IndexEntry, TarSink, read_entries, read_tar, validate_path};
-use crate::{ContentKeyRing, FormatError, Limits, sha256_hex};
+use crate::payload::{
+    IndexEntry, TarSink, check_index_format, read_entries, read_tar, validate_path,
+};
+use crate::{ContentKeyRing, FormatError, Limits};
 
 /// Where [`open_into`] puts a pack's files.
 pub trait Unpack: Sync {
@@ -73,19 +76,24 @@ pub fn open_into(
     let unsealed = unseal(bytes, keys, limits)?;
     let index = if unsealed.header.format == FORMAT_V1 {
         let compressed = unsealed.decrypt_v1()?;
-        unpack_with(limits, out, |sink, threads| {
+        unpack_with(limits, DigestRule::Bytes, out, |sink, threads| {
             decode_v1(&compressed, limits, threads, sink)
         })?
     } else {
         let segments = SealedSegments::new(&unsealed)?;
         let total = unsealed.header.tar_len().unwrap_or(0);
-        unpack_with(limits, out, |sink, threads| {
-            if threads > 1 && segments.count() > 1 && bytes.len() >= PIPELINE_MIN_LEN {
-                return read_frames(&segments, total, limits, threads, sink);
-            }
-            let tar = segments.decode_all()?;
-            read_tar(tar.as_slice(), limits, tar.len() as u64, sink)
-        })?
+        unpack_with(
+            limits,
+            unsealed.header.digest_rule(),
+            out,
+            |sink, threads| {
+                if threads > 1 && segments.count() > 1 && bytes.len() >= PIPELINE_MIN_LEN {
+                    return read_frames(&segments, total, limits, threads, sink);
+                }
+                let tar = segments.decode_all()?;
+                read_tar(tar.as_slice(), limits, tar.len() as u64, sink)
+            },
+        )?
     };
     Ok(Unpacked {
         header: unsealed.header,
@@ -130,7 +138,8 @@ pub fn open_file_into(
     }
     let segments = SealedSegments::in_file(&unsealed, file)?;
     let tar_len = unsealed.header.tar_len().unwrap_or(0);
-    let index = unpack_with(limits, out, |sink, threads| {
+    let rule = unsealed.header.digest_rule();
+    let index = unpack_with(limits, rule, out, |sink, threads| {
         read_frames(&segments, tar_len, limits, threads, sink)
     })?;
     ends_at(file, total)?;
@@ -161,6 +170,8 @@ fn ends_at(file: &File, len: u64) -> Result<(), FormatError> {
 
 /// What the threads share: the index, the queue of files, and the first failure.
 struct Shared<'o, U: ?Sized> {
+    /// How the pack's index digests files: by the container's format.
+    rule: DigestRule,
     listing: OnceLock<Listing>,
     queue: Mutex<mpsc::Receiver<Batch>>,
     failure: Mutex<Option<FormatError>>,
@@ -263,7 +274,9 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
             return;
         };
         let bytes = body.as_slice();
-        let found = body.digest().map_or_else(|| sha256_hex(bytes), hex::encode);
+        let found = body
+            .digest()
+            .map_or_else(|| self.rule.hex(bytes), hex::encode);
         if found != entry.sha256 {
             self.fail(FormatError::HashMismatch {
                 what: entry.path.clone(),
@@ -312,7 +325,8 @@ fn stopped() -> FormatError {
 impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
     type Body = Body;
 
-    fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError> {
+    fn index(&mut self, index: Vec<IndexEntry>, rule: DigestRule) -> Result<(), FormatError> {
+        check_index_format(self.shared.rule, rule)?;
         let mut positions = HashMap::with_capacity(index.len());
         for (position, entry) in index.iter().enumerate() {
             validate_path(&entry.path, self.limits)?;
@@ -414,12 +428,14 @@ impl<U: ?Sized> Streaming<'_, '_, U> {
 /// every core; returns the index.
 fn unpack_with<U: Unpack + ?Sized>(
     limits: &Limits,
+    rule: DigestRule,
     out: &U,
     decode: impl FnOnce(&mut Streaming<'_, '_, U>, usize) -> Result<(), FormatError>,
 ) -> Result<Vec<IndexEntry>, FormatError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (queue_sender, queue) = mpsc::sync_channel(QUEUE);
     let shared = Shared {
+        rule,
         listing: OnceLock::new(),
         queue: Mutex::new(queue),
         failure: Mutex::new(None),
@@ -511,7 +527,7 @@ fn read_frames<U: Unpack + ?Sized>(
 ) -> Result<(), FormatError> {
     let shared = sink.shared;
     let early = |frame: &[u8], files: &[FileDigest]| shared.hand_out_early(frame, files);
-    let hashes = FileHashes::Take(&early);
+    let hashes = FileHashes::Take(&early, shared.rule);
     let (read, decoded) = with_frame_reader(source, threads, hashes, |reader| {
         let cursor = Cursor::new(reader);
         let mut archive = tar::Archive::new(&cursor);
@@ -768,6 +784,7 @@ mod tests {
         let payload = Payload::new(files, &Limits::DEFAULT).unwrap();
         let version = semver::Version::new(1, 0, 0);
         let input = SealInput {
+            format: crate::FORMAT_VERSION,
             name: "early",
             version: &version,
             schema: 1,

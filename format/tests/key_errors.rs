@@ -252,6 +252,7 @@ fn two_key_slots_with_one_id_are_refused() {
     let version = semver::Version::new(1, 0, 0);
     let err = pack_format::seal(
         &pack_format::SealInput {
+            format: pack_format::FORMAT_VERSION,
             name: "builtin",
             version: &version,
             schema: 1,

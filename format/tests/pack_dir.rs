@@ -302,6 +302,7 @@ fn sealing_a_directory_gives_what_reading_it_gives() {
 /// Sealing options for pack "dir" at `version`, zstd level 1.
 fn seal_options(version: &semver::Version) -> SealOptions<'_> {
     SealOptions {
+        format: pack_format::FORMAT_VERSION,
         name: "dir",
         version,
         schema: 1,

@@ -59,6 +59,7 @@ fn reject(entry_name: &[u8], kind: tar::EntryType, link: &[u8]) -> FormatError {
     let version = semver::Version::new(1, 0, 0);
     let empty = Payload::default();
     let input = SealInput {
+        format: pack_format::FORMAT_VERSION,
         name: "evil",
         version: &version,
         schema: 1,
@@ -290,6 +291,7 @@ fn a_pack_of_many_tiny_files_opens_whatever_its_ratio() {
     let version = semver::Version::new(1, 0, 0);
     let sealed = pack::seal(
         &SealInput {
+            format: pack_format::FORMAT_VERSION,
             name: "many",
             version: &version,
             schema: 1,

@@ -16,6 +16,7 @@ fn key() -> ContentKey {
 fn input(payload: &Payload) -> SealInput<'_> {
     static VERSION: semver::Version = semver::Version::new(1, 0, 0);
     SealInput {
+        format: pack_format::FORMAT_VERSION,
         name: "segments",
         version: &VERSION,
         schema: 1,

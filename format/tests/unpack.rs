@@ -106,6 +106,7 @@ fn seal_payload(compressed: Vec<u8>) -> Vec<u8> {
     let version = semver::Version::new(1, 0, 0);
     let empty = Payload::default();
     let input = SealInput {
+        format: pack_format::FORMAT_VERSION,
         name: "unpack",
         version: &version,
         schema: 1,

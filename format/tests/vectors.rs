@@ -116,6 +116,7 @@ impl PackInputs {
 
     fn input(&self) -> SealInput<'_> {
         SealInput {
+            format: pack_format::FORMAT_VERSION,
             name: &self.name,
             version: &self.version,
             schema: self.schema,
@@ -449,6 +450,7 @@ fn computed_frame_case(inputs: &Value, case: &Value, secrets: &PackInputs) -> Va
     let tar = payload.to_tar(mtime).unwrap();
     let version = semver::Version::new(1, 0, 0);
     let input = SealInput {
+        format: pack_format::FORMAT_VERSION,
         name: "vector",
         version: &version,
         schema: 1,

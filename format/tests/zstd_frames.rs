@@ -19,6 +19,7 @@ fn key() -> ContentKey {
 fn sealed_segment(payload: &Payload, plain: Vec<u8>, tar_len: usize) -> Vec<u8> {
     static VERSION: semver::Version = semver::Version::new(1, 0, 0);
     let input = SealInput {
+        format: pack_format::FORMAT_VERSION,
         name: "frames",
         version: &VERSION,
         schema: 1,

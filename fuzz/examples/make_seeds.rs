@@ -40,6 +40,7 @@ fn main() -> Result<()> {
         put("open", &compressed)?;
         let version = semver::Version::new(1, i as u64, 0);
         let input = SealInput {
+            format: pack_format::FORMAT_VERSION,
             name: "seed-pack",
             version: &version,
             schema: 1 + i as u32,

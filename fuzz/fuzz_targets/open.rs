@@ -41,6 +41,7 @@ fuzz_target!(|data: &[u8]| {
     let version = semver::Version::new(1, 0, 0);
     let empty = Payload::default();
     let input = SealInput {
+        format: pack_format::FORMAT_VERSION,
         name: "fuzz",
         version: &version,
         schema: 1,

@@ -467,6 +467,7 @@ fn verify_refuses_a_pack_without_the_templates_clients_require() {
     let key = ContentKey::load(&fixture.keys().join("content.key")).unwrap();
     let sealed = pack_format::seal(
         &pack_format::SealInput {
+            format: pack_format::FORMAT_VERSION,
             name: "builtin",
             version: &semver::Version::new(1, 0, 0),
             schema: 1,

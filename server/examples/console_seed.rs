@@ -75,6 +75,7 @@ fn pack(name: &str, version: &str, content: &ContentKey) -> Result<Vec<u8>> {
     let version = semver::Version::parse(version)?;
     Ok(pack_format::seal(
         &SealInput {
+            format: pack_format::FORMAT_VERSION,
             name,
             version: &version,
             schema: 1,

@@ -73,6 +73,7 @@ pub fn reseal_for(
 ) -> Vec<u8> {
     let opened = pack_format::pack::open(pack, keys, &pack_format::Limits::DEFAULT).unwrap();
     let input = pack_format::SealInput {
+        format: pack_format::FORMAT_VERSION,
         name: &opened.header.name,
         version: &opened.header.version,
         schema: opened.header.schema,

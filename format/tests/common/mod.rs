@@ -35,6 +35,7 @@ pub fn seal_with(payload: &Payload, keys: &[&ContentKey]) -> Vec<u8> {
     let version = semver::Version::new(1, 2, 3);
     pack_format::seal(
         &SealInput {
+            format: pack_format::FORMAT_VERSION,
             name: "builtin",
             version: &version,
             schema: 1,

@@ -78,6 +78,7 @@ impl Fixture {
         let version = semver::Version::parse(version).unwrap();
         pack_format::seal(
             &SealInput {
+                format: pack_format::FORMAT_VERSION,
                 name,
                 version: &version,
                 schema: 1,
