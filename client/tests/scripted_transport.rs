@@ -79,6 +79,11 @@ struct Release {
 
 /// Pack `builtin` `version` (the built-in templates) on channel `stable` at sequence 1.
 fn release(version: &str) -> Release {
+    release_as(version, pack_format::FORMAT_VERSION, &[])
+}
+
+/// [`release`] sealed in pack `format`, with `extra` files beside the built-in templates.
+fn release_as(version: &str, format: u32, extra: &[(&str, Vec<u8>)]) -> Release {
     let signer = SigningKey::generate(None).unwrap().key;
     let key = ContentKey::generate();
     let files: Vec<PayloadFile> = pack_client::builtin::BUILTIN_FILES
@@ -87,12 +92,16 @@ fn release(version: &str) -> Release {
             path: path.to_string(),
             bytes: bytes.to_vec(),
         })
+        .chain(extra.iter().map(|(path, bytes)| PayloadFile {
+            path: path.to_string(),
+            bytes: bytes.clone(),
+        }))
         .collect();
     let payload = Payload::new(files, &Limits::DEFAULT).unwrap();
     let version: semver::Version = version.parse().unwrap();
     let sealed = pack_format::seal(
         &SealInput {
-            format: pack_format::FORMAT_VERSION,
+            format,
             name: "builtin",
             version: &version,
             schema: 1,
@@ -255,6 +264,38 @@ async fn a_whole_refresh_runs_through_the_transport_and_installs_what_the_channe
         Some(release.sha256.as_str())
     );
     assert_eq!(client.store().capture().sha256(), release.sha256);
+}
+
+#[tokio::test]
+async fn a_format_3_pack_installs_and_still_serves_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let long: Vec<u8> = (0..200_000u32)
+        .map(|n| b"format three \n"[(n % 14) as usize])
+        .collect();
+    let release = release_as(
+        "2.1.0",
+        pack_format::FORMAT_V3,
+        &[("docs/long.md", long.clone())],
+    );
+    let (header, _) = pack_format::read_header(&release.sealed, &Limits::DEFAULT).unwrap();
+    assert_eq!(header.format, 3);
+    let packd = Packd::new(serving(&release));
+    let client = client(dir.path(), &release, &packd);
+    assert!(matches!(
+        client.refresh_now().await.unwrap(),
+        RefreshOutcome::Installed { .. }
+    ));
+    let served = client.store().capture();
+    assert_eq!(served.sha256(), release.sha256);
+    assert_eq!(served.get("docs/long.md"), Some(long.as_slice()));
+    drop(client);
+
+    // A new process over the same cache checks the installed pack again and serves it.
+    let restarted = self::client(dir.path(), &release, &Packd::new(serving(&release)));
+    let served = restarted.store().capture();
+    assert_eq!(served.source(), Source::Remote);
+    assert_eq!(served.sha256(), release.sha256);
+    assert_eq!(served.get("docs/long.md"), Some(long.as_slice()));
 }
 
 /// 503 to everything.

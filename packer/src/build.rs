@@ -221,6 +221,7 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
             },
             "version": args.version.to_string(),
             "schema": args.schema,
+            "format": args.format,
             "sha256": sha256,
             "size": sealed.len(),
             "files": index.len(),
@@ -233,6 +234,7 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
         outln!("name      {name} ({})", name_from.describe());
         outln!("version   {}", args.version);
         outln!("schema    {}", args.schema);
+        outln!("format    {}", args.format);
         outln!("files     {} ({content_bytes} bytes)", index.len());
         outln!("size      {} bytes", sealed.len());
         outln!("sha256    {sha256}");

@@ -293,6 +293,58 @@ fn extract_of_a_pack_of_many_frames_gives_back_every_byte() {
 }
 
 #[test]
+fn build_seals_format_3_on_request_and_refuses_a_format_it_cannot_write() {
+    let fixture = Fixture::new();
+    let long: Vec<u8> = (0..300_000u32)
+        .map(|n| b"abcdefgh \n"[(n % 10) as usize])
+        .collect();
+    fixture.write("prompts/docs/long.md", &long);
+    let build = |format: &str, out: &str| {
+        packer(&[
+            "build",
+            s(&fixture.pack_dir()),
+            "--version",
+            "1.0.0",
+            "--keys",
+            s(&fixture.keys()),
+            "--zstd-level",
+            "3",
+            "--format",
+            format,
+            "--json",
+            "-o",
+            s(&fixture.path(out)),
+        ])
+    };
+    let built = build("3", "v3.pack");
+    assert_ok(&built);
+    let summary: serde_json::Value = serde_json::from_slice(&built.stdout).unwrap();
+    assert_eq!(summary["format"], 3);
+    let sealed = std::fs::read(fixture.path("v3.pack")).unwrap();
+    let (header, _) = pack_format::read_header(&sealed, &pack_format::Limits::DEFAULT).unwrap();
+    assert_eq!(header.format, 3);
+    let out = fixture.path("v3-out");
+    assert_ok(&fixture.extract(&fixture.path("v3.pack"), &out, &[]));
+    assert_eq!(files_under(&out), files_under(&fixture.pack_dir()));
+
+    // Format 2 stays the default.
+    let default = fixture.build("v2.pack", &[]);
+    assert_ok(&default);
+    let sealed = std::fs::read(fixture.path("v2.pack")).unwrap();
+    let (header, _) = pack_format::read_header(&sealed, &pack_format::Limits::DEFAULT).unwrap();
+    assert_eq!(header.format, 2);
+
+    for format in ["1", "4"] {
+        let refused = build(format, "refused.pack");
+        assert!(!refused.status.success(), "--format {format} was accepted");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("--format"), "{stderr}");
+        assert!(stderr.contains(format), "{stderr}");
+        assert!(!fixture.path("refused.pack").exists());
+    }
+}
+
+#[test]
 fn a_reader_that_stops_early_ends_the_listing_quietly() {
     let fixture = Fixture::new();
     // Enough files that the listing is far bigger than a pipe's buffer.
