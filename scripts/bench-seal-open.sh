@@ -33,6 +33,8 @@
 #   TREE_BIN=target/release/examples/bench_tree ...   # no cargo run (no wait on its lock)
 #   BUILD_FLAGS="--no-validate --no-check-open" EXTRACT_FLAGS="--no-fsync" \
 #     bash scripts/bench-seal-open.sh     # the same with those steps off
+#   FORMAT=3 bash scripts/bench-seal-open.sh   # packs of format 3 (files over 64 KiB
+#                                              # digested over pieces); default 2
 #
 # Targets: packer build >= 1.0x the stock seal with every step on (validation must cost
 # less than the stock seal), >= 1.5x with BUILD_FLAGS (validation and the check-open off);
@@ -46,6 +48,7 @@ PAIRS=${PAIRS:-5}
 MB=${MB:-100}
 SHAPE=${SHAPE:-mixed}
 LEVEL=${LEVEL:-3}
+FORMAT=${FORMAT:-2}
 BUILD_FLAGS=${BUILD_FLAGS:-}
 EXTRACT_FLAGS=${EXTRACT_FLAGS:-}
 TARGET_SEAL=1.5
@@ -103,14 +106,14 @@ age-keygen -o "$work/age.key" 2>/dev/null
 recipient=$(age-keygen -y "$work/age.key")
 minisign -G -W -f -s "$work/minisign.key" -p "$work/minisign.pub" >/dev/null
 
-export TREE="$work/tree" KEYS="$work/keys" PACKER LEVEL RECIPIENT="$recipient"
+export TREE="$work/tree" KEYS="$work/keys" PACKER LEVEL FORMAT RECIPIENT="$recipient"
 export AGE_KEY="$work/age.key" MS_KEY="$work/minisign.key" MS_PUB="$work/minisign.pub"
 export OURS="$work/ours.pack" STOCK="$work/stock.tar.zst.age" BUILD_FLAGS EXTRACT_FLAGS
 
 # The four commands, each one `bash -c` so that /usr/bin/time sees the whole of it.
 # shellcheck disable=SC2016
 {
-  seal_ours='rm -f "$OURS"; "$PACKER" build "$TREE" --name bench --version 1.0.0 --keys "$KEYS" --zstd-level "$LEVEL" -o "$OURS" $BUILD_FLAGS >/dev/null'
+  seal_ours='rm -f "$OURS"; "$PACKER" build "$TREE" --name bench --version 1.0.0 --keys "$KEYS" --zstd-level "$LEVEL" --format "$FORMAT" -o "$OURS" $BUILD_FLAGS >/dev/null'
   seal_stock='set -o pipefail; tar --zstd -cf - -C "$TREE" . | age -e -r "$RECIPIENT" -o "$STOCK" && minisign -S -s "$MS_KEY" -m "$STOCK" -x "$STOCK.minisig" >/dev/null'
   open_ours='"$PACKER" extract "$OURS" --keys "$KEYS" -o "$OUT" $EXTRACT_FLAGS >/dev/null'
   open_stock='set -o pipefail; minisign -V -q -p "$MS_PUB" -m "$STOCK" -x "$STOCK.minisig" && mkdir "$OUT" && age -d -i "$AGE_KEY" "$STOCK" | tar --zstd -xf - -C "$OUT"'
@@ -159,7 +162,7 @@ done
 
 # --- report ------------------------------------------------------------------------------
 templates=$(find "$work/tree" -type f -name '*.hbs' | wc -l)
-echo "tree: $SHAPE, $files files ($templates templates), $((bytes / 1000000)) MB in $dirs directories ($(df -PT "$work" | awk 'NR == 2 {print $2}') at $parent); level $LEVEL"
+echo "tree: $SHAPE, $files files ($templates templates), $((bytes / 1000000)) MB in $dirs directories ($(df -PT "$work" | awk 'NR == 2 {print $2}') at $parent); level $LEVEL, format $FORMAT"
 echo "sealed: packer $((sealed_ours / 1000)) kB, stock $((sealed_stock / 1000)) kB"
 echo "packer: $PACKER ${BUILD_FLAGS:+(build $BUILD_FLAGS) }${EXTRACT_FLAGS:+(extract $EXTRACT_FLAGS)}"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
