@@ -6,67 +6,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 use common::*;
 use pack_format::{
-    ContentKey, DigestRule, FORMAT_V3, FORMAT_VERSION, FormatError, IndexEntry, Limits, PIECE_LEN,
-    Payload, PayloadFile, SealInput, Unpack, pack,
+    ContentKey, DigestRule, FORMAT_V3, FORMAT_VERSION, FormatError, Limits, PIECE_LEN, Payload,
+    PayloadFile, SealInput, pack,
 };
 use sha2::Digest;
 
 fn key() -> ContentKey {
     ContentKey::from_parts("pieces", [9u8; 32]).unwrap()
-}
-
-/// Keeps what it is handed.
-#[derive(Default)]
-struct Record {
-    files: Mutex<BTreeMap<String, Vec<u8>>>,
-}
-
-impl Unpack for Record {
-    fn index(&self, _files: &[IndexEntry]) -> std::io::Result<()> {
-        Ok(())
-    }
-
-    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
-        let old = self
-            .files
-            .lock()
-            .unwrap()
-            .insert(path.to_string(), bytes.to_vec());
-        assert!(old.is_none(), "{path} handed out twice");
-        Ok(())
-    }
-}
-
-/// Text different for every seed, compressing about as templates do.
-fn text(seed: u64, len: usize) -> Vec<u8> {
-    let words = [
-        "the",
-        "agent",
-        "reads",
-        "{{persona}}",
-        "tool",
-        "never",
-        "file",
-    ];
-    let mut state = seed.wrapping_add(1);
-    let mut out = Vec::with_capacity(len + 16);
-    while out.len() < len {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        out.extend_from_slice(words[(state >> 33) as usize % words.len()].as_bytes());
-        out.push(if state.is_multiple_of(11) {
-            b'\n'
-        } else {
-            b' '
-        });
-    }
-    out.truncate(len);
-    out
 }
 
 /// Files on each side of a piece's length, and large ones that fill several frames.

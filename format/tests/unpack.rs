@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use common::*;
 use pack_format::compress;
@@ -14,65 +12,6 @@ use pack_format::payload::{FRAME_LEN, INDEX_PATH};
 use pack_format::{
     ContentKey, FormatError, IndexEntry, Limits, Payload, PayloadFile, SealInput, Unpack, pack,
 };
-
-/// Keeps what it is handed, and whether the index came first.
-#[derive(Default)]
-struct Record {
-    index: Mutex<Option<Vec<IndexEntry>>>,
-    files: Mutex<BTreeMap<String, Vec<u8>>>,
-    file_before_index: AtomicBool,
-}
-
-impl Unpack for Record {
-    fn index(&self, files: &[IndexEntry]) -> std::io::Result<()> {
-        *self.index.lock().unwrap() = Some(files.to_vec());
-        Ok(())
-    }
-
-    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
-        if self.index.lock().unwrap().is_none() {
-            self.file_before_index.store(true, Ordering::SeqCst);
-        }
-        let old = self
-            .files
-            .lock()
-            .unwrap()
-            .insert(path.to_string(), bytes.to_vec());
-        assert!(old.is_none(), "{path} handed out twice");
-        Ok(())
-    }
-}
-
-/// Text that compresses about as well as templates do, different for every seed.
-fn text(seed: u64, len: usize) -> Vec<u8> {
-    let words = [
-        "the",
-        "agent",
-        "must",
-        "read",
-        "{{persona}}",
-        "tool",
-        "never",
-        "file",
-    ];
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut out = Vec::with_capacity(len + 16);
-    while out.len() < len {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        out.extend_from_slice(words[(state >> 33) as usize % words.len()].as_bytes());
-        out.push(if state.is_multiple_of(11) {
-            b'\n'
-        } else {
-            b' '
-        });
-    }
-    out.truncate(len);
-    out
-}
 
 /// About `total` bytes in files of 1-120 KB across nested directories, so that many files
 /// straddle the 8 MiB frame boundaries.

@@ -6,6 +6,11 @@ use pack_format::{
     ChannelDocument, ChannelEntry, ContentKey, ContentKeyRing, EntryTarget, FormatError, Limits,
     PackRef, Payload, PayloadFile, SealInput, SigningKey, TrustedKeys,
 };
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pack_format::{IndexEntry, Unpack};
 use time::{Duration, OffsetDateTime};
 
 pub fn now() -> OffsetDateTime {
@@ -114,4 +119,63 @@ pub fn assert_duplicate_path(err: &FormatError) {
         ),
         "{err}"
     );
+}
+
+/// Keeps what it is handed, and whether the index came first.
+#[derive(Default)]
+pub struct Record {
+    pub index: Mutex<Option<Vec<IndexEntry>>>,
+    pub files: Mutex<BTreeMap<String, Vec<u8>>>,
+    pub file_before_index: AtomicBool,
+}
+
+impl Unpack for Record {
+    fn index(&self, files: &[IndexEntry]) -> std::io::Result<()> {
+        *self.index.lock().unwrap() = Some(files.to_vec());
+        Ok(())
+    }
+
+    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+        if self.index.lock().unwrap().is_none() {
+            self.file_before_index.store(true, Ordering::SeqCst);
+        }
+        let old = self
+            .files
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), bytes.to_vec());
+        assert!(old.is_none(), "{path} handed out twice");
+        Ok(())
+    }
+}
+
+/// Text that compresses about as well as templates do, different for every seed.
+pub fn text(seed: u64, len: usize) -> Vec<u8> {
+    let words = [
+        "the",
+        "agent",
+        "must",
+        "read",
+        "{{persona}}",
+        "tool",
+        "never",
+        "file",
+    ];
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut out = Vec::with_capacity(len + 16);
+    while out.len() < len {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.extend_from_slice(words[(state >> 33) as usize % words.len()].as_bytes());
+        out.push(if state.is_multiple_of(11) {
+            b'\n'
+        } else {
+            b' '
+        });
+    }
+    out.truncate(len);
+    out
 }
