@@ -237,9 +237,8 @@ fn documents() -> Result<Vec<ChannelDocument>> {
                     rollout: Some(Rollout {
                         percent: 25,
                         salt: "spring-rollout".to_string(),
-ramp: None,
-watch: None,
-
+                        ramp: None,
+                        watch: None,
                     }),
                 },
                 ChannelEntry {
@@ -253,9 +252,8 @@ watch: None,
                     rollout: None,
                 },
             ],
-guard: None,
-restricts: None,
-
+            guard: None,
+            restricts: None,
         },
         ChannelDocument {
             format: CHANNEL_FORMAT,
@@ -265,9 +263,8 @@ restricts: None,
             issued_at: at(NOW_UNIX - 10)?,
             expires_at: at(NOW_UNIX + 10)?,
             entries: vec![],
-guard: None,
-restricts: None,
-
+            guard: None,
+            restricts: None,
         },
     ])
 }

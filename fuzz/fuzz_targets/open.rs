@@ -141,7 +141,10 @@ fn every_frame_declares_its_size(data: &[u8]) -> bool {
         if len == 0 || len > rest.len() {
             return false;
         }
-        if !matches!(zstd::zstd_safe::get_frame_content_size(&rest[..len]), Ok(Some(_))) {
+        if !matches!(
+            zstd::zstd_safe::get_frame_content_size(&rest[..len]),
+            Ok(Some(_))
+        ) {
             return false;
         }
         rest = &rest[len..];
