@@ -2,16 +2,17 @@
 //!
 //! Input that starts with the pack magic is opened as it is (header, key slots, the
 //! authentication failure paths). Anything else is taken as a decrypted payload: it is
-//! sealed for the fixed key (format 2: one segment per zstd frame when every frame declares
-//! its size) and opened, which drives the fuzzer's bytes through decryption into
-//! decompression and untar, and `open` must then agree exactly with `Payload::from_tar_zst`
-//! on the same bytes — and so must `open_into`: the same files when both succeed, an error
-//! when `open` fails. Format 2 requires every frame to declare its content size, which a
-//! plain zstd stream need not: there `open` may refuse what `from_tar_zst` accepts. And
-//! `open` leaves a sealed frame's zstd checksum unchecked (the segment's GCM tag
-//! authenticated it), which `from_tar_zst` checks: there `open` may accept what
-//! `from_tar_zst` refuses, and must then give what the frames decode to with their checksums
-//! ignored.
+//! sealed for the fixed key (one segment per zstd frame when every frame declares its size),
+//! once as format 2 and once as format 3, and opened, which drives the fuzzer's bytes
+//! through decryption into decompression and untar. The index's `format` pairs the payload
+//! with one container format; the other must refuse it for that reason alone. What the
+//! paired one opens must agree exactly with `Payload::from_tar_zst` on the same bytes — and
+//! so must `open_into`: the same files when both succeed, an error when `open` fails. A
+//! sealed payload requires every frame to declare its content size, which a plain zstd
+//! stream need not: there `open` may refuse what `from_tar_zst` accepts. And `open` leaves a
+//! sealed frame's zstd checksum unchecked (the segment's GCM tag authenticated it), which
+//! `from_tar_zst` checks: there `open` may accept what `from_tar_zst` refuses, and must then
+//! give what the frames decode to with their checksums ignored.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -38,39 +39,29 @@ fuzz_target!(|data: &[u8]| {
     if data.is_empty() {
         return;
     }
-    let version = semver::Version::new(1, 0, 0);
-    let empty = Payload::default();
-    let input = SealInput {
-        format: pack_format::FORMAT_VERSION,
-        name: "fuzz",
-        version: &version,
-        schema: 1,
-        payload: &empty,
-        mtime: 0,
-        zstd_level: 3,
-    };
-    let key = content_key();
-    let sealed = seal_compressed(&input, data.to_vec(), &[&key]).expect("sealing never fails");
-
-    let guard = AllocGuard::start("open (sealed fuzz payload)");
-    let opened = pack_format::open(&sealed, keys, &LIMITS);
-    guard.check(sealed.len() + decompressed_budget(data.len()));
-    let direct = Payload::from_tar_zst(data, &LIMITS);
-    let record = Record::default();
-    let guard = AllocGuard::start("open_into (sealed fuzz payload)");
-    let unpacked = pack_format::open_into(&sealed, keys, &LIMITS, &record);
-    guard.check(sealed.len() + decompressed_budget(data.len()));
-    match (&opened, &unpacked) {
-        (Ok(opened), Ok(_)) => {
-            assert_eq!(*record.0.lock().unwrap(), *opened.payload.files());
+    // The fuzzer's bytes go in once per container format. The index's own `format` pairs
+    // it with exactly one of them (index 1 with format 2, index 2 with format 3): the other
+    // must refuse it for that reason and no other.
+    let at_v2 = open_sealed(data, pack_format::FORMAT_VERSION);
+    let at_v3 = open_sealed(data, pack_format::FORMAT_V3);
+    let opened = match (at_v2, at_v3) {
+        (Ok(_), Ok(_)) => panic!("both container formats accepted the same payload index"),
+        (Ok(opened), Err(refused)) | (Err(refused), Ok(opened)) => {
+            assert!(
+                is_index_pairing(&refused),
+                "the other container format refused for another reason: {refused}"
+            );
+            Ok(opened)
         }
-        (Err(_), Err(_)) => {}
-        (opened, unpacked) => panic!(
-            "open and open_into disagree on the same payload: open {:?}, open_into {:?}",
-            opened.as_ref().map(|o| o.payload.len()),
-            unpacked.as_ref().map(|u| u.index.len())
-        ),
-    }
+        (Err(first), Err(second)) => Err(if is_index_pairing(&first) {
+            second
+        } else {
+            first
+        }),
+    };
+    let direct = Payload::from_tar_zst(data, &LIMITS);
+    // The container format does not change the sealed length.
+    let sealed_len = seal(data, pack_format::FORMAT_VERSION).len() as u64;
     match (opened, direct) {
         (Ok(opened), Ok(direct)) => {
             assert_eq!(opened.payload, direct);
@@ -78,7 +69,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(opened.header.plaintext_len, data.len() as u64);
         }
         // Too big to be a pack under these limits: the header check refuses it first.
-        (Err(FormatError::TooLarge { .. }), _) if sealed.len() as u64 > LIMITS.max_sealed_len => {}
+        (Err(FormatError::TooLarge { .. }), _) if sealed_len > LIMITS.max_sealed_len => {}
         // Frames without a declared size (or skippable frames) are not a format-2 payload.
         (Err(FormatError::Malformed { .. }), Ok(_)) if !every_frame_declares_its_size(data) => {}
         // A checksum that does not match: only the plain stream checks it.
@@ -94,6 +85,60 @@ fuzz_target!(|data: &[u8]| {
         ),
     }
 });
+
+/// Seals `data` as the payload of a pack of container `format` for the fixed key and opens
+/// it with `open` and `open_into`, which must agree: the same files when both succeed, an
+/// error when `open` fails.
+fn open_sealed(data: &[u8], format: u32) -> Result<pack_format::OpenedPack, FormatError> {
+    let sealed = seal(data, format);
+    let keys = content_keys();
+    let guard = AllocGuard::start("open (sealed fuzz payload)");
+    let opened = pack_format::open(&sealed, keys, &LIMITS);
+    guard.check(sealed.len() + decompressed_budget(data.len()));
+    let record = Record::default();
+    let guard = AllocGuard::start("open_into (sealed fuzz payload)");
+    let unpacked = pack_format::open_into(&sealed, keys, &LIMITS, &record);
+    guard.check(sealed.len() + decompressed_budget(data.len()));
+    match (&opened, &unpacked) {
+        (Ok(opened), Ok(_)) => {
+            assert_eq!(*record.0.lock().unwrap(), *opened.payload.files());
+        }
+        (Err(_), Err(_)) => {}
+        (opened, unpacked) => panic!(
+            "open and open_into disagree on the same payload (format {format}): open {:?}, open_into {:?}",
+            opened.as_ref().map(|o| o.payload.len()),
+            unpacked.as_ref().map(|u| u.index.len())
+        ),
+    }
+    opened
+}
+
+fn seal(data: &[u8], format: u32) -> Vec<u8> {
+    let version = semver::Version::new(1, 0, 0);
+    let empty = Payload::default();
+    let input = SealInput {
+        format,
+        name: "fuzz",
+        version: &version,
+        schema: 1,
+        payload: &empty,
+        mtime: 0,
+        zstd_level: 3,
+    };
+    let key = content_key();
+    seal_compressed(&input, data.to_vec(), &[&key]).expect("sealing never fails")
+}
+
+/// Whether `error` is the refusal of an index digested by the other container format's rule.
+fn is_index_pairing(error: &FormatError) -> bool {
+    matches!(
+        error,
+        FormatError::UnsupportedVersion {
+            what: "payload index for this pack format",
+            ..
+        }
+    )
+}
 
 /// Keeps what `open_into` hands out.
 #[derive(Default)]
