@@ -39,8 +39,13 @@ fn main() -> Result<()> {
         put("payload", &payload.to_tar(0)?)?;
         put("open", &compressed)?;
         let version = semver::Version::new(1, i as u64, 0);
+        // Every other pack is format 3, whose index digests large files by pieces.
         let input = SealInput {
-            format: pack_format::FORMAT_VERSION,
+            format: if i % 2 == 0 {
+                pack_format::FORMAT_VERSION
+            } else {
+                pack_format::FORMAT_V3
+            },
             name: "seed-pack",
             version: &version,
             schema: 1 + i as u32,
@@ -101,6 +106,8 @@ fn file(path: &str, text: &str) -> PayloadFile {
 
 /// Small, realistic payloads: one template, a nested tree, an empty file, unicode.
 fn payloads() -> Result<Vec<Payload>> {
+    // Over one 64 KiB piece, so that format 3 digests it by pieces.
+    let large: String = (0..8_000).map(|n| format!("line {n}\n")).collect();
     Ok(vec![
         Payload::new(
             [file("agents/mavis/persona.md", "You are {{agent.name}}.\n")],
@@ -138,6 +145,7 @@ fn payloads() -> Result<Vec<Payload>> {
             ],
             &LIMITS,
         )?,
+        Payload::new([file("shared/large.md", &large)], &LIMITS)?,
         Payload::default(),
     ])
 }
