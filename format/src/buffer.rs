@@ -1,35 +1,60 @@
 //! The memory a zstd frame is decoded into.
 //!
 //! A frame of a large pack decodes to megabytes that are written once, read by the `tar`
-//! reader and the threads that hash files, and then reused for a later frame. A buffer is a
-//! plain `Vec` whose capacity is its room: reused, it keeps the pages it has touched, and
-//! the pages past what a frame decodes to are never touched.
+//! reader and the threads that hash files, and then reused for a later frame. Touching that
+//! memory for the first time costs a page fault per 4 KiB page: on a 100 MB pack of large
+//! files, faulting in the first frames' buffers (four frames of up to 12 MB may be in flight
+//! before the first buffer comes back) took about a tenth of `packer extract`'s CPU. So on
+//! Linux a buffer of [`HUGE_PAGE`] or more is a mapping of its own, a whole number of
+//! 2 MiB pages long, which the kernel is asked to back with transparent huge pages: it
+//! faults in 2 MiB at a time. Where the kernel has none to give (huge pages off, or none
+//! free), it is an ordinary mapping that faults in page by page, as a `Vec` would. Smaller
+//! buffers, and every buffer on other systems, are a `Vec`.
 //!
-//! Large buffers used to be mappings of their own advised for transparent huge pages, which
-//! fault in 2 MiB at a time. On a virtual machine that hands its free memory back to the
-//! host, a fresh huge page is often far dearer than the 512 small pages it replaces (the
-//! host backs it again on first touch), and an extract run now and then, as users run it,
-//! meets that cost: `packer extract` of a 100 MB tree of large files took 0.24 s with them
-//! and 0.10 s without, run after a pause; back to back, as a benchmark loop runs it, huge
-//! pages were at most 4% faster (BENCHMARKS.md).
+//! The trade: under Linux's default `defrag` setting (`madvise`), a kernel whose free memory
+//! is fragmented may compact memory at the first touch of such a buffer to find a huge page,
+//! a pause of its own rather than a fault per page; a buffer's last 2 MiB page is faulted
+//! in whole (peak memory a few MiB higher on some packs, BENCHMARKS.md); and on a virtual
+//! machine that hands its free memory back to the host, a fresh huge page may be one the host
+//! has to back again, which one such machine made slower than page-by-page faults after a
+//! pause while another of the same kind did not (BENCHMARKS.md, "Frame buffers: huge pages or
+//! plain heap memory, on two machines").
 
 use std::ops::Deref;
+
+/// The size of a transparent huge page on x86-64 and on arm64 with 4 KiB pages; a mapping
+/// whose length is a multiple of it starts on a huge-page boundary (Linux 6.7 and later), so
+/// every page of it can be huge.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) const HUGE_PAGE: usize = 2 * 1024 * 1024;
 
 /// A frame's decoded bytes in a buffer that keeps its room when it is reused.
 #[derive(Default)]
 pub(crate) struct FrameBuffer {
-    /// Room is the `Vec`'s capacity; its length is how much of it was ever initialised,
-    /// which stays when the buffer holds fewer bytes, so that growing again zeroes nothing.
-    memory: Vec<u8>,
+    memory: Memory,
     /// How many bytes, from the start of `memory`, the buffer holds.
     len: usize,
+}
+
+enum Memory {
+    /// Room is the `Vec`'s capacity; its length is how much of it was ever initialised,
+    /// which stays when the buffer holds fewer bytes, so that growing again zeroes nothing.
+    Heap(Vec<u8>),
+    #[cfg(target_os = "linux")]
+    Mapped(memmap2::MmapMut),
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Memory::Heap(Vec::new())
+    }
 }
 
 impl From<Vec<u8>> for FrameBuffer {
     fn from(bytes: Vec<u8>) -> Self {
         FrameBuffer {
             len: bytes.len(),
-            memory: bytes,
+            memory: Memory::Heap(bytes),
         }
     }
 }
@@ -38,22 +63,43 @@ impl Deref for FrameBuffer {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.memory[..self.len]
+        match &self.memory {
+            Memory::Heap(bytes) => &bytes[..self.len],
+            #[cfg(target_os = "linux")]
+            Memory::Mapped(map) => &map[..self.len],
+        }
     }
 }
 
 impl FrameBuffer {
     /// An empty buffer with room for `room` bytes.
     pub(crate) fn with_room(room: usize) -> Self {
+        #[cfg(target_os = "linux")]
+        if room >= HUGE_PAGE {
+            let room = room.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+            if let Ok(map) = memmap2::MmapMut::map_anon(room) {
+                // Advice only: a kernel without transparent huge pages refuses it, and the
+                // mapping works the same with small pages.
+                let _ = map.advise(memmap2::Advice::HugePage);
+                return FrameBuffer {
+                    memory: Memory::Mapped(map),
+                    len: 0,
+                };
+            }
+        }
         FrameBuffer {
-            memory: Vec::with_capacity(room),
+            memory: Memory::Heap(Vec::with_capacity(room)),
             len: 0,
         }
     }
 
     /// How many bytes the buffer holds without growing.
     pub(crate) fn room(&self) -> usize {
-        self.memory.capacity()
+        match &self.memory {
+            Memory::Heap(bytes) => bytes.capacity(),
+            #[cfg(target_os = "linux")]
+            Memory::Mapped(map) => map.len(),
+        }
     }
 
     /// The buffer's first `len` bytes, for the caller to overwrite: the room grows (at least
@@ -64,10 +110,16 @@ impl FrameBuffer {
             *self = FrameBuffer::with_room(len.max(self.room().saturating_mul(2)));
         }
         self.len = len;
-        if self.memory.len() < len {
-            self.memory.resize(len, 0);
+        match &mut self.memory {
+            Memory::Heap(bytes) => {
+                if bytes.len() < len {
+                    bytes.resize(len, 0);
+                }
+                &mut bytes[..len]
+            }
+            #[cfg(target_os = "linux")]
+            Memory::Mapped(map) => &mut map[..len],
         }
-        &mut self.memory[..len]
     }
 
     /// Decompresses the whole zstd frames in `compressed` into the buffer, replacing what
@@ -79,8 +131,14 @@ impl FrameBuffer {
         compressed: &[u8],
     ) -> Result<usize, zstd::zstd_safe::ErrorCode> {
         self.len = 0;
-        self.memory.clear();
-        let n = context.decompress(&mut self.memory, compressed)?;
+        let n = match &mut self.memory {
+            Memory::Heap(bytes) => {
+                bytes.clear();
+                context.decompress(bytes, compressed)?
+            }
+            #[cfg(target_os = "linux")]
+            Memory::Mapped(map) => context.decompress(&mut map[..], compressed)?,
+        };
         self.len = n;
         Ok(n)
     }
@@ -90,9 +148,6 @@ impl FrameBuffer {
 mod tests {
     use super::*;
 
-    /// The size of a frame's buffer in a large pack, or more.
-    const LARGE: usize = 2 * 1024 * 1024;
-
     fn compressed(bytes: &[u8]) -> Vec<u8> {
         zstd::bulk::compress(bytes, 1).unwrap()
     }
@@ -100,7 +155,7 @@ mod tests {
     #[test]
     fn a_buffer_holds_exactly_what_was_decompressed_into_it_last() {
         let mut context = zstd::zstd_safe::DCtx::create();
-        for room in [1000, LARGE + 1] {
+        for room in [1000, HUGE_PAGE + 1] {
             let mut buffer = FrameBuffer::with_room(room);
             assert!(buffer.room() >= room);
             let first: Vec<u8> = (0..room).map(|i| (i % 251) as u8).collect();
@@ -115,13 +170,12 @@ mod tests {
                 Ok(5)
             );
             assert_eq!(&buffer[..], b"short");
-            assert!(buffer.room() >= room, "a shorter frame keeps the room");
         }
     }
 
     #[test]
     fn first_mut_grows_the_room_and_then_holds_exactly_what_was_asked_for() {
-        for len in [1000, 3 * LARGE] {
+        for len in [1000, 3 * HUGE_PAGE] {
             let mut buffer = FrameBuffer::default();
             buffer.first_mut(len).fill(9);
             assert_eq!(buffer.len(), len);
@@ -135,7 +189,7 @@ mod tests {
 
     #[test]
     fn growing_again_within_the_room_zeroes_nothing() {
-        for len in [1000, 3 * LARGE] {
+        for len in [1000, 3 * HUGE_PAGE] {
             let mut buffer = FrameBuffer::default();
             buffer.first_mut(len).fill(9);
             buffer.first_mut(10);
@@ -149,7 +203,7 @@ mod tests {
     #[test]
     fn zstd_cannot_write_past_the_room() {
         let mut context = zstd::zstd_safe::DCtx::create();
-        let room = LARGE;
+        let room = HUGE_PAGE;
         let mut buffer = FrameBuffer::with_room(room);
         let room = buffer.room();
         let too_long = vec![7u8; room + 1];
@@ -159,5 +213,54 @@ mod tests {
                 .is_err()
         );
         assert_eq!(buffer.room(), room);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn large_buffers_are_mappings_of_whole_huge_pages_advised_huge() {
+        let buffer = FrameBuffer::with_room(HUGE_PAGE + 1);
+        let Memory::Mapped(map) = &buffer.memory else {
+            panic!("a buffer of 2 MiB or more is a mapping of its own");
+        };
+        assert_eq!(buffer.room(), 2 * HUGE_PAGE);
+        assert!(matches!(
+            FrameBuffer::with_room(HUGE_PAGE - 1).memory,
+            Memory::Heap(_)
+        ));
+        // The kernel lists the advice among the mapping's flags (`hg`), whether or not a
+        // huge page is free to back it.
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        if thp.as_ref().map_or(true, |mode| mode.contains("[never]")) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "transparent huge pages are off under CI: {thp:?}"
+            );
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(
+                b"\nSKIPPED: large_buffers_are_mappings_of_whole_huge_pages_advised_huge (no transparent huge pages)\n",
+            );
+            return;
+        }
+        // The area that holds the mapping: the kernel may have merged it with a neighbour
+        // another test's thread mapped with the same flags, so it need not start there.
+        let at = map.as_ptr() as usize;
+        let holds = |line: &str| {
+            let range = line.split_whitespace().next().unwrap_or("");
+            let Some((start, end)) = range.split_once('-') else {
+                return false;
+            };
+            let bound = |hex| usize::from_str_radix(hex, 16).ok();
+            matches!((bound(start), bound(end)), (Some(start), Some(end)) if start <= at && at < end)
+        };
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let flags = smaps
+            .lines()
+            .skip_while(|line| !holds(line))
+            .find_map(|line| line.strip_prefix("VmFlags:"))
+            .expect("the mapping is in /proc/self/smaps");
+        assert!(
+            flags.split_whitespace().any(|flag| flag == "hg"),
+            "not advised huge: {flags}"
+        );
     }
 }
