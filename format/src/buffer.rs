@@ -170,6 +170,7 @@ mod tests {
                 Ok(5)
             );
             assert_eq!(&buffer[..], b"short");
+            assert!(buffer.room() >= room, "a shorter frame keeps the room");
         }
     }
 
