@@ -16,6 +16,7 @@
 #   PACKD_BIN=/path/to/older/packd bash scripts/bench-packd.sh
 #   SKIP_BUILD=1 PACKD_BIN=/tmp/packd-a bash scripts/bench-packd.sh
 #   NGINX_SENDFILE=off bash scripts/bench-packd.sh   # nginx copying from its buffers instead
+#   BLOB_SEND=sendfile bash scripts/bench-packd.sh   # packd sending blobs with sendfile too
 #   FLOOR=1 bash scripts/bench-packd.sh              # also hyper alone (the bare_304 example),
 #                                                    # and whether it meets the 304 rate target
 #   FLOOR=front bash scripts/bench-packd.sh          # the same with packd's front alone: its
@@ -37,6 +38,7 @@ DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 RUNS=${RUNS:-3}
 NGINX_SENDFILE=${NGINX_SENDFILE:-on}
+BLOB_SEND=${BLOB_SEND:-memory}
 TARGET_304=1.2
 TARGET_BLOB=1.2
 
@@ -127,6 +129,7 @@ token="ppt_bench_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 token_sha=$(printf '%s' "$token" | "$PACKD" hash-token)
 cat >"$work/packd.toml" <<EOF
 publisher_keys = ["keys/signing.pub"]
+blob_send = "$BLOB_SEND"
 
 [[tokens]]
 name = "bench"
@@ -349,7 +352,7 @@ pair() {
 }
 
 p304=() n304=() r304=() pblob=() nblob=() rblob=() pcpu304=() ncpu304=() pcpublob=() ncpublob=()
-pu304=() ps304=() pw304=() nu304=() ns304=() nw304=()
+pwblob=() nwblob=() pu304=() ps304=() pw304=() nu304=() ns304=() nw304=()
 f304=() rf304=() fcpu304=() fu304=() fs304=() fw304=()
 for round in $(seq 1 "$RUNS"); do
   say "round $round/$RUNS: wrk -t$THREADS -c$CONNECTIONS -d$DURATION"
@@ -360,8 +363,9 @@ for round in $(seq 1 "$RUNS"); do
   p304+=("$p") n304+=("$n") r304+=("$(awk -v p="$p" -v n="$n" 'BEGIN {print p / n}')")
   pcpu304+=("$pc") ncpu304+=("$nc")
   pu304+=("$pu") ps304+=("$ps") pw304+=("$pw") nu304+=("$nu") ns304+=("$ns") nw304+=("$nw")
-  read -r p pc _ _ _ n nc _ _ _ < <(pair "$round" blob '"$packd_blob"' '"$nginx_blob"')
-  [ -n "$nc" ] || die "a blob run failed"
+  read -r p pc _ _ pw n nc _ _ nw < <(pair "$round" blob '"$packd_blob"' '"$nginx_blob"')
+  [ -n "$nw" ] || die "a blob run failed"
+  pwblob+=("$pw") nwblob+=("$nw")
   pblob+=("$p") nblob+=("$n") rblob+=("$(awk -v p="$p" -v n="$n" 'BEGIN {print p / n}')")
   pcpublob+=("$pc") ncpublob+=("$nc")
   if [ -n "$floor_pid" ]; then
@@ -395,7 +399,7 @@ row() {
   return 0
 }
 echo
-echo "packd vs nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') (sendfile $NGINX_SENDFILE), wrk -t$THREADS -c$CONNECTIONS -d$DURATION," \
+echo "packd (blob_send $BLOB_SEND) vs nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') (sendfile $NGINX_SENDFILE), wrk -t$THREADS -c$CONNECTIONS -d$DURATION," \
   "$RUNS rounds, $cores cores shared by wrk and both servers, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "(medians; the rate ratio is the median of each round's packd/nginx, target >= $TARGET_304 on 304s and"
 echo " >= $TARGET_BLOB on blobs; CPU is user + system µs per request, target packd <= nginx)"
@@ -405,6 +409,9 @@ row "304 channel document" "$(med "${p304[@]}")" "$(med "${n304[@]}")" "$(med "$
   "$(med "${pcpu304[@]}")" "$(med "${ncpu304[@]}")"
 row "GET $((blob_size / 1024)) KiB blob" "$(med "${pblob[@]}")" "$(med "${nblob[@]}")" "$(med "${rblob[@]}")" \
   "$TARGET_BLOB" "$(med "${pcpublob[@]}")" "$(med "${ncpublob[@]}")"
+# What a blob GET costs wrk, the reader: how the server sends moves the reader's cost too.
+awk -v p="$(med "${pwblob[@]}")" -v n="$(med "${nwblob[@]}")" \
+  'BEGIN {printf "wrk'"'"'s own CPU per blob GET: %.2f µs reading from packd, %.2f from nginx\n", p, n}'
 # Where a 304's CPU goes, and what the rate target asks of it: wrk and the server share the
 # cores, so a server gets at most cores / (wrk's CPU + its own CPU) requests a second, and
 # packd reaches 1.2x nginx's rate only when wrk's and its CPU per request together are at

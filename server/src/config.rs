@@ -75,6 +75,8 @@ pub struct ConfigFile {
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub storage: Option<String>,
+    /// How whole blobs on local disk are sent (default `memory`).
+    pub blob_send: Option<BlobSend>,
     #[serde(default)]
     pub publisher_keys: Vec<String>,
     #[serde(default)]
@@ -150,6 +152,22 @@ pub struct LimitsFile {
     pub watch_poll_ms: Option<u64>,
 }
 
+/// How a whole blob on local disk is sent to a client. Which costs less depends on the
+/// machine: both were measured against nginx (BENCHMARKS.md), and copying from memory was
+/// the faster on two machines of three.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlobSend {
+    /// Copied to the socket from the node's in-memory blob cache, one buffer shared by every
+    /// reader (a blob too large for the cache streams from its file).
+    #[default]
+    Memory,
+    /// `sendfile` from the file: from the page cache to the socket without passing through
+    /// packd's memory, as nginx serves files. Ranges, conditional requests and object storage
+    /// are served as with `memory`.
+    Sendfile,
+}
+
 /// Where data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StorageConfig {
@@ -162,6 +180,7 @@ pub enum StorageConfig {
 pub struct Settings {
     pub listen: SocketAddr,
     pub storage: StorageConfig,
+    pub blob_send: BlobSend,
     pub trusted_keys: TrustedKeys,
     pub tokens: Tokens,
     pub limits: Limits,
@@ -284,6 +303,7 @@ impl Settings {
         Ok(Settings {
             listen,
             storage,
+            blob_send: file.blob_send.unwrap_or_default(),
             trusted_keys,
             tokens: Tokens::new(&file.tokens)?,
             max_blob_bytes: l
@@ -412,6 +432,34 @@ mod tests {
         );
         assert!(s.trusted_keys.is_empty());
         assert!(!s.tokens.reads_need_token());
+    }
+
+    #[test]
+    fn blobs_are_sent_from_memory_unless_the_file_says_sendfile() {
+        let settings = |text: &str| {
+            let file: ConfigFile = toml::from_str(text)?;
+            Ok::<_, toml::de::Error>(
+                Settings::from_file(file, Path::new(""), Overrides::default())
+                    .unwrap()
+                    .blob_send,
+            )
+        };
+        assert_eq!(settings("").unwrap(), BlobSend::Memory);
+        assert_eq!(
+            settings("blob_send = \"memory\"").unwrap(),
+            BlobSend::Memory
+        );
+        assert_eq!(
+            settings("blob_send = \"sendfile\"").unwrap(),
+            BlobSend::Sendfile
+        );
+        let err = settings("blob_send = \"zerocopy\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("blob_send") && err.contains("expected `memory` or `sendfile`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! client makes, a plain `GET` of a channel's live document that memory answers, is answered
 //! here: by `routes::channels::from_memory`, as the router's route and `App` answer it, with
 //! the same headers, counted and logged the same way. The answers to requests
-//! pipelined together are written together, [`WRITE_BATCH`] at a time.
+//! pipelined together are written together, [`WRITE_BATCH`] at a time. With `blob_send =
+//! "sendfile"`, a plain `GET` of a whole blob in a data directory on local disk is answered
+//! here too: the route's head, then the file's bytes by `sendfile`.
 //!
 //! The first request that is anything else hands the connection, with every byte read so
 //! far, to hyper, which serves it from there on, as it serves every connection: another route
@@ -33,11 +35,12 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::Watcher;
 use pack_protocol::{headers, paths};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::app::{App, count_answer};
+use crate::config::BlobSend;
 use crate::error::ApiError;
 use crate::routes::channels::{self, FetchHeaders, FromMemory, MemoryAnswer};
 
@@ -89,6 +92,7 @@ pub(crate) async fn serve(
     loop {
         let mut hand_over = false;
         let mut unconfirmed = None;
+        let mut blob = None;
         loop {
             // Requests pipelined behind each other are answered a batch at a time: a client
             // that sends many and reads none holds at most this much of their answers.
@@ -103,6 +107,12 @@ pub(crate) async fn serve(
                         start += len;
                         waiting_since = Instant::from_std(done);
                         checked = false;
+                    }
+                    Answered::Blob(file) => {
+                        start += len;
+                        checked = false;
+                        blob = Some(file);
+                        break;
                     }
                     Answered::Unconfirmed(channel) if !checked => {
                         unconfirmed = Some(channel.to_owned());
@@ -120,6 +130,20 @@ pub(crate) async fn serve(
                     break;
                 }
             }
+        }
+        if let Some(file) = blob {
+            // The blob's head goes out with the answers before it, held back by the kernel
+            // to fill a segment with the blob's first bytes; its bytes follow.
+            if let Err(err) = send_more(&stream, &mut out).await {
+                tracing::debug!(%peer, %err, "connection ended with an error");
+                return;
+            }
+            if let Err(err) = send_file(&stream, &file).await {
+                tracing::debug!(%peer, %err, "connection ended with an error");
+                return;
+            }
+            waiting_since = Instant::now();
+            continue;
         }
         // Pipelined answers go out together, and before hyper answers what follows them.
         let batch_full = out.len() >= WRITE_BATCH;
@@ -193,6 +217,8 @@ pub(crate) async fn serve(
 enum Answered<'a> {
     /// Answered; when the answer was done.
     Yes(std::time::Instant),
+    /// A whole blob: its head is written, its bytes are to follow from this file.
+    Blob(BlobFile),
     /// A plain `GET` of this channel's document, but memory holds no confirmed one.
     Unconfirmed(&'a str),
     /// Hyper's to answer.
@@ -220,6 +246,12 @@ async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>, peer: SocketAddr) -> i
 /// answers.
 fn answer<'a>(app: &App, request: &httparse::Request<'_, 'a>, out: &mut Vec<u8>) -> Answered<'a> {
     if request.method != Some("GET") || request.version != Some(1) {
+        return Answered::No;
+    }
+    if let Some(sha256) = request.path.and_then(|p| p.strip_prefix(BLOBS)) {
+        if app.state().settings.blob_send == BlobSend::Sendfile {
+            return answer_blob(app, sha256, request.headers, out);
+        }
         return Answered::No;
     }
     let Some(channel) = request
@@ -260,6 +292,146 @@ fn answer<'a>(app: &App, request: &httparse::Request<'_, 'a>, out: &mut Vec<u8>)
         done.duration_since(began),
     );
     Answered::Yes(done)
+}
+
+/// The path of a blob, less its SHA-256 (`paths::BLOB_ROUTE`'s).
+const BLOBS: &str = "/v1/blobs/";
+
+/// Fields that ask for less than a whole blob, or for none: a request naming one goes to
+/// hyper, which answers `206`, `304` and `416`.
+const CONDITIONS: [&str; 3] = ["range", "if-range", "if-none-match"];
+
+/// The most of a blob one `sendfile` call sends (nginx's `sendfile_max_chunk`): a fast
+/// reader of a large blob gives the thread back between calls.
+const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
+
+/// A blob the front sends whole from its file.
+struct BlobFile {
+    file: std::fs::File,
+    len: u64,
+}
+
+/// Writes the head of a whole blob to `out` and hands back its file, if `request` is a plain
+/// `GET` of a blob in a data directory on local disk that the route would answer `200` whole.
+/// Anything else is hyper's: a range or a condition, a token the route would refuse, a name
+/// that is not a SHA-256, object storage, no such file, or an error opening it (which the
+/// route then reports).
+fn answer_blob<'a>(
+    app: &App,
+    sha256: &str,
+    fields: &[httparse::Header<'_>],
+    out: &mut Vec<u8>,
+) -> Answered<'a> {
+    let began = std::time::Instant::now();
+    let state = app.state();
+    if crate::routes::check_sha256(sha256).is_err() {
+        return Answered::No;
+    }
+    let Some(authorization) = blob_authorization(fields) else {
+        return Answered::No;
+    };
+    if state
+        .settings
+        .tokens
+        .authorize_read_header(authorization)
+        .is_err()
+    {
+        return Answered::No;
+    }
+    let Ok(Some((file, len))) = state
+        .storage
+        .open_local(&crate::storage::keys::blob(sha256))
+    else {
+        return Answered::No;
+    };
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\ncache-control: ");
+    out.extend_from_slice(crate::routes::blobs::IMMUTABLE.as_bytes());
+    // Writing to a vector cannot fail.
+    let _ = write!(
+        out,
+        "\r\naccept-ranges: bytes\r\netag: \"{sha256}\"\r\n\
+         content-type: application/octet-stream\r\ncontent-length: {len}\r\ndate: "
+    );
+    write_date(out);
+    out.extend_from_slice(b"\r\n\r\n");
+    // Counted as the router counts a blob: when its head is ready, with its whole length.
+    count_answer(
+        state,
+        paths::BLOB_ROUTE,
+        "GET",
+        StatusCode::OK,
+        Some(len),
+        began.elapsed(),
+    );
+    Answered::Blob(BlobFile { file, len })
+}
+
+/// The `Authorization` value of a plain `GET` of a whole blob, as the route reads it (the
+/// first, when it is visible ASCII); `None` when a field asks for a range or a condition, or
+/// is about the connection or a body.
+fn blob_authorization<'a>(fields: &[httparse::Header<'a>]) -> Option<Option<&'a str>> {
+    let mut authorization = None;
+    for field in fields {
+        let name = field.name;
+        if name.eq_ignore_ascii_case("authorization") {
+            authorization.get_or_insert(field.value);
+        } else if CONDITIONS
+            .iter()
+            .chain(&FRAMING)
+            .any(|f| name.eq_ignore_ascii_case(f))
+        {
+            return None;
+        }
+    }
+    Some(authorization.and_then(visible))
+}
+
+/// Sends `out` on `stream` with `MSG_MORE`, as nginx's `tcp_nopush` does a file's head: more
+/// follows at once, so the kernel sends no segment that is only the head. Empties `out`.
+async fn send_more(stream: &TcpStream, out: &mut Vec<u8>) -> io::Result<()> {
+    let mut at = 0;
+    while at < out.len() {
+        stream.writable().await?;
+        let sent = stream.try_io(Interest::WRITABLE, || {
+            rustix::net::send(stream, &out[at..], rustix::net::SendFlags::MORE)
+                .map_err(io::Error::from)
+        });
+        match sent {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    out.clear();
+    Ok(())
+}
+
+/// Sends `blob`'s bytes on `stream` with `sendfile`: from the page cache to the socket,
+/// never through this process's memory.
+async fn send_file(stream: &TcpStream, blob: &BlobFile) -> io::Result<()> {
+    let mut offset = 0u64;
+    while offset < blob.len {
+        let want =
+            usize::try_from(blob.len - offset).map_or(SENDFILE_CHUNK, |n| n.min(SENDFILE_CHUNK));
+        let sent = loop {
+            stream.writable().await?;
+            let sent = stream.try_io(Interest::WRITABLE, || {
+                rustix::fs::sendfile(stream, &blob.file, Some(&mut offset), want)
+                    .map_err(io::Error::from)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                sent => break sent?,
+            }
+        };
+        if sent == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the blob's file ended at byte {offset} of {}", blob.len),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What a fetch reads from `fields`, as [`FetchHeaders::from_map`] reads it from hyper's map
@@ -501,6 +673,96 @@ mod tests {
             let (front, _) = both_ways(&[("If-None-Match", b"\"a\""), (name, b"0")]);
             assert!(front.is_none(), "{name}");
         }
+    }
+
+    /// An app configured by `toml`, storing on disk in `dir`, which holds one blob; the
+    /// blob's SHA-256 and length.
+    fn app_with_blob(toml: &str, dir: &std::path::Path) -> (App, String, u64) {
+        let file: crate::config::ConfigFile = toml::from_str(toml).unwrap();
+        let overrides = crate::config::Overrides {
+            data_dir: Some(dir.to_path_buf()),
+            ..Default::default()
+        };
+        let settings = crate::config::Settings::from_file(file, dir, overrides).unwrap();
+        let bytes = b"a sealed pack ".repeat(100);
+        let sha256 = pack_format::sha256_hex(&bytes);
+        std::fs::create_dir_all(dir.join("blobs")).unwrap();
+        std::fs::write(dir.join("blobs").join(&sha256), &bytes).unwrap();
+        let storage = crate::storage::Storage::local(dir).unwrap();
+        let (app, _live) = crate::app::router(settings, storage).unwrap();
+        (app, sha256, bytes.len() as u64)
+    }
+
+    /// What the front makes of `head`: the length of a blob it sends, or `None` when it is
+    /// hyper's; and the head it wrote.
+    fn front_of(app: &App, head: &str) -> (Option<u64>, String) {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut fields);
+        assert!(request.parse(head.as_bytes()).unwrap().is_complete());
+        let mut out = Vec::new();
+        let sent = match answer(app, &request, &mut out) {
+            Answered::Blob(blob) => Some(blob.len),
+            Answered::No => None,
+            Answered::Yes(_) | Answered::Unconfirmed(_) => panic!("not a blob's answer"),
+        };
+        (sent, String::from_utf8(out).unwrap())
+    }
+
+    #[tokio::test]
+    async fn with_sendfile_the_front_sends_only_a_plain_get_of_a_whole_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let (app, sha256, len) = app_with_blob("blob_send = \"sendfile\"", dir.path());
+        let get =
+            |extra: &str| format!("GET /v1/blobs/{sha256} HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
+
+        let (sent, head) = front_of(&app, &get("Authorization: Bearer any\r\n"));
+        assert_eq!(sent, Some(len), "{head}");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        for field in [
+            format!("content-length: {len}\r\n"),
+            format!("etag: \"{sha256}\"\r\n"),
+            "cache-control: public, max-age=31536000, immutable\r\n".into(),
+            "accept-ranges: bytes\r\n".into(),
+            "content-type: application/octet-stream\r\n".into(),
+        ] {
+            assert!(head.contains(&field), "{field} in {head}");
+        }
+        assert!(head.ends_with("\r\n\r\n"), "{head}");
+
+        // A range, a condition or a framing field: hyper answers `206`, `304`, `416`.
+        for extra in [
+            "Range: bytes=0-9\r\n",
+            "range: bytes=0-9\r\n",
+            "If-Range: \"x\"\r\n",
+            "If-None-Match: \"x\"\r\n",
+            "Connection: close\r\n",
+        ] {
+            assert_eq!(
+                front_of(&app, &get(extra)),
+                (None, String::new()),
+                "{extra}"
+            );
+        }
+        // No such blob, a name that is not a SHA-256, a HEAD: the route's answers.
+        let missing = format!("GET /v1/blobs/{} HTTP/1.1\r\n\r\n", "0".repeat(64));
+        let upper = format!("GET /v1/blobs/{} HTTP/1.1\r\n\r\n", sha256.to_uppercase());
+        let head_request = format!("HEAD /v1/blobs/{sha256} HTTP/1.1\r\n\r\n");
+        for request in [missing, upper, head_request] {
+            assert_eq!(front_of(&app, &request), (None, String::new()), "{request}");
+        }
+    }
+
+    #[tokio::test]
+    async fn by_default_blobs_are_hyper_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let (app, sha256, _) = app_with_blob("", dir.path());
+        let request = format!("GET /v1/blobs/{sha256} HTTP/1.1\r\n\r\n");
+        assert_eq!(front_of(&app, &request), (None, String::new()));
+    }
+
+    #[test]
+    fn the_front_s_blob_path_is_the_route_s() {
+        assert_eq!(paths::blob("abc"), format!("{BLOBS}abc"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The revalidation answered ahead of hyper (`src/front.rs`), against real `packd` processes
 //! over raw TCP: the same answer as hyper's path gives, requests in order across the hand-over
 //! to hyper, heads that arrive in pieces, heads too long or malformed for the front, tokens,
-//! the counts, and the connection's end (header-read timeout, shutdown).
+//! the counts, and the connection's end (header-read timeout, shutdown); and, with
+//! `blob_send = "sendfile"`, whole blobs sent from their files.
 
 mod common;
 
@@ -387,4 +388,180 @@ async fn a_kept_connection_sees_a_publish_through_another_node() {
         .write_all(revalidation(new_tag, "").as_bytes())
         .unwrap();
     assert_eq!(read_answer(&mut stream).status, 304);
+}
+
+/// A server sending blobs with `sendfile` (`extra_toml` as for [`Fixture::new`], blobs up to
+/// `max_blob` bytes), `stable` published with a pack carrying `marker`; the pack's bytes, its
+/// SHA-256 and the document's ETag.
+async fn sending_files(
+    extra_toml: &str,
+    max_blob: u64,
+    marker: &str,
+) -> (Fixture, Packd, Vec<u8>, String, String) {
+    let fx = Fixture::new(extra_toml);
+    let text = std::fs::read_to_string(&fx.config).unwrap().replace(
+        &format!("max_blob_bytes = {MAX_BLOB_BYTES}\n"),
+        &format!("max_blob_bytes = {max_blob}\n"),
+    );
+    std::fs::write(&fx.config, format!("blob_send = \"sendfile\"\n{text}")).unwrap();
+    let server = Packd::start(&fx.disk(), Some(&fx.config));
+    let pack = fx.pack("core", "1.0.0", marker);
+    assert!(upload(&server, &pack).await.status().is_success());
+    let body = fx.publish_body(&fx.document("stable", 1, &pack, "s1"));
+    publish_created(&server, "stable", &body).await;
+    let tag = client()
+        .get(server.url("/v1/channels/stable"))
+        .bearer_auth(PUBLISH_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let sha256 = pack_format::sha256_hex(&pack);
+    (fx, server, pack, sha256, tag)
+}
+
+fn blob_get(sha256: &str, extra: &str) -> String {
+    format!("GET /v1/blobs/{sha256} HTTP/1.1\r\nHost: test\r\n{extra}\r\n")
+}
+
+/// A blob sent from its file is the answer hyper's path gives, byte for byte and header for
+/// header; a second request on the connection is answered after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_sent_from_its_file_is_the_route_s_answer() {
+    let (_fx, server, pack, sha256, _) = sending_files("", MAX_BLOB_BYTES, "one").await;
+    let mut stream = connect(&server);
+    stream.write_all(blob_get(&sha256, "").as_bytes()).unwrap();
+    let front = read_answer(&mut stream);
+    let hyper = exchange(&server, &blob_get(&sha256, "Connection: keep-alive\r\n"));
+    assert_eq!(front.status, 200);
+    assert_eq!(front.body, pack);
+    assert_eq!(front, hyper);
+    stream.write_all(blob_get(&sha256, "").as_bytes()).unwrap();
+    assert_eq!(read_answer(&mut stream), front);
+}
+
+/// Blobs, revalidations, a range and a miss written together are answered in order: the
+/// front's head and file, its 304, and hyper's `206` and `404` after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_pipelined_with_other_requests_are_answered_in_order() {
+    let (_fx, server, pack, sha256, tag) = sending_files("", MAX_BLOB_BYTES, "one").await;
+    let mut stream = connect(&server);
+    let requests = [
+        blob_get(&sha256, ""),
+        revalidation(&tag, ""),
+        blob_get(&sha256, ""),
+        blob_get(&sha256, "Range: bytes=10-19\r\n"),
+        blob_get(&"0".repeat(64), ""),
+        blob_get(&sha256, ""),
+    ];
+    stream.write_all(requests.concat().as_bytes()).unwrap();
+    let answers: Vec<Answer> = (0..requests.len())
+        .map(|_| read_answer(&mut stream))
+        .collect();
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, [200, 304, 200, 206, 404, 200]);
+    for whole in [&answers[0], &answers[2], &answers[5]] {
+        assert_eq!(whole.body, pack);
+    }
+    assert_eq!(answers[3].body, pack[10..20]);
+}
+
+/// A blob larger than one `sendfile` call sends (2 MiB), read slowly through a small receive
+/// window: the sender waits on a full socket again and again, and every byte arrives in
+/// order; the connection then serves the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_blob_reaches_a_slow_reader_whole() {
+    // Hex of random bytes: zstd halves it, so the sealed pack is about 3 MiB.
+    let random: Vec<u8> = (0..3 * 1024 * 1024).map(|_| rand::random::<u8>()).collect();
+    let marker: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let (_fx, server, pack, sha256, tag) = sending_files("", 8 << 20, &marker).await;
+    assert!(pack.len() > 2 * 1024 * 1024, "{}", pack.len());
+
+    let socket = rustix::net::socket(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .unwrap();
+    rustix::net::sockopt::set_socket_recv_buffer_size(&socket, 4096).unwrap();
+    rustix::net::connect(&socket, &server.addr).unwrap();
+    let mut stream = TcpStream::from(socket);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(blob_get(&sha256, "").as_bytes()).unwrap();
+    let mut received = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    let mut reads = 0;
+    let mut body_at = None;
+    let whole = loop {
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed after {} bytes", received.len());
+        received.extend_from_slice(&chunk[..n]);
+        reads += 1;
+        if reads % 16 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if body_at.is_none() {
+            body_at = received
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map(|at| at + 4);
+        }
+        if let Some(at) = body_at
+            && received.len() >= at + pack.len()
+        {
+            break received.split_off(at);
+        }
+    };
+    assert_eq!(whole.len(), pack.len());
+    assert!(whole == pack, "the bytes differ");
+    stream.write_all(revalidation(&tag, "").as_bytes()).unwrap();
+    assert_eq!(read_answer(&mut stream).status, 304);
+}
+
+/// On a private deployment the front sends a blob only to a reader with a token; hyper
+/// refuses the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_deployment_sends_a_blob_only_to_a_reader_with_a_token() {
+    let (_fx, server, pack, sha256, _) =
+        sending_files(&Fixture::read_token_toml(), MAX_BLOB_BYTES, "one").await;
+    let without = exchange(&server, &blob_get(&sha256, ""));
+    assert_eq!(without.status, 401, "{without:?}");
+    let wrong = exchange(
+        &server,
+        &blob_get(&sha256, "Authorization: Bearer nope\r\n"),
+    );
+    assert_eq!(wrong.status, 401, "{wrong:?}");
+    let reader = format!("Authorization: Bearer {READ_ONLY_TOKEN}\r\n");
+    let answer = exchange(&server, &blob_get(&sha256, &reader));
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, pack);
+}
+
+/// A blob sent from its file is counted as the router counts one: its route, its status and
+/// its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_sent_from_its_file_is_counted() {
+    let (_fx, server, pack, sha256, _) = sending_files("", MAX_BLOB_BYTES, "one").await;
+    let requests =
+        "packd_http_requests_total{method=\"GET\",route=\"/v1/blobs/{sha256}\",status=\"200\"}";
+    let count = |metrics: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|line| line.starts_with(requests))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let before = count(&metrics_text(&server).await);
+    let mut stream = connect(&server);
+    for _ in 0..3 {
+        stream.write_all(blob_get(&sha256, "").as_bytes()).unwrap();
+        assert_eq!(read_answer(&mut stream).body, pack);
+    }
+    let after = metrics_text(&server).await;
+    assert_eq!(count(&after) - before, 3.0, "{after}");
 }

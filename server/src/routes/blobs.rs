@@ -20,7 +20,7 @@ mod replace;
 
 use replace::Found;
 
-const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+pub(crate) const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
 /// Upload a sealed pack.
 ///
