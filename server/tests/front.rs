@@ -12,15 +12,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// A server with `stable` published at sequence 1; its document's ETag.
-async fn published(extra_toml: &str) -> (Fixture, Packd, String) {
-    let fx = Fixture::new(extra_toml);
-    let server = Packd::start(&fx.disk(), Some(&fx.config));
-    let pack = fx.pack("core", "1.0.0", "one");
-    assert!(upload(&server, &pack).await.status().is_success());
-    let body = fx.publish_body(&fx.document("stable", 1, &pack, "s1"));
-    publish_created(&server, "stable", &body).await;
-    let tag = client()
+/// `pack` uploaded to `server` and published on `stable` at sequence 1; the document's ETag.
+async fn publish_stable(fx: &Fixture, server: &Packd, pack: &[u8]) -> String {
+    assert!(upload(server, pack).await.status().is_success());
+    let body = fx.publish_body(&fx.document("stable", 1, pack, "s1"));
+    publish_created(server, "stable", &body).await;
+    client()
         .get(server.url("/v1/channels/stable"))
         .bearer_auth(PUBLISH_TOKEN)
         .send()
@@ -29,7 +26,15 @@ async fn published(extra_toml: &str) -> (Fixture, Packd, String) {
         .headers()["etag"]
         .to_str()
         .unwrap()
-        .to_owned();
+        .to_owned()
+}
+
+/// A server with `stable` published at sequence 1; its document's ETag.
+async fn published(extra_toml: &str) -> (Fixture, Packd, String) {
+    let fx = Fixture::new(extra_toml);
+    let server = Packd::start(&fx.disk(), Some(&fx.config));
+    let pack = fx.pack("core", "1.0.0", "one");
+    let tag = publish_stable(&fx, &server, &pack).await;
     (fx, server, tag)
 }
 
@@ -406,19 +411,7 @@ async fn sending_files(
     std::fs::write(&fx.config, format!("blob_send = \"sendfile\"\n{text}")).unwrap();
     let server = Packd::start(&fx.disk(), Some(&fx.config));
     let pack = fx.pack("core", "1.0.0", marker);
-    assert!(upload(&server, &pack).await.status().is_success());
-    let body = fx.publish_body(&fx.document("stable", 1, &pack, "s1"));
-    publish_created(&server, "stable", &body).await;
-    let tag = client()
-        .get(server.url("/v1/channels/stable"))
-        .bearer_auth(PUBLISH_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .headers()["etag"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let tag = publish_stable(&fx, &server, &pack).await;
     let sha256 = pack_format::sha256_hex(&pack);
     (fx, server, pack, sha256, tag)
 }
