@@ -587,3 +587,51 @@ fn a_process_that_adopts_another_processs_install_serves_it() {
     rt.block_on(second.refresh_now()).unwrap();
     assert_eq!(second.store().capture().source(), Source::Builtin);
 }
+
+/// A client installs what packd sends from its files (`blob_send = "sendfile"`) as what it
+/// copies from memory, and keeps installing across restarts that switch between the two.
+#[test]
+fn a_client_installs_through_either_way_of_sending_blobs_and_across_a_switch() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let server_config = publisher.server_config();
+    let plain = std::fs::read_to_string(&server_config).unwrap();
+    let send = |how: &str| {
+        std::fs::write(&server_config, format!("blob_send = \"{how}\"\n{plain}")).unwrap();
+    };
+    send("sendfile");
+    let mut packd = Packd::start(data.path(), &server_config);
+    let cache = tempfile::tempdir().unwrap();
+    let config = publisher.client_config(&packd.url, "");
+    let rt = rt();
+    let c = client(cache.path(), &config, "1.4.2");
+    for (version, how) in [
+        ("1.0.0", "sendfile"),
+        ("2.0.0", "memory"),
+        ("3.0.0", "sendfile"),
+    ] {
+        send(how);
+        packd.restart();
+        let marker = format!("MARKER-{version}");
+        let pack = publisher.build(version, &marker);
+        packd.upload(&publisher, &pack);
+        packd.publish(
+            &publisher,
+            &publisher.sign(&[format!("*={}", pack.display())], "30d"),
+        );
+        let outcome = rt.block_on(c.refresh_now()).unwrap();
+        assert!(
+            matches!(outcome, RefreshOutcome::Installed { version: ref v, .. } if v == version),
+            "{how}: {outcome:?}"
+        );
+        let snapshot = c.store().capture();
+        let template = snapshot
+            .keys()
+            .into_iter()
+            .find(|k| k.ends_with(".hbs"))
+            .unwrap()
+            .to_string();
+        let text = String::from_utf8_lossy(snapshot.get(&template).unwrap()).into_owned();
+        assert!(text.contains(&marker), "{how}: {text}");
+    }
+}
