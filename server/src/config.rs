@@ -163,7 +163,7 @@ pub enum BlobSend {
     #[default]
     Memory,
     /// `sendfile` from the file: from the page cache to the socket without passing through
-    /// packd's memory, as nginx serves files. Ranges, conditional requests and object storage
+    /// packd's memory, as nginx does with `sendfile on`. Ranges, conditional requests and object storage
     /// are served as with `memory`.
     Sendfile,
 }

@@ -231,15 +231,20 @@ async fn flush(stream: &mut TcpStream, out: &mut Vec<u8>, peer: SocketAddr) -> i
         return Ok(());
     }
     let written = stream.write_all(out).await;
-    out.clear();
-    // An idle connection keeps a revalidation's worth of room, not a whole batch's.
-    if out.capacity() > KEPT_ROOM {
-        *out = Vec::new();
-    }
+    empty(out);
     if let Err(err) = &written {
         tracing::debug!(%peer, %err, "connection ended with an error");
     }
     written
+}
+
+/// Empties `out`. An idle connection keeps a revalidation's worth of room, not a whole
+/// batch's.
+fn empty(out: &mut Vec<u8>) {
+    out.clear();
+    if out.capacity() > KEPT_ROOM {
+        *out = Vec::new();
+    }
 }
 
 /// Answers `request` into `out` if it is a plain `GET` of a channel's document that memory
@@ -301,8 +306,8 @@ const BLOBS: &str = "/v1/blobs/";
 /// hyper, which answers `206`, `304` and `416`.
 const CONDITIONS: [&str; 3] = ["range", "if-range", "if-none-match"];
 
-/// The most of a blob one `sendfile` call sends (nginx's `sendfile_max_chunk`): a fast
-/// reader of a large blob gives the thread back between calls.
+/// The most of a blob one `sendfile` call sends (nginx's `sendfile_max_chunk`): one call for
+/// a fast reader of a large blob holds the thread no longer than this much takes.
 const SENDFILE_CHUNK: usize = 2 * 1024 * 1024;
 
 /// A blob the front sends whole from its file.
@@ -391,18 +396,14 @@ fn blob_authorization<'a>(fields: &[httparse::Header<'a>]) -> Option<Option<&'a 
 async fn send_more(stream: &TcpStream, out: &mut Vec<u8>) -> io::Result<()> {
     let mut at = 0;
     while at < out.len() {
-        stream.writable().await?;
-        let sent = stream.try_io(Interest::WRITABLE, || {
-            rustix::net::send(stream, &out[at..], rustix::net::SendFlags::MORE)
-                .map_err(io::Error::from)
-        });
-        match sent {
-            Ok(n) => at += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
+        at += stream
+            .async_io(Interest::WRITABLE, || {
+                rustix::net::send(stream, &out[at..], rustix::net::SendFlags::MORE)
+                    .map_err(io::Error::from)
+            })
+            .await?;
     }
-    out.clear();
+    empty(out);
     Ok(())
 }
 
@@ -413,17 +414,12 @@ async fn send_file(stream: &TcpStream, blob: &BlobFile) -> io::Result<()> {
     while offset < blob.len {
         let want =
             usize::try_from(blob.len - offset).map_or(SENDFILE_CHUNK, |n| n.min(SENDFILE_CHUNK));
-        let sent = loop {
-            stream.writable().await?;
-            let sent = stream.try_io(Interest::WRITABLE, || {
+        let sent = stream
+            .async_io(Interest::WRITABLE, || {
                 rustix::fs::sendfile(stream, &blob.file, Some(&mut offset), want)
                     .map_err(io::Error::from)
-            });
-            match sent {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                sent => break sent?,
-            }
-        };
+            })
+            .await?;
         if sent == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,

@@ -390,10 +390,7 @@ impl Storage {
         let Backend::Local { files, .. } = &self.backend else {
             return Ok(None);
         };
-        let location = path(key)?;
-        let name = files
-            .path_to_filesystem(&location)
-            .map_err(|source| StorageError::store("open", &location, source))?;
+        let name = local_name(files, key, "open")?;
         let io = |source| StorageError::Io {
             what: format!("open {}", name.display()),
             source,
@@ -662,15 +659,24 @@ fn sweep_dir(root: &FsPath, min_age: Duration) -> Result<Sweep, StorageError> {
     Ok(sweep)
 }
 
+/// The name of the file holding `key` under a data directory, for `op` on it.
+fn local_name(
+    files: &LocalFileSystem,
+    key: &str,
+    op: &'static str,
+) -> Result<PathBuf, StorageError> {
+    let location = path(key)?;
+    files
+        .path_to_filesystem(&location)
+        .map_err(|source| StorageError::store(op, &location, source))
+}
+
 /// `stat` of the file holding `key` under a data directory; `None` when there is no such file.
 fn stat_local(
     files: &LocalFileSystem,
     key: &str,
 ) -> Result<Option<std::fs::Metadata>, StorageError> {
-    let location = path(key)?;
-    let file = files
-        .path_to_filesystem(&location)
-        .map_err(|source| StorageError::store("stat", &location, source))?;
+    let file = local_name(files, key, "stat")?;
     match std::fs::metadata(&file) {
         Ok(m) if m.is_file() => Ok(Some(m)),
         Ok(_) => Ok(None),
