@@ -17,6 +17,10 @@
 #   SKIP_BUILD=1 PACKD_BIN=/tmp/packd-a bash scripts/bench-packd.sh
 #   NGINX_SENDFILE=off bash scripts/bench-packd.sh   # nginx copying from its buffers instead
 #   BLOB_SEND=sendfile bash scripts/bench-packd.sh   # packd sending blobs with sendfile too
+#   PIN_ACCEPT_LOOPS=false bash scripts/bench-packd.sh   # packd's accept loops left to the
+#                                                    # scheduler (pinned by default)
+#   NGINX_PINNED=on bash scripts/bench-packd.sh      # nginx's workers pinned too
+#                                                    # (worker_cpu_affinity auto, reuseport)
 #   FLOOR=1 bash scripts/bench-packd.sh              # also hyper alone (the bare_304 example),
 #                                                    # and whether it meets the 304 rate target
 #   FLOOR=front bash scripts/bench-packd.sh          # the same with packd's front alone: its
@@ -39,6 +43,8 @@ WARMUP=${WARMUP:-2s}
 RUNS=${RUNS:-3}
 NGINX_SENDFILE=${NGINX_SENDFILE:-on}
 BLOB_SEND=${BLOB_SEND:-memory}
+PIN_ACCEPT_LOOPS=${PIN_ACCEPT_LOOPS:-true}
+NGINX_PINNED=${NGINX_PINNED:-off}
 TARGET_304=1.2
 TARGET_BLOB=1.2
 
@@ -130,6 +136,7 @@ token_sha=$(printf '%s' "$token" | "$PACKD" hash-token)
 cat >"$work/packd.toml" <<EOF
 publisher_keys = ["keys/signing.pub"]
 blob_send = "$BLOB_SEND"
+pin_accept_loops = $PIN_ACCEPT_LOOPS
 
 [[tokens]]
 name = "bench"
@@ -183,9 +190,15 @@ nginx_port=$(free_port)
 nginx_url="http://127.0.0.1:$nginx_port"
 user_line=""
 [ "$(id -u)" -eq 0 ] && user_line="user root root;"
+affinity_line="" reuseport=""
+if [ "$NGINX_PINNED" = on ]; then
+  affinity_line="worker_cpu_affinity auto;"
+  reuseport=" reuseport"
+fi
 cat >"$work/nginx/nginx.conf" <<EOF
 $user_line
 worker_processes $cores;
+$affinity_line
 daemon off;
 pid $work/nginx/nginx.pid;
 error_log $work/nginx/error.log warn;
@@ -203,7 +216,7 @@ http {
   uwsgi_temp_path $work/nginx/tmp/uwsgi;
   scgi_temp_path $work/nginx/tmp/scgi;
   server {
-    listen 127.0.0.1:$nginx_port;
+    listen 127.0.0.1:$nginx_port$reuseport;
     root $www;
     location /v1/channels/ {
       default_type application/json;
@@ -399,7 +412,7 @@ row() {
   return 0
 }
 echo
-echo "packd (blob_send $BLOB_SEND) vs nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') (sendfile $NGINX_SENDFILE), wrk -t$THREADS -c$CONNECTIONS -d$DURATION," \
+echo "packd (blob_send $BLOB_SEND, pin_accept_loops $PIN_ACCEPT_LOOPS) vs nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') (sendfile $NGINX_SENDFILE, pinned $NGINX_PINNED), wrk -t$THREADS -c$CONNECTIONS -d$DURATION," \
   "$RUNS rounds, $cores cores shared by wrk and both servers, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "(medians; the rate ratio is the median of each round's packd/nginx, target >= $TARGET_304 on 304s and"
 echo " >= $TARGET_BLOB on blobs; CPU is user + system µs per request, target packd <= nginx)"

@@ -77,6 +77,9 @@ pub struct ConfigFile {
     pub storage: Option<String>,
     /// How whole blobs on local disk are sent (default `memory`).
     pub blob_send: Option<BlobSend>,
+    /// Run each accept loop on a core of its own, taking the connections whose packets that
+    /// core handles (default true; see `cores.rs`).
+    pub pin_accept_loops: Option<bool>,
     #[serde(default)]
     pub publisher_keys: Vec<String>,
     #[serde(default)]
@@ -181,6 +184,7 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub storage: StorageConfig,
     pub blob_send: BlobSend,
+    pub pin_accept_loops: bool,
     pub trusted_keys: TrustedKeys,
     pub tokens: Tokens,
     pub limits: Limits,
@@ -304,6 +308,7 @@ impl Settings {
             listen,
             storage,
             blob_send: file.blob_send.unwrap_or_default(),
+            pin_accept_loops: file.pin_accept_loops.unwrap_or(true),
             trusted_keys,
             tokens: Tokens::new(&file.tokens)?,
             max_blob_bytes: l
@@ -458,6 +463,28 @@ mod tests {
             .to_string();
         assert!(
             err.contains("blob_send") && err.contains("expected `memory` or `sendfile`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn accept_loops_are_pinned_unless_the_file_says_false() {
+        let settings = |text: &str| {
+            let file: ConfigFile = toml::from_str(text)?;
+            Ok::<_, toml::de::Error>(
+                Settings::from_file(file, Path::new(""), Overrides::default())
+                    .unwrap()
+                    .pin_accept_loops,
+            )
+        };
+        assert!(settings("").unwrap());
+        assert!(settings("pin_accept_loops = true").unwrap());
+        assert!(!settings("pin_accept_loops = false").unwrap());
+        let err = settings("pin_accept_loops = \"yes\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pin_accept_loops") && err.contains("expected a boolean"),
             "{err}"
         );
     }

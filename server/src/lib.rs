@@ -45,6 +45,7 @@ pub mod cache;
 pub mod claims;
 pub mod config;
 pub mod console;
+pub(crate) mod cores;
 pub mod error;
 pub mod fleet;
 pub mod front;

@@ -1,7 +1,7 @@
 //! The accept loops, one per core (each its own thread, single-threaded runtime and
-//! `SO_REUSEPORT` socket on the one address): HTTP/1.1 with a header-read timeout, one cap
-//! on open connections for all of them, and a graceful shutdown that lets in-flight
-//! requests finish.
+//! `SO_REUSEPORT` socket on the one address, pinned to its core unless `pin_accept_loops =
+//! false`: `cores.rs`): HTTP/1.1 with a header-read timeout, one cap on open connections for
+//! all of them, and a graceful shutdown that lets in-flight requests finish.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,6 +16,7 @@ use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::app::App;
 use crate::config::{Settings, StorageConfig};
+use crate::cores::{Placement, Unpinned};
 use crate::live::LiveChannels;
 use crate::storage::{Storage, StorageError};
 
@@ -94,6 +95,7 @@ pub struct Server {
     header_timeout: Duration,
     shutdown_grace: Duration,
     max_connections: usize,
+    pin_accept_loops: bool,
     storage: String,
     live: Arc<LiveChannels>,
     fleet: Arc<crate::fleet::Fleet>,
@@ -124,10 +126,11 @@ impl Server {
             source,
         })?;
         let min_age = STALE_STAGING_AGE.max(settings.request_timeout.saturating_mul(2));
-        let (header_timeout, shutdown_grace, max_connections) = (
+        let (header_timeout, shutdown_grace, max_connections, pin_accept_loops) = (
             settings.header_timeout,
             settings.shutdown_grace,
             settings.max_connections,
+            settings.pin_accept_loops,
         );
         let describe = storage.describe().to_string();
         let sweeping = storage.clone();
@@ -151,6 +154,7 @@ impl Server {
             header_timeout,
             shutdown_grace,
             max_connections,
+            pin_accept_loops,
             storage: describe,
             app,
             live,
@@ -177,6 +181,7 @@ impl Server {
             header_timeout,
             shutdown_grace,
             max_connections,
+            pin_accept_loops,
             live,
             fleet,
             store,
@@ -194,7 +199,25 @@ impl Server {
         // the cores: 0.9x nginx's rate, 1.04-1.13x with it (BENCHMARKS.md). The first loop
         // takes the socket `bind` made; this runtime keeps only the background work (fleet
         // flushes, the staging sweep, shutdown), so its threads never serve a connection.
+        // Each loop then runs on a core of its own and takes the connections whose packets
+        // that core handles (`cores.rs`).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let placement = match Placement::for_loops(cores) {
+            Ok(placement) if pin_accept_loops => {
+                tracing::info!(
+                    cores = ?(0..cores).map(|n| placement.core(n)).collect::<Vec<_>>(),
+                    "each accept loop pinned to its core"
+                );
+                Some(placement)
+            }
+            Ok(_) => None,
+            Err(why) => {
+                if pin_accept_loops && why != Unpinned::OneLoop {
+                    tracing::info!(%why, "accept loops left to the scheduler");
+                }
+                None
+            }
+        };
         let mut loops = Vec::new();
         let addr = listener.local_addr();
         let mut first = Some(listener);
@@ -215,7 +238,7 @@ impl Server {
                     phases: phases.clone(),
                     header_timeout,
                 };
-                spawn_accept_thread(core, socket, serving)
+                spawn_accept_thread(core, socket, serving, placement.clone())
             }) {
                 Ok(finished) => loops.push(finished),
                 Err(err) if core == 0 => {
@@ -357,19 +380,29 @@ fn spawn_accept_thread(
     core: usize,
     socket: std::net::TcpListener,
     serving: Serving,
+    placement: Option<Placement>,
 ) -> std::io::Result<oneshot::Receiver<()>> {
     // Each loop's runtime has its own pool for blocking work (file reads of the data
     // directory); capped so that a machine with many cores does not multiply tokio's
-    // default of 512 threads by its core count.
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // default of 512 threads by its core count. Its threads may run on every core.
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
+    runtime
         .enable_all()
-        .max_blocking_threads(BLOCKING_THREADS_PER_LOOP)
-        .build()?;
+        .max_blocking_threads(BLOCKING_THREADS_PER_LOOP);
+    if let Some(placement) = placement.clone() {
+        runtime.on_thread_start(move || placement.unpin());
+    }
+    let runtime = runtime.build()?;
     let mut aborting = serving.phases.clone();
     let (done, finished) = oneshot::channel();
     std::thread::Builder::new()
         .name(format!("packd-accept-{core}"))
         .spawn(move || {
+            if let Some(placement) = placement
+                && let Err(err) = placement.pin(core, &socket)
+            {
+                tracing::warn!(%err, core, "this accept loop runs unpinned");
+            }
             runtime.block_on(async move {
                 let listener = match TcpListener::from_std(socket) {
                     Ok(listener) => listener,
