@@ -13,9 +13,17 @@
 //! fewer, because of a CPU quota, pinning would hold them to some cores while the others sit
 //! idle. Threads a loop starts for blocking work (file reads) may run on every core, as
 //! before. Where the kernel refuses any of it, the loop runs unpinned and says so once.
+//!
+//! Steering follows where the kernel handles a connection's packets, which is where the
+//! network card's queues deliver them. A card with one queue (and no packet steering in the
+//! kernel) delivers every packet on one core, and every connection would go to that core's
+//! loop while the others idle. So the loops count what each accepts ([`Spread`]): a loop that
+//! took far more than its share stops asking for its core's connections, and from then on
+//! the kernel spreads them by address as it does without steering.
 
 use std::io;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
 
@@ -96,12 +104,55 @@ impl Placement {
         Ok(())
     }
 
+    /// Has `socket` no longer ask for its core's connections: the kernel spreads them over
+    /// the port's sockets by address.
+    pub(crate) fn unsteer(socket: impl AsFd) -> io::Result<()> {
+        // -1: no core.
+        Ok(rustix::net::sockopt::set_socket_incoming_cpu(
+            socket,
+            u32::MAX,
+        )?)
+    }
+
     /// Lets the calling thread run on every core packd may use again (a thread started by
     /// a pinned one inherits its core).
     pub(crate) fn unpin(&self) {
         if let Err(err) = sched_setaffinity(None, &self.all) {
             tracing::warn!(%err, "a thread could not leave its accept loop's core");
         }
+    }
+}
+
+/// How many connections each steered loop accepted, shared by the loops.
+pub(crate) struct Spread {
+    accepted: Vec<AtomicU64>,
+}
+
+/// A loop checks its share every this many connections it accepts.
+const CHECK_EVERY: u64 = 256;
+
+impl Spread {
+    pub(crate) fn new(loops: usize) -> Spread {
+        Spread {
+            accepted: (0..loops).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Counts a connection loop `number` accepted. True when steering has drawn it far more
+    /// than its share of every loop's connections: over twice its share (with two loops, over
+    /// three quarters of them all).
+    pub(crate) fn crowded(&self, number: usize) -> bool {
+        let mine = self.accepted[number].fetch_add(1, Ordering::Relaxed) + 1;
+        if !mine.is_multiple_of(CHECK_EVERY) {
+            return false;
+        }
+        let all: u64 = self
+            .accepted
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .sum();
+        let most = (2.0 / self.accepted.len() as f64).min(0.75);
+        mine as f64 > most * all as f64
     }
 }
 
@@ -138,6 +189,38 @@ mod tests {
         );
     }
 
+    /// Loop `number` of `spread` accepts `n` connections; whether it was crowded at any.
+    fn accept(spread: &Spread, number: usize, n: u64) -> bool {
+        (0..n).fold(false, |crowded, _| spread.crowded(number) | crowded)
+    }
+
+    #[test]
+    fn a_loop_that_takes_most_connections_is_crowded() {
+        let two = Spread::new(2);
+        // Balanced: never.
+        for _ in 0..4 {
+            assert!(!accept(&two, 0, 128) & !accept(&two, 1, 128));
+        }
+        // From now on every connection goes to loop 1: at 1,280 of 1,792 it has under three
+        // quarters, at 1,536 of 2,048 exactly three quarters, at 1,792 of 2,304 more.
+        assert!(!accept(&two, 1, 768));
+        assert!(accept(&two, 1, 512));
+
+        let eight = Spread::new(8);
+        for _ in 0..3 {
+            for number in 0..8 {
+                assert!(!accept(&eight, number, 100));
+            }
+        }
+        // Then two loops of eight take everything (a card with two queues): over a quarter
+        // of all each, twice their share.
+        let mut crowded = false;
+        for _ in 0..4 {
+            crowded |= accept(&eight, 0, 250) | accept(&eight, 1, 250);
+        }
+        assert!(crowded);
+    }
+
     #[test]
     fn a_pinned_thread_runs_on_its_core_and_its_children_may_leave_it() {
         let all = sched_getaffinity(None).unwrap();
@@ -168,6 +251,11 @@ mod tests {
                 });
             });
         });
+        Placement::unsteer(&socket).unwrap();
+        assert_eq!(
+            rustix::net::sockopt::socket_incoming_cpu(&socket).unwrap(),
+            u32::MAX
+        );
         // The test's own thread was never pinned.
         assert_eq!(sched_getaffinity(None).unwrap().count(), all.count());
     }

@@ -16,7 +16,7 @@ use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::app::App;
 use crate::config::{Settings, StorageConfig};
-use crate::cores::{Placement, Unpinned};
+use crate::cores::{Placement, Spread, Unpinned};
 use crate::live::LiveChannels;
 use crate::storage::{Storage, StorageError};
 
@@ -218,6 +218,7 @@ impl Server {
                 None
             }
         };
+        let spread = placement.as_ref().map(|_| Arc::new(Spread::new(cores)));
         let mut loops = Vec::new();
         let addr = listener.local_addr();
         let mut first = Some(listener);
@@ -237,6 +238,7 @@ impl Server {
                     connections: connections.clone(),
                     phases: phases.clone(),
                     header_timeout,
+                    spread: spread.clone(),
                 };
                 spawn_accept_thread(core, socket, serving, placement.clone())
             }) {
@@ -290,6 +292,8 @@ struct Serving {
     /// Each connection closes once the node drains.
     phases: watch::Receiver<Phase>,
     header_timeout: Duration,
+    /// What each loop accepted, when the loops are steered (`cores.rs`).
+    spread: Option<Arc<Spread>>,
 }
 
 /// Accepts connections on `listener` and serves each on this thread's runtime until
@@ -311,6 +315,7 @@ async fn accept_loop(
     };
     let mut pauses = backoff.delays();
     let mut failing = false;
+    let mut steered = serving.spread.is_some();
     loop {
         let permit = tokio::select! {
             permit = serving.connections.clone().acquire_owned() => match permit {
@@ -339,6 +344,21 @@ async fn accept_loop(
             },
             () = &mut shutdown => break,
         };
+        if steered && serving.spread.as_ref().is_some_and(|s| s.crowded(core)) {
+            // The connections arrive on this loop's core far more than on the others'
+            // (a network card with one queue, say): the kernel spreads them by address.
+            steered = false;
+            match Placement::unsteer(&listener) {
+                Ok(()) => tracing::warn!(
+                    core,
+                    "most connections arrive on this accept loop's core; they are spread \
+                     over the loops by address from now on"
+                ),
+                Err(err) => {
+                    tracing::warn!(%err, core, "could not stop steering connections to this loop")
+                }
+            }
+        }
         // Each connection is served by `front` until a request needs hyper; it holds a
         // watcher all along, so the graceful shutdown waits for it either way.
         let connection = crate::front::serve(

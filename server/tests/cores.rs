@@ -1,8 +1,8 @@
 //! Where a real `packd`'s accept loops run (`pin_accept_loops`, `src/cores.rs`), read from
 //! outside through `/proc`: by default each loop is pinned to a core of its own, and a
-//! connection is served by the loop on the core its packets arrive on; threads the loops
-//! start for blocking work, and every loop with `pin_accept_loops = false`, may run on every
-//! core.
+//! connection is served by the loop on the core its packets arrive on, unless nearly all
+//! arrive on one core; threads the loops start for blocking work, and every loop with
+//! `pin_accept_loops = false`, may run on every core.
 
 mod common;
 
@@ -196,6 +196,23 @@ fn revalidate_on(mut stream: TcpStream, request: &str, requests: usize) {
     }
 }
 
+/// A pack published on `stable`; the document's ETag.
+async fn publish_stable(fx: &Fixture, server: &Packd) -> String {
+    let pack = fx.pack("core", "1.0.0", "one");
+    assert!(upload(server, &pack).await.status().is_success());
+    let body = fx.publish_body(&fx.document("stable", 1, &pack, "s1"));
+    publish_created(server, "stable", &body).await;
+    client()
+        .get(server.url("/v1/channels/stable"))
+        .send()
+        .await
+        .unwrap()
+        .headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_is_served_by_the_loop_on_the_core_its_packets_arrive_on() {
     let fx = Fixture::new("");
@@ -204,19 +221,7 @@ async fn a_connection_is_served_by_the_loop_on_the_core_its_packets_arrive_on() 
     if !one_loop_per_core(&server, loops.len(), all.len()) {
         return;
     }
-    let pack = fx.pack("core", "1.0.0", "one");
-    assert!(upload(&server, &pack).await.status().is_success());
-    let body = fx.publish_body(&fx.document("stable", 1, &pack, "s1"));
-    publish_created(&server, "stable", &body).await;
-    let tag = client()
-        .get(server.url("/v1/channels/stable"))
-        .send()
-        .await
-        .unwrap()
-        .headers()["etag"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let tag = publish_stable(&fx, &server).await;
     let pid = server.child.id();
     for (tid, cores) in &loops {
         let core = *cores.first().unwrap();
@@ -270,4 +275,34 @@ async fn threads_a_pinned_loop_starts_for_file_work_may_run_on_every_core() {
     for (tid, name) in started {
         assert_eq!(cores_of(pid, tid), all, "thread {tid} ({name})");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_all_arrive_on_one_core_are_spread_over_the_loops() {
+    let fx = Fixture::new("");
+    let server = Packd::start(&fx.disk(), Some(&fx.config));
+    let (loops, all) = placed_loops(&server);
+    if !one_loop_per_core(&server, loops.len(), all.len()) {
+        return;
+    }
+    let tag = publish_stable(&fx, &server).await;
+    // As through a network card with one queue: every connection from one core. Steered,
+    // they all go to that core's loop, until it has counted 256 and stops asking for them.
+    let core = *loops[0].1.first().unwrap();
+    revalidate_from(core, &server, &tag, 300, 1);
+    let log = server.stderr();
+    assert!(
+        log.contains("they are spread over the loops by address from now on"),
+        "{log}"
+    );
+    // From then on connections from that core reach the other loops too.
+    let pid = server.child.id();
+    let others = || -> u64 { loops[1..].iter().map(|(tid, _)| run_ns(pid, *tid)).sum() };
+    let before = others();
+    revalidate_from(core, &server, &tag, 200, 1);
+    let ran = others() - before;
+    assert!(
+        ran > 1_000_000,
+        "the other loops ran {ran} ns while 200 connections came from core {core}"
+    );
 }
