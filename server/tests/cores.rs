@@ -115,14 +115,40 @@ fn one_loop_per_core(server: &Packd, loops: usize, cores: usize) -> bool {
     true
 }
 
-#[test]
-fn each_accept_loop_runs_on_a_core_of_its_own() {
+/// A packd with the default config whose loops are placed.
+struct Pinned {
+    fx: Fixture,
+    server: Packd,
+    /// Each loop's thread id and the cores it may run on, by loop number.
+    loops: Vec<(u32, BTreeSet<usize>)>,
+    /// The cores the process may use.
+    all: BTreeSet<usize>,
+}
+
+/// A [`Pinned`] packd, or `None` (the test skipped) where packd does not pin its loops.
+fn pinned_packd() -> Option<Pinned> {
     let fx = Fixture::new("");
     let server = Packd::start(&fx.disk(), Some(&fx.config));
     let (loops, all) = placed_loops(&server);
-    if !one_loop_per_core(&server, loops.len(), all.len()) {
+    one_loop_per_core(&server, loops.len(), all.len()).then_some(Pinned {
+        fx,
+        server,
+        loops,
+        all,
+    })
+}
+
+#[test]
+fn each_accept_loop_runs_on_a_core_of_its_own() {
+    let Some(Pinned {
+        fx: _fx,
+        server,
+        loops,
+        all,
+    }) = pinned_packd()
+    else {
         return;
-    }
+    };
     // Loop i on the i-th core the process may use.
     let cores: Vec<BTreeSet<usize>> = loops.into_iter().map(|(_, cores)| cores).collect();
     let expected: Vec<BTreeSet<usize>> = all.iter().map(|&c| BTreeSet::from([c])).collect();
@@ -196,32 +222,15 @@ fn revalidate_on(mut stream: TcpStream, request: &str, requests: usize) {
     }
 }
 
-/// A pack published on `stable`; the document's ETag.
-async fn publish_stable(fx: &Fixture, server: &Packd) -> String {
-    let pack = fx.pack("core", "1.0.0", "one");
-    assert!(upload(server, &pack).await.status().is_success());
-    let body = fx.publish_body(&fx.document("stable", 1, &pack, "s1"));
-    publish_created(server, "stable", &body).await;
-    client()
-        .get(server.url("/v1/channels/stable"))
-        .send()
-        .await
-        .unwrap()
-        .headers()["etag"]
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_is_served_by_the_loop_on_the_core_its_packets_arrive_on() {
-    let fx = Fixture::new("");
-    let server = Packd::start(&fx.disk(), Some(&fx.config));
-    let (loops, all) = placed_loops(&server);
-    if !one_loop_per_core(&server, loops.len(), all.len()) {
+    let Some(Pinned {
+        fx, server, loops, ..
+    }) = pinned_packd()
+    else {
         return;
-    }
-    let tag = publish_stable(&fx, &server).await;
+    };
+    let tag = publish_stable(&fx, &server, &fx.pack("core", "1.0.0", "one")).await;
     let pid = server.child.id();
     for (tid, cores) in &loops {
         let core = *cores.first().unwrap();
@@ -247,12 +256,12 @@ async fn a_connection_is_served_by_the_loop_on_the_core_its_packets_arrive_on() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_a_pinned_loop_starts_for_file_work_may_run_on_every_core() {
-    let fx = Fixture::new("");
-    let server = Packd::start(&fx.disk(), Some(&fx.config));
-    let (loops, all) = placed_loops(&server);
-    if !one_loop_per_core(&server, loops.len(), all.len()) {
+    let Some(Pinned {
+        fx, server, all, ..
+    }) = pinned_packd()
+    else {
         return;
-    }
+    };
     let pid = server.child.id();
     let before: BTreeSet<u32> = threads(pid).into_iter().map(|(tid, _)| tid).collect();
     // Uploads and blob reads of a data directory are file work, on each loop's blocking
@@ -279,13 +288,13 @@ async fn threads_a_pinned_loop_starts_for_file_work_may_run_on_every_core() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_all_arrive_on_one_core_are_spread_over_the_loops() {
-    let fx = Fixture::new("");
-    let server = Packd::start(&fx.disk(), Some(&fx.config));
-    let (loops, all) = placed_loops(&server);
-    if !one_loop_per_core(&server, loops.len(), all.len()) {
+    let Some(Pinned {
+        fx, server, loops, ..
+    }) = pinned_packd()
+    else {
         return;
-    }
-    let tag = publish_stable(&fx, &server).await;
+    };
+    let tag = publish_stable(&fx, &server, &fx.pack("core", "1.0.0", "one")).await;
     // As through a network card with one queue: every connection from one core. Steered,
     // they all go to that core's loop, until it has counted 256 and stops asking for them.
     let core = *loops[0].1.first().unwrap();

@@ -12,23 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// `pack` uploaded to `server` and published on `stable` at sequence 1; the document's ETag.
-async fn publish_stable(fx: &Fixture, server: &Packd, pack: &[u8]) -> String {
-    assert!(upload(server, pack).await.status().is_success());
-    let body = fx.publish_body(&fx.document("stable", 1, pack, "s1"));
-    publish_created(server, "stable", &body).await;
-    client()
-        .get(server.url("/v1/channels/stable"))
-        .bearer_auth(PUBLISH_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .headers()["etag"]
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// A server with `stable` published at sequence 1; its document's ETag.
 async fn published(extra_toml: &str) -> (Fixture, Packd, String) {
     let fx = Fixture::new(extra_toml);

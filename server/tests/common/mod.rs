@@ -578,6 +578,23 @@ pub async fn publish_created(server: &Packd, channel: &str, body: &serde_json::V
     );
 }
 
+/// `pack` uploaded to `server` and published on `stable` at sequence 1; the document's ETag.
+pub async fn publish_stable(fx: &Fixture, server: &Packd, pack: &[u8]) -> String {
+    assert!(upload(server, pack).await.status().is_success());
+    let body = fx.publish_body(&fx.document("stable", 1, pack, "s1"));
+    publish_created(server, "stable", &body).await;
+    client()
+        .get(server.url("/v1/channels/stable"))
+        .bearer_auth(PUBLISH_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .headers()["etag"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// The text of `server`'s `/metrics`, which must answer `200`.
 pub async fn metrics_text(server: &Packd) -> String {
     let r = client().get(server.url("/metrics")).send().await.unwrap();
