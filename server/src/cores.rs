@@ -7,7 +7,7 @@
 //! (`SO_INCOMING_CPU`, which picks among the port's sockets by it since Linux 6.2) for the
 //! connections whose packets that core handles: a request is read, answered and written on
 //! one core. On 2 cores this took a revalidation's CPU from 5.6 µs to 3.4-3.6 µs and its
-//! rate from 1.26-1.35x nginx's to 1.87-2.25x (BENCHMARKS.md).
+//! rate from 1.26-1.35x nginx's to 1.87-2.28x (BENCHMARKS.md).
 //!
 //! Loops are pinned only when there is one per core packd may use (its CPU affinity): with
 //! fewer, because of a CPU quota, pinning would hold them to some cores while the others sit
