@@ -138,6 +138,14 @@ fn pinned_packd() -> Option<Pinned> {
     })
 }
 
+/// A [`Pinned`] packd with a pack published on `stable`, and the document's ETag.
+async fn published() -> Option<(Pinned, String)> {
+    let pinned = pinned_packd()?;
+    let pack = pinned.fx.pack("core", "1.0.0", "one");
+    let tag = publish_stable(&pinned.fx, &pinned.server, &pack).await;
+    Some((pinned, tag))
+}
+
 #[test]
 fn each_accept_loop_runs_on_a_core_of_its_own() {
     let Some(Pinned {
@@ -224,13 +232,18 @@ fn revalidate_on(mut stream: TcpStream, request: &str, requests: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_is_served_by_the_loop_on_the_core_its_packets_arrive_on() {
-    let Some(Pinned {
-        fx, server, loops, ..
-    }) = pinned_packd()
+    let Some((
+        Pinned {
+            fx: _fx,
+            server,
+            loops,
+            ..
+        },
+        tag,
+    )) = published().await
     else {
         return;
     };
-    let tag = publish_stable(&fx, &server, &fx.pack("core", "1.0.0", "one")).await;
     let pid = server.child.id();
     for (tid, cores) in &loops {
         let core = *cores.first().unwrap();
@@ -288,13 +301,18 @@ async fn threads_a_pinned_loop_starts_for_file_work_may_run_on_every_core() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_all_arrive_on_one_core_are_spread_over_the_loops() {
-    let Some(Pinned {
-        fx, server, loops, ..
-    }) = pinned_packd()
+    let Some((
+        Pinned {
+            fx: _fx,
+            server,
+            loops,
+            ..
+        },
+        tag,
+    )) = published().await
     else {
         return;
     };
-    let tag = publish_stable(&fx, &server, &fx.pack("core", "1.0.0", "one")).await;
     // As through a network card with one queue: every connection from one core. Steered,
     // they all go to that core's loop, until it has counted 256 and stops asking for them.
     let core = *loops[0].1.first().unwrap();
