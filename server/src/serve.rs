@@ -202,20 +202,23 @@ impl Server {
         // Each loop then runs on a core of its own and takes the connections whose packets
         // that core handles (`cores.rs`).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let placement = match Placement::for_loops(cores) {
-            Ok(placement) if pin_accept_loops => {
-                tracing::info!(
-                    cores = ?(0..cores).map(|n| placement.core(n)).collect::<Vec<_>>(),
-                    "each accept loop pinned to its core"
-                );
-                Some(placement)
-            }
-            Ok(_) => None,
-            Err(why) => {
-                if pin_accept_loops && why != Unpinned::OneLoop {
-                    tracing::info!(%why, "accept loops left to the scheduler");
+        let placement = if !pin_accept_loops {
+            None
+        } else {
+            match Placement::for_loops(cores) {
+                Ok(placement) => {
+                    tracing::info!(
+                        cores = ?(0..cores).map(|n| placement.core(n)).collect::<Vec<_>>(),
+                        "each accept loop pinned to its core"
+                    );
+                    Some(placement)
                 }
-                None
+                Err(why) => {
+                    if why != Unpinned::OneLoop {
+                        tracing::info!(%why, "accept loops left to the scheduler");
+                    }
+                    None
+                }
             }
         };
         let spread = placement.as_ref().map(|_| Arc::new(Spread::new(cores)));
@@ -297,9 +300,11 @@ struct Serving {
 }
 
 /// Accepts connections on `listener` and serves each on this thread's runtime until
-/// `shutdown` resolves. `core` numbers the loop in its log lines.
+/// `shutdown` resolves. `core` numbers the loop in its log lines; `steered`: its socket asks
+/// for its core's connections.
 async fn accept_loop(
     core: usize,
+    mut steered: bool,
     listener: TcpListener,
     serving: &Serving,
     graceful: &GracefulShutdown,
@@ -315,7 +320,6 @@ async fn accept_loop(
     };
     let mut pauses = backoff.delays();
     let mut failing = false;
-    let mut steered = serving.spread.is_some();
     loop {
         let permit = tokio::select! {
             permit = serving.connections.clone().acquire_owned() => match permit {
@@ -344,7 +348,9 @@ async fn accept_loop(
             },
             () = &mut shutdown => break,
         };
-        if steered && serving.spread.as_ref().is_some_and(|s| s.crowded(core)) {
+        // Every loop counts, steered or not: the shares are of all the connections.
+        let crowded = serving.spread.as_ref().is_some_and(|s| s.crowded(core));
+        if steered && crowded {
             // The connections arrive on this loop's core far more than on the others'
             // (a network card with one queue, say): the kernel spreads them by address.
             steered = false;
@@ -418,11 +424,13 @@ fn spawn_accept_thread(
     std::thread::Builder::new()
         .name(format!("packd-accept-{core}"))
         .spawn(move || {
-            if let Some(placement) = placement
-                && let Err(err) = placement.pin(core, &socket)
-            {
-                tracing::warn!(%err, core, "this accept loop runs unpinned");
-            }
+            let steered = placement.is_some_and(|placement| match placement.pin(core, &socket) {
+                Ok(()) => true,
+                Err(err) => {
+                    tracing::warn!(%err, core, "this accept loop runs unpinned");
+                    false
+                }
+            });
             runtime.block_on(async move {
                 let listener = match TcpListener::from_std(socket) {
                     Ok(listener) => listener,
@@ -433,7 +441,7 @@ fn spawn_accept_thread(
                 };
                 let graceful = GracefulShutdown::new();
                 let drain = draining(serving.phases.clone());
-                accept_loop(core, listener, &serving, &graceful, drain).await;
+                accept_loop(core, steered, listener, &serving, &graceful, drain).await;
                 tokio::select! {
                     () = graceful.shutdown() => {}
                     _ = aborting.wait_for(|p| *p == Phase::Abort) => {}
