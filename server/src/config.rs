@@ -439,16 +439,15 @@ mod tests {
         assert!(!s.tokens.reads_need_token());
     }
 
+    /// The settings of a config file of `text` alone, or why it does not parse.
+    fn settings_of(text: &str) -> Result<Settings, toml::de::Error> {
+        let file: ConfigFile = toml::from_str(text)?;
+        Ok(Settings::from_file(file, Path::new(""), Overrides::default()).unwrap())
+    }
+
     #[test]
     fn blobs_are_sent_from_memory_unless_the_file_says_sendfile() {
-        let settings = |text: &str| {
-            let file: ConfigFile = toml::from_str(text)?;
-            Ok::<_, toml::de::Error>(
-                Settings::from_file(file, Path::new(""), Overrides::default())
-                    .unwrap()
-                    .blob_send,
-            )
-        };
+        let settings = |text: &str| settings_of(text).map(|s| s.blob_send);
         assert_eq!(settings("").unwrap(), BlobSend::Memory);
         assert_eq!(
             settings("blob_send = \"memory\"").unwrap(),
@@ -469,14 +468,7 @@ mod tests {
 
     #[test]
     fn accept_loops_are_pinned_unless_the_file_says_false() {
-        let settings = |text: &str| {
-            let file: ConfigFile = toml::from_str(text)?;
-            Ok::<_, toml::de::Error>(
-                Settings::from_file(file, Path::new(""), Overrides::default())
-                    .unwrap()
-                    .pin_accept_loops,
-            )
-        };
+        let settings = |text: &str| settings_of(text).map(|s| s.pin_accept_loops);
         assert!(settings("").unwrap());
         assert!(settings("pin_accept_loops = true").unwrap());
         assert!(!settings("pin_accept_loops = false").unwrap());
