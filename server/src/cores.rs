@@ -18,12 +18,14 @@
 //! network card's queues deliver them. A card with one queue (and no packet steering in the
 //! kernel) delivers every packet on one core, and every connection would go to that core's
 //! loop while the others idle. So the loops count what each accepts ([`Spread`]): a loop that
-//! took far more than its share stops asking for its core's connections, and from then on
-//! the kernel spreads them by address as it does without steering.
+//! took far more than its share of the last 65,536 to 131,072 connections stops asking for
+//! its core's connections, and from then on the kernel spreads them by address as it does
+//! without steering.
 
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
 
@@ -126,33 +128,58 @@ impl Placement {
 /// How many connections each steered loop accepted, shared by the loops.
 pub(crate) struct Spread {
     accepted: Vec<AtomicU64>,
+    /// Every loop's count when the window last moved on, and when it moved on before that.
+    marks: Mutex<Marks>,
+}
+
+struct Marks {
+    last: Vec<u64>,
+    before: Vec<u64>,
 }
 
 /// A loop checks its share every this many connections it accepts.
 const CHECK_EVERY: u64 = 256;
 
+/// The shares are of the connections since the window last moved on but one: between
+/// `WINDOW` and twice as many, or every one since the start while there were fewer. So a
+/// change long after the start (a card with one queue in place of one with many) shows
+/// within a few windows, where shares since the start would need as many connections again
+/// as came before it.
+const WINDOW: u64 = 65_536;
+
 impl Spread {
     pub(crate) fn new(loops: usize) -> Spread {
         Spread {
             accepted: (0..loops).map(|_| AtomicU64::new(0)).collect(),
+            marks: Mutex::new(Marks {
+                last: vec![0; loops],
+                before: vec![0; loops],
+            }),
         }
     }
 
     /// Counts a connection loop `number` accepted. True when steering has drawn it far more
-    /// than its share of every loop's connections: over twice its share (with two loops, over
-    /// three quarters of them all).
+    /// than its share of every loop's connections in the window: over twice its share (with
+    /// two loops, over three quarters of them all).
     pub(crate) fn crowded(&self, number: usize) -> bool {
         let mine = self.accepted[number].fetch_add(1, Ordering::Relaxed) + 1;
         if !mine.is_multiple_of(CHECK_EVERY) {
             return false;
         }
-        let all: u64 = self
+        let now: Vec<u64> = self
             .accepted
             .iter()
             .map(|a| a.load(Ordering::Relaxed))
-            .sum();
+            .collect();
+        let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
+        if now.iter().sum::<u64>() - marks.last.iter().sum::<u64>() >= WINDOW {
+            marks.before = std::mem::replace(&mut marks.last, now.clone());
+        }
+        // Counts only grow, and a mark is a count read earlier.
+        let since = |n: usize| now[n].saturating_sub(marks.before[n]);
+        let all: u64 = (0..now.len()).map(since).sum();
         let most = (2.0 / self.accepted.len() as f64).min(0.75);
-        mine as f64 > most * all as f64
+        since(number) as f64 > most * all as f64
     }
 }
 
@@ -219,6 +246,18 @@ mod tests {
             crowded |= accept(&eight, 0, 250) | accept(&eight, 1, 250);
         }
         assert!(crowded);
+    }
+
+    #[test]
+    fn a_loop_crowded_long_after_the_start_is_found_within_a_few_windows() {
+        let two = Spread::new(2);
+        // A long balanced run: twenty windows' worth.
+        for _ in 0..(20 * WINDOW / 256) {
+            assert!(!accept(&two, 0, 128) & !accept(&two, 1, 128));
+        }
+        // Then every connection goes to loop 1. Shares since the start would need another
+        // twenty windows; those of the window, three at most.
+        assert!(accept(&two, 1, 3 * WINDOW));
     }
 
     #[test]
