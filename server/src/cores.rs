@@ -166,17 +166,18 @@ impl Spread {
         if !mine.is_multiple_of(CHECK_EVERY) {
             return false;
         }
+        // The counts are read under the lock, after every mark was taken: none is below its
+        // mark (they only grow).
+        let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
         let now: Vec<u64> = self
             .accepted
             .iter()
             .map(|a| a.load(Ordering::Relaxed))
             .collect();
-        let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
         if now.iter().sum::<u64>() - marks.last.iter().sum::<u64>() >= WINDOW {
             marks.before = std::mem::replace(&mut marks.last, now.clone());
         }
-        // Counts only grow, and a mark is a count read earlier.
-        let since = |n: usize| now[n].saturating_sub(marks.before[n]);
+        let since = |n: usize| now[n] - marks.before[n];
         let all: u64 = (0..now.len()).map(since).sum();
         let most = (2.0 / self.accepted.len() as f64).min(0.75);
         since(number) as f64 > most * all as f64
