@@ -125,12 +125,18 @@ impl Placement {
     }
 }
 
-/// How many connections each steered loop accepted, shared by the loops.
+/// How many connections each loop accepted, shared by the loops.
 pub(crate) struct Spread {
-    accepted: Vec<AtomicU64>,
+    accepted: Vec<Count>,
     /// Every loop's count when the window last moved on, and when it moved on before that.
     marks: Mutex<Marks>,
 }
+
+/// One loop's count, on a cache line of its own: each loop adds to its count on its own core
+/// at every connection, and counts side by side would move their line between the cores
+/// each time, the cross-core traffic that pinning the loops avoids.
+#[repr(align(128))]
+struct Count(AtomicU64);
 
 struct Marks {
     last: Vec<u64>,
@@ -150,7 +156,7 @@ const WINDOW: u64 = 65_536;
 impl Spread {
     pub(crate) fn new(loops: usize) -> Spread {
         Spread {
-            accepted: (0..loops).map(|_| AtomicU64::new(0)).collect(),
+            accepted: (0..loops).map(|_| Count(AtomicU64::new(0))).collect(),
             marks: Mutex::new(Marks {
                 last: vec![0; loops],
                 before: vec![0; loops],
@@ -162,7 +168,7 @@ impl Spread {
     /// than its share of every loop's connections in the window: over twice its share (with
     /// two loops, over three quarters of them all).
     pub(crate) fn crowded(&self, number: usize) -> bool {
-        let mine = self.accepted[number].fetch_add(1, Ordering::Relaxed) + 1;
+        let mine = self.accepted[number].0.fetch_add(1, Ordering::Relaxed) + 1;
         if !mine.is_multiple_of(CHECK_EVERY) {
             return false;
         }
@@ -172,7 +178,7 @@ impl Spread {
         let now: Vec<u64> = self
             .accepted
             .iter()
-            .map(|a| a.load(Ordering::Relaxed))
+            .map(|count| count.0.load(Ordering::Relaxed))
             .collect();
         if now.iter().sum::<u64>() - marks.last.iter().sum::<u64>() >= WINDOW {
             marks.before = std::mem::replace(&mut marks.last, now.clone());
