@@ -205,8 +205,18 @@ pub(crate) fn decode_exact(
     }
 }
 
-/// What a decoding thread may do with a frame and its files before the reader gets it.
-pub(crate) type HandOut<'h> = dyn Fn(&[u8], &[FileDigest]) + Sync + 'h;
+/// What a decoding thread may do with a frame and its files before the reader gets it: it
+/// says which files it handed out (by their place in the slice it got), each with the
+/// index position it handed the file out as.
+pub(crate) type HandOut<'h> = dyn Fn(&[u8], &[FileDigest]) -> Vec<Handed> + Sync + 'h;
+
+/// A file of a frame a decoding thread handed out: `file` is its place among the frame's
+/// [`FileDigest`]s, `position` the index entry whose path, size and SHA-256 it matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Handed {
+    pub(crate) file: usize,
+    pub(crate) position: usize,
+}
 
 /// Whether the decoding threads take the SHA-256 of the files in each frame they decode
 /// ([`file_digests`]): only for a reader that checks files straight from the frames
@@ -235,7 +245,7 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
     source: &S,
     threads: usize,
     hashes: FileHashes<'_>,
-    read: impl FnOnce(FrameReader) -> T,
+    read: impl FnOnce(FrameReader<'_>) -> T,
 ) -> (T, Result<(), FormatError>) {
     let count = source.count();
     let workers = threads.clamp(1, count.max(1));
@@ -255,15 +265,28 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                         let mut out = decoded.buffer_for(source.len(number));
                         match source.decode(number, &mut scratch, &mut context, &mut out) {
                             Ok(()) => {
-                                let digests = match hashes {
+                                let parts = match hashes {
                                     FileHashes::Take(hand_out, rule) => {
                                         let digests = file_digests(&out, rule);
-                                        hand_out(&out, &digests);
-                                        digests
+                                        let handed = hand_out(&out, &digests);
+                                        match thinned(&out, &digests, &handed) {
+                                            Some((bytes, kept, gone)) => {
+                                                let len = out.len();
+                                                decoded.give_back(std::mem::take(&mut out));
+                                                FrameParts {
+                                                    bytes,
+                                                    len,
+                                                    kept: Some(kept),
+                                                    gone,
+                                                    digests,
+                                                }
+                                            }
+                                            None => FrameParts::whole(out, digests),
+                                        }
                                     }
-                                    FileHashes::Skip => Vec::new(),
+                                    FileHashes::Skip => FrameParts::whole(out, Vec::new()),
                                 };
-                                decoded.put(number, out, digests);
+                                decoded.put(number, parts);
                             }
                             Err(e) => {
                                 decoded.fail(number);
@@ -277,8 +300,16 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                 spawned.unwrap_or_else(|e| panic!("cannot start a thread to decode frames: {e}"))
             })
             .collect();
+        // A frame whose stretches went with the files handed out is decoded again, on the
+        // reader's thread, should the reader need them after all (`FrameReader::whole`).
+        let again = |number: usize| {
+            let mut context = frame_context(S::AUTHENTICATED);
+            let mut out = FrameBuffer::default();
+            source.decode(number, &mut S::Scratch::default(), &mut context, &mut out)?;
+            Ok(out)
+        };
         // `read` drops the reader when it returns, which unblocks the decoders.
-        let result = read(FrameReader::new(Arc::clone(&decoded)));
+        let result = read(FrameReader::new(Arc::clone(&decoded), &again));
         let mut failed: Option<(usize, FormatError)> = None;
         for handle in handles {
             if let Some((number, e)) = crate::joined(handle)
@@ -329,8 +360,8 @@ struct DecodedState {
     untaken: usize,
     /// The frame the reader wants next.
     wanted: usize,
-    /// Decoded frames the reader has not taken, by number, with their files' digests.
-    ready: BTreeMap<usize, (FrameBuffer, Vec<FileDigest>)>,
+    /// Decoded frames the reader has not taken, by number.
+    ready: BTreeMap<usize, FrameParts>,
     /// Buffers of frames read and dropped, for the next frames.
     spent: Vec<FrameBuffer>,
     /// The first frame that failed: no frame after it is taken, and the stream ends there.
@@ -447,13 +478,13 @@ impl Decoded {
         }
     }
 
-    fn put(&self, number: usize, frame: FrameBuffer, digests: Vec<FileDigest>) {
+    fn put(&self, number: usize, parts: FrameParts) {
         let mut state = self.lock();
         if state.closed {
             drop(state);
-            self.give_back(frame);
+            self.give_back(parts.into_buffer());
         } else {
-            state.ready.insert(number, (frame, digests));
+            state.ready.insert(number, parts);
             self.changed.notify_all();
         }
     }
@@ -616,20 +647,188 @@ pub(crate) fn frames_within(compressed: &[u8], budget: u64) -> Option<Vec<Frame>
     Some(frames)
 }
 
-/// A decoded frame; its buffer goes back to the decoding threads when it is dropped, by the
-/// reader or by whoever held on to a file inside it.
-pub(crate) struct DecodedFrame {
+/// A decoded frame as its decoding thread leaves it for the reader.
+#[derive(Default)]
+pub(crate) struct FrameParts {
+    /// The frame's bytes; for a thinned frame, only the stretches in `kept`, back to back.
     bytes: FrameBuffer,
+    /// The frame's length in the `tar`.
+    len: usize,
+    /// For a thinned frame, the stretches of it that `bytes` holds, in order.
+    kept: Option<Vec<Kept>>,
+    /// For a thinned frame, the files handed out whose stretches it dropped, in order.
+    gone: Vec<Gone>,
     /// What [`file_digests`] found in it, by offset.
     digests: Vec<FileDigest>,
+}
+
+/// A stretch a thinned frame keeps: `len` bytes at `at` in the frame, at `from` in its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Kept {
+    at: usize,
+    from: usize,
+    len: usize,
+}
+
+/// A file handed out from a frame that was then thinned: where its data lay, and the index
+/// position it went out as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Gone {
+    data: std::ops::Range<usize>,
+    position: usize,
+}
+
+impl FrameParts {
+    fn whole(bytes: FrameBuffer, digests: Vec<FileDigest>) -> Self {
+        FrameParts {
+            len: bytes.len(),
+            bytes,
+            kept: None,
+            gone: Vec::new(),
+            digests,
+        }
+    }
+
+    /// The frame's buffer, for a later frame; none from a thinned frame, whose bytes are a
+    /// small buffer of their own.
+    fn into_buffer(self) -> FrameBuffer {
+        match self.kept {
+            None => self.bytes,
+            Some(_) => FrameBuffer::default(),
+        }
+    }
+}
+
+/// The `tar` block: a file's data is padded to a whole number of them.
+const BLOCK: usize = 512;
+
+/// What is left of `frame` once the `handed` files went out: every byte but each such
+/// file's data and its padding, copied into a buffer of its own, so that the frame's buffer
+/// can go back to the decoding threads at once instead of waiting, whole, for the reader.
+///
+/// In the usual frame every file goes out on its decoding thread, and the reader only reads
+/// the headers and finds each file handed out already ([`DecodedFrame::went_out`]): a frame
+/// of many small files keeps a header block per file, one of a few large files a few blocks.
+/// A frame waiting for the reader then holds kilobytes instead of megabytes, so fewer
+/// buffers are ever touched: on a virtual machine a fresh page is zeroed, and often backed
+/// by its host, at the first touch, which on the bench's trees was a tenth of the extract's
+/// CPU (BENCHMARKS.md). Nothing is thinned when less than half the frame went out.
+fn thinned(
+    frame: &[u8],
+    digests: &[FileDigest],
+    handed: &[Handed],
+) -> Option<(FrameBuffer, Vec<Kept>, Vec<Gone>)> {
+    let mut gone: Vec<Gone> = handed
+        .iter()
+        .filter_map(|h| digests.get(h.file).map(|digest| (digest, h.position)))
+        .filter(|(digest, _)| digest.len > 0)
+        .map(|(digest, position)| Gone {
+            data: digest.range(),
+            position,
+        })
+        .collect();
+    gone.sort_by_key(|g| g.data.start);
+    // Each dropped stretch is a file's data and its padding, within the frame; a file whose
+    // stretch would overlap the one before (only in a frame a crafted header led astray) is
+    // kept.
+    let mut dropped: Vec<std::ops::Range<usize>> = Vec::with_capacity(gone.len());
+    gone.retain(|g| {
+        let stretch =
+            g.data.start..(g.data.start + g.data.len().div_ceil(BLOCK) * BLOCK).min(frame.len());
+        let after_last = dropped.last().is_none_or(|last| last.end <= stretch.start);
+        if after_last && g.data.end <= frame.len() {
+            dropped.push(stretch);
+        }
+        after_last && g.data.end <= frame.len()
+    });
+    let dropped_len: usize = dropped.iter().map(|r| r.len()).sum();
+    if dropped_len * 2 < frame.len() {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(frame.len() - dropped_len);
+    let mut kept = Vec::with_capacity(dropped.len() + 1);
+    let mut at = 0;
+    for stretch in dropped
+        .iter()
+        .chain(std::iter::once(&(frame.len()..frame.len())))
+    {
+        if stretch.start > at {
+            kept.push(Kept {
+                at,
+                from: bytes.len(),
+                len: stretch.start - at,
+            });
+            bytes.extend_from_slice(&frame[at..stretch.start]);
+        }
+        at = stretch.end;
+    }
+    Some((FrameBuffer::from(bytes), kept, gone))
+}
+
+/// A decoded frame, whole or thinned ([`thinned`]); a whole frame's buffer goes back to the
+/// decoding threads when it is dropped, by the reader or by whoever held on to a file inside
+/// it.
+pub(crate) struct DecodedFrame {
+    parts: FrameParts,
+    number: usize,
     decoded: Arc<Decoded>,
 }
 
 impl DecodedFrame {
+    /// The frame's length in the `tar`.
+    pub(crate) fn len(&self) -> usize {
+        self.parts.len
+    }
+
+    /// The bytes `range` of the frame; `None` when it runs past the end, or some of them
+    /// went with a file handed out from a thinned frame.
+    pub(crate) fn get(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        if range.start > range.end || range.end > self.parts.len {
+            return None;
+        }
+        let Some(kept) = &self.parts.kept else {
+            return self.parts.bytes.get(range);
+        };
+        if range.is_empty() {
+            return Some(&[]);
+        }
+        let stretch = kept.get(kept.partition_point(|k| k.at + k.len <= range.start))?;
+        let end = stretch.at + stretch.len;
+        (stretch.at <= range.start && range.end <= end).then(|| {
+            let from = stretch.from + (range.start - stretch.at);
+            &self.parts.bytes[from..from + range.len()]
+        })
+    }
+
+    /// The bytes from `at` to the end of the frame, or of the stretch a thinned frame kept
+    /// around `at`; `None` when `at` is in a stretch that went out, or past the end.
+    pub(crate) fn from(&self, at: usize) -> Option<&[u8]> {
+        let Some(kept) = &self.parts.kept else {
+            return self.parts.bytes.get(at..);
+        };
+        let stretch = kept.get(kept.partition_point(|k| k.at + k.len <= at))?;
+        (stretch.at <= at).then(|| {
+            &self.parts.bytes[stretch.from + (at - stretch.at)..stretch.from + stretch.len]
+        })
+    }
+
+    /// Whether `range` is exactly the data of a file this frame's decoding thread handed
+    /// out, as an index position `is_it` accepts. Such a file's bytes may be gone from the
+    /// frame; they are the bytes the index lists for that position.
+    pub(crate) fn went_out(
+        &self,
+        range: &std::ops::Range<usize>,
+        is_it: impl Fn(usize) -> bool,
+    ) -> bool {
+        let gone = &self.parts.gone;
+        gone.binary_search_by_key(&range.start, |g| g.data.start)
+            .is_ok_and(|at| gone[at].data.end == range.end && is_it(gone[at].position))
+    }
+
     /// The SHA-256 of exactly the bytes `range` of this frame, when the decoding thread took
     /// it already; `None` otherwise (the caller hashes them).
     pub(crate) fn digest_of(&self, range: &std::ops::Range<usize>) -> Option<[u8; 32]> {
-        digest_of(&self.digests, range)
+        digest_of(&self.parts.digests, range)
     }
 }
 
@@ -681,7 +880,6 @@ impl FileDigest {
 /// ([`DecodedFrame::digest_of`]); a walk that went astray on a crafted frame costs time,
 /// never a check.
 fn file_digests(frame: &[u8], rule: DigestRule) -> Vec<FileDigest> {
-    const BLOCK: usize = 512;
     let mut files = Vec::new();
     let mut at = 0;
     while let Some(block) = frame.get(at..at + BLOCK) {
@@ -729,31 +927,30 @@ fn checked_entry_len(header: &tar::Header) -> Option<usize> {
     usize::try_from(header.entry_size().ok()?).ok()
 }
 
-impl std::ops::Deref for DecodedFrame {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        &self.bytes
-    }
-}
-
 impl Drop for DecodedFrame {
     fn drop(&mut self) {
-        self.decoded.give_back(std::mem::take(&mut self.bytes));
+        self.decoded
+            .give_back(std::mem::take(&mut self.parts).into_buffer());
     }
 }
 
 /// Reads the frames the decoding threads decode, in order, as one stream.
-pub(crate) struct FrameReader {
+pub(crate) struct FrameReader<'r> {
     decoded: Arc<Decoded>,
+    /// Decodes a frame again, whole.
+    again: &'r dyn Fn(usize) -> Result<FrameBuffer, FormatError>,
     current: Option<DecodedFrame>,
     offset: usize,
 }
 
-impl FrameReader {
-    fn new(decoded: Arc<Decoded>) -> Self {
+impl<'r> FrameReader<'r> {
+    fn new(
+        decoded: Arc<Decoded>,
+        again: &'r dyn Fn(usize) -> Result<FrameBuffer, FormatError>,
+    ) -> Self {
         FrameReader {
             decoded,
+            again,
             current: None,
             offset: 0,
         }
@@ -766,12 +963,12 @@ impl FrameReader {
         let mut state = decoded.lock();
         loop {
             let wanted = state.wanted;
-            if let Some((bytes, digests)) = state.ready.remove(&wanted) {
+            if let Some(parts) = state.ready.remove(&wanted) {
                 state.wanted += 1;
                 decoded.changed.notify_all();
                 return Some(DecodedFrame {
-                    bytes,
-                    digests,
+                    parts,
+                    number: wanted,
                     decoded: Arc::clone(&self.decoded),
                 });
             }
@@ -781,9 +978,31 @@ impl FrameReader {
             state = decoded.wait(state);
         }
     }
+
+    /// `frame` with every byte: decoded again, on this thread, from the same authenticated
+    /// source, for a reader that needs a stretch a thinned frame dropped. That happens only
+    /// when the reader's walk of the `tar` and the decoding thread's parted ways (a crafted
+    /// pack); the frame it gives carries no digests, so every file in it is hashed again.
+    pub(crate) fn whole(&self, frame: &DecodedFrame) -> Result<DecodedFrame, FormatError> {
+        let bytes = (self.again)(frame.number)?;
+        if bytes.len() != frame.len() {
+            return Err(FormatError::malformed(
+                "zstd payload",
+                format!(
+                    "frame {} decodes to another length the second time",
+                    frame.number
+                ),
+            ));
+        }
+        Ok(DecodedFrame {
+            parts: FrameParts::whole(bytes, Vec::new()),
+            number: frame.number,
+            decoded: Arc::clone(&self.decoded),
+        })
+    }
 }
 
-impl Drop for FrameReader {
+impl Drop for FrameReader<'_> {
     fn drop(&mut self) {
         let ready = {
             let mut state = self.decoded.lock();
@@ -792,20 +1011,25 @@ impl Drop for FrameReader {
             std::mem::take(&mut state.ready)
         };
         // Frames decoded for nobody become buffers for the frames still to decode.
-        for (_, (frame, _)) in ready {
-            self.decoded.give_back(frame);
+        for (_, parts) in ready {
+            self.decoded.give_back(parts.into_buffer());
         }
     }
 }
 
-impl Read for FrameReader {
+impl Read for FrameReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
             if let Some(frame) = &self.current
                 && self.offset < frame.len()
             {
-                let n = buf.len().min(frame.len() - self.offset);
-                buf[..n].copy_from_slice(&frame[self.offset..self.offset + n]);
+                let Some(bytes) = frame.from(self.offset) else {
+                    let whole = self.whole(frame).map_err(std::io::Error::other)?;
+                    self.current = Some(whole);
+                    continue;
+                };
+                let n = buf.len().min(bytes.len());
+                buf[..n].copy_from_slice(&bytes[..n]);
                 self.offset += n;
                 return Ok(n);
             }
@@ -984,7 +1208,7 @@ mod tests {
         let digests_taken = |hashes| {
             let (taken, decoded) = with_frame_reader(&source, 2, hashes, |mut reader| {
                 std::iter::from_fn(|| reader.next_frame())
-                    .map(|frame| frame.digests.len())
+                    .map(|frame| frame.parts.digests.len())
                     .sum::<usize>()
             });
             decoded.unwrap();
@@ -994,6 +1218,7 @@ mod tests {
         let handed = std::sync::atomic::AtomicUsize::new(0);
         let count = |_: &[u8], files: &[FileDigest]| {
             handed.fetch_add(files.len(), std::sync::atomic::Ordering::Relaxed);
+            Vec::new()
         };
         assert_eq!(
             digests_taken(FileHashes::Take(&count, DigestRule::Bytes)),

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use crate::decode::{
-    DecodedFrame, FileDigest, FileHashes, FrameReader, FrameSource, PIPELINE_MIN_LEN, PlainFrames,
-    decompress, frame_plan, with_chunk_reader, with_frame_reader,
+    DecodedFrame, FileDigest, FileHashes, FrameReader, FrameSource, Handed, PIPELINE_MIN_LEN,
+    PlainFrames, decompress, frame_plan, with_chunk_reader, with_frame_reader,
 };
 use crate::digest::DigestRule;
 use crate::pack::{
@@ -212,13 +212,14 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
     /// to the reader as before. Whatever goes out here is exactly what the index lists for
     /// that path, at most once, and stays provisional like everything else until
     /// [`open_into`] returns `Ok`.
-    fn hand_out_early(&self, frame: &[u8], files: &[FileDigest]) {
+    fn hand_out_early(&self, frame: &[u8], files: &[FileDigest]) -> Vec<Handed> {
+        let mut handed = Vec::new();
         let Some(listing) = self.listing.get() else {
-            return;
+            return handed;
         };
-        for file in files {
+        for (at, file) in files.iter().enumerate() {
             if self.stop.load(Ordering::Relaxed) {
-                return;
+                return handed;
             }
             let path = file.header_path(frame);
             let Some(&position) = std::str::from_utf8(&path)
@@ -235,10 +236,12 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
             {
                 continue;
             }
-            if let Err(e) = self.out.file(&entry.path, bytes) {
-                self.fail(FormatError::io(format!("unpacking {}", entry.path), e));
+            match self.out.file(&entry.path, bytes) {
+                Ok(()) => handed.push(Handed { file: at, position }),
+                Err(e) => self.fail(FormatError::io(format!("unpacking {}", entry.path), e)),
             }
         }
+        handed
     }
 
     fn fail(&self, error: FormatError) {
@@ -273,7 +276,14 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
         let Some(entry) = listing.entries.get(position) else {
             return;
         };
-        let bytes = body.as_slice();
+        let Some(bytes) = body.as_slice() else {
+            // Never queued (`Cursor::body`); were it, the pack would fail, not lose a file.
+            self.fail(FormatError::malformed(
+                "payload",
+                format!("{} left its frame before it was checked", entry.path),
+            ));
+            return;
+        };
         let found = body
             .digest()
             .map_or_else(|| self.rule.hex(bytes), hex::encode);
@@ -384,7 +394,7 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
             });
         }
         let entry = &listing.entries[position];
-        let len = bytes.as_slice().len();
+        let len = bytes.len();
         if len as u64 != entry.size {
             return Err(FormatError::SizeMismatch {
                 what: path,
@@ -535,8 +545,14 @@ fn read_frames<U: Unpack + ?Sized>(
             .entries_with_seek()
             .map_err(|e| FormatError::malformed("payload tar", e))?;
         read_entries(entries, limits, total, sink, |entry, path, size| {
+            // A file a decoding thread handed out as this very path needs no bytes.
+            let is_it = |position: usize| {
+                (shared.listing.get())
+                    .and_then(|listing| listing.entries.get(position))
+                    .is_some_and(|entry| entry.path == path)
+            };
             cursor
-                .body(entry.raw_file_position(), size)
+                .body(entry.raw_file_position(), size, is_it)
                 .map_err(|e| FormatError::io(format!("reading {path} from the payload"), e))
         })
     });
@@ -552,10 +568,19 @@ pub(crate) enum Body {
 }
 
 impl Body {
-    fn as_slice(&self) -> &[u8] {
+    fn len(&self) -> usize {
         match self {
-            Body::Shared(frame, range) => &frame[range.clone()],
-            Body::Owned(bytes) => bytes,
+            Body::Shared(_, range) => range.len(),
+            Body::Owned(bytes) => bytes.len(),
+        }
+    }
+
+    /// The bytes; `None` for a file a decoding thread handed out from a frame it then
+    /// thinned, which the reader never queues ([`Cursor::body`]).
+    fn as_slice(&self) -> Option<&[u8]> {
+        match self {
+            Body::Shared(frame, range) => frame.get(range.clone()),
+            Body::Owned(bytes) => Some(bytes),
         }
     }
 
@@ -577,12 +602,12 @@ impl From<Vec<u8>> for Body {
 /// The decoded payload as one seekable stream over the frames, for the `tar` reader, which
 /// reads headers through it and seeks over file data; [`Cursor::body`] takes the data
 /// from the frames themselves. Seeks go forward only, as the `tar` reader's do.
-struct Cursor {
-    inner: RefCell<CursorState>,
+struct Cursor<'r> {
+    inner: RefCell<CursorState<'r>>,
 }
 
-struct CursorState {
-    reader: FrameReader,
+struct CursorState<'r> {
+    reader: FrameReader<'r>,
     /// Frames still in reach: (offset of its first byte, bytes). A frame behind the position
     /// leaves; its buffer goes back to the decoders once the last file inside it is done.
     frames: VecDeque<(u64, Arc<DecodedFrame>)>,
@@ -591,8 +616,8 @@ struct CursorState {
     pos: u64,
 }
 
-impl Cursor {
-    fn new(reader: FrameReader) -> Self {
+impl<'r> Cursor<'r> {
+    fn new(reader: FrameReader<'r>) -> Self {
         Cursor {
             inner: RefCell::new(CursorState {
                 reader,
@@ -603,26 +628,39 @@ impl Cursor {
         }
     }
 
-    /// The `len` bytes at `start`, which must not lie behind the current position.
-    fn body(&self, start: u64, len: u64) -> std::io::Result<Body> {
+    /// The `len` bytes at `start`, which must not lie behind the current position. A file
+    /// that a decoding thread handed out as an index position `is_it` accepts, and whose
+    /// bytes its thinned frame dropped, comes as a body without bytes: [`Streaming::file`]
+    /// finds it handed out already and asks for none. For anything else a frame dropped,
+    /// the frame is decoded again.
+    fn body(&self, start: u64, len: u64, is_it: impl Fn(usize) -> bool) -> std::io::Result<Body> {
         let mut state = self.inner.borrow_mut();
         let stop = start.checked_add(len).ok_or_else(past_end)?;
         if start < state.pos || !state.reach(stop) {
             return Err(past_end());
         }
         let mut out: Option<Vec<u8>> = None;
-        for (first, frame) in &state.frames {
-            let last = first + frame.len() as u64;
-            if last <= start || *first >= stop {
+        for at in 0..state.frames.len() {
+            let (first, frame) = &state.frames[at];
+            let (first, last) = (*first, first + frame.len() as u64);
+            if last <= start || first >= stop {
                 continue;
             }
-            let from = (start.max(*first) - first) as usize;
-            let to = (stop.min(last) - first) as usize;
-            if *first <= start && stop <= last {
-                return Ok(Body::Shared(Arc::clone(frame), from..to));
+            let range = (start.max(first) - first) as usize..(stop.min(last) - first) as usize;
+            let whole = first <= start && stop <= last;
+            if whole && frame.went_out(&range, &is_it) {
+                return Ok(Body::Shared(Arc::clone(frame), range));
             }
+            if frame.get(range.clone()).is_none() {
+                state.make_whole(at)?;
+            }
+            let frame = &state.frames[at].1;
+            if whole {
+                return Ok(Body::Shared(Arc::clone(frame), range));
+            }
+            let bytes = frame.get(range).ok_or_else(past_end)?;
             out.get_or_insert_with(|| Vec::with_capacity(len as usize))
-                .extend_from_slice(&frame[from..to]);
+                .extend_from_slice(bytes);
         }
         Ok(Body::Owned(out.unwrap_or_default()))
     }
@@ -635,7 +673,7 @@ fn past_end() -> std::io::Error {
     )
 }
 
-impl CursorState {
+impl CursorState<'_> {
     /// Receives frames until `upto` is covered; false if the stream ends first.
     fn reach(&mut self, upto: u64) -> bool {
         while self.end < upto {
@@ -650,6 +688,15 @@ impl CursorState {
         true
     }
 
+    /// Puts the frame at `at` back whole, decoded again, in place of a thinned one.
+    fn make_whole(&mut self, at: usize) -> std::io::Result<()> {
+        let whole = (self.reader)
+            .whole(&self.frames[at].1)
+            .map_err(std::io::Error::other)?;
+        self.frames[at].1 = Arc::new(whole);
+        Ok(())
+    }
+
     /// Lets go of the frames wholly behind the position.
     fn recycle(&mut self) {
         while let Some((first, frame)) = self.frames.front()
@@ -660,29 +707,31 @@ impl CursorState {
     }
 }
 
-impl Read for &Cursor {
+impl Read for &Cursor<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let mut state = self.inner.borrow_mut();
         let pos = state.pos;
         if buf.is_empty() || !state.reach(pos + 1) {
             return Ok(0);
         }
-        let Some((first, frame)) = state
-            .frames
-            .iter()
-            .find(|(first, frame)| *first <= pos && pos < first + frame.len() as u64)
+        let Some(at) = (state.frames.iter())
+            .position(|(first, frame)| *first <= pos && pos < first + frame.len() as u64)
         else {
             return Ok(0);
         };
-        let from = (pos - first) as usize;
-        let n = buf.len().min(frame.len() - from);
-        buf[..n].copy_from_slice(&frame[from..from + n]);
+        let from = (pos - state.frames[at].0) as usize;
+        if state.frames[at].1.from(from).is_none() {
+            state.make_whole(at)?;
+        }
+        let bytes = state.frames[at].1.from(from).ok_or_else(past_end)?;
+        let n = buf.len().min(bytes.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
         state.pos += n as u64;
         Ok(n)
     }
 }
 
-impl Seek for &Cursor {
+impl Seek for &Cursor<'_> {
     fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
         let mut state = self.inner.borrow_mut();
         let target = match to {
