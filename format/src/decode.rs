@@ -1231,6 +1231,100 @@ mod tests {
         assert_eq!(digests_taken(FileHashes::Skip), 0);
     }
 
+    /// A frame whose files all went out on its decoding thread reaches the reader as its
+    /// header blocks alone: the reader still reads every header, each file's data is gone
+    /// from it (as the file handed out, under the position it went out as), and decoded again
+    /// the frame is whole. Were thinning lost, every pack would open as before, with more
+    /// memory touched: this test is what notices.
+    #[test]
+    fn a_frame_whose_files_went_out_reaches_the_reader_as_its_headers_alone() {
+        let payload = big_payload();
+        let compressed = payload.to_tar_zst(7, 3).unwrap();
+        let frames = frame_plan(&compressed, &Limits::DEFAULT).unwrap();
+        let source = PlainFrames {
+            compressed: &compressed,
+            frames: &frames,
+        };
+        // Every file goes out, as the index position of its place in the frame plus 1000.
+        let all = |_: &[u8], files: &[FileDigest]| {
+            (0..files.len())
+                .map(|file| Handed {
+                    file,
+                    position: file + 1000,
+                })
+                .collect()
+        };
+        let hashes = FileHashes::Take(&all, DigestRule::Bytes);
+        let (checked, decoded) = with_frame_reader(&source, 2, hashes, |mut reader| {
+            let mut checked = 0;
+            while let Some(frame) = reader.next_frame() {
+                let whole = reader.whole(&frame).unwrap();
+                let bytes = whole.get(0..whole.len()).unwrap();
+                let files = file_digests(bytes, DigestRule::Bytes);
+                if files.is_empty() {
+                    // The index's frame: nothing went out, nothing was dropped.
+                    assert_eq!(frame.get(0..frame.len()), Some(bytes));
+                    continue;
+                }
+                assert!(frame.parts.bytes.len() <= files.len() * BLOCK + 2 * BLOCK);
+                for (at, file) in files.iter().enumerate() {
+                    let header = file.header..file.start;
+                    assert_eq!(frame.get(header.clone()), Some(&bytes[header.clone()]));
+                    assert_eq!(frame.from(file.header), Some(&bytes[header]));
+                    assert_eq!(frame.get(file.range()), None);
+                    assert_eq!(frame.from(file.start), None);
+                    assert!(frame.went_out(&file.range(), |p| p == at + 1000));
+                    assert!(!frame.went_out(&file.range(), |p| p == at));
+                    let short = file.start..file.start + file.len - 1;
+                    assert!(!frame.went_out(&short, |_| true));
+                    assert_eq!(whole.get(file.range()), Some(&bytes[file.range()]));
+                    checked += 1;
+                }
+            }
+            checked
+        });
+        decoded.unwrap();
+        assert_eq!(checked, payload.index().len());
+    }
+
+    #[test]
+    fn a_frame_is_thinned_only_when_at_least_half_of_it_went_out() {
+        let payload = big_payload();
+        let tar = payload.to_tar(0).unwrap();
+        let files = file_digests(&tar, DigestRule::Bytes);
+        let handed = |count: usize| -> Vec<Handed> {
+            (0..count)
+                .map(|file| Handed {
+                    file,
+                    position: file,
+                })
+                .collect()
+        };
+        let gone = |count: usize| -> usize {
+            files[..count]
+                .iter()
+                .map(|f| f.len.div_ceil(BLOCK) * BLOCK)
+                .sum()
+        };
+        let half = (1..files.len())
+            .find(|&count| gone(count) * 2 >= tar.len())
+            .unwrap();
+        assert!(thinned(&tar, &files, &handed(half - 1)).is_none());
+        let (bytes, kept, dropped) = thinned(&tar, &files, &handed(half)).unwrap();
+        assert_eq!(bytes.len(), tar.len() - gone(half));
+        assert_eq!(dropped.len(), half);
+        // What is kept is the frame without the files' data and padding, in order.
+        let mut rebuilt = Vec::new();
+        for stretch in &kept {
+            assert_eq!(
+                &bytes[stretch.from..stretch.from + stretch.len],
+                &tar[stretch.at..stretch.at + stretch.len]
+            );
+            rebuilt.extend_from_slice(&tar[stretch.at..stretch.at + stretch.len]);
+        }
+        assert_eq!(rebuilt, *bytes);
+    }
+
     #[test]
     fn a_digest_serves_only_exactly_the_bytes_it_was_taken_of() {
         let compressed = big_payload().to_tar_zst(7, 3).unwrap();

@@ -553,7 +553,11 @@ fn read_frames<U: Unpack + ?Sized>(
             };
             cursor
                 .body(entry.raw_file_position(), size, is_it)
-                .map_err(|e| FormatError::io(format!("reading {path} from the payload"), e))
+                .map_err(|e| match e.downcast::<FormatError>() {
+                    // A frame decoded again that failed (`Cursor::body`) fails as itself.
+                    Ok(failed) => failed,
+                    Err(e) => FormatError::io(format!("reading {path} from the payload"), e),
+                })
         })
     });
     decoded?;

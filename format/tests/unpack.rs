@@ -499,3 +499,148 @@ fn an_index_digest_in_uppercase_matches_no_file_wherever_it_is_checked() {
         "{err}"
     );
 }
+
+/// Many files, then a file whose GNU long name is one path of the index (returned) while
+/// its own header block names another path the index lists with the same bytes, then 6 MB
+/// of other files, then (if `then_aliased`) a file at that other path. Cut at its entries,
+/// the files in between put that last file more frames after the alias than the decoding
+/// threads may take ahead of the reader: the alias's frame is decoded, and its file handed
+/// out, first.
+fn tar_with_alias(then_aliased: bool) -> (Vec<u8>, String, Vec<u8>) {
+    let long = format!("z/{}/alias.md", "deep".repeat(30));
+    let bytes = text(77, 3 * 1024 * 1024);
+    let between: Vec<(String, Vec<u8>)> = (0..60)
+        .map(|i| (format!("zz/between-{i}.md"), text(1_000 + i, 100_000)))
+        .collect();
+    let mut listed: Vec<(&str, &[u8])> = vec![(&long, &bytes), (ALIASED, &bytes)];
+    listed.extend(
+        between
+            .iter()
+            .map(|(path, bytes)| (path.as_str(), bytes.as_slice())),
+    );
+    let mut tar = big_tar_with(&listed, &[]);
+    // `big_tar_with` ended the archive with two zero blocks: take them off, append the
+    // long name and the entries, and end it again.
+    tar.truncate(tar.len() - 1024);
+    let mut builder = tar::Builder::new(tar);
+    let mut name = tar::Header::new_gnu();
+    name.set_entry_type(tar::EntryType::GNULongName);
+    name.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+    name.set_mode(0o644);
+    name.set_size(long.len() as u64 + 1);
+    name.set_cksum();
+    builder
+        .append(&name, [long.as_bytes(), b"\0"].concat().as_slice())
+        .unwrap();
+    let mut append = |path: &str, bytes: &[u8]| {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_mode(0o644);
+        header.set_size(bytes.len() as u64);
+        header.set_path(path).unwrap();
+        header.set_cksum();
+        builder.append(&header, bytes).unwrap();
+    };
+    // The alias: its header names ALIASED; the reader reads the long name.
+    append(ALIASED, &bytes);
+    for (path, bytes) in &between {
+        append(path, bytes);
+    }
+    if then_aliased {
+        append(ALIASED, &bytes);
+    }
+    (builder.into_inner().unwrap(), long, bytes)
+}
+
+/// The path the alias's header block names.
+const ALIASED: &str = "z/short.md";
+
+/// The thread that decodes the alias's frame walks the header blocks, hands the file out
+/// under the header's name, and drops its bytes from the frame it leaves for the reader; the
+/// reader reads the long name, needs the bytes after all, and gets them from the frame
+/// decoded again. Both paths go out once, with the bytes `open` returns, from a pack in
+/// memory and from a pack in a file.
+#[test]
+fn a_file_the_reader_names_otherwise_than_its_decoding_thread_comes_from_its_frame_decoded_again() {
+    let (tar, long, bytes) = tar_with_alias(true);
+    let opened = pack_format::open(&seal_tar(&tar), &ring(&key()), &Limits::DEFAULT).unwrap();
+    let files = opened.payload.into_files();
+    assert_eq!(files.get(&long), Some(&bytes));
+    assert_eq!(files.get(ALIASED), Some(&bytes));
+
+    let sealed = seal_payload(cut_at_entries(&tar));
+    let (unpacked, record) = open_into(&sealed);
+    unpacked.unwrap();
+    assert_eq!(*record.files.lock().unwrap(), files);
+
+    let (_dir, path) = pack_file(&sealed);
+    let record = Record::default();
+    open_file_into(&path, &record).unwrap();
+    assert_eq!(*record.files.lock().unwrap(), files);
+}
+
+/// A destination that changes a byte of the pack's file once `trigger` goes out.
+struct Tampering {
+    record: Record,
+    file: std::path::PathBuf,
+    at: u64,
+    trigger: &'static str,
+}
+
+impl Unpack for Tampering {
+    fn index(&self, files: &[IndexEntry]) -> std::io::Result<()> {
+        self.record.index(files)
+    }
+
+    fn file(&self, path: &str, bytes: &[u8]) -> std::io::Result<()> {
+        if path == self.trigger {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.file)?;
+            let mut byte = [0];
+            file.read_exact_at(&mut byte, self.at)?;
+            file.write_all_at(&[byte[0] ^ 0x01], self.at)?;
+        }
+        self.record.file(path, bytes)
+    }
+}
+
+/// A frame decoded again is read from the file and authenticated again: changed on disk
+/// after its first read, it fails the pack as tampered, and the file that needed it never
+/// goes out. (Without the entry at ALIASED, which would leave the pack incomplete anyway.)
+#[test]
+fn a_segment_changed_before_its_frame_is_decoded_again_is_refused_as_tampered() {
+    let (tar, long, _) = tar_with_alias(false);
+    let sealed = seal_payload(cut_at_entries(&tar));
+    // The segment that holds the alias (each frame is a segment), and where its bytes lie:
+    // the segments, each with its 16-byte tag, end the pack.
+    let header = pack_format::read_header(&sealed, &Limits::DEFAULT)
+        .unwrap()
+        .0;
+    let alias = tar.windows(13).position(|w| w == b"././@LongLink").unwrap() as u64;
+    let mut tar_at = 0;
+    let segment = (header.segments.iter())
+        .position(|segment| {
+            tar_at += segment.tar_len;
+            alias < tar_at
+        })
+        .unwrap();
+    let from_end: u64 = header.segments[segment..]
+        .iter()
+        .map(|segment| segment.len + 16)
+        .sum();
+    let (_dir, path) = pack_file(&sealed);
+    let out = Tampering {
+        record: Record::default(),
+        file: path.clone(),
+        at: sealed.len() as u64 - from_end,
+        trigger: ALIASED,
+    };
+    let err = open_file_into(&path, &out).unwrap_err();
+    assert!(matches!(err, FormatError::Tampered), "{err}");
+    let files = out.record.files.lock().unwrap();
+    assert!(files.contains_key(ALIASED), "the trigger went out first");
+    assert!(!files.contains_key(&long), "{long} was handed out");
+}
