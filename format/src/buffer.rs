@@ -4,7 +4,9 @@
 //! reader and the threads that hash files, and then reused for a later frame. Touching that
 //! memory for the first time costs a page fault per 4 KiB page: on a 100 MB pack of large
 //! files, faulting in the first frames' buffers (four frames of up to 12 MB may be in flight
-//! before the first buffer comes back) took about a tenth of `packer extract`'s CPU. So on
+//! before the first buffer comes back) took about a tenth of `packer extract`'s CPU. (A frame
+//! waiting for the reader is now most often thinned, and its buffer back at once: see
+//! `decode::thinned`.) So on
 //! Linux a buffer of [`HUGE_PAGE`] or more is a mapping of its own, a whole number of
 //! 2 MiB pages long, which the kernel is asked to back with transparent huge pages: it
 //! faults in 2 MiB at a time. Where the kernel has none to give (huge pages off, or none
