@@ -1098,6 +1098,14 @@ mod tests {
         Payload::new(files, &Limits::DEFAULT).unwrap()
     }
 
+    /// [`big_payload`] compressed as `packer` cuts it (level 3), and its frames.
+    fn big_payload_in_frames() -> (Payload, Vec<u8>, Vec<Frame>) {
+        let payload = big_payload();
+        let compressed = payload.to_tar_zst(7, 3).unwrap();
+        let frames = frame_plan(&compressed, &Limits::DEFAULT).unwrap();
+        (payload, compressed, frames)
+    }
+
     /// The same outcome, errors compared by their message.
     fn outcome(result: Result<Payload, FormatError>) -> Result<Payload, String> {
         result.map_err(|e| e.to_string())
@@ -1198,9 +1206,7 @@ mod tests {
 
     #[test]
     fn only_a_reader_that_checks_files_in_the_frames_has_them_hashed_by_the_decoders() {
-        let payload = big_payload();
-        let compressed = payload.to_tar_zst(7, 3).unwrap();
-        let frames = frame_plan(&compressed, &Limits::DEFAULT).unwrap();
+        let (payload, compressed, frames) = big_payload_in_frames();
         let source = PlainFrames {
             compressed: &compressed,
             frames: &frames,
@@ -1238,9 +1244,7 @@ mod tests {
     /// memory touched: this test is what notices.
     #[test]
     fn a_frame_whose_files_went_out_reaches_the_reader_as_its_headers_alone() {
-        let payload = big_payload();
-        let compressed = payload.to_tar_zst(7, 3).unwrap();
-        let frames = frame_plan(&compressed, &Limits::DEFAULT).unwrap();
+        let (payload, compressed, frames) = big_payload_in_frames();
         let source = PlainFrames {
             compressed: &compressed,
             frames: &frames,
