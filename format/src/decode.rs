@@ -269,20 +269,12 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                                     FileHashes::Take(hand_out, rule) => {
                                         let digests = file_digests(&out, rule);
                                         let handed = hand_out(&out, &digests);
-                                        match thinned(&out, &digests, &handed) {
-                                            Some((bytes, kept, gone)) => {
-                                                let len = out.len();
-                                                decoded.give_back(std::mem::take(&mut out));
-                                                FrameParts {
-                                                    bytes,
-                                                    len,
-                                                    kept: Some(kept),
-                                                    gone,
-                                                    digests,
-                                                }
-                                            }
-                                            None => FrameParts::whole(out, digests),
+                                        let (parts, spent) =
+                                            FrameParts::after_hand_out(out, digests, &handed);
+                                        if let Some(spent) = spent {
+                                            decoded.give_back(spent);
                                         }
+                                        parts
                                     }
                                     FileHashes::Skip => FrameParts::whole(out, Vec::new()),
                                 };
@@ -689,6 +681,28 @@ impl FrameParts {
         }
     }
 
+    /// The frame as the reader gets it once the `handed` files went out: thinned when that
+    /// pays ([`thinned`]), with the frame's buffer to give back at once; else whole.
+    fn after_hand_out(
+        frame: FrameBuffer,
+        digests: Vec<FileDigest>,
+        handed: &[Handed],
+    ) -> (Self, Option<FrameBuffer>) {
+        match thinned(&frame, &digests, handed) {
+            Some((bytes, kept, gone)) => {
+                let thin = FrameParts {
+                    bytes,
+                    len: frame.len(),
+                    kept: Some(kept),
+                    gone,
+                    digests,
+                };
+                (thin, Some(frame))
+            }
+            None => (FrameParts::whole(frame, digests), None),
+        }
+    }
+
     /// The frame's buffer, for a later frame; none from a thinned frame, whose bytes are a
     /// small buffer of their own.
     fn into_buffer(self) -> FrameBuffer {
@@ -735,14 +749,15 @@ fn thinned(
     gone.retain(|g| {
         let stretch =
             g.data.start..(g.data.start + g.data.len().div_ceil(BLOCK) * BLOCK).min(frame.len());
-        let after_last = dropped.last().is_none_or(|last| last.end <= stretch.start);
-        if after_last && g.data.end <= frame.len() {
+        let keep = g.data.end <= frame.len()
+            && dropped.last().is_none_or(|last| last.end <= stretch.start);
+        if keep {
             dropped.push(stretch);
         }
-        after_last && g.data.end <= frame.len()
+        keep
     });
     let dropped_len: usize = dropped.iter().map(|r| r.len()).sum();
-    if dropped_len * 2 < frame.len() {
+    if dropped_len == 0 || dropped_len * 2 < frame.len() {
         return None;
     }
     let mut bytes = Vec::with_capacity(frame.len() - dropped_len);
