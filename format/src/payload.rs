@@ -203,12 +203,24 @@ impl Payload {
 
 /// Receives what a payload's `tar` holds, in archive order, as [`read_tar`] checks it.
 pub(crate) trait TarSink {
-    /// A file's bytes, as the sink takes them.
-    type Body;
+    /// A file's bytes, as the sink takes them (the index's are taken the same way).
+    type Body: EntryBytes;
     /// The index, the archive's first entry, and the rule its `format` names.
     fn index(&mut self, index: Vec<IndexEntry>, rule: DigestRule) -> Result<(), FormatError>;
     /// One regular file with a safe path, within the limits, after the index.
     fn file(&mut self, path: String, body: Self::Body) -> Result<(), FormatError>;
+}
+
+/// An entry's bytes as a [`TarSink`] takes them.
+pub(crate) trait EntryBytes {
+    /// The bytes, if they are at hand (a sink may take a file without them).
+    fn bytes(&self) -> Option<&[u8]>;
+}
+
+impl EntryBytes for Vec<u8> {
+    fn bytes(&self) -> Option<&[u8]> {
+        Some(self)
+    }
 }
 
 /// Reads a payload `tar` from `reader` into `sink`: regular files only, safe paths, within
@@ -228,17 +240,17 @@ where
     let entries = archive
         .entries()
         .map_err(|e| FormatError::malformed("payload tar", e))?;
-    read_entries(entries, limits, max_len, sink, |entry, path, size| {
+    read_entries(entries, limits, sink, |entry, path, size| {
         read_entry(entry, path, size, max_len).map(S::Body::from)
     })
 }
 
-/// [`read_tar`]'s checks over any entries, with `body` taking each file's bytes (the
-/// index is always read through the entry).
+/// [`read_tar`]'s checks over any entries, with `body` taking each entry's bytes: the
+/// index's too, which a reader over decoded frames then parses where they were decoded,
+/// with no copy.
 pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
     entries: tar::Entries<'a, R>,
     limits: &Limits,
-    max_len: u64,
     sink: &mut S,
     mut body: impl FnMut(&mut tar::Entry<'a, R>, &str, u64) -> Result<S::Body, FormatError>,
 ) -> Result<(), FormatError> {
@@ -269,8 +281,16 @@ pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
                 });
             }
             check_file_len(&path, size, limits)?;
-            let bytes = read_entry(&mut entry, &path, size, max_len)?;
-            let parsed: Index = serde_json::from_slice(&bytes)
+            let body = body(&mut entry, &path, size)?;
+            let bytes = body.bytes().unwrap_or_default();
+            if bytes.len() as u64 != size {
+                return Err(FormatError::Truncated {
+                    what: "payload entry",
+                    expected: size,
+                    found: bytes.len() as u64,
+                });
+            }
+            let parsed: Index = serde_json::from_slice(bytes)
                 .map_err(|e| FormatError::malformed("payload index", e))?;
             let Some(rule) = DigestRule::of_index_format(parsed.format) else {
                 return Err(FormatError::UnsupportedVersion {

@@ -11,13 +11,17 @@
 //! staging directory renamed into place on `Ok` and removed on `Err`.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
+use std::hash::{BuildHasher, RandomState};
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 use crate::decode::{
     DecodedFrame, FileDigest, FileHashes, FrameReader, FrameSource, Handed, PIPELINE_MIN_LEN,
@@ -28,7 +32,7 @@ use crate::pack::{
     FORMAT_V1, PackHeader, SealedSegments, head_len, read_header, read_pack_at, unseal, unseal_of,
 };
 use crate::payload::{
-    IndexEntry, TarSink, check_index_format, read_entries, read_tar, validate_path,
+    EntryBytes, IndexEntry, TarSink, check_index_format, read_entries, read_tar, validate_path,
 };
 use crate::{ContentKeyRing, FormatError, Limits};
 
@@ -81,14 +85,13 @@ pub fn open_into(
         })?
     } else {
         let segments = SealedSegments::new(&unsealed)?;
-        let total = unsealed.header.tar_len().unwrap_or(0);
         unpack_with(
             limits,
             unsealed.header.digest_rule(),
             out,
             |sink, threads| {
                 if threads > 1 && segments.count() > 1 && bytes.len() >= PIPELINE_MIN_LEN {
-                    return read_frames(&segments, total, limits, threads, sink);
+                    return read_frames(&segments, limits, threads, sink);
                 }
                 let tar = segments.decode_all()?;
                 read_tar(tar.as_slice(), limits, tar.len() as u64, sink)
@@ -137,10 +140,9 @@ pub fn open_file_into(
         return open_into(&bytes, keys, limits, out);
     }
     let segments = SealedSegments::in_file(&unsealed, file)?;
-    let tar_len = unsealed.header.tar_len().unwrap_or(0);
     let rule = unsealed.header.digest_rule();
     let index = unpack_with(limits, rule, out, |sink, threads| {
-        read_frames(&segments, tar_len, limits, threads, sink)
+        read_frames(&segments, limits, threads, sink)
     })?;
     ends_at(file, total)?;
     Ok(Unpacked {
@@ -182,7 +184,7 @@ struct Shared<'o, U: ?Sized> {
 /// The index as the `tar` reader checked it, and which of its files went out.
 struct Listing {
     entries: Vec<IndexEntry>,
-    positions: HashMap<String, usize>,
+    positions: Positions,
     /// Each entry's SHA-256 as bytes (`None` unless it is 64 lowercase hex digits: then no
     /// file matches it).
     digests: Vec<Option<[u8; 32]>>,
@@ -191,6 +193,11 @@ struct Listing {
 }
 
 impl Listing {
+    /// The position of the entry for `path`, if the index lists it.
+    fn position(&self, path: &str) -> Option<usize> {
+        self.positions.get(&self.entries, path)
+    }
+
     /// Whether `digest` is the SHA-256 the index lists at `position`.
     fn lists(&self, position: usize, digest: &[u8; 32]) -> bool {
         self.digests[position].as_ref() == Some(digest)
@@ -200,6 +207,62 @@ impl Listing {
     fn claim(&self, position: usize) -> bool {
         !self.written[position].swap(true, Ordering::AcqRel)
     }
+}
+
+/// Index positions found by path. The table holds positions alone, each hashed and
+/// compared by its entry's path, so no path is copied: a map keyed by the paths would copy
+/// every one of them (8,905 on the `small-shallow` bench tree) into fresh memory while the
+/// reader has not read a file yet. Hashed with the standard library's keyed hasher, since
+/// the paths come from the pack.
+struct Positions {
+    table: HashTable<usize>,
+    hasher: RandomState,
+}
+
+impl Positions {
+    /// The positions of `entries`, or the position of the first path listed twice.
+    fn new(entries: &[IndexEntry]) -> Result<Self, usize> {
+        let hasher = RandomState::new();
+        let hash = |at: &usize| hasher.hash_one(entries[*at].path.as_str());
+        let mut table = HashTable::with_capacity(entries.len());
+        for (position, entry) in entries.iter().enumerate() {
+            let same = |at: &usize| entries[*at].path == entry.path;
+            match table.entry(hash(&position), same, hash) {
+                Entry::Occupied(_) => return Err(position),
+                Entry::Vacant(free) => {
+                    free.insert(position);
+                }
+            }
+        }
+        Ok(Positions { table, hasher })
+    }
+
+    /// The position of `path` among `entries`, the ones the table was made of.
+    fn get(&self, entries: &[IndexEntry], path: &str) -> Option<usize> {
+        let hash = self.hasher.hash_one(path);
+        self.table
+            .find(hash, |at| entries[*at].path == path)
+            .copied()
+    }
+}
+
+/// The 32 bytes that `text` spells in 64 lowercase hex digits; `None` for anything else
+/// (an index entry whose digest is not lowercase fails behind the reader, which compares
+/// the text, so no file may match it here).
+fn lowercase_digest(text: &str) -> Option<[u8; 32]> {
+    fn nibble(digit: u8) -> Option<u8> {
+        match digit {
+            b'0'..=b'9' => Some(digit - b'0'),
+            b'a'..=b'f' => Some(digit - b'a' + 10),
+            _ => None,
+        }
+    }
+    let text: &[u8; 64] = text.as_bytes().try_into().ok()?;
+    let mut digest = [0; 32];
+    for (byte, pair) in digest.iter_mut().zip(text.as_chunks::<2>().0) {
+        *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+    }
+    Some(digest)
 }
 
 impl<U: Unpack + ?Sized> Shared<'_, U> {
@@ -222,9 +285,9 @@ impl<U: Unpack + ?Sized> Shared<'_, U> {
                 return handed;
             }
             let path = file.header_path(frame);
-            let Some(&position) = std::str::from_utf8(&path)
+            let Some(position) = std::str::from_utf8(&path)
                 .ok()
-                .and_then(|path| listing.positions.get(path))
+                .and_then(|path| listing.position(path))
             else {
                 continue;
             };
@@ -337,15 +400,12 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
 
     fn index(&mut self, index: Vec<IndexEntry>, rule: DigestRule) -> Result<(), FormatError> {
         check_index_format(self.shared.rule, rule)?;
-        let mut positions = HashMap::with_capacity(index.len());
-        for (position, entry) in index.iter().enumerate() {
+        for entry in &index {
             validate_path(&entry.path, self.limits)?;
-            if positions.insert(entry.path.clone(), position).is_some() {
-                return Err(FormatError::IndexMismatch {
-                    reason: format!("index lists {:?} twice", entry.path),
-                });
-            }
         }
+        let positions = Positions::new(&index).map_err(|twice| FormatError::IndexMismatch {
+            reason: format!("index lists {:?} twice", index[twice].path),
+        })?;
         self.shared
             .out
             .index(&index)
@@ -354,16 +414,7 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
         let written = index.iter().map(|_| AtomicBool::new(false)).collect();
         let digests = index
             .iter()
-            .map(|entry| {
-                // Lowercase only, as the check behind the reader compares the text.
-                let lowercase = entry
-                    .sha256
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-                let mut digest = [0; 32];
-                let decoded = hex::decode_to_slice(&entry.sha256, &mut digest).is_ok();
-                (lowercase && decoded).then_some(digest)
-            })
+            .map(|entry| lowercase_digest(&entry.sha256))
             .collect();
         let _ = self.shared.listing.set(Listing {
             entries: index,
@@ -380,8 +431,8 @@ impl<U: Unpack + ?Sized> TarSink for Streaming<'_, '_, U> {
         }
         let shared = self.shared;
         let listing = shared.listing.get();
-        let Some((listing, &position)) =
-            listing.and_then(|listing| Some((listing, listing.positions.get(&path)?)))
+        let Some((listing, position)) =
+            listing.and_then(|listing| Some((listing, listing.position(&path)?)))
         else {
             return Err(FormatError::IndexMismatch {
                 reason: format!("archive holds {path:?}, which the index does not list"),
@@ -507,12 +558,11 @@ fn decode_v1<U: Unpack + ?Sized>(
         && let Some(frames) = frame_plan(compressed, limits)
         && frames.len() > 1
     {
-        let total: u64 = frames.iter().map(|f| f.content_len).sum();
         let source = PlainFrames {
             compressed,
             frames: &frames,
         };
-        return read_frames(&source, total, limits, threads, sink);
+        return read_frames(&source, limits, threads, sink);
     }
     if compressed.len() < PIPELINE_MIN_LEN {
         let tar = decompress(compressed, limits)?;
@@ -530,7 +580,6 @@ fn decode_v1<U: Unpack + ?Sized>(
 /// caller throws them away).
 fn read_frames<U: Unpack + ?Sized>(
     source: &impl FrameSource,
-    total: u64,
     limits: &Limits,
     threads: usize,
     sink: &mut Streaming<'_, '_, U>,
@@ -544,7 +593,7 @@ fn read_frames<U: Unpack + ?Sized>(
         let entries = archive
             .entries_with_seek()
             .map_err(|e| FormatError::malformed("payload tar", e))?;
-        read_entries(entries, limits, total, sink, |entry, path, size| {
+        read_entries(entries, limits, sink, |entry, path, size| {
             // A file a decoding thread handed out as this very path needs no bytes.
             let is_it = |position: usize| {
                 (shared.listing.get())
@@ -594,6 +643,12 @@ impl Body {
             Body::Shared(frame, range) => frame.digest_of(range),
             Body::Owned(_) => None,
         }
+    }
+}
+
+impl EntryBytes for Body {
+    fn bytes(&self) -> Option<&[u8]> {
+        self.as_slice()
     }
 }
 
@@ -857,5 +912,58 @@ mod tests {
             decoding > 0,
             "no file went out from a decoding thread ({other} from the others)"
         );
+    }
+
+    fn entry(path: &str) -> IndexEntry {
+        IndexEntry {
+            path: path.to_string(),
+            size: 0,
+            sha256: String::new(),
+        }
+    }
+
+    #[test]
+    fn each_listed_path_is_found_at_its_own_position_and_no_other_path_is() {
+        let entries: Vec<IndexEntry> = ["a.md", "a.md.bak", "b/a.md", "b/b.md"]
+            .into_iter()
+            .map(entry)
+            .collect();
+        let positions = Positions::new(&entries).unwrap();
+        for (position, listed) in entries.iter().enumerate() {
+            assert_eq!(positions.get(&entries, &listed.path), Some(position));
+        }
+        for unlisted in ["", "a", "a.m", "b", "b/", "A.md", "a.md/"] {
+            assert_eq!(positions.get(&entries, unlisted), None, "{unlisted:?}");
+        }
+    }
+
+    #[test]
+    fn a_path_listed_twice_is_refused_at_its_second_listing() {
+        let entries: Vec<IndexEntry> = ["a.md", "b.md", "c.md", "b.md", "a.md"]
+            .into_iter()
+            .map(entry)
+            .collect();
+        assert_eq!(Positions::new(&entries).err(), Some(3));
+    }
+
+    #[test]
+    fn only_64_lowercase_hex_digits_spell_a_digest() {
+        let digest: [u8; 32] = std::array::from_fn(|at| (at * 37 + 11) as u8);
+        let text = hex::encode(digest);
+        assert_eq!(lowercase_digest(&text), Some(digest));
+        assert_eq!(lowercase_digest(&"0".repeat(64)), Some([0; 32]));
+        assert_eq!(lowercase_digest(&"f".repeat(64)), Some([0xff; 32]));
+        for wrong in [
+            text.to_uppercase(),
+            text[..63].to_string(),
+            format!("{text}0"),
+            format!("g{}", &text[1..]),
+            format!("{}/", &text[..63]),
+            format!("{}:", &text[..63]),
+            format!("{}`", &text[..63]),
+            String::new(),
+        ] {
+            assert_eq!(lowercase_digest(&wrong), None, "{wrong:?}");
+        }
     }
 }
