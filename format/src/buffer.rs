@@ -4,31 +4,28 @@
 //! reader and the threads that hash files, and then reused for a later frame. Touching that
 //! memory for the first time costs a page fault per 4 KiB page: on a 100 MB pack of large
 //! files, faulting in the first frames' buffers (four frames of up to 12 MB may be in flight
-//! before the first buffer comes back) took about a tenth of `packer extract`'s CPU. (A frame
-//! waiting for the reader is now most often thinned, and its buffer back at once: see
-//! `decode::thinned`.) So on
-//! Linux a buffer of [`HUGE_PAGE`] or more is a mapping of its own, a whole number of
-//! 2 MiB pages long, which the kernel is asked to back with transparent huge pages: it
-//! faults in 2 MiB at a time. Where the kernel has none to give (huge pages off, or none
-//! free), it is an ordinary mapping that faults in page by page, as a `Vec` would. Smaller
-//! buffers, and every buffer on other systems, are a `Vec`.
+//! before the first buffer comes back) took about a tenth of `packer extract`'s CPU. So a
+//! buffer is reused as it is, never grown by a copy (a frame waiting for the reader is most
+//! often thinned, and its buffer back at once: see `decode::thinned`). On Linux a buffer of
+//! [`MAPPED_FROM`] or more is a mapping of its own: the pages it never touches cost nothing,
+//! the kernel hands over the ones it does zeroed (nothing here fills them first), and the
+//! whole mapping goes back when the buffer is dropped. Smaller buffers, and every buffer on
+//! other systems, are a `Vec`.
 //!
-//! The trade: under Linux's default `defrag` setting (`madvise`), a kernel whose free memory
-//! is fragmented may compact memory at the first touch of such a buffer to find a huge page,
-//! a pause of its own rather than a fault per page; a buffer's last 2 MiB page is faulted
-//! in whole (peak memory a few MiB higher on some packs, BENCHMARKS.md); and on a virtual
-//! machine that hands its free memory back to the host, a fresh huge page may be one the host
-//! has to back again, which one such machine made slower than page-by-page faults after a
-//! pause while another of the same kind did not (BENCHMARKS.md, "Frame buffers: huge pages or
-//! plain heap memory, on two machines").
+//! The mappings are not advised to be backed by transparent huge pages, which would fault in
+//! 2 MiB at a time. On a virtual machine whose balloon reports free memory to its host, a
+//! fresh huge page is most often a block of 2 MiB the host took back and must back again on
+//! its first touch, while 4 KiB pages come first from small free fragments, never reported.
+//! Run after a pause, the way a user runs it, `packer extract` took 18-37% longer with huge
+//! pages on two machines of that kind out of three, with single runs up to twice as long (on
+//! the third, small pages took 0-28% longer); back to back, small pages took 1-11% longer
+//! (BENCHMARKS.md, "Frame buffers: huge pages or plain heap memory").
 
 use std::ops::Deref;
 
-/// The size of a transparent huge page on x86-64 and on arm64 with 4 KiB pages; a mapping
-/// whose length is a multiple of it starts on a huge-page boundary (Linux 6.7 and later), so
-/// every page of it can be huge.
+/// From this many bytes a buffer is a mapping of its own (Linux).
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) const HUGE_PAGE: usize = 2 * 1024 * 1024;
+pub(crate) const MAPPED_FROM: usize = 2 * 1024 * 1024;
 
 /// A frame's decoded bytes in a buffer that keeps its room when it is reused.
 #[derive(Default)]
@@ -77,17 +74,13 @@ impl FrameBuffer {
     /// An empty buffer with room for `room` bytes.
     pub(crate) fn with_room(room: usize) -> Self {
         #[cfg(target_os = "linux")]
-        if room >= HUGE_PAGE {
-            let room = room.div_ceil(HUGE_PAGE) * HUGE_PAGE;
-            if let Ok(map) = memmap2::MmapMut::map_anon(room) {
-                // Advice only: a kernel without transparent huge pages refuses it, and the
-                // mapping works the same with small pages.
-                let _ = map.advise(memmap2::Advice::HugePage);
-                return FrameBuffer {
-                    memory: Memory::Mapped(map),
-                    len: 0,
-                };
-            }
+        if room >= MAPPED_FROM
+            && let Ok(map) = memmap2::MmapMut::map_anon(room)
+        {
+            return FrameBuffer {
+                memory: Memory::Mapped(map),
+                len: 0,
+            };
         }
         FrameBuffer {
             memory: Memory::Heap(Vec::with_capacity(room)),
@@ -157,7 +150,7 @@ mod tests {
     #[test]
     fn a_buffer_holds_exactly_what_was_decompressed_into_it_last() {
         let mut context = zstd::zstd_safe::DCtx::create();
-        for room in [1000, HUGE_PAGE + 1] {
+        for room in [1000, MAPPED_FROM + 1] {
             let mut buffer = FrameBuffer::with_room(room);
             assert!(buffer.room() >= room);
             let first: Vec<u8> = (0..room).map(|i| (i % 251) as u8).collect();
@@ -178,7 +171,7 @@ mod tests {
 
     #[test]
     fn first_mut_grows_the_room_and_then_holds_exactly_what_was_asked_for() {
-        for len in [1000, 3 * HUGE_PAGE] {
+        for len in [1000, 3 * MAPPED_FROM] {
             let mut buffer = FrameBuffer::default();
             buffer.first_mut(len).fill(9);
             assert_eq!(buffer.len(), len);
@@ -192,7 +185,7 @@ mod tests {
 
     #[test]
     fn growing_again_within_the_room_zeroes_nothing() {
-        for len in [1000, 3 * HUGE_PAGE] {
+        for len in [1000, 3 * MAPPED_FROM] {
             let mut buffer = FrameBuffer::default();
             buffer.first_mut(len).fill(9);
             buffer.first_mut(10);
@@ -206,7 +199,7 @@ mod tests {
     #[test]
     fn zstd_cannot_write_past_the_room() {
         let mut context = zstd::zstd_safe::DCtx::create();
-        let room = HUGE_PAGE;
+        let room = MAPPED_FROM;
         let mut buffer = FrameBuffer::with_room(room);
         let room = buffer.room();
         let too_long = vec![7u8; room + 1];
@@ -220,32 +213,19 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn large_buffers_are_mappings_of_whole_huge_pages_advised_huge() {
-        let buffer = FrameBuffer::with_room(HUGE_PAGE + 1);
+    fn large_buffers_are_mappings_of_their_own_not_advised_huge() {
+        let buffer = FrameBuffer::with_room(MAPPED_FROM + 1);
         let Memory::Mapped(map) = &buffer.memory else {
             panic!("a buffer of 2 MiB or more is a mapping of its own");
         };
-        assert_eq!(buffer.room(), 2 * HUGE_PAGE);
+        assert_eq!(buffer.room(), MAPPED_FROM + 1);
         assert!(matches!(
-            FrameBuffer::with_room(HUGE_PAGE - 1).memory,
+            FrameBuffer::with_room(MAPPED_FROM - 1).memory,
             Memory::Heap(_)
         ));
-        // The kernel lists the advice among the mapping's flags (`hg`), whether or not a
-        // huge page is free to back it.
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
-        if thp.as_ref().map_or(true, |mode| mode.contains("[never]")) {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "transparent huge pages are off under CI: {thp:?}"
-            );
-            use std::io::Write;
-            let _ = std::io::stderr().write_all(
-                b"\nSKIPPED: large_buffers_are_mappings_of_whole_huge_pages_advised_huge (no transparent huge pages)\n",
-            );
-            return;
-        }
         // The area that holds the mapping: the kernel may have merged it with a neighbour
-        // another test's thread mapped with the same flags, so it need not start there.
+        // another test's thread mapped with the same flags, so it need not start there. Had
+        // it been advised huge, the kernel would list `hg` among its flags.
         let at = map.as_ptr() as usize;
         let holds = |line: &str| {
             let range = line.split_whitespace().next().unwrap_or("");
@@ -262,8 +242,8 @@ mod tests {
             .find_map(|line| line.strip_prefix("VmFlags:"))
             .expect("the mapping is in /proc/self/smaps");
         assert!(
-            flags.split_whitespace().any(|flag| flag == "hg"),
-            "not advised huge: {flags}"
+            !flags.split_whitespace().any(|flag| flag == "hg"),
+            "advised huge: {flags}"
         );
     }
 }

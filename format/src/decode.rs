@@ -183,8 +183,8 @@ pub(crate) fn decode_exact(
         // A fresh buffer rather than a larger copy of this one. A frame of a large pack gets
         // room for the frames of up to FRAME_LEN that follow it, so that the buffer is reused
         // for them as it is: pages past what a frame decodes to are never touched and cost no
-        // memory (beyond the rest of the last 2 MiB page, `buffer`), while growing it would
-        // hold the old buffer and the new one at once.
+        // memory (`buffer`), while growing it would hold the old buffer and the new one at
+        // once.
         let room = if len_bytes >= MIN_FRAME_LEN {
             len_bytes.max(FRAME_LEN)
         } else {
