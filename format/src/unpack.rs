@@ -250,19 +250,12 @@ impl Positions {
 /// (an index entry whose digest is not lowercase fails behind the reader, which compares
 /// the text, so no file may match it here).
 fn lowercase_digest(text: &str) -> Option<[u8; 32]> {
-    fn nibble(digit: u8) -> Option<u8> {
-        match digit {
-            b'0'..=b'9' => Some(digit - b'0'),
-            b'a'..=b'f' => Some(digit - b'a' + 10),
-            _ => None,
-        }
-    }
-    let text: &[u8; 64] = text.as_bytes().try_into().ok()?;
+    let lowercase = text
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     let mut digest = [0; 32];
-    for (byte, pair) in digest.iter_mut().zip(text.as_chunks::<2>().0) {
-        *byte = (nibble(pair[0])? << 4) | nibble(pair[1])?;
-    }
-    Some(digest)
+    let decoded = hex::decode_to_slice(text, &mut digest).is_ok();
+    (lowercase && decoded).then_some(digest)
 }
 
 impl<U: Unpack + ?Sized> Shared<'_, U> {
