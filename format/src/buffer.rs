@@ -12,14 +12,15 @@
 //! whole mapping goes back when the buffer is dropped. Smaller buffers, and every buffer on
 //! other systems, are a `Vec`.
 //!
-//! The mappings are not advised to be backed by transparent huge pages, which would fault in
-//! 2 MiB at a time. On a virtual machine whose balloon reports free memory to its host, a
-//! fresh huge page is most often a block of 2 MiB the host took back and must back again on
-//! its first touch, while 4 KiB pages come first from small free fragments, never reported.
-//! Run after a pause, the way a user runs it, `packer extract` took 18-37% longer with huge
-//! pages on two machines of that kind out of three, with single runs up to twice as long (on
-//! the third, small pages took 0-28% longer); back to back, small pages took 1-11% longer
-//! (BENCHMARKS.md, "Frame buffers: huge pages or plain heap memory").
+//! The mappings are not advised to be backed by transparent huge pages, which would fault
+//! in 2 MiB at a time. On a virtual machine whose balloon reports free memory to its host,
+//! a fresh huge page is most often a block of 2 MiB the host took back and must back again
+//! on its first touch, while 4 KiB pages come first from small free fragments, never
+//! reported. Run after a pause, the way a user runs it, `packer extract` took 3-37% longer
+//! with huge pages, by tree shape, on two machines of that kind out of three, with single
+//! runs up to twice as long (on the third, small pages took 0-28% longer); back to back,
+//! small pages took 1-11% longer (BENCHMARKS.md, "Frame buffers: huge pages or plain heap
+//! memory").
 
 use std::ops::Deref;
 
