@@ -363,7 +363,8 @@ impl Pool<'_, '_> {
     ) -> Result<Built, FormatError> {
         let chunk = &mut scratch.chunk;
         chunk.clear();
-        chunk.reserve(frame.tar_len + if last { 1024 } else { 0 });
+        // One byte over: each file is read into room for one byte more than its length.
+        chunk.reserve(frame.tar_len + 1 + if last { 1024 } else { 0 });
         let mut built = Built {
             files: Vec::with_capacity(frame.files.len()),
             unread: Vec::new(),

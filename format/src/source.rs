@@ -9,18 +9,22 @@
 //! without a single file are problems. Reading goes on past a problem, so the author sees
 //! every one at once: [`FormatError::PackDirectory`] lists them all, in path order, and
 //! the caller's check of each file's bytes (strict template validation) adds its own.
+//!
+//! Files are read from the directory that was listed, opened relative to it: a root moved
+//! away after the listing is still the one read, and a file or directory swapped for a
+//! symbolic link since is refused rather than followed.
 
 use std::ffi::OsStr;
-use std::fs::File;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use rayon::prelude::*;
+use rustix::buffer::spare_capacity;
 use rustix::fd::OwnedFd;
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 pub use crate::frames::{FileCheck, FileProblem};
 use crate::frames::{PayloadEntry, frame_payload};
@@ -94,6 +98,10 @@ pub struct DirFile {
 #[derive(Debug, Clone)]
 pub struct PackDir {
     root: PathBuf,
+    /// `root`, opened when it was listed: each file is opened relative to it, one name after
+    /// another below it rather than the whole path from `/` again (none when it could not
+    /// be opened; the listing reports why, and nothing is read then).
+    at: Option<Arc<OwnedFd>>,
     files: Vec<DirFile>,
     problems: Vec<DirProblem>,
 }
@@ -125,8 +133,12 @@ impl PackDir {
     /// file. Problems are kept for [`PackDir::read`] / [`PackDir::seal`] (or
     /// [`PackDir::into_result`]) to report with the rest.
     pub fn scan(root: &Path, limits: &Limits) -> PackDir {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let mut dir = PackDir {
             root: root.to_path_buf(),
+            at: rustix::fs::open(root, flags, Mode::empty())
+                .ok()
+                .map(Arc::new),
             files: Vec::new(),
             problems: Vec::new(),
         };
@@ -221,8 +233,8 @@ impl PackDir {
         let mut problems = Vec::new();
         let mut files = Vec::with_capacity(self.files.len());
         for file in &self.files {
-            let mut bytes = Vec::with_capacity(file.len as usize);
-            match read_into(&file.disk, file.len, &mut bytes) {
+            let mut bytes = Vec::new();
+            match self.read_file(file, &mut bytes) {
                 Ok(()) => files.push(PayloadFile {
                     path: file.path.clone(),
                     bytes,
@@ -279,10 +291,7 @@ impl PackDir {
                 len: file.len,
             })
             .collect();
-        let read = |i: usize, out: &mut Vec<u8>| {
-            let file = &self.files[i];
-            read_into(&file.disk, file.len, out)
-        };
+        let read = |i: usize, out: &mut Vec<u8>| self.read_file(&self.files[i], out);
         let framed = frame_payload(
             rule,
             options.mtime,
@@ -315,7 +324,7 @@ impl PackDir {
     fn problems_of_files(&self, check: Option<&FileCheck<'_>>) -> Vec<DirProblem> {
         let problems = |bytes: &mut Vec<u8>, file: &DirFile| -> Vec<DirProblem> {
             bytes.clear();
-            if let Err(e) = read_into(&file.disk, file.len, bytes) {
+            if let Err(e) = self.read_file(file, bytes) {
                 return vec![DirProblem::new(file.disk.clone(), e.to_string())];
             }
             let Some(check) = check else {
@@ -572,21 +581,79 @@ fn index_room(files: &[DirFile]) -> usize {
     zstd::zstd_safe::compress_bound(entry)
 }
 
-/// Appends the file's bytes to `out`: exactly `len` of them, or an error saying the file
-/// changed since the directory was read.
-fn read_into(path: &Path, len: u64, out: &mut Vec<u8>) -> std::io::Result<()> {
-    let before = out.len();
-    let read = File::open(path).and_then(|file| file.take(len + 1).read_to_end(out));
-    let read = read.map_err(|e| std::io::Error::new(e.kind(), format!("cannot read: {e}")))?;
-    if read as u64 != len {
-        out.truncate(before);
-        return Err(std::io::Error::other(format!(
-            "changed while being read ({len} bytes when the directory was read, {read} now{}); \
-             build again",
-            if read as u64 > len { " or more" } else { "" }
-        )));
+impl PackDir {
+    /// Appends `file`'s bytes to `out`: exactly its listed length, or an error saying the
+    /// file changed since the directory was read. The file is opened below the listed root,
+    /// through no link (one put on its way since the listing is refused), and read
+    /// with as few calls as the kernel allows: one `read` into room for one byte more than
+    /// the listed length, which comes back short at the end of the file.
+    fn read_file(&self, file: &DirFile, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let cannot = |e: std::io::Error| std::io::Error::new(e.kind(), format!("cannot read: {e}"));
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let opened = match &self.at {
+            Some(at) => open_below(at, &file.path, flags),
+            None => rustix::fs::open(&file.disk, flags, Mode::empty()),
+        };
+        let fd = opened.map_err(|e| match e {
+            Errno::LOOP => std::io::Error::other(
+                "cannot read: it, or a directory on its way, is a symbolic link now and was not \
+                 when the directory was read; packs hold regular files only (build again)",
+            ),
+            e => cannot(e.into()),
+        })?;
+        let before = out.len();
+        let len = file.len;
+        let want = usize::try_from(len).map_err(|e| cannot(std::io::Error::other(e)))?;
+        // One byte more than listed: a file that grew shows it in the same call.
+        out.reserve(want + 1);
+        let read = loop {
+            let room = out.capacity() - out.len();
+            match rustix::io::read(&fd, spare_capacity(out)) {
+                Ok(0) => break out.len() - before,
+                Ok(n) => {
+                    let read = out.len() - before;
+                    // A read that did not fill the room stopped at the end of the file.
+                    if read > want || (read == want && n < room) {
+                        break read;
+                    }
+                    if out.len() == out.capacity() {
+                        out.reserve(1);
+                    }
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => {
+                    out.truncate(before);
+                    return Err(cannot(e.into()));
+                }
+            }
+        };
+        if read != want {
+            out.truncate(before);
+            return Err(std::io::Error::other(format!(
+                "changed while being read ({len} bytes when the directory was read, {read} now{}); \
+                 build again",
+                if read > want { " or more" } else { "" }
+            )));
+        }
+        Ok(())
     }
-    Ok(())
+}
+
+/// Opens `path` below the directory `at` without following a symbolic link anywhere on
+/// the way (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`). Where the kernel or a
+/// seccomp filter offers no `openat2` (Linux before 5.6, some container profiles), a plain
+/// `openat` that does not follow a link in the last name only.
+fn open_below(at: &OwnedFd, path: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
+    // `EAGAIN`: a rename somewhere in the file system raced the lookup; it is tried again.
+    for _ in 0..8 {
+        match rustix::fs::openat2(at, path, flags, Mode::empty(), resolve) {
+            Err(Errno::AGAIN) => continue,
+            Err(Errno::NOSYS | Errno::PERM) => break,
+            opened => return opened,
+        }
+    }
+    rustix::fs::openat(at, path, flags, Mode::empty())
 }
 
 /// Runs `check` over every file, on every core for a large set; problems in file order.

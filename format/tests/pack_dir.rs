@@ -243,6 +243,64 @@ fn a_file_that_changes_after_the_scan_is_a_problem() {
 }
 
 #[test]
+fn a_file_replaced_by_a_link_after_the_scan_is_not_followed() {
+    // Listed as a regular file, swapped for a link to a file outside the tree before it is
+    // read: the link is refused, and nothing outside the tree is read.
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.md", b"not for the pack");
+    write(dir.path(), "notes/a.md", b"listed");
+    write(dir.path(), "b.md", b"unchanged");
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    assert_eq!(scanned.files().len(), 2);
+    std::fs::remove_file(dir.path().join("notes/a.md")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.md"),
+        dir.path().join("notes/a.md"),
+    )
+    .unwrap();
+    let found = problems(scanned.read(&Limits::DEFAULT, None));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].path, dir.path().join("notes/a.md"));
+    assert!(found[0].message.contains("cannot read"), "{}", found[0]);
+}
+
+#[test]
+fn a_directory_replaced_by_a_link_after_the_scan_is_not_followed() {
+    // The directory is swapped for a link to one outside the tree holding a file of the
+    // same name and the same bytes: still refused, since the file is not below the root.
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "notes/a.md", b"listed");
+    write(dir.path(), "notes/a.md", b"listed");
+    write(dir.path(), "b.md", b"unchanged");
+    let scanned = PackDir::scan(dir.path(), &Limits::DEFAULT);
+    std::fs::remove_dir_all(dir.path().join("notes")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("notes"), dir.path().join("notes")).unwrap();
+    let found = problems(scanned.read(&Limits::DEFAULT, None));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].path, dir.path().join("notes/a.md"));
+    assert!(found[0].message.contains("cannot read"), "{}", found[0]);
+}
+
+#[test]
+fn files_are_read_from_the_directory_that_was_scanned_even_if_it_is_moved() {
+    // The scanned directory is renamed and another put at its path before the files are
+    // read: the pack holds the scanned directory's files, not a mix of the two.
+    let parent = tempfile::tempdir().unwrap();
+    let root = parent.path().join("pack");
+    write(&root, "a.md", b"scanned a");
+    write(&root, "sub/b.md", b"scanned b");
+    let scanned = PackDir::scan(&root, &Limits::DEFAULT);
+    std::fs::rename(&root, parent.path().join("moved")).unwrap();
+    write(&root, "a.md", b"another a");
+    write(&root, "sub/b.md", b"another b");
+    let payload = scanned.read(&Limits::DEFAULT, None).unwrap();
+    assert_eq!(payload.files()["a.md"], b"scanned a");
+    assert_eq!(payload.files()["sub/b.md"], b"scanned b");
+}
+
+#[test]
 fn a_file_read_as_listed_gives_its_bytes_whatever_its_length() {
     let dir = tempfile::tempdir().unwrap();
     let lens = [0usize, 1, 511, 512, 4096, 65_537, 1 << 20];
