@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
 use crate::FormatError;
+use crate::cores::Cores;
 use crate::digest::DigestRule;
 use crate::layout::{FRAME_LEN, INDEX_PATH, Layout, MIN_FRAME_LEN, PlacedFrames, Segment, TAG_LEN};
 use crate::payload::{IndexEntry, Payload, index_json};
@@ -309,15 +310,20 @@ impl Pool<'_, '_> {
             .map_or(1, |n| n.get())
             .min(count)
             .max(1);
+        // Each thread on a core of its own until it takes one of the last frames (`cores`:
+        // left to the scheduler, two threads often shared the free core of a machine whose
+        // other core was busy).
+        let cores = Cores::for_threads(threads).ok();
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         let (done_sender, done) = mpsc::channel::<Report>();
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
-                .map(|_| {
+                .map(|worker| {
                     let done = done_sender.clone();
-                    let (next, stop, make) = (&next, &stop, &make);
+                    let (next, stop, make, cores) = (&next, &stop, &make, &cores);
                     scope.spawn(move || {
+                        let mut pinned = cores.as_ref().is_some_and(|c| c.pin(worker).is_ok());
                         let mut scratch = match Scratch::new(self.level) {
                             Ok(scratch) => scratch,
                             Err(e) => {
@@ -330,6 +336,16 @@ impl Pool<'_, '_> {
                             let number = next.fetch_add(1, Ordering::Relaxed);
                             if number >= count {
                                 return;
+                            }
+                            if pinned && number + threads >= count {
+                                // One of the last frames: it may move to a core another
+                                // thread leaves idle when it runs out of frames.
+                                pinned = false;
+                                if let Some(cores) = cores {
+                                    // Refused: the thread stays on its core, which only
+                                    // costs time.
+                                    let _ = cores.unpin();
+                                }
                             }
                             make(number, &mut scratch, &done);
                         }

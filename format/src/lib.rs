@@ -11,9 +11,11 @@
 //! - [`ramp`]: rollouts whose percentage grows on a signed schedule.
 //! - [`guard`]: the guard key, which may only freeze or roll back a channel.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
+//! - [`cores`]: threads pinned one per core (the seal's compressing threads, packd's loops).
 
 mod buffer;
 pub mod channel;
+pub mod cores;
 mod decode;
 mod digest;
 pub mod error;
