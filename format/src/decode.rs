@@ -9,6 +9,7 @@ use std::io::Read;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, mpsc};
 
 use crate::buffer::FrameBuffer;
+use crate::cores::Cores;
 use crate::digest::DigestRule;
 use crate::layout::{FRAME_LEN, INDEX_PATH, MIN_FRAME_LEN};
 use crate::payload::Payload;
@@ -251,16 +252,29 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
     let workers = threads.clamp(1, count.max(1));
     let lens = (0..count).map(|number| source.len(number)).collect();
     let decoded = Arc::new(Decoded::new(lens, workers * AHEAD_PER_THREAD));
+    // Each decoding thread on a core of its own until the frames left are fewer than the
+    // threads (`cores`: left to the scheduler, two threads often shared the free core of a
+    // machine whose other core was busy).
+    let cores = Cores::for_threads(workers).ok();
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                let decoded = &decoded;
+            .map(|worker| {
+                let (decoded, cores) = (&decoded, &cores);
                 let thread = std::thread::Builder::new().name(DECODING_THREAD.to_string());
                 let spawned = thread.spawn_scoped(scope, move || {
+                    let mut pinned = cores.as_ref().is_some_and(|c| c.pin(worker).is_ok());
                     let mut context = frame_context(S::AUTHENTICATED);
                     let mut scratch = S::Scratch::default();
                     let mut failed = None;
-                    while let Some(number) = decoded.take() {
+                    while let Some((number, left)) = decoded.take() {
+                        if pinned && left < workers {
+                            // The last frames: each may move to a core another thread
+                            // leaves idle. Refused, the thread stays, which only costs time.
+                            pinned = false;
+                            if let Some(cores) = cores {
+                                let _ = cores.unpin();
+                            }
+                        }
                         let _taken = Taken { decoded, number };
                         let mut out = decoded.buffer_for(source.len(number));
                         match source.decode(number, &mut scratch, &mut context, &mut out) {
@@ -410,9 +424,9 @@ impl Decoded {
         self.changed.wait(state).unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next frame to decode, once one is within reach of the reader; `None` when no
-    /// frame is left to decode.
-    fn take(&self) -> Option<usize> {
+    /// The next frame to decode, once one is within reach of the reader, and how many are
+    /// left for the threads to take after it; `None` when no frame is left to decode.
+    fn take(&self) -> Option<(usize, usize)> {
         let mut state = self.lock();
         loop {
             // No frame from the first that failed on is taken; the frames before it still
@@ -427,7 +441,7 @@ impl Decoded {
             if let Some(number) = state.pick(reach) {
                 state.taken[number] = true;
                 state.untaken -= 1;
-                return Some(number);
+                return Some((number, state.untaken));
             }
             if state.untaken == 0 || (state.wanted..end).all(|number| state.taken[number]) {
                 return None;
@@ -1761,6 +1775,14 @@ mod tests {
         state.taken[7] = false;
         state.wanted = 7;
         assert_eq!(take(&mut state, 8), Some(7));
+    }
+
+    #[test]
+    fn each_frame_taken_says_how_many_are_left_to_take() {
+        // What a pinned decoding thread leaves its core by: fewer left than threads.
+        let decoded = Decoded::new(vec![4, 1, 9], 8);
+        let taken: Vec<_> = std::iter::from_fn(|| decoded.take()).collect();
+        assert_eq!(taken, [(0, 2), (2, 1), (1, 0)]);
     }
 
     #[test]
