@@ -70,6 +70,27 @@ impl Cores {
     pub fn unpin(&self) -> io::Result<()> {
         Ok(sched_setaffinity(None, &self.all)?)
     }
+
+    /// Pins the calling thread, thread `number`, to its core when there are `cores` to pin
+    /// to and the kernel agrees: a hold on the core, to let go of when too little work is
+    /// left to keep the thread there.
+    pub fn hold(cores: Option<&Cores>, number: usize) -> Held<'_> {
+        Held(cores.filter(|cores| cores.pin(number).is_ok()))
+    }
+}
+
+/// A thread's hold on its core ([`Cores::hold`]); none when it was never pinned.
+pub struct Held<'c>(Option<&'c Cores>);
+
+impl Held<'_> {
+    /// Lets the thread run on every core again, so that it may move to one another thread
+    /// leaves idle; only the first call does anything. Refused, the thread stays on its
+    /// core, which only costs time.
+    pub fn release(&mut self) {
+        if let Some(cores) = self.0.take() {
+            let _ = cores.unpin();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -118,18 +139,32 @@ mod tests {
             );
             return;
         };
+        let on = || {
+            let now = sched_getaffinity(None).unwrap();
+            (0..CpuSet::MAX_CPU)
+                .filter(|&c| now.is_set(c))
+                .collect::<Vec<usize>>()
+        };
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 cores.pin(1).unwrap();
-                let now = sched_getaffinity(None).unwrap();
-                let on: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| now.is_set(c)).collect();
-                assert_eq!(on, [cores.core(1)]);
+                assert_eq!(on(), [cores.core(1)]);
                 cores.unpin().unwrap();
-                let now = sched_getaffinity(None).unwrap();
-                assert_eq!(
-                    (0..CpuSet::MAX_CPU).filter(|&c| now.is_set(c)).count(),
-                    count
-                );
+                assert_eq!(on().len(), count);
+            });
+            // A hold pins the same way, and lets go once.
+            scope.spawn(|| {
+                let mut held = Cores::hold(Some(&cores), 1);
+                assert_eq!(on(), [cores.core(1)]);
+                held.release();
+                assert_eq!(on().len(), count);
+                held.release();
+                assert_eq!(on().len(), count);
+            });
+            // No cores to pin to: the thread is left where it may run.
+            scope.spawn(|| {
+                Cores::hold(None, 1).release();
+                assert_eq!(on().len(), count);
             });
         });
     }

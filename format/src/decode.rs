@@ -262,18 +262,15 @@ pub(crate) fn with_frame_reader<S: FrameSource, T>(
                 let (decoded, cores) = (&decoded, &cores);
                 let thread = std::thread::Builder::new().name(DECODING_THREAD.to_string());
                 let spawned = thread.spawn_scoped(scope, move || {
-                    let mut pinned = cores.as_ref().is_some_and(|c| c.pin(worker).is_ok());
+                    let mut held = Cores::hold(cores.as_ref(), worker);
                     let mut context = frame_context(S::AUTHENTICATED);
                     let mut scratch = S::Scratch::default();
                     let mut failed = None;
                     while let Some((number, left)) = decoded.take() {
-                        if pinned && left < workers {
+                        if left < workers {
                             // The last frames: each may move to a core another thread
-                            // leaves idle. Refused, the thread stays, which only costs time.
-                            pinned = false;
-                            if let Some(cores) = cores {
-                                let _ = cores.unpin();
-                            }
+                            // leaves idle.
+                            held.release();
                         }
                         let _taken = Taken { decoded, number };
                         let mut out = decoded.buffer_for(source.len(number));

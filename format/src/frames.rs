@@ -323,7 +323,7 @@ impl Pool<'_, '_> {
                     let done = done_sender.clone();
                     let (next, stop, make, cores) = (&next, &stop, &make, &cores);
                     scope.spawn(move || {
-                        let mut pinned = cores.as_ref().is_some_and(|c| c.pin(worker).is_ok());
+                        let mut held = Cores::hold(cores.as_ref(), worker);
                         let mut scratch = match Scratch::new(self.level) {
                             Ok(scratch) => scratch,
                             Err(e) => {
@@ -337,15 +337,10 @@ impl Pool<'_, '_> {
                             if number >= count {
                                 return;
                             }
-                            if pinned && number + threads >= count {
+                            if number + threads >= count {
                                 // One of the last frames: it may move to a core another
                                 // thread leaves idle when it runs out of frames.
-                                pinned = false;
-                                if let Some(cores) = cores {
-                                    // Refused: the thread stays on its core, which only
-                                    // costs time.
-                                    let _ = cores.unpin();
-                                }
+                                held.release();
                             }
                             make(number, &mut scratch, &done);
                         }

@@ -604,22 +604,14 @@ impl PackDir {
         let before = out.len();
         let len = file.len;
         let want = usize::try_from(len).map_err(|e| cannot(std::io::Error::other(e)))?;
-        // One byte more than listed: a file that grew shows it in the same call.
+        // Room for one byte more than listed: a file that grew shows it in the same call,
+        // and a read that reaches the listed length without filling the room stopped at
+        // the end of the file.
         out.reserve(want + 1);
         let read = loop {
-            let room = out.capacity() - out.len();
             match rustix::io::read(&fd, spare_capacity(out)) {
-                Ok(0) => break out.len() - before,
-                Ok(n) => {
-                    let read = out.len() - before;
-                    // A read that did not fill the room stopped at the end of the file.
-                    if read > want || (read == want && n < room) {
-                        break read;
-                    }
-                    if out.len() == out.capacity() {
-                        out.reserve(1);
-                    }
-                }
+                Ok(n) if n == 0 || out.len() - before >= want => break out.len() - before,
+                Ok(_) => {}
                 Err(Errno::INTR) => {}
                 Err(e) => {
                     out.truncate(before);
