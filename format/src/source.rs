@@ -637,15 +637,20 @@ impl PackDir {
 /// `openat` that does not follow a link in the last name only.
 fn open_below(at: &OwnedFd, path: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
-    // `EAGAIN`: a rename somewhere in the file system raced the lookup; it is tried again.
+    let mut opened = Err(Errno::AGAIN);
+    // `EAGAIN`: a rename somewhere in the file system raced the lookup; it is tried again,
+    // a few times, and then reported rather than opened with fewer checks.
     for _ in 0..8 {
-        match rustix::fs::openat2(at, path, flags, Mode::empty(), resolve) {
+        opened = rustix::fs::openat2(at, path, flags, Mode::empty(), resolve);
+        match opened {
             Err(Errno::AGAIN) => continue,
-            Err(Errno::NOSYS | Errno::PERM) => break,
-            opened => return opened,
+            Err(Errno::NOSYS | Errno::PERM) => {
+                return rustix::fs::openat(at, path, flags, Mode::empty());
+            }
+            _ => break,
         }
     }
-    rustix::fs::openat(at, path, flags, Mode::empty())
+    opened
 }
 
 /// Runs `check` over every file, on every core for a large set; problems in file order.
