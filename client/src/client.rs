@@ -1295,10 +1295,7 @@ fn select(selector: Selector) -> Result<Selection, ClientError> {
             }
         }
     } else {
-        match doc
-            .select(&config.client_version, &install_id, now)
-            .map(|e| &e.target)
-        {
+        match doc.select(&config.client_version, &install_id, now) {
             Some(EntryTarget::Pack(entry)) => entry.clone(),
             selected @ (Some(EntryTarget::Builtin) | None) => {
                 return Ok(Selection::Loaded(Loaded::Builtin {

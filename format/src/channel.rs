@@ -13,7 +13,7 @@ use sha2::Digest;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::guard::{Guard, Restricts};
+use crate::guard::{Guard, Restricts, Stop};
 use crate::keys::key_id_hex;
 use crate::ramp::{RAMP_CLOCK_SKEW, Ramp};
 use crate::{FormatError, Limits, SigningKey, TrustedKeys, sha256_hex, validate_name};
@@ -41,12 +41,15 @@ pub struct ChannelDocument {
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
     /// Tried in order; the first that matches the client's version (and rollout bucket) wins.
+    /// A stop order (see [`crate::guard`]) has none of its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entries: Vec<ChannelEntry>,
     /// The key that may stop this channel's rollouts (see [`crate::guard`]). Only a document
     /// signed by a trusted key names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<Guard>,
-    /// In a document the guard key signed: the document it restricts, as signed.
+    /// In a stop order the guard key signed: the document it restricts, as signed, and the
+    /// stops applied to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restricts: Option<Restricts>,
 }
@@ -294,22 +297,106 @@ impl ChannelDocument {
         Ok(())
     }
 
-    /// The entry for a client at `client_version` with `install_id` when its clock says
-    /// `now`: the first whose range matches and whose rollout (if any) includes the install.
+    /// What a client at `client_version` with `install_id` gets when its clock says `now`:
+    /// the target of the first entry whose range matches and whose rollout (if any) includes
+    /// the install, unless a stop order took the install out of that entry, which sends it
+    /// to the entry's [`fallback`](Self::fallback). `None`: no entry matches.
     pub fn select(
         &self,
         client_version: &semver::Version,
         install_id: &str,
         now: OffsetDateTime,
-    ) -> Option<&ChannelEntry> {
+    ) -> Option<&EntryTarget> {
         let at = self.ramp_time(now);
-        self.entries.iter().find(|entry| {
+        let (i, entry) = self.entries.iter().enumerate().find(|(_, entry)| {
             entry.clients.matches(client_version)
                 && entry
                     .rollout
                     .as_ref()
                     .is_none_or(|r| r.includes(install_id, at))
+        })?;
+        let stop = self.restricts.as_ref().and_then(|r| r.stop_for(i));
+        let kept = match stop {
+            None => true,
+            Some(Stop::Revert { .. }) => false,
+            Some(Stop::Hold { percent, .. }) => entry
+                .rollout
+                .as_ref()
+                .is_some_and(|r| rollout_bucket(&r.salt, install_id) < *percent),
+        };
+        Some(if kept {
+            &entry.target
+        } else {
+            self.fallback(i, client_version)
         })
+    }
+
+    /// Where a stop order sends the installs of release `client_version` it takes out of
+    /// entry `i`, as the offline key laid the document out: for an entry with a rollout, the
+    /// layer the rollout runs over — the target of the first later entry without a rollout
+    /// whose range holds the release (itself reverted: the built-in pack) — and otherwise, or
+    /// when there is none, the built-in pack. Never a later entry with a rollout, so stopping
+    /// one rollout never widens another.
+    pub fn fallback(&self, i: usize, client_version: &semver::Version) -> &EntryTarget {
+        let Some(entry) = self.entries.get(i) else {
+            return &EntryTarget::Builtin;
+        };
+        if entry.rollout.is_none() {
+            return &EntryTarget::Builtin;
+        }
+        let under = self
+            .entries
+            .iter()
+            .enumerate()
+            .skip(i + 1)
+            .find(|(_, later)| later.rollout.is_none() && later.clients.matches(client_version));
+        match under {
+            Some((j, later))
+                if self
+                    .restricts
+                    .as_ref()
+                    .and_then(|r| r.stop_for(j))
+                    .is_none() =>
+            {
+                &later.target
+            }
+            Some(_) | None => &EntryTarget::Builtin,
+        }
+    }
+
+    /// [`fallback`](Self::fallback) of entry `i` when it is one target for every release the
+    /// entry's range holds: the entry has no rollout, or the first later entry without a
+    /// rollout has the same range or `*` (or there is none). `None` when it depends on the
+    /// release.
+    pub fn range_fallback(&self, i: usize) -> Option<&EntryTarget> {
+        let entry = self.entries.get(i)?;
+        if entry.rollout.is_none() {
+            return Some(&EntryTarget::Builtin);
+        }
+        let under = self
+            .entries
+            .iter()
+            .enumerate()
+            .skip(i + 1)
+            .find(|(_, later)| later.rollout.is_none());
+        match under {
+            None => Some(&EntryTarget::Builtin),
+            Some((j, later))
+                if later.clients == entry.clients || later.clients == semver::VersionReq::STAR =>
+            {
+                if self
+                    .restricts
+                    .as_ref()
+                    .and_then(|r| r.stop_for(j))
+                    .is_some()
+                {
+                    Some(&EntryTarget::Builtin)
+                } else {
+                    Some(&later.target)
+                }
+            }
+            Some(_) => None,
+        }
     }
 
     /// The time ramps are read at for a client whose clock says `now`: a clock more than

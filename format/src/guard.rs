@@ -1,29 +1,42 @@
 //! The guard key: a key the offline signing key names in a channel document, trusted only to
 //! stop that channel's rollouts.
 //!
-//! A document signed by the guard key carries the document it restricts (`restricts`: bytes
-//! and signature, signed by a trusted key that names the guard key). A reader accepts it when,
-//! and only when, every change from that document is one a guard may make:
+//! A document signed by the guard key is a *stop order*, not a rewritten channel document.
+//! It carries the offline-signed document it restricts (`restricts`: bytes and signature, and
+//! the `stops`), and no entries of its own. Each stop names one entry of that document:
 //!
-//! - **freeze**: a rollout's percentage held at or below what it was when the guard signed
-//!   (same salt, no schedule), or a rollout added to an entry that had none;
-//! - **roll back**: an entry sent to what it replaces in the restricted document (the first
-//!   later entry for the same client range without a rollout), or to the built-in pack.
+//! - **hold** at `percent`: the entry keeps the installs whose rollout bucket is below
+//!   `percent` (at most what the rollout stood at when the guard signed); the others it had
+//!   leave it;
+//! - **revert**: every install the entry had leaves it.
 //!
-//! Nothing else may change: the same entries for the same client ranges, no new version, no
-//! later expiry, the same guard. Resuming a rollout takes a document signed by a trusted key.
-//! A reader that holds a guard document checks a newer one against it too ([`check_live`]),
-//! so one freeze cannot be undone by another guard document.
+//! An install a stop takes out of an entry goes to that entry's *fallback*, as the offline
+//! key designated it ([`ChannelDocument::fallback`]): for an entry with a rollout, the first
+//! later entry without a rollout whose range holds the client's release (the layer the
+//! rollout runs over); for an entry without a rollout, or when no such entry exists, the
+//! built-in pack. It never falls through to whatever later entry happens to match, so no
+//! other rollout is widened. An install an entry did not have is not touched.
+//!
+//! The invariant, tested as a property over generated documents, orders, releases, installs
+//! and times: after an order, every install serves what it served before, its entry's
+//! fallback, or the built-in pack; no pack gains an install except as the designated
+//! fallback of the entry that install left. A reader that holds a stop order checks a newer
+//! one against it ([`check_live`]), so one stop cannot be undone by another guard document.
+//! Resuming takes a document signed by a trusted key.
+
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::channel::{
-    ChannelDocument, EntryTarget, Rollout, SignedChannel, VerifiedChannel, check_signed,
-    verify_ignoring_expiry,
+    ChannelDocument, SignedChannel, VerifiedChannel, check_signed, verify_ignoring_expiry,
 };
 use crate::keys::key_id_hex;
 use crate::{FormatError, Limits, SigningKey, TrustedKeys};
+
+/// Most stops one order may carry (one per entry at most, and a document has at most 1024).
+pub const MAX_STOPS: usize = 1024;
 
 /// The key a channel delegates stopping to, as the base64 line of a minisign public key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,20 +66,76 @@ impl Guard {
     }
 }
 
-/// The document a guard document restricts, exactly as it was signed.
+/// What a stop order restricts, and how: the offline-signed document exactly as it was
+/// signed, and the stops applied to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Restricts {
     pub document: String,
     pub signature: String,
+    pub stops: Vec<Stop>,
 }
 
-/// What a guard does to one entry.
+impl Restricts {
+    /// The stop on entry `entry`, if the order has one.
+    pub fn stop_for(&self, entry: usize) -> Option<&Stop> {
+        self.stops.iter().find(|s| s.entry() == entry)
+    }
+
+    /// The document restricted, parsed but not verified (for tools that show it).
+    pub fn parse_document(&self) -> Option<ChannelDocument> {
+        serde_json::from_str(&self.document).ok()
+    }
+}
+
+/// One stop of a stop order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "stop", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Stop {
+    /// The entry keeps only the installs whose rollout bucket is below `percent`.
+    Hold { entry: usize, percent: u8 },
+    /// The entry keeps no install.
+    Revert { entry: usize },
+}
+
+impl Stop {
+    /// The entry it stops.
+    pub fn entry(&self) -> usize {
+        match *self {
+            Stop::Hold { entry, .. } | Stop::Revert { entry } => entry,
+        }
+    }
+
+    /// Whether this stop takes out every install `other` takes out (and maybe more).
+    fn covers(&self, other: &Stop) -> bool {
+        match (self, other) {
+            (Stop::Revert { .. }, _) => true,
+            (
+                Stop::Hold { percent: mine, .. },
+                Stop::Hold {
+                    percent: theirs, ..
+                },
+            ) => mine <= theirs,
+            (Stop::Hold { .. }, Stop::Revert { .. }) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Hold { entry, percent } => write!(f, "entry {entry} held at {percent}%"),
+            Stop::Revert { entry } => write!(f, "entry {entry} reverted"),
+        }
+    }
+}
+
+/// What a guard does to one entry, as `packer guard` and a rollout's `watch` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GuardAction {
-    /// Holds the entry's rollout at its percentage of now.
+    /// Holds the entry's rollout at its percentage of now ([`Stop::Hold`]).
     Freeze,
-    /// Sends the entry's clients to the pack it replaces ([`ChannelDocument::replaced`]).
+    /// Sends the entry's installs to its fallback ([`Stop::Revert`]).
     Rollback,
 }
 
@@ -81,7 +150,8 @@ impl std::fmt::Display for GuardAction {
 
 /// Verifies a document whose signing key is not trusted but which restricts another: the
 /// restricted document verifies against `trusted` and names the signing key as its guard, the
-/// signature verifies against that key, and the changes are a guard's.
+/// signature verifies against that key, and the document is a stop order within what the
+/// restricted document allows. Returns the restricted document with the order applied.
 pub(crate) fn verify_guarded(
     document: &[u8],
     signature: &str,
@@ -94,7 +164,7 @@ pub(crate) fn verify_guarded(
         .map_err(|e| FormatError::malformed("restricted channel document", e))?;
     if nested.restricts.is_some() {
         return Err(overreach(
-            "it restricts another guard document: a guard document restricts one signed by a trusted key",
+            "it restricts another guard document: a stop order restricts a document signed by a trusted key",
         ));
     }
     let base = verify_ignoring_expiry(
@@ -120,16 +190,11 @@ pub(crate) fn verify_guarded(
         Some(guard) => guard.public_key()?,
         None => return Err(overreach("the restricted document names no guard key")),
     };
-    let parsed = check_signed(document, signature, &public, key_id)?;
-    if parsed.sequence <= base.document.sequence {
-        return Err(overreach(format!(
-            "its sequence {} is not after the sequence {} it restricts",
-            parsed.sequence, base.document.sequence
-        )));
-    }
-    restricts_within(&parsed, &base.document).map_err(overreach)?;
+    let order = check_signed(document, signature, &public, key_id)?;
+    check_order(&order, &base.document).map_err(overreach)?;
+    let applied = applied(&order, &base.document);
     Ok(VerifiedChannel {
-        document: parsed,
+        document: applied,
         key_id: key_id.to_string(),
         base: Some(Box::new(base)),
         sha256: crate::sha256_hex(document),
@@ -142,13 +207,105 @@ fn overreach(reason: impl Into<String>) -> FormatError {
     }
 }
 
+/// Whether `order` is a stop order `base` allows; if not, the first reason it is not.
+///
+/// A stop order has the channel, pack and format of `base`, a later sequence, no entries and
+/// no guard of its own, an expiry no later than `base`'s, and 1 to [`MAX_STOPS`] stops on
+/// distinct entries of `base`; a hold stops an entry with a rollout at or below the
+/// percentage that rollout stood at when the order was signed.
+pub fn check_order(order: &ChannelDocument, base: &ChannelDocument) -> Result<(), String> {
+    let Some(restricts) = &order.restricts else {
+        return Err("it restricts no document".to_string());
+    };
+    if order.format != base.format || order.channel != base.channel || order.pack != base.pack {
+        return Err("it changes the channel, pack name or format".to_string());
+    }
+    if !order.entries.is_empty() {
+        return Err(format!(
+            "it carries {} entries of its own: a stop order names stops on the entries of the document it restricts, never entries",
+            order.entries.len()
+        ));
+    }
+    if order.guard.is_some() {
+        return Err("it names a guard key: only the offline key delegates".to_string());
+    }
+    if order.sequence <= base.sequence {
+        return Err(format!(
+            "its sequence {} is not after the sequence {} it restricts",
+            order.sequence, base.sequence
+        ));
+    }
+    if order.expires_at > base.expires_at {
+        return Err(format!(
+            "it extends the expiry from {} to {}",
+            crate::channel::format_time(base.expires_at),
+            crate::channel::format_time(order.expires_at)
+        ));
+    }
+    if order.issued_at < base.issued_at {
+        return Err("it is dated before the document it restricts".to_string());
+    }
+    if restricts.stops.is_empty() || restricts.stops.len() > MAX_STOPS {
+        return Err(format!(
+            "it carries {} stops: a stop order carries 1 to {MAX_STOPS}",
+            restricts.stops.len()
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for stop in &restricts.stops {
+        let i = stop.entry();
+        if !seen.insert(i) {
+            return Err(format!("it stops entry {i} twice"));
+        }
+        let Some(entry) = base.entries.get(i) else {
+            return Err(format!(
+                "it stops entry {i}, but the document it restricts has {} entries",
+                base.entries.len()
+            ));
+        };
+        if let Stop::Hold { percent, .. } = *stop {
+            let Some(rollout) = &entry.rollout else {
+                return Err(format!(
+                    "it holds entry {i}, which has no rollout to hold: revert the entry instead"
+                ));
+            };
+            let allowed = rollout.percent_at(order.issued_at);
+            if percent > allowed {
+                return Err(format!(
+                    "it holds entry {i} at {percent}% where its rollout stood at {allowed}% when the guard signed"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `base` with `order`'s stops applied: its entries, under the order's sequence, dates and
+/// `restricts`. Entry selection ([`ChannelDocument::select`]) reads the stops from there.
+fn applied(order: &ChannelDocument, base: &ChannelDocument) -> ChannelDocument {
+    ChannelDocument {
+        entries: base.entries.clone(),
+        guard: base.guard.clone(),
+        ..order.clone()
+    }
+}
+
+/// A stop order as it was read from storage or the wire, with the entries of the document
+/// it restricts filled in, unverified: for tools that show a channel's state (its signature
+/// was checked when it was stored). `None` when `doc` is not a stop order or what it carries
+/// does not parse.
+pub fn effective(doc: &ChannelDocument) -> Option<ChannelDocument> {
+    let base = doc.restricts.as_ref()?.parse_document()?;
+    Some(applied(doc, &base))
+}
+
 /// Checks a newly verified document against the one a reader holds (verified when it was
-/// accepted). Only a guard document has anything to check: it must restrict the held
-/// document's own base (or a newer one), and when both restrict the same document, the new
-/// one must restrict the held one as well, so a freeze or rollback the reader already follows
-/// is never undone by the guard key.
+/// accepted). Only a stop order has anything to check: it must restrict the held document's
+/// own base (or a newer one), and when both restrict the same document, every stop of the
+/// held order must be kept, as strict or stricter, so a stop the reader already follows is
+/// never undone by the guard key.
 pub fn check_live(new: &VerifiedChannel, held: &ChannelDocument) -> Result<(), FormatError> {
-    let Some(base) = &new.base else {
+    let (Some(base), Some(restricts)) = (&new.base, &new.document.restricts) else {
         return Ok(());
     };
     let held_base = authority_sequence(held);
@@ -158,122 +315,37 @@ pub fn check_live(new: &VerifiedChannel, held: &ChannelDocument) -> Result<(), F
             base.document.sequence
         )));
     }
-    if held.restricts.is_some() && base.document.sequence == held_base {
-        restricts_within(&new.document, held)
-            .map_err(|reason| overreach(format!("against the guard document held: {reason}")))?;
+    if let Some(held_restricts) = &held.restricts
+        && base.document.sequence == held_base
+    {
+        for kept in &held_restricts.stops {
+            let covered = restricts
+                .stop_for(kept.entry())
+                .is_some_and(|stop| stop.covers(kept));
+            if !covered {
+                return Err(overreach(format!(
+                    "against the stop order held: it undoes \"{kept}\""
+                )));
+            }
+        }
     }
     Ok(())
 }
 
 /// The sequence of the document a trusted key signed that `held` is, or restricts. A document
-/// signed by a trusted key is newer than a guard document when it is newer than what that
-/// guard document restricts: the guard key chooses its own sequences, and must not be able
-/// to push a channel past every sequence the signing key can still sign.
+/// signed by a trusted key is newer than a stop order when it is newer than what that order
+/// restricts: the guard key chooses its own sequences, and must not be able to push a channel
+/// past every sequence the signing key can still sign.
 pub fn authority_sequence(held: &ChannelDocument) -> u64 {
     held.restricts
         .as_ref()
-        .and_then(|r| serde_json::from_str::<ChannelDocument>(&r.document).ok())
+        .and_then(Restricts::parse_document)
         .map_or(held.sequence, |base| base.sequence)
 }
 
-/// Whether every change from `reference` to `guarded` is one a guard may make; if not, the
-/// first one that is not.
-pub fn restricts_within(
-    guarded: &ChannelDocument,
-    reference: &ChannelDocument,
-) -> Result<(), String> {
-    if guarded.format != reference.format
-        || guarded.channel != reference.channel
-        || guarded.pack != reference.pack
-    {
-        return Err("it changes the channel, pack name or format".to_string());
-    }
-    if guarded.guard != reference.guard {
-        return Err("it changes the guard key".to_string());
-    }
-    if guarded.expires_at > reference.expires_at {
-        return Err(format!(
-            "it extends the expiry from {} to {}",
-            crate::channel::format_time(reference.expires_at),
-            crate::channel::format_time(guarded.expires_at)
-        ));
-    }
-    if guarded.issued_at < reference.issued_at {
-        return Err("it is dated before the document it restricts".to_string());
-    }
-    if guarded.entries.len() != reference.entries.len() {
-        return Err(format!(
-            "it has {} entries where the document it restricts has {}",
-            guarded.entries.len(),
-            reference.entries.len()
-        ));
-    }
-    for (i, (g, r)) in guarded.entries.iter().zip(&reference.entries).enumerate() {
-        if g.clients != r.clients {
-            return Err(format!(
-                "entry {i} is for clients {} instead of {}",
-                g.clients, r.clients
-            ));
-        }
-        if g.target != r.target {
-            // A rollback sends an entry's clients where they would go without it: to what
-            // the entry replaces there, or to the built-in pack. Any other pack, even one
-            // the document names elsewhere, would widen that pack's reach.
-            let replaced = reference.replaced(i);
-            if g.target != EntryTarget::Builtin && &g.target != replaced {
-                return Err(format!(
-                    "entry {i} names {} where a rollback goes to what the entry replaces ({}) or to the built-in pack",
-                    describe_target(&g.target),
-                    describe_target(replaced)
-                ));
-            }
-            continue;
-        }
-        match (&r.rollout, &g.rollout) {
-            (None, _) => {}
-            (Some(_), None) => {
-                return Err(format!("entry {i} drops its rollout, widening it to 100%"));
-            }
-            (Some(r), Some(g)) if r == g => {}
-            (Some(r), Some(g)) => check_freeze(i, r, g, guarded.issued_at)?,
-        }
-    }
-    Ok(())
-}
-
-fn check_freeze(i: usize, was: &Rollout, now: &Rollout, at: OffsetDateTime) -> Result<(), String> {
-    if was.salt != now.salt {
-        return Err(format!(
-            "entry {i} changes its rollout salt, which moves installs in"
-        ));
-    }
-    if now.watch != was.watch {
-        return Err(format!("entry {i} changes what the guard watches"));
-    }
-    if now.ramp.is_some() {
-        return Err(format!(
-            "entry {i} sets a new ramp: a guard freezes, resuming takes the signing key"
-        ));
-    }
-    let allowed = was.percent_at(at);
-    if now.percent > allowed {
-        return Err(format!(
-            "entry {i} widens its rollout to {}% where it stood at {allowed}% when the guard signed",
-            now.percent
-        ));
-    }
-    Ok(())
-}
-
-fn describe_target(target: &EntryTarget) -> String {
-    match target {
-        EntryTarget::Pack(p) => format!("pack {} ({})", p.version, p.sha256),
-        EntryTarget::Builtin => "the built-in pack".to_string(),
-    }
-}
-
-/// The document a guard signs to `action` entry `entry` of `live` at `now`. `live` is the
-/// document readers follow: `base` itself, or a guard document restricting it.
+/// The stop order a guard signs to `action` entry `entry` at `now`, restricting `base` (the
+/// offline-signed document). `live` is the document readers follow: `base` itself, or a stop
+/// order restricting it (verified, with its stops applied), whose stops the new order keeps.
 pub fn guard_document(
     base: &SignedChannel,
     live: &ChannelDocument,
@@ -281,54 +353,62 @@ pub fn guard_document(
     action: GuardAction,
     now: OffsetDateTime,
 ) -> Result<ChannelDocument, FormatError> {
+    let refuse = |reason: String| FormatError::malformed("guard action", reason);
     let Some(current) = live.entries.get(entry) else {
-        return Err(FormatError::malformed(
-            "guard action",
-            format!(
-                "entry {entry} does not exist: the document has {} entries",
-                live.entries.len()
-            ),
-        ));
+        return Err(refuse(format!(
+            "entry {entry} does not exist: the document has {} entries",
+            live.entries.len()
+        )));
     };
-    let mut next = live.clone();
-    next.sequence = live.sequence.saturating_add(1);
-    next.issued_at = now.max(live.issued_at);
-    next.restricts = Some(Restricts {
-        document: String::from_utf8_lossy(&base.document).into_owned(),
-        signature: base.signature.clone(),
-    });
-    let changed = &mut next.entries[entry];
-    match action {
+    let issued_at = now.max(live.issued_at);
+    let mut stops = live
+        .restricts
+        .as_ref()
+        .map(|r| r.stops.clone())
+        .unwrap_or_default();
+    let held = stops.iter().position(|s| s.entry() == entry);
+    let stop = match action {
         GuardAction::Freeze => {
             let Some(rollout) = &current.rollout else {
-                return Err(FormatError::malformed(
-                    "guard action",
-                    format!("entry {entry} has no rollout to freeze"),
-                ));
+                return Err(refuse(format!(
+                    "entry {entry} has no rollout to freeze: roll it back instead"
+                )));
             };
-            changed.rollout = Some(Rollout {
-                watch: rollout.watch.clone(),
-                ..Rollout::fixed(rollout.percent_at(next.issued_at), rollout.salt.clone())
-            });
+            if let Some(i) = held {
+                return Err(refuse(format!("{} already", stops[i])));
+            }
+            Stop::Hold {
+                entry,
+                percent: rollout.percent_at(live.ramp_time(issued_at)),
+            }
         }
         GuardAction::Rollback => {
-            changed.target = live.replaced(entry).clone();
-            changed.rollout = None;
+            if let Some(i) = held
+                && matches!(stops[i], Stop::Revert { .. })
+            {
+                return Err(refuse(format!("{} already", stops[i])));
+            }
+            Stop::Revert { entry }
         }
+    };
+    match held {
+        Some(i) => stops[i] = stop,
+        None => stops.push(stop),
     }
-    Ok(next)
-}
-
-impl ChannelDocument {
-    /// What entry `i` replaces: the target of the first later entry for the same client
-    /// range without a rollout, or the built-in pack when there is none.
-    pub fn replaced(&self, i: usize) -> &EntryTarget {
-        let Some(entry) = self.entries.get(i) else {
-            return &EntryTarget::Builtin;
-        };
-        self.entries[i + 1..]
-            .iter()
-            .find(|later| later.clients == entry.clients && later.rollout.is_none())
-            .map_or(&EntryTarget::Builtin, |later| &later.target)
-    }
+    stops.sort_by_key(Stop::entry);
+    Ok(ChannelDocument {
+        format: live.format,
+        channel: live.channel.clone(),
+        pack: live.pack.clone(),
+        sequence: live.sequence.saturating_add(1),
+        issued_at,
+        expires_at: live.expires_at,
+        entries: Vec::new(),
+        guard: None,
+        restricts: Some(Restricts {
+            document: String::from_utf8_lossy(&base.document).into_owned(),
+            signature: base.signature.clone(),
+            stops,
+        }),
+    })
 }

@@ -38,7 +38,7 @@ pub use decode::decompress;
 pub use digest::{DigestRule, PIECE_LEN};
 pub use error::FormatError;
 pub use frames::compress;
-pub use guard::{Guard, GuardAction, Restricts};
+pub use guard::{Guard, GuardAction, Restricts, Stop};
 pub use keys::{ContentKey, ContentKeyRing, SigningKey, TrustedKeys};
 pub use limits::Limits;
 pub use pack::{

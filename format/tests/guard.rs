@@ -1,5 +1,6 @@
 //! Ramps and the guard key: a ramp grows on its signed schedule with sticky buckets; a
-//! document signed by the guard key is accepted only when it freezes or rolls back.
+//! document signed by the guard key is accepted only when it is a stop order within what the
+//! document it restricts allows.
 
 mod common;
 
@@ -8,7 +9,7 @@ use pack_format::channel::{self, SignedChannel, VerifiedChannel};
 use pack_format::guard::{self, GuardAction, guard_document};
 use pack_format::{
     ChannelDocument, ChannelEntry, EntryTarget, FormatError, Guard, Limits, PackRef, Ramp, Rollout,
-    SigningKey,
+    SigningKey, Stop,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -84,6 +85,20 @@ fn verify(
     )
 }
 
+/// The stops of a stop order.
+fn stops(doc: &mut ChannelDocument) -> &mut Vec<Stop> {
+    &mut doc.restricts.as_mut().unwrap().stops
+}
+
+/// The installs out of 2000 on `target` at `at`, for a 0.1.5 client.
+fn on(doc: &ChannelDocument, target: &EntryTarget, at: OffsetDateTime) -> Vec<String> {
+    let v = semver::Version::new(0, 1, 5);
+    (0..2000)
+        .map(|i| format!("install-{i}"))
+        .filter(|id| doc.select(&v, id, at) == Some(target))
+        .collect()
+}
+
 /// What the guard signs at `now() + 30h` (the ramp at 5%) to `action` entry 0 of the base.
 fn acting(s: &Setup, action: GuardAction) -> ChannelDocument {
     guard_document(&s.base, &s.base_doc, 0, action, now() + Duration::hours(30)).unwrap()
@@ -102,17 +117,9 @@ fn overreach(result: Result<VerifiedChannel, FormatError>, needle: &str) {
 fn a_ramp_grows_on_its_schedule_and_an_install_once_in_stays_in() {
     let guard = SigningKey::generate(None).unwrap().key;
     let doc = ramping(1, &guard);
-    let v = semver::Version::new(0, 1, 5);
-    let ids: Vec<String> = (0..2000).map(|i| format!("install-{i}")).collect();
-    let on_new = |hours: i64| -> Vec<&String> {
-        let at = now() + Duration::hours(hours);
-        ids.iter()
-            .filter(|id| doc.select(&v, id, at).unwrap().target == pack("1.3.0", "13"))
-            .collect()
-    };
-    let mut before: Vec<&String> = Vec::new();
+    let mut before: Vec<String> = Vec::new();
     for (hours, percent) in [(0, 1), (24, 5), (48, 25), (72, 100)] {
-        let now_in = on_new(hours);
+        let now_in = on(&doc, &pack("1.3.0", "13"), now() + Duration::hours(hours));
         let expected = 2000 * percent / 100;
         assert!(
             now_in.len().abs_diff(expected) <= expected / 3 + 10,
@@ -141,58 +148,113 @@ fn a_clock_far_behind_the_signing_time_holds_the_starting_percentage() {
 }
 
 #[test]
-fn a_freeze_at_the_current_percentage_is_accepted() {
+fn a_freeze_holds_the_installs_in_and_sends_the_later_ones_to_the_fallback() {
     let s = setup();
     let frozen = acting(&s, GuardAction::Freeze);
-    assert_eq!(frozen.entries[0].rollout.as_ref().unwrap().percent, 5);
+    assert!(frozen.entries.is_empty(), "a stop order carries no entries");
+    assert_eq!(
+        frozen.restricts.as_ref().unwrap().stops,
+        [Stop::Hold {
+            entry: 0,
+            percent: 5
+        }]
+    );
     let verified = verify(&s, &frozen, &s.guard).unwrap();
     assert_eq!(verified.key_id, s.guard.key_id());
     assert_eq!(verified.base.as_ref().unwrap().document.sequence, 10);
-    // Frozen: days later the entry still takes 5%.
+    // Frozen: days later the entry still has the installs it had, and the ones the ramp
+    // would have taken since stay on 1.2.0.
+    let at_freeze = on(
+        &s.base_doc,
+        &pack("1.3.0", "13"),
+        now() + Duration::hours(30),
+    );
     let later = now() + Duration::hours(100);
     assert_eq!(
-        verified.document.entries[0]
-            .rollout
-            .as_ref()
-            .unwrap()
-            .percent_at(later),
-        5
+        on(&verified.document, &pack("1.3.0", "13"), later),
+        at_freeze
+    );
+    assert_eq!(
+        on(&verified.document, &pack("1.2.0", "12"), later).len(),
+        2000 - at_freeze.len()
     );
 }
 
 #[test]
-fn a_rollback_to_the_replaced_version_or_builtin_is_accepted() {
+fn a_rollback_sends_every_install_of_the_entry_to_its_fallback() {
     let s = setup();
     let back = acting(&s, GuardAction::Rollback);
-    assert_eq!(back.entries[0].target, pack("1.2.0", "12"));
-    verify(&s, &back, &s.guard).unwrap();
-    let mut builtin = acting(&s, GuardAction::Freeze);
-    builtin.entries[1].target = EntryTarget::Builtin;
-    verify(&s, &builtin, &s.guard).unwrap();
+    assert_eq!(
+        back.restricts.as_ref().unwrap().stops,
+        [Stop::Revert { entry: 0 }]
+    );
+    let verified = verify(&s, &back, &s.guard).unwrap();
+    let later = now() + Duration::hours(100);
+    assert!(on(&verified.document, &pack("1.3.0", "13"), later).is_empty());
+    assert_eq!(
+        on(&verified.document, &pack("1.2.0", "12"), later).len(),
+        2000
+    );
+    // Reverting the entry under it sends everyone to the built-in pack.
+    let mut both = back.clone();
+    stops(&mut both).push(Stop::Revert { entry: 1 });
+    let verified = verify(&s, &both, &s.guard).unwrap();
+    assert_eq!(
+        on(&verified.document, &EntryTarget::Builtin, later).len(),
+        2000
+    );
 }
 
 #[test]
-fn a_guard_document_that_widens_is_refused() {
+fn a_hold_above_the_percentage_when_signed_is_refused() {
     let s = setup();
     let mut wide = acting(&s, GuardAction::Freeze);
-    wide.entries[0].rollout.as_mut().unwrap().percent = 25;
-    overreach(verify(&s, &wide, &s.guard), "widens its rollout to 25%");
+    stops(&mut wide)[0] = Stop::Hold {
+        entry: 0,
+        percent: 25,
+    };
+    overreach(
+        verify(&s, &wide, &s.guard),
+        "holds entry 0 at 25% where its rollout stood at 5%",
+    );
 }
 
 #[test]
-fn a_guard_document_that_drops_a_rollout_is_refused() {
+fn a_hold_on_an_entry_without_a_rollout_is_refused() {
     let s = setup();
-    let mut wide = acting(&s, GuardAction::Freeze);
-    wide.entries[0].rollout = None;
-    overreach(verify(&s, &wide, &s.guard), "drops its rollout");
+    let mut hold = acting(&s, GuardAction::Freeze);
+    stops(&mut hold).push(Stop::Hold {
+        entry: 1,
+        percent: 0,
+    });
+    overreach(verify(&s, &hold, &s.guard), "no rollout to hold");
 }
 
 #[test]
-fn a_guard_document_that_names_a_new_version_is_refused() {
+fn a_guard_document_with_entries_of_its_own_is_refused() {
+    // The rewrite a guard could once sign: the offline document with one entry changed.
     let s = setup();
-    let mut new = acting(&s, GuardAction::Freeze);
-    new.entries[1].target = pack("1.4.0", "14");
-    overreach(verify(&s, &new, &s.guard), "names pack 1.4.0");
+    let mut rewritten = acting(&s, GuardAction::Freeze);
+    rewritten.entries = s.base_doc.entries.clone();
+    rewritten.entries[1].rollout = Some(Rollout::fixed(0, "added"));
+    overreach(verify(&s, &rewritten, &s.guard), "carries 2 entries");
+}
+
+#[test]
+fn a_stop_on_an_entry_that_does_not_exist_or_twice_is_refused() {
+    let s = setup();
+    let mut missing = acting(&s, GuardAction::Rollback);
+    stops(&mut missing)[0] = Stop::Revert { entry: 7 };
+    overreach(verify(&s, &missing, &s.guard), "has 2 entries");
+    let mut twice = acting(&s, GuardAction::Rollback);
+    stops(&mut twice).push(Stop::Hold {
+        entry: 0,
+        percent: 1,
+    });
+    overreach(verify(&s, &twice, &s.guard), "stops entry 0 twice");
+    let mut none = acting(&s, GuardAction::Rollback);
+    stops(&mut none).clear();
+    overreach(verify(&s, &none, &s.guard), "carries 0 stops");
 }
 
 #[test]
@@ -204,20 +266,11 @@ fn a_guard_document_that_extends_the_expiry_is_refused() {
 }
 
 #[test]
-fn a_guard_document_that_schedules_a_new_ramp_is_refused() {
-    let s = setup();
-    let mut ramp = acting(&s, GuardAction::Freeze);
-    let (_, schedule) = Ramp::parse("5,6%/1h", now()).unwrap();
-    ramp.entries[0].rollout.as_mut().unwrap().ramp = Some(schedule);
-    overreach(verify(&s, &ramp, &s.guard), "new ramp");
-}
-
-#[test]
-fn a_guard_document_that_changes_the_guard_key_is_refused() {
+fn a_guard_document_that_names_a_guard_key_is_refused() {
     let s = setup();
     let mut other = acting(&s, GuardAction::Freeze);
     other.guard = Some(Guard::for_key(&SigningKey::generate(None).unwrap().key));
-    overreach(verify(&s, &other, &s.guard), "guard key");
+    overreach(verify(&s, &other, &s.guard), "names a guard key");
 }
 
 #[test]
@@ -289,25 +342,38 @@ fn a_second_guard_document_cannot_undo_the_first() {
         &acting(&s, GuardAction::Rollback),
         now() + Duration::hours(30),
     );
-    // A day later, a document restricting the same base that puts 1.3.0 back at 25%: within
-    // the base, but not within the rollback clients follow.
+    // A day later, an order restricting the same base that only holds entry 0 at 25%: within
+    // the base, but it undoes the revert clients follow.
     let at = now() + Duration::hours(50);
-    let undo = guard_document(&s.base, &s.base_doc, 0, GuardAction::Freeze, at).unwrap();
-    let mut undo = undo;
+    let mut undo = guard_document(&s.base, &s.base_doc, 0, GuardAction::Freeze, at).unwrap();
     undo.sequence = live.document.sequence + 1;
     let undo = verify_at(&undo, at);
     match guard::check_live(&undo, &live.document) {
         Err(FormatError::GuardOverreach { reason }) => {
             assert!(
-                reason.contains("against the guard document held"),
+                reason.contains("it undoes \"entry 0 reverted\""),
                 "{reason}"
             )
         }
         other => panic!("expected GuardOverreach, got {other:?}"),
     }
-    // Freezing on top of the rollback is fine.
+    // Reverting another entry on top of the rollback keeps it, and is fine.
     let on_top = guard_document(&s.base, &live.document, 1, GuardAction::Rollback, at).unwrap();
+    assert_eq!(
+        on_top.restricts.as_ref().unwrap().stops,
+        [Stop::Revert { entry: 0 }, Stop::Revert { entry: 1 }]
+    );
     guard::check_live(&verify_at(&on_top, at), &live.document).unwrap();
+    // A hold is kept by a lower hold or a revert, not by a higher hold.
+    let held = verify_at(
+        &acting(&s, GuardAction::Freeze),
+        now() + Duration::hours(30),
+    );
+    let mut higher = guard_document(&s.base, &s.base_doc, 0, GuardAction::Freeze, at).unwrap();
+    higher.sequence = held.document.sequence + 1;
+    assert!(guard::check_live(&verify_at(&higher, at), &held.document).is_err());
+    let rolled = guard_document(&s.base, &held.document, 0, GuardAction::Rollback, at).unwrap();
+    guard::check_live(&verify_at(&rolled, at), &held.document).unwrap();
 }
 
 #[test]

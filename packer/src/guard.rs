@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use pack_format::channel::format_time;
-use pack_format::guard::{GuardAction, check_live, guard_document};
+use pack_format::guard::{GuardAction, Stop, check_live, guard_document};
 use pack_format::keys::SIGNING_PUB_FILE;
 use pack_format::{
     ChannelDocument, EntryTarget, Guard, Limits, SigningKey, TrustedKeys, sha256_hex, validate_name,
@@ -229,15 +229,18 @@ pub fn run(args: &GuardArgs, json: bool) -> Result<()> {
         }
     };
 
-    let changes = guard_changes(&document, live.base_document());
+    let base_doc = live.base_document();
+    let changes = guard_changes(&document, base_doc);
     let change = changes.iter().find(|c| c.entry == entry);
+    let clients = &base_doc.entries[entry].clients;
+    let undo = change.map_or_else(String::new, |c| c.undo(&document.channel));
     if json {
         print_json(&json!({
             "server": remote.base(),
             "channel": document.channel,
             "action": action.to_string(),
             "entry": entry,
-            "clients": document.entries[entry].clients.to_string(),
+            "clients": clients.to_string(),
             "sequence": document.sequence,
             "previous_sequence": current.sequence,
             "restricts_sequence": restricts,
@@ -247,16 +250,12 @@ pub fn run(args: &GuardArgs, json: bool) -> Result<()> {
             "key_id": key.key_id(),
             "created": answer.created,
             "change": change.map(GuardChange::to_json),
-            "entries": crate::live::entries_json(&document.entries, now),
+            "undo": undo,
+            "entries": crate::live::entries_json(&verified.document.entries, now),
         }));
     } else {
-        match change {
-            Some(change) => outln!("{}", change.text()),
-            None => outln!(
-                "entry {entry} (clients {}) is as the offline-signed sequence {restricts} has it: \
-                 nothing was held back",
-                document.entries[entry].clients
-            ),
+        if let Some(change) = change {
+            outln!("{}", change.text());
         }
         outln!(
             "published {} sequence {} on {}, restricting sequence {restricts}",
@@ -265,11 +264,9 @@ pub fn run(args: &GuardArgs, json: bool) -> Result<()> {
             remote.base()
         );
         outln!("signed by {} (guard key)", answer.channel.key_id);
-        outln!(
-            "resuming takes the signing key: packer release {} --resume '{}'",
-            document.channel,
-            document.entries[entry].clients
-        );
+        if !undo.is_empty() {
+            outln!("{undo}");
+        }
     }
     Ok(())
 }
@@ -359,7 +356,7 @@ fn rollouts_there(doc: &ChannelDocument) -> String {
     }
 }
 
-/// What a guard document changed in one entry of the document it restricts.
+/// What a stop order does to one entry of the document it restricts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GuardChange {
     pub entry: usize,
@@ -369,24 +366,56 @@ pub(crate) struct GuardChange {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ChangeKind {
-    /// The rollout is held at `percent` (its ramp, if any, stopped).
-    Freeze { percent: u8, target: EntryTarget },
-    /// The entry's clients were sent from `from` to `to`.
-    Rollback { from: EntryTarget, to: EntryTarget },
+    /// The rollout is held at `percent` (its ramp, if any, stopped); the installs above it
+    /// go to `to`.
+    Freeze {
+        percent: u8,
+        target: EntryTarget,
+        to: String,
+    },
+    /// The entry's installs were sent from `from` to `to`.
+    Rollback { from: EntryTarget, to: String },
 }
 
 impl GuardChange {
     pub fn text(&self) -> String {
         let GuardChange { entry, clients, .. } = self;
         match &self.kind {
-            ChangeKind::Freeze { percent, target } => format!(
-                "froze entry {entry} (clients {clients}): {} held at {percent}%",
+            ChangeKind::Freeze {
+                percent,
+                target,
+                to,
+            } => format!(
+                "froze entry {entry} (clients {clients}): {} held at {percent}%, the installs above it to {to}",
                 target_name(target)
             ),
             ChangeKind::Rollback { from, to } => format!(
-                "rolled back entry {entry} (clients {clients}): {} -> {}",
-                target_name(from),
-                target_name(to)
+                "rolled back entry {entry} (clients {clients}): {} -> {to}",
+                target_name(from)
+            ),
+        }
+    }
+
+    /// What undoes the stop, with the signing key: a freeze resumes where it stood; after a
+    /// rollback there is no rollout to resume, so the rollout starts again.
+    pub fn undo(&self, channel: &str) -> String {
+        let clients = &self.clients;
+        match &self.kind {
+            ChangeKind::Freeze { .. } => format!(
+                "resuming takes the signing key: packer release {channel} --resume '{clients}'"
+            ),
+            ChangeKind::Rollback {
+                from: EntryTarget::Pack(pack),
+                ..
+            } => format!(
+                "starting again takes the signing key: packer release {channel} --ramp '{clients}={}@1%..100%/72h'",
+                pack.version
+            ),
+            ChangeKind::Rollback {
+                from: EntryTarget::Builtin,
+                ..
+            } => format!(
+                "undoing it takes the signing key: packer release {channel} --pin '{clients}=VERSION'"
             ),
         }
     }
@@ -397,15 +426,20 @@ impl GuardChange {
             "clients": self.clients.to_string(),
         });
         match &self.kind {
-            ChangeKind::Freeze { percent, target } => {
+            ChangeKind::Freeze {
+                percent,
+                target,
+                to,
+            } => {
                 value["action"] = json!("freeze");
                 value["percent"] = json!(percent);
                 value["target"] = json!(target_name(target));
+                value["to"] = json!(to);
             }
             ChangeKind::Rollback { from, to } => {
                 value["action"] = json!("rollback");
                 value["from"] = json!(target_name(from));
-                value["to"] = json!(target_name(to));
+                value["to"] = json!(to);
             }
         }
         value
@@ -420,31 +454,54 @@ pub(crate) fn target_name(target: &EntryTarget) -> String {
     }
 }
 
-/// Every entry a guard document `guarded` holds back from the document it restricts, `base`:
-/// a changed target is a rollback, a changed rollout a freeze.
-pub(crate) fn guard_changes(guarded: &ChannelDocument, base: &ChannelDocument) -> Vec<GuardChange> {
-    guarded
-        .entries
+/// Where the installs a stop takes out of entry `i` of `base` go
+/// ([`ChannelDocument::fallback`]), for humans: a version or `builtin` when it is the same
+/// for every release of the entry's range, else the rule.
+pub(crate) fn fallback_name(base: &ChannelDocument, i: usize) -> String {
+    let Some(entry) = base.entries.get(i) else {
+        return "builtin".to_string();
+    };
+    if entry.rollout.is_none() {
+        return "builtin".to_string();
+    }
+    let under = base.entries[i + 1..].iter().find(|e| e.rollout.is_none());
+    match under {
+        None => "builtin".to_string(),
+        Some(e) if e.clients == entry.clients || e.clients == VersionReq::STAR => {
+            target_name(&e.target)
+        }
+        Some(_) => {
+            "each release's next entry without a rollout (builtin where there is none)".to_string()
+        }
+    }
+}
+
+/// Every stop of the stop order `order` on the document it restricts, `base`.
+pub(crate) fn guard_changes(order: &ChannelDocument, base: &ChannelDocument) -> Vec<GuardChange> {
+    let Some(restricts) = &order.restricts else {
+        return Vec::new();
+    };
+    restricts
+        .stops
         .iter()
-        .zip(&base.entries)
-        .enumerate()
-        .filter_map(|(entry, (g, b))| {
-            let kind = if g.target != b.target {
-                ChangeKind::Rollback {
+        .filter_map(|stop| {
+            let entry = stop.entry();
+            let b = base.entries.get(entry)?;
+            let to = fallback_name(base, entry);
+            let kind = match *stop {
+                Stop::Hold { percent, .. } => ChangeKind::Freeze {
+                    percent,
+                    target: b.target.clone(),
+                    to,
+                },
+                Stop::Revert { .. } => ChangeKind::Rollback {
                     from: b.target.clone(),
-                    to: g.target.clone(),
-                }
-            } else if g.rollout != b.rollout {
-                ChangeKind::Freeze {
-                    percent: g.rollout.as_ref().map_or(100, |r| r.percent),
-                    target: g.target.clone(),
-                }
-            } else {
-                return None;
+                    to,
+                },
             };
             Some(GuardChange {
                 entry,
-                clients: g.clients.clone(),
+                clients: b.clients.clone(),
                 kind,
             })
         })
@@ -488,17 +545,26 @@ mod tests {
             guard: None,
             restricts: None,
         };
-        let mut guarded = base.clone();
-        guarded.entries[0].rollout = Some(Rollout::fixed(5, "s"));
-        guarded.entries[1].target = EntryTarget::Builtin;
-        guarded.entries[1].rollout = None;
-        let changes = guard_changes(&guarded, &base);
+        let mut order = base.clone();
+        order.entries.clear();
+        order.restricts = Some(pack_format::Restricts {
+            document: String::new(),
+            signature: String::new(),
+            stops: vec![
+                Stop::Hold {
+                    entry: 0,
+                    percent: 5,
+                },
+                Stop::Revert { entry: 1 },
+            ],
+        });
+        let changes = guard_changes(&order, &base);
         let texts: Vec<String> = changes.iter().map(GuardChange::text).collect();
         assert_eq!(
             texts,
             [
-                "froze entry 0 (clients ^1.4): 1.3.0 held at 5%",
-                "rolled back entry 1 (clients ^1.5): 1.3.0 -> builtin",
+                "froze entry 0 (clients ^1.4): 1.3.0 held at 5%, the installs above it to 1.2.0",
+                "rolled back entry 1 (clients ^1.5): 1.3.0 -> 1.2.0",
             ]
         );
         assert!(guard_changes(&base, &base).is_empty());

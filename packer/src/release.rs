@@ -9,7 +9,7 @@ use pack_format::channel::{CHANNEL_FORMAT, MAX_SEQUENCE, format_time};
 use pack_format::keys::SIGNING_PUB_FILE;
 use pack_format::{
     ChannelDocument, ChannelEntry, ContentKeyRing, EntryTarget, Guard, Limits, PackRef, Ramp,
-    Rollout, TrustedKeys, Watch, WatchAction, sha256_hex, validate_name,
+    Rollout, Stop, TrustedKeys, Watch, WatchAction, sha256_hex, validate_name,
 };
 use pack_protocol::{OutcomeCounts, OutcomeRates, paths};
 use reqwest::StatusCode;
@@ -400,8 +400,7 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
         );
     }
 
-    let old_entries = live.map(|l| l.entries.clone()).unwrap_or_default();
-    let mut entries = old_entries.clone();
+    let mut resumed = Vec::new();
     for range in &resumes {
         let Some(live) = &live_channel else {
             bail!(
@@ -409,9 +408,13 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
                 args.channel
             );
         };
-        resume(&mut entries, live, range, now)
-            .with_context(|| format!("--resume {range}: nothing was signed or published"))?;
+        resumed.push(
+            resume(live, range, now)
+                .with_context(|| format!("--resume {range}: nothing was signed or published"))?,
+        );
     }
+    let old_entries = live.map(|l| kept_entries(l, &[])).unwrap_or_default();
+    let mut entries = live.map(|l| kept_entries(l, &resumed)).unwrap_or_default();
     for (range, spec) in removes.iter().zip(&args.removes) {
         let before = entries.len();
         entries.retain(|e| e.clients != *range);
@@ -629,30 +632,59 @@ fn usual_validity(live: &ChannelDocument) -> Duration {
         .max(Duration::hours(1))
 }
 
-/// Puts back the ramp of `range` that the live guard document froze, shifted so it continues
-/// from the frozen percentage now: its new start is the old start plus the time it stood
-/// frozen. Salt and watch stay.
-fn resume(
-    entries: &mut [ChannelEntry],
-    live: &LiveChannel,
-    range: &VersionReq,
-    now: OffsetDateTime,
-) -> Result<()> {
+/// The entries of `live` as a document signed with the offline key keeps the stops of a live
+/// stop order: a held rollout fixed at its held percentage (its ramp stopped; salt and watch
+/// kept), a reverted entry with a rollout dropped (its installs go to the entries under it, as
+/// the publisher sees in the summary), a reverted entry without one sent to the built-in pack.
+/// `resumed` puts back the rollouts `--resume` continues.
+fn kept_entries(live: &ChannelDocument, resumed: &[(usize, Rollout)]) -> Vec<ChannelEntry> {
+    let stop_for = |i| live.restricts.as_ref().and_then(|r| r.stop_for(i));
+    live.entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, entry)| {
+            if let Some((_, rollout)) = resumed.iter().find(|(j, _)| *j == i) {
+                return Some(ChannelEntry {
+                    rollout: Some(rollout.clone()),
+                    ..entry.clone()
+                });
+            }
+            match (stop_for(i), &entry.rollout) {
+                (None, _) => Some(entry.clone()),
+                (Some(Stop::Hold { percent, .. }), Some(rollout)) => Some(ChannelEntry {
+                    rollout: Some(Rollout {
+                        watch: rollout.watch.clone(),
+                        ..Rollout::fixed(*percent, rollout.salt.clone())
+                    }),
+                    ..entry.clone()
+                }),
+                (Some(Stop::Revert { .. }), Some(_)) => None,
+                (Some(Stop::Hold { .. } | Stop::Revert { .. }), None) => Some(ChannelEntry {
+                    target: EntryTarget::Builtin,
+                    ..entry.clone()
+                }),
+            }
+        })
+        .collect()
+}
+
+/// The ramp of `range` that the live stop order holds, shifted so it continues from the held
+/// percentage now: its new start is the old start plus the time it stood frozen. Salt and
+/// watch stay. Returns the entry's index (in the offline-signed document) and the rollout.
+fn resume(live: &LiveChannel, range: &VersionReq, now: OffsetDateTime) -> Result<(usize, Rollout)> {
     let current = live.document();
-    let Some(base) = &live.verified.base else {
+    let (Some(_), Some(restricts)) = (&live.verified.base, &current.restricts) else {
         bail!(
-            "the live document (sequence {}) is signed with the offline key, not a guard \
-             document: no guard froze anything. To change a rollout, give --ramp or --rollout",
+            "the live document (sequence {}) is signed with the offline key, not a stop order \
+             of the guard: no guard froze anything. To change a rollout, give --ramp or --rollout",
             current.sequence
         );
     };
-    let base = &base.document;
-    // A guard document keeps the entries of the document it restricts, in order.
-    let Some(i) = current
+    let base = live.base_document();
+    let Some(i) = base
         .entries
         .iter()
-        .zip(&base.entries)
-        .position(|(e, b)| e.clients == *range && b.rollout.is_some())
+        .position(|e| e.clients == *range && e.rollout.is_some())
     else {
         bail!(
             "sequence {} (the offline-signed document the guard restricts) has no rollout for \
@@ -660,51 +692,46 @@ fn resume(
             base.sequence
         );
     };
-    let (frozen, was) = (&current.entries[i], &base.entries[i]);
-    if frozen.target != was.target {
-        bail!(
-            "the guard rolled clients {range} back to {} (from {}): there is no rollout to \
-             resume. Give --ramp or --rollout to roll out again",
-            crate::guard::target_name(&frozen.target),
-            crate::guard::target_name(&was.target)
-        );
-    }
-    let Some(held) = &frozen.rollout else {
-        bail!("the live document has no rollout for clients {range} to resume");
-    };
+    let was = &base.entries[i];
     let Some(rollout) = &was.rollout else {
         bail!(
             "sequence {} has no rollout for clients {range}",
             base.sequence
         );
     };
-    if held == rollout {
-        bail!(
+    let held = match restricts.stop_for(i) {
+        None => bail!(
             "the rollout of clients {range} is not frozen: it is as sequence {} signed it",
             base.sequence
-        );
-    }
-    let Some(ramp) = &rollout.ramp else {
-        entries[i].rollout = Some(rollout.clone());
-        return Ok(());
+        ),
+        Some(Stop::Revert { .. }) => bail!(
+            "there is no rollout to resume: the guard rolled clients {range} back from {}. \
+             Give --ramp or --rollout to roll out again",
+            crate::guard::target_name(&was.target)
+        ),
+        Some(Stop::Hold { percent, .. }) => *percent,
     };
-    if held.percent < rollout.percent {
+    let Some(ramp) = &rollout.ramp else {
+        return Ok((i, rollout.clone()));
+    };
+    if held < rollout.percent {
         bail!(
-            "the guard holds clients {range} at {}%, below where the ramp starts ({}%); \
+            "the guard holds clients {range} at {held}%, below where the ramp starts ({}%); \
              give --ramp to roll out again",
-            held.percent,
             rollout.percent
         );
     }
-    let frozen_at = frozen_at(rollout, held.percent, current.issued_at);
-    entries[i].rollout = Some(Rollout {
-        ramp: Some(Ramp {
-            start: ramp.start + (now - frozen_at),
-            ..ramp.clone()
-        }),
-        ..rollout.clone()
-    });
-    Ok(())
+    let frozen_at = frozen_at(rollout, held, current.issued_at);
+    Ok((
+        i,
+        Rollout {
+            ramp: Some(Ramp {
+                start: ramp.start + (now - frozen_at),
+                ..ramp.clone()
+            }),
+            ..rollout.clone()
+        },
+    ))
 }
 
 /// When `rollout`'s ramp stood at `percent`: the latest second up to `signed` (the guard
@@ -1182,9 +1209,9 @@ fn diff(
         let base = serde_json::from_str::<ChannelDocument>(&restricts.document)
             .map_or_else(|_| "?".to_string(), |b| b.sequence.to_string());
         out.push_str(&format!(
-            "  (the live document is a guard document restricting sequence {base}; this one, \
-             signed with the offline key, replaces it and keeps what it froze unless --resume \
-             says otherwise)\n"
+            "  (the live document is a stop order of the guard restricting sequence {base}; this \
+             one, signed with the offline key, replaces it and keeps what it stopped unless \
+             --resume says otherwise)\n"
         ));
     }
     out.push_str("  entries (first match wins):\n");

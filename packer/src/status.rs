@@ -74,6 +74,8 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
                 remote.url(&path)
             )
         })?;
+        // A stop order shows the entries of the document it restricts.
+        let document = pack_format::guard::effective(&document).unwrap_or(document);
         let fleet = if args.fleet {
             Some(fleet_view(&remote, &summary.channel, args.days)?)
         } else {
@@ -172,17 +174,14 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
         }
         if let Some(base) = restricted(doc) {
             outln!(
-                "  guard document: signed by the guard key, restricting sequence {} (signed \
+                "  stop order: signed by the guard key, restricting sequence {} (signed \
                  with the offline key)",
                 base.sequence
             );
             for change in guard_changes(doc, &base) {
                 outln!("    {}", change.text());
+                outln!("      {}", change.undo(&doc.channel));
             }
-            outln!(
-                "    resuming needs the signing key: packer release {} --resume RANGE",
-                doc.channel
-            );
         }
         if doc.entries.is_empty() {
             outln!("  (no entries: every client uses its built-in pack)");
@@ -230,11 +229,10 @@ pub fn run(args: &StatusArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The document a guard document restricts, as it carries it (unverified, like the rest of
-/// what status shows).
+/// The document a stop order restricts, as it carries it (unverified, like the rest of what
+/// status shows).
 fn restricted(doc: &ChannelDocument) -> Option<ChannelDocument> {
-    let restricts = doc.restricts.as_ref()?;
-    serde_json::from_str(&restricts.document).ok()
+    doc.restricts.as_ref()?.parse_document()
 }
 
 /// `RANGE -> VERSION [(rollout N% ...)]` for humans, a ramp read at `now`.

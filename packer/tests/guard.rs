@@ -9,7 +9,7 @@ use common::{assert_fails, assert_ok, s, stderr, stdout};
 use pack_format::channel::SignedChannel;
 use pack_format::guard::{GuardAction, guard_document};
 use pack_format::{
-    ChannelDocument, ChannelEntry, EntryTarget, PackRef, Ramp, Rollout, SigningKey, Watch,
+    ChannelDocument, ChannelEntry, EntryTarget, PackRef, Ramp, Rollout, SigningKey, Stop, Watch,
     WatchAction,
 };
 use serde_json::Value;
@@ -160,19 +160,17 @@ fn a_freeze_holds_the_ramp_and_the_offline_key_resumes_it_from_there() {
     assert_eq!(answer["change"]["percent"], 5, "{answer}");
     assert_eq!(answer["restricts_sequence"], base.sequence);
 
-    // What clients fetch now verifies against the offline key (the guard document restricts
-    // the document it signed) and holds 5%: days later, still 5%.
+    // What clients fetch now is a stop order restricting the document the offline key
+    // signed: entry 0 held at 5%.
     let held = env.live_document();
     assert_eq!(held.sequence, base.sequence + 1);
-    assert!(held.restricts.is_some());
-    let held_rollout = held.entries[0].rollout.clone().unwrap();
-    assert_eq!(held_rollout.percent, 5);
-    assert!(held_rollout.ramp.is_none());
-    assert_eq!(held_rollout.salt, base_rollout.salt);
-    assert_eq!(held_rollout.watch, base_rollout.watch);
+    assert!(held.entries.is_empty(), "a stop order carries no entries");
     assert_eq!(
-        held_rollout.percent_at(held.issued_at + Duration::days(3)),
-        5
+        held.restricts.as_ref().unwrap().stops,
+        [Stop::Hold {
+            entry: 0,
+            percent: 5
+        }]
     );
     assert_eq!(
         base_rollout.percent_at(held.issued_at + Duration::days(3)),
@@ -188,22 +186,30 @@ fn a_freeze_holds_the_ramp_and_the_offline_key_resumes_it_from_there() {
     let text = stdout(&human);
     assert!(
         text.contains(&format!(
-            "guard document: signed by the guard key, restricting sequence {}",
+            "stop order: signed by the guard key, restricting sequence {}",
             base.sequence
         )),
         "{text}"
     );
     assert!(
-        text.contains("froze entry 0 (clients *): 1.1.0 held at 5%"),
+        text.contains(
+            "froze entry 0 (clients *): 1.1.0 held at 5%, the installs above it to 1.0.0"
+        ),
         "{text}"
     );
-    assert!(text.contains("resuming needs the signing key"), "{text}");
+    assert!(
+        text.contains("resuming takes the signing key: packer release stable --resume '*'"),
+        "{text}"
+    );
 
     // The guard key cannot resume: a guard document that widens is refused before publishing.
     let wider = {
         let mut doc = held.clone();
         doc.sequence += 1;
-        doc.entries[0].rollout.as_mut().unwrap().percent = 25;
+        doc.restricts.as_mut().unwrap().stops[0] = Stop::Hold {
+            entry: 0,
+            percent: 25,
+        };
         let guard_key = SigningKey::load(&env.path("guard/guard.key"), None).unwrap();
         doc.sign(&guard_key).unwrap()
     };
@@ -214,7 +220,7 @@ fn a_freeze_holds_the_ramp_and_the_offline_key_resumes_it_from_there() {
         answer["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("widens its rollout to 25%"),
+            .contains("holds entry 0 at 25% where its rollout stood at 5%"),
         "{answer}"
     );
     assert_eq!(env.live_document(), held);
@@ -252,7 +258,7 @@ fn a_freeze_holds_the_ramp_and_the_offline_key_resumes_it_from_there() {
     let again = env.release(&["--resume", "*", "--yes"]);
     assert_fails(&again);
     assert!(
-        stderr(&again).contains("not a guard document: no guard froze anything"),
+        stderr(&again).contains("not a stop order of the guard: no guard froze anything"),
         "{}",
         stderr(&again)
     );
@@ -296,7 +302,22 @@ fn a_guard_key_the_channel_did_not_delegate_to_is_refused_and_nothing_changes() 
     ));
     assert_eq!(rolled["change"]["from"], "1.1.0", "{rolled}");
     assert_eq!(rolled["change"]["to"], "1.0.0", "{rolled}");
+    // After a rollback there is nothing to resume: the hint starts the rollout again.
+    assert_eq!(
+        rolled["undo"],
+        "starting again takes the signing key: packer release stable --ramp '*=1.1.0@1%..100%/72h'",
+        "{rolled}"
+    );
     let doc = env.live_document();
-    assert!(doc.entries[0].rollout.is_none());
-    assert_eq!(doc.entries[0].target, base.entries[1].target);
+    assert_eq!(
+        doc.restricts.as_ref().unwrap().stops,
+        [Stop::Revert { entry: 0 }]
+    );
+    let resume = env.release(&["--resume", "*", "--yes"]);
+    assert_fails(&resume);
+    assert!(
+        stderr(&resume).contains("there is no rollout to resume"),
+        "{}",
+        stderr(&resume)
+    );
 }

@@ -94,6 +94,7 @@ pub async fn look(
             },
             &base.document,
         ),
+        // The document verified is a stop order exactly when it carries a verified base.
         _ => (
             SignedChannel {
                 document: record.document.clone().into_bytes(),
@@ -117,7 +118,7 @@ pub async fn look(
         )
         .await?;
     let settings = &state.settings.guard.test;
-    let entries = entry_looks(doc, base_doc, &view, settings, now);
+    let entries = entry_looks(doc, &view, settings, now);
     let look = GuardLook {
         at: now,
         sequence: doc.sequence,
@@ -211,10 +212,10 @@ fn describe_regression(m: &MetricLook) -> String {
     )
 }
 
-/// The look at each watched entry of `doc` (which restricts `base_doc`, or is it).
+/// The look at each watched entry of `doc` (an offline-signed document, or a stop order
+/// with its stops applied).
 pub fn entry_looks(
     doc: &ChannelDocument,
-    base_doc: &ChannelDocument,
     view: &OutcomesView,
     settings: &sequential::Settings,
     now: OffsetDateTime,
@@ -230,7 +231,9 @@ pub fn entry_looks(
         let EntryTarget::Pack(new_pack) = &entry.target else {
             continue;
         };
-        let replaced = doc.replaced(i);
+        // The pack a stop would send the entry's installs to: where that depends on the
+        // release, the built-in pack's counts are compared.
+        let replaced = doc.range_fallback(i).unwrap_or(&EntryTarget::Builtin);
         let (old_key, replaces) = match replaced {
             EntryTarget::Pack(p) => (p.sha256.clone(), p.version.to_string()),
             EntryTarget::Builtin => ("builtin".to_string(), "builtin".to_string()),
@@ -273,24 +276,30 @@ pub fn entry_looks(
                 })
             })
             .collect();
-        let frozen = base_doc
-            .entries
-            .get(i)
-            .is_some_and(|b| b.rollout.as_ref() != Some(rollout));
+        let stop = doc.restricts.as_ref().and_then(|r| r.stop_for(i));
+        let frozen = stop.is_some();
         looks.push(EntryLook {
             entry: i,
             clients: entry.clients.to_string(),
             version: new_pack.version.clone(),
             sha256: new_pack.sha256.clone(),
             replaces,
-            percent: rollout.percent_at(doc.ramp_time(now)),
+            percent: match stop {
+                None => rollout.percent_at(doc.ramp_time(now)),
+                Some(pack_format::Stop::Hold { percent, .. }) => {
+                    (*percent).min(rollout.percent_at(doc.ramp_time(now)))
+                }
+                Some(pack_format::Stop::Revert { .. }) => 0,
+            },
             action: match watch.action {
                 WatchAction::Freeze => "freeze",
                 WatchAction::Rollback => "rollback",
             }
             .to_string(),
-            // A frozen entry is done for a freeze; a rollback still takes it back.
-            stopped: frozen && watch.action == WatchAction::Freeze,
+            // A frozen entry is done for a freeze; a rollback still takes it back; a reverted
+            // one is done.
+            stopped: (frozen && watch.action == WatchAction::Freeze)
+                || matches!(stop, Some(pack_format::Stop::Revert { .. })),
             metrics,
         });
     }

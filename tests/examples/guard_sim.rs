@@ -84,7 +84,7 @@ fn rollout(seed: u64, new_rate: f64, signer: &SigningKey, guard: &SigningKey) ->
     for hour in 0..=73 {
         let now = start + Duration::hours(hour);
         // The guard looks at what was reported up to the hour before.
-        let looks = entry_looks(&base, &base, &fleet.view("stable"), &settings, now);
+        let looks = entry_looks(&base, &fleet.view("stable"), &settings, now);
         if let Some(look) = looks.iter().find(|l| l.metrics.iter().any(|m| m.regressed)) {
             let frozen =
                 guard_document(&signed, &base, look.entry, GuardAction::Freeze, now).unwrap();

@@ -1,9 +1,10 @@
 //! A hostile mirror serving guard documents, one property per test. The channel names a guard
-//! key that may only freeze a ramp or roll an entry back; a mirror holding that key (or one
-//! pretending to) serves documents that do more. Each is refused with the guard error that
-//! names the overreach, the pack that served before still serves, and the client's channel
-//! sequence does not move. packd refuses to store such documents, so only a mirror can
-//! serve them.
+//! key that may only sign stop orders (hold a rollout, revert an entry); a mirror holding that
+//! key (or one pretending to) serves documents that do more. Each is refused with the guard
+//! error that names the overreach, the pack that served before still serves, and the client's
+//! channel sequence does not move. packd refuses to store such documents, so only a mirror can
+//! serve them. The three cases that once moved installs to packs they were never sent run at
+//! the end, through packd and a mirror both.
 //!
 //! Every test starts from a client that installed an offline-signed document ramping pack
 //! 1.3.0 over 1.2.0 (1 % to 100 % over 72 hours, started 24 hours ago: 34 % now) with a guard
@@ -19,7 +20,7 @@ use pack_format::channel::SignedChannel;
 use pack_format::guard::guard_document;
 use pack_format::{
     ChannelDocument, ChannelEntry, EntryTarget, FormatError, Guard, GuardAction, PackRef, Ramp,
-    Restricts, Rollout, SigningKey, Watch, WatchAction, rollout_bucket,
+    Restricts, Rollout, SigningKey, Stop, Watch, WatchAction, rollout_bucket,
 };
 use pack_protocol::{headers, paths};
 use promptpack_tests::*;
@@ -269,11 +270,16 @@ impl Place {
 
     /// A rollout salt that puts `install_id` here.
     fn salt(self, install_id: &str) -> String {
-        (0u32..)
-            .map(|n| format!("builtin@1.3.0#{n}"))
-            .find(|salt| self.buckets().contains(&rollout_bucket(salt, install_id)))
-            .unwrap()
+        salt_in(install_id, self.buckets())
     }
+}
+
+/// A rollout salt that puts `install_id` in one of `buckets`.
+fn salt_in(install_id: &str, buckets: Range<u8>) -> String {
+    (0u32..)
+        .map(|n| format!("builtin@1.3.0#{n}"))
+        .find(|salt| buckets.contains(&rollout_bucket(salt, install_id)))
+        .unwrap()
 }
 
 /// A client that installed from the offline-signed ramp (sequence 5) through the mirror.
@@ -291,37 +297,49 @@ impl Installed {
     /// Installs from the ramp with a salt that puts the install at `place`.
     async fn new(place: Place) -> Self {
         let fx = Fixture::shared();
+        let installed = Installed::with(RELEASE, |id| {
+            fx.ramp_document(BASE_SEQUENCE, &place.salt(id))
+        })
+        .await;
+        installed.assert_serving(place.serves(fx), "after installing the offline-signed ramp");
+        installed
+    }
+
+    /// A client of `release` that installed the offline-signed document `base(install_id)`
+    /// through the mirror.
+    async fn with(release: &str, base: impl FnOnce(&str) -> ChannelDocument) -> Self {
+        let fx = Fixture::shared();
         let mirror = Mirror::start(fx.blobs()).await;
         let cache = tempfile::tempdir().unwrap();
         let config_path = fx
             .publisher
             .client_config(&mirror.url, "deadline_secs = 10\n");
         let mut config =
-            ClientConfig::load(&config_path, cache.path().into(), RELEASE.parse().unwrap())
+            ClientConfig::load(&config_path, cache.path().into(), release.parse().unwrap())
                 .unwrap();
         config.backoff = Duration::from_millis(10);
         // Refusals would queue failure reports; those are tested in fleet.rs.
         config.telemetry = false;
         let client = Client::new(config).unwrap();
-        let salt = place.salt(client.install_id());
-        let base_doc = fx.ramp_document(BASE_SEQUENCE, &salt);
-        let base = fx.offline_signed(&base_doc);
-        mirror.serve(&base);
+        let base_doc = base(client.install_id());
+        let signed = fx.offline_signed(&base_doc);
+        mirror.serve(&signed);
         let outcome = client.refresh_now().await.unwrap();
         assert!(
-            matches!(outcome, RefreshOutcome::Installed { sequence: 5, .. }),
+            matches!(
+                outcome,
+                RefreshOutcome::Installed { .. } | RefreshOutcome::Builtin { .. }
+            ),
             "{outcome:?}"
         );
-        let installed = Installed {
+        Installed {
             fx,
             mirror,
             _cache: cache,
             client,
-            base,
+            base: signed,
             base_doc,
-        };
-        installed.assert_serving(place.serves(fx), "after installing the offline-signed ramp");
-        installed
+        }
     }
 
     /// What the guard key signs to `action` the ramp at `at`, restricting the document the
@@ -338,13 +356,12 @@ impl Installed {
         // Taken, the document would change what this install serves: only the refusal
         // keeps the pack, so the checks below can fail.
         let doc: ChannelDocument = serde_json::from_slice(&signed.document).unwrap();
-        let would = doc
-            .select(
-                &RELEASE.parse().unwrap(),
-                self.client.install_id(),
-                OffsetDateTime::now_utc(),
-            )
-            .map(|entry| &entry.target);
+        let doc = pack_format::guard::effective(&doc).unwrap_or(doc);
+        let would = doc.select(
+            &self.client.config().client_version,
+            self.client.install_id(),
+            OffsetDateTime::now_utc(),
+        );
         assert!(
             !matches!(would, Some(EntryTarget::Pack(p)) if p.sha256 == serving.sha256()),
             "the document selects the pack that serves already"
@@ -400,25 +417,82 @@ fn assert_overreach(err: &FormatError, because: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guard_document_that_widens_the_ramp_is_refused() {
-    let at = Installed::new(Place::OutOfRamp).await;
-    let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
-    let frozen = doc.entries[0].rollout.as_mut().unwrap();
-    assert_eq!(frozen.percent, 34, "the ramp stands at 34 % now");
-    frozen.percent = 95;
-    let err = at.refused(&at.fx.guard_signed(&doc)).await;
-    assert_overreach(&err, "widens its rollout to 95% where it stood at 34%");
+/// Asserts `err` is a guard overreach whose reason contains `because`: the refusal came from
+/// the check the test aims at, not from another one the document trips by accident.
+fn assert_overreach(err: &FormatError, because: &str) {
+    let FormatError::GuardOverreach { reason } = err else {
+        panic!("expected GuardOverreach ({because}), found {err:?}");
+    };
+    assert!(
+        reason.contains(because),
+        "refused for another reason: {reason}"
+    );
+}
+
+/// The stops of a stop order.
+fn stops(doc: &mut ChannelDocument) -> &mut Vec<Stop> {
+    &mut doc.restricts.as_mut().unwrap().stops
+}
+
+/// `order` with the entries of the document it restricts, as a reader follows it.
+fn followed(order: &ChannelDocument) -> ChannelDocument {
+    pack_format::guard::effective(order).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guard_document_that_names_a_new_version_is_refused() {
+async fn a_hold_above_where_the_ramp_stands_is_refused() {
     let at = Installed::new(Place::OutOfRamp).await;
     let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
+    assert_eq!(
+        stops(&mut doc)[0],
+        Stop::Hold {
+            entry: 0,
+            percent: 34
+        },
+        "the ramp stands at 34 % now"
+    );
+    stops(&mut doc)[0] = Stop::Hold {
+        entry: 0,
+        percent: 95,
+    };
+    let err = at.refused(&at.fx.guard_signed(&doc)).await;
+    assert_overreach(&err, "holds entry 0 at 95% where its rollout stood at 34%");
+}
+
+/// The guard key once signed whole channel documents, checked against the document they
+/// restricted: a document with entries of its own is no stop order, whatever it changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewritten_channel_document_signed_by_the_guard_is_refused() {
+    let at = Installed::new(Place::OutOfRamp).await;
+    let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
+    doc.entries = at.base_doc.entries.clone();
     doc.entries[1].target = at.fx.unnamed.target();
     let err = at.refused(&at.fx.guard_signed(&doc)).await;
-    assert_overreach(&err, "entry 1 names pack 1.4.0 (");
-    assert_overreach(&err, "where a rollback goes to what the entry replaces");
+    assert_overreach(&err, "carries 2 entries of its own");
+}
+
+/// The rewrite that sends the entry the ramp falls back to onto the ramping pack (named by
+/// the document, so it once passed for a rollback): refused as any rewrite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_document_that_sends_the_fallback_to_the_ramping_pack_is_refused() {
+    let at = Installed::new(Place::OutOfRamp).await;
+    let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
+    doc.entries = at.base_doc.entries.clone();
+    doc.entries[1].target = at.fx.new.target();
+    let err = at.refused(&at.fx.guard_signed(&doc)).await;
+    assert_overreach(&err, "carries 2 entries of its own");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_on_an_entry_without_a_rollout_is_refused() {
+    let at = Installed::new(Place::OutOfRamp).await;
+    let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
+    stops(&mut doc).push(Stop::Hold {
+        entry: 1,
+        percent: 0,
+    });
+    let err = at.refused(&at.fx.guard_signed(&doc)).await;
+    assert_overreach(&err, "it holds entry 1, which has no rollout to hold");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,11 +508,10 @@ async fn a_guard_document_that_extends_the_expiry_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_document_from_a_key_not_delegated_is_refused() {
-    let at = Installed::new(Place::OutOfRamp).await;
+    let at = Installed::new(Place::InRamp).await;
     let rogue = SigningKey::generate(None).unwrap().key;
-    // Its changes would be refused anyway; the key is refused before they are looked at.
-    let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
-    doc.entries[0].rollout = None;
+    // A rollback the client would follow, from a key the channel does not name.
+    let doc = at.guard_of_base(GuardAction::Rollback, OffsetDateTime::now_utc());
     let err = at.refused(&doc.sign(&rogue).unwrap()).await;
     let FormatError::GuardNotDelegated {
         key_id,
@@ -453,18 +526,9 @@ async fn a_guard_document_from_a_key_not_delegated_is_refused() {
     assert_eq!(delegated, &at.fx.guard.key_id());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guard_document_that_drops_the_rollout_is_refused() {
-    let at = Installed::new(Place::OutOfRamp).await;
-    let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
-    doc.entries[0].rollout = None;
-    let err = at.refused(&at.fx.guard_signed(&doc)).await;
-    assert_overreach(&err, "entry 0 drops its rollout, widening it to 100%");
-}
-
-/// A freeze the client follows holds: a second guard document restricting the same offline
-/// document, which would be a fair restriction of that document alone, is refused when it
-/// puts the ramp back or freezes higher.
+/// A hold the client follows holds: a second order restricting the same offline document,
+/// which would be a fair stop of that document alone, is refused when it drops the hold or
+/// holds higher.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_document_that_undoes_a_followed_freeze_is_refused() {
     let at = Installed::new(Place::InRamp).await;
@@ -473,7 +537,13 @@ async fn a_guard_document_that_undoes_a_followed_freeze_is_refused() {
         GuardAction::Freeze,
         OffsetDateTime::now_utc() - time::Duration::hours(20),
     );
-    assert_eq!(freeze.entries[0].rollout, Some(frozen_at(&at.base_doc, 6)));
+    assert_eq!(
+        freeze.restricts.as_ref().unwrap().stops,
+        [Stop::Hold {
+            entry: 0,
+            percent: 6
+        }]
+    );
     let outcome = at.accepted(&at.fx.guard_signed(&freeze)).await;
     assert!(
         matches!(outcome, RefreshOutcome::Installed { sequence: 6, .. }),
@@ -482,27 +552,30 @@ async fn a_guard_document_that_undoes_a_followed_freeze_is_refused() {
     at.assert_serving(&at.fx.old, "after the freeze at 6 %");
     assert_eq!(at.client.status().sequence, 6);
 
-    // The ramp put back: against the offline-signed document alone, no change at all.
-    let mut resumed = freeze.clone();
-    resumed.sequence = 7;
-    resumed.issued_at = OffsetDateTime::now_utc();
-    resumed.entries[0].rollout = at.base_doc.entries[0].rollout.clone();
-    let err = at.refused(&at.fx.guard_signed(&resumed)).await;
-    assert_overreach(&err, "against the guard document held");
-    assert_overreach(&err, "sets a new ramp");
+    // An order that reverts the other entry only: the hold on the ramp is gone.
+    let mut dropped = guard_document(
+        &at.base,
+        &at.base_doc,
+        1,
+        GuardAction::Rollback,
+        OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    dropped.sequence = 7;
+    let err = at.refused(&at.fx.guard_signed(&dropped)).await;
+    assert_overreach(&err, "it undoes \"entry 0 held at 6%\"");
 
     // A freeze at today's 34 %: fair against the offline-signed document, wider than 6 %.
     let mut refrozen = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
     refrozen.sequence = 7;
     let err = at.refused(&at.fx.guard_signed(&refrozen)).await;
-    assert_overreach(&err, "against the guard document held");
-    assert_overreach(&err, "widens its rollout to 34% where it stood at 6%");
+    assert_overreach(&err, "it undoes \"entry 0 held at 6%\"");
     at.assert_serving(&at.fx.old, "after both refusals");
 }
 
-/// A guard document restricting an older offline-signed document (here one that sent every
-/// install to 1.3.0 before the publisher pulled it back to a ramp) is refused, though it
-/// changes nothing in the document it restricts.
+/// A stop order restricting an older offline-signed document (here one that sent every
+/// install to 1.3.0 before the publisher pulled it back to a ramp) is refused, though it is a
+/// fair stop of the document it restricts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guard_document_restricting_an_older_offline_document_is_refused() {
     let at = Installed::new(Place::OutOfRamp).await;
@@ -512,13 +585,18 @@ async fn a_guard_document_restricting_an_older_offline_document_is_refused() {
     older_doc.entries[0].rollout = None;
     let older = at.fx.offline_signed(&older_doc);
 
-    let mut doc = older_doc.clone();
-    doc.sequence = BASE_SEQUENCE + 1;
-    doc.issued_at = OffsetDateTime::now_utc();
-    doc.restricts = Some(Restricts {
-        document: String::from_utf8(older.document.clone()).unwrap(),
-        signature: older.signature.clone(),
-    });
+    let doc = ChannelDocument {
+        sequence: BASE_SEQUENCE + 1,
+        issued_at: OffsetDateTime::now_utc(),
+        entries: Vec::new(),
+        guard: None,
+        restricts: Some(Restricts {
+            document: String::from_utf8(older.document.clone()).unwrap(),
+            signature: older.signature.clone(),
+            stops: vec![Stop::Revert { entry: 1 }],
+        }),
+        ..older_doc.clone()
+    };
     let err = at.refused(&at.fx.guard_signed(&doc)).await;
     assert_overreach(
         &err,
@@ -527,13 +605,12 @@ async fn a_guard_document_restricting_an_older_offline_document_is_refused() {
 }
 
 /// The guard's own work is followed: a freeze now keeps this install on 1.3.0 with the ramp
-/// held, a rollback then sends it to 1.2.0, and a rollback of everything to the built-in
-/// pack serves the built-in pack.
+/// held, a rollback then sends it to 1.2.0 (the entry under the ramp), and reverting that
+/// entry too serves the built-in pack.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legitimate_freeze_and_rollback_are_followed() {
     let at = Installed::new(Place::InRamp).await;
     let freeze = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
-    assert_eq!(freeze.entries[0].rollout, Some(frozen_at(&at.base_doc, 34)));
     let outcome = at.accepted(&at.fx.guard_signed(&freeze)).await;
     assert!(
         matches!(outcome, RefreshOutcome::Unchanged { sequence: 6 }),
@@ -544,13 +621,16 @@ async fn a_legitimate_freeze_and_rollback_are_followed() {
 
     let rollback = guard_document(
         &at.base,
-        &freeze,
+        &followed(&freeze),
         0,
         GuardAction::Rollback,
         OffsetDateTime::now_utc(),
     )
     .unwrap();
-    assert_eq!(rollback.entries[0].target, at.fx.old.target());
+    assert_eq!(
+        rollback.restricts.as_ref().unwrap().stops,
+        [Stop::Revert { entry: 0 }]
+    );
     let outcome = at.accepted(&at.fx.guard_signed(&rollback)).await;
     assert!(
         matches!(outcome, RefreshOutcome::Installed { sequence: 7, .. }),
@@ -559,11 +639,14 @@ async fn a_legitimate_freeze_and_rollback_are_followed() {
     at.assert_serving(&at.fx.old, "after the rollback");
     assert_eq!(at.client.status().sequence, 7);
 
-    let mut to_builtin = rollback.clone();
-    to_builtin.sequence = 8;
-    for entry in &mut to_builtin.entries {
-        entry.target = EntryTarget::Builtin;
-    }
+    let to_builtin = guard_document(
+        &at.base,
+        &followed(&rollback),
+        1,
+        GuardAction::Rollback,
+        OffsetDateTime::now_utc(),
+    )
+    .unwrap();
     let outcome = at.accepted(&at.fx.guard_signed(&to_builtin)).await;
     assert!(
         matches!(outcome, RefreshOutcome::Builtin { sequence: 8, .. }),
@@ -571,28 +654,6 @@ async fn a_legitimate_freeze_and_rollback_are_followed() {
     );
     assert_eq!(at.client.store().capture().source(), Source::Builtin);
     assert_eq!(at.client.status().sequence, 8);
-}
-
-/// The rollout of `doc`'s ramp frozen at `percent`: same salt and watch, no schedule.
-fn frozen_at(doc: &ChannelDocument, percent: u8) -> Rollout {
-    let ramped = doc.entries[0].rollout.clone().unwrap();
-    Rollout {
-        percent,
-        ramp: None,
-        ..ramped
-    }
-}
-/// A guard document that sends the entry the ramp falls back to onto the ramping pack (named
-/// by the document, so it passes for a rollback): every install out of the ramp would get
-/// 1.3.0, the ramp widened to 100 % with its rollout untouched.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guard_document_that_sends_the_fallback_to_the_ramping_pack_is_refused() {
-    let at = Installed::new(Place::OutOfRamp).await;
-    let mut doc = at.guard_of_base(GuardAction::Freeze, OffsetDateTime::now_utc());
-    doc.entries[0].rollout = at.base_doc.entries[0].rollout.clone();
-    doc.entries[1].target = at.fx.new.target();
-    let err = at.refused(&at.fx.guard_signed(&doc)).await;
-    assert!(matches!(err, FormatError::GuardOverreach { .. }), "{err:?}");
 }
 
 /// A rollback the client follows holds, also when the pack it rolled away from is named by
@@ -621,7 +682,7 @@ async fn a_guard_document_that_undoes_a_followed_rollback_is_refused() {
     let mut refrozen = guard_document(&base, &base_doc, 0, GuardAction::Freeze, now).unwrap();
     refrozen.sequence = rollback.sequence + 1;
     let err = at.refused(&at.fx.guard_signed(&refrozen)).await;
-    assert_overreach(&err, "against the guard document held");
+    assert_overreach(&err, "it undoes \"entry 0 reverted\"");
 }
 
 /// The guard key picks its own sequences: a freeze signed at the highest sequence a channel
@@ -647,4 +708,254 @@ async fn a_guard_document_at_the_last_sequence_does_not_lock_out_the_signing_key
     // And the old freeze, replayed, is refused: it restricts an older document.
     let err = at.refused(&at.fx.guard_signed(&frozen)).await;
     assert_overreach(&err, "older than sequence 6");
+}
+
+// The three cases that once moved installs to packs they were never sent. The fixture's packs
+// stand in for the versions of the reports: 1.2.0 (`old`) for 1.0.0, 1.3.0 (`new`) for 2.0.0,
+// 1.4.0 (`unnamed`) for 3.0.0.
+
+/// packd with the fixture's keys and packs, its stable channel at `base`.
+struct Server {
+    packd: Packd,
+    _data: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(base: &SignedChannel) -> Server {
+        tokio::task::block_in_place(|| {
+            let fx = Fixture::shared();
+            let data = tempfile::tempdir().unwrap();
+            let packd = Packd::start(data.path(), &fx.publisher.server_config());
+            for pack in [&fx.old, &fx.new, &fx.unnamed] {
+                let file = tempfile::NamedTempFile::new().unwrap();
+                std::fs::write(file.path(), &pack.bytes).unwrap();
+                packd.upload(&fx.publisher, file.path());
+            }
+            packd.publish(
+                &fx.publisher,
+                &(base.document.clone(), base.signature.clone()),
+            );
+            Server { packd, _data: data }
+        })
+    }
+
+    /// `PUT /v1/channels/stable`: the status and the body.
+    async fn put(&self, signed: &SignedChannel) -> (u16, String) {
+        let response = reqwest::Client::new()
+            .put(self.packd.url("/v1/channels/stable"))
+            .bearer_auth(&Fixture::shared().publisher.token)
+            .json(&serde_json::json!({
+                "document": String::from_utf8(signed.document.clone()).unwrap(),
+                "signature": signed.signature,
+            }))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    }
+
+    /// packd refuses `signed` with 422, naming `because`.
+    async fn refuses(&self, signed: &SignedChannel, because: &str) {
+        let (status, body) = self.put(signed).await;
+        assert_eq!(status, 422, "{body}");
+        assert!(body.contains(because), "{because:?} not in {body}");
+    }
+
+    async fn stores(&self, signed: &SignedChannel) {
+        let (status, body) = self.put(signed).await;
+        assert!(status == 200 || status == 201, "{status} {body}");
+    }
+}
+
+/// How many of 100 installs of `release` `doc` (a verified document) sends to `target`.
+fn installs_on(doc: &ChannelDocument, release: &str, target: &EntryTarget) -> usize {
+    let release = release.parse().unwrap();
+    (0..100)
+        .filter(|n| {
+            doc.select(&release, &format!("install-{n}"), OffsetDateTime::now_utc()) == Some(target)
+        })
+        .count()
+}
+
+/// `signed` verified as clients verify it.
+fn verified(signed: &SignedChannel) -> ChannelDocument {
+    let mut trusted = pack_format::TrustedKeys::new();
+    trusted.add_signing_key(&Fixture::shared().offline);
+    pack_format::channel::verify(
+        &signed.document,
+        &signed.signature,
+        &trusted,
+        OffsetDateTime::now_utc(),
+        &pack_format::Limits::DEFAULT,
+    )
+    .unwrap()
+    .document
+}
+
+/// An offline-signed document with `entries`, naming the fixture's guard.
+fn offline(entries: Vec<ChannelEntry>) -> ChannelDocument {
+    let fx = Fixture::shared();
+    let mut doc = fx.ramp_document(BASE_SEQUENCE, "unused");
+    doc.entries = entries;
+    doc
+}
+
+fn entry(clients: &str, target: EntryTarget, rollout: Option<(u8, &str)>) -> ChannelEntry {
+    ChannelEntry {
+        clients: clients.parse().unwrap(),
+        target,
+        rollout: rollout.map(|(percent, salt)| Rollout::fixed(percent, salt)),
+    }
+}
+
+/// `[>=2.0.0 → 2.0.0, * → 1.0.0]`: a document the guard signed that added a 0 % rollout to
+/// the first entry once moved every 2.x install to 1.0.0, which the publisher never sent to
+/// 2.x. That rewrite is refused by packd and by clients; a revert of the first entry sends 2.x
+/// to the built-in pack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seen_case_1_a_stop_never_sends_2x_installs_to_the_pack_for_1x() {
+    let fx = Fixture::shared();
+    let base_doc = offline(vec![
+        entry(">=2.0.0", fx.new.target(), None),
+        entry("*", fx.old.target(), None),
+    ]);
+    let at = Installed::with("2.1.0", |_| base_doc.clone()).await;
+    at.assert_serving(&fx.new, "2.1.0 on the pack pinned for 2.x");
+    let server = Server::start(&at.base);
+    let now = OffsetDateTime::now_utc();
+
+    // The rewrite: only a 0 % rollout added to the first entry.
+    let mut rewrite = guard_document(&at.base, &base_doc, 0, GuardAction::Rollback, now).unwrap();
+    rewrite.entries = base_doc.entries.clone();
+    rewrite.entries[0].rollout = Some(Rollout::fixed(0, "stop"));
+    let rewrite = fx.guard_signed(&rewrite);
+    server
+        .refuses(&rewrite, "carries 2 entries of its own")
+        .await;
+    let err = at.refused(&rewrite).await;
+    assert_overreach(&err, "carries 2 entries of its own");
+    at.assert_serving(&fx.new, "after the refused rewrite");
+
+    // The same as a stop order: a hold needs a rollout, and a revert goes to builtin.
+    let mut hold = guard_document(&at.base, &base_doc, 0, GuardAction::Rollback, now).unwrap();
+    stops(&mut hold)[0] = Stop::Hold {
+        entry: 0,
+        percent: 0,
+    };
+    let hold = fx.guard_signed(&hold);
+    server.refuses(&hold, "no rollout to hold").await;
+    let revert = fx
+        .guard_signed(&guard_document(&at.base, &base_doc, 0, GuardAction::Rollback, now).unwrap());
+    server.stores(&revert).await;
+    let after = verified(&revert);
+    assert_eq!(installs_on(&after, "2.1.0", &fx.old.target()), 0);
+    assert_eq!(installs_on(&after, "2.1.0", &EntryTarget::Builtin), 100);
+    assert_eq!(installs_on(&after, "1.0.0", &fx.old.target()), 100);
+    at.accepted(&revert).await;
+    assert_eq!(at.client.store().capture().source(), Source::Builtin);
+}
+
+/// `[* → 3.0.0 @50 % salt A, * → 2.0.0 @50 % salt B, * → 1.0.0]`: holding the first entry at
+/// 0 % once let its installs fall through into the second rollout (2.0.0 on 28 → 54 of 100).
+/// Now they go to the entry under the rollouts, and 2.0.0 keeps exactly its installs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seen_case_2_holding_one_rollout_never_widens_another() {
+    let fx = Fixture::shared();
+    let at = Installed::with(RELEASE, |id| {
+        offline(vec![
+            entry(
+                "*",
+                fx.unnamed.target(),
+                Some((50, &Place::InRamp.salt(id))),
+            ),
+            entry("*", fx.new.target(), Some((50, "salt-b"))),
+            entry("*", fx.old.target(), None),
+        ])
+    })
+    .await;
+    at.assert_serving(&fx.unnamed, "in the first rollout");
+    let server = Server::start(&at.base);
+    let now = OffsetDateTime::now_utc();
+    let before = verified(&at.base);
+
+    let mut rewrite = guard_document(&at.base, &at.base_doc, 0, GuardAction::Freeze, now).unwrap();
+    rewrite.entries = at.base_doc.entries.clone();
+    rewrite.entries[0].rollout = Some(Rollout::fixed(
+        0,
+        &Place::InRamp.salt(at.client.install_id()),
+    ));
+    let rewrite = fx.guard_signed(&rewrite);
+    server
+        .refuses(&rewrite, "carries 3 entries of its own")
+        .await;
+    assert_overreach(&at.refused(&rewrite).await, "carries 3 entries of its own");
+
+    let mut hold = guard_document(&at.base, &at.base_doc, 0, GuardAction::Freeze, now).unwrap();
+    stops(&mut hold)[0] = Stop::Hold {
+        entry: 0,
+        percent: 0,
+    };
+    let hold = fx.guard_signed(&hold);
+    server.stores(&hold).await;
+    let after = verified(&hold);
+    let on_new = |doc: &ChannelDocument| {
+        let release = RELEASE.parse().unwrap();
+        (0..100)
+            .map(|n| format!("install-{n}"))
+            .filter(|id| doc.select(&release, id, now) == Some(&fx.new.target()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        on_new(&after),
+        on_new(&before),
+        "2.0.0 keeps exactly its installs"
+    );
+    assert_eq!(installs_on(&after, RELEASE, &fx.unnamed.target()), 0);
+    at.accepted(&hold).await;
+    at.assert_serving(&fx.old, "held out of the first rollout: the entry under it");
+}
+
+/// `[* → 3.0.0 @10 %, >=2.0.0 → 2.0.0, * → 1.0.0]`, what `packer release` writes when a range
+/// is pinned while a `*` ramp runs: rolling the first entry back (as `packer guard rollback
+/// --entry 0` and packd's guard sign it) once moved the 2.1.0 installs that were never in the
+/// rollout from 2.0.0 to 1.0.0. Now only the installs in the rollout move, each to what it
+/// had before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seen_case_3_a_rollback_moves_only_the_rollout_back_where_it_came_from() {
+    let fx = Fixture::shared();
+    let at = Installed::with("2.1.0", |id| {
+        offline(vec![
+            entry("*", fx.unnamed.target(), Some((10, &salt_in(id, 0..10)))),
+            entry(">=2.0.0", fx.new.target(), None),
+            entry("*", fx.old.target(), None),
+        ])
+    })
+    .await;
+    at.assert_serving(&fx.unnamed, "2.1.0 in the rollout");
+    let server = Server::start(&at.base);
+    let before = verified(&at.base);
+    let in_rollout = installs_on(&before, "2.1.0", &fx.unnamed.target());
+    assert_eq!(
+        installs_on(&before, "2.1.0", &fx.new.target()),
+        100 - in_rollout
+    );
+
+    let rollback = fx.guard_signed(
+        &guard_document(
+            &at.base,
+            &at.base_doc,
+            0,
+            GuardAction::Rollback,
+            OffsetDateTime::now_utc(),
+        )
+        .unwrap(),
+    );
+    server.stores(&rollback).await;
+    let after = verified(&rollback);
+    assert_eq!(installs_on(&after, "2.1.0", &fx.new.target()), 100);
+    assert_eq!(installs_on(&after, "2.1.0", &fx.old.target()), 0);
+    assert_eq!(installs_on(&after, "1.0.0", &fx.old.target()), 100);
+    at.accepted(&rollback).await;
+    at.assert_serving(&fx.new, "rolled back to what 2.x had before the rollout");
 }

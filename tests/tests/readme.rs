@@ -105,4 +105,28 @@ fn publishing_to_packd_runs_as_written() {
         "{log}"
     );
     assert!(dir.path().join("packd-data").is_dir());
+
+    // Everything the walk-through wrote (the guard's private key among it) is ignored by the
+    // repository, so a `git add -A` after following it commits none of it.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if name == "packs" {
+            continue;
+        }
+        let probe = if entry.file_type().unwrap().is_dir() {
+            format!("{name}/any-file")
+        } else {
+            name.clone()
+        };
+        let ignored = Command::new("git")
+            .args(["check-ignore", "-q", "--no-index", &probe])
+            .current_dir(workspace())
+            .status()
+            .unwrap();
+        assert!(
+            ignored.success(),
+            "the README walk-through writes {name}, which .gitignore does not ignore"
+        );
+    }
 }

@@ -273,7 +273,7 @@ fn decide_document(
 
     // 3. The entry for this client's release of now.
     let selected = doc.select(&config.client_version, install_id, now);
-    let target = match selected.map(|e| &e.target) {
+    let target = match selected {
         Some(EntryTarget::Pack(entry)) => Some(entry.clone()),
         Some(EntryTarget::Builtin) | None => None,
     };

@@ -104,14 +104,26 @@ pub fn entries_at(doc: &ChannelDocument, now: OffsetDateTime) -> Vec<Entry> {
     let at = doc.ramp_time(now);
     doc.entries
         .iter()
-        .map(|e| {
+        .enumerate()
+        .map(|(i, e)| {
+            // A stop order's hold caps the rollout and stops its ramp; a revert empties it.
+            let stop = doc.restricts.as_ref().and_then(|r| r.stop_for(i));
+            let cap = match stop {
+                None => 100,
+                Some(pack_format::Stop::Hold { percent, .. }) => *percent,
+                Some(pack_format::Stop::Revert { .. }) => 0,
+            };
             let climbing = e
                 .rollout
                 .as_ref()
                 .and_then(|r| r.ramp.as_ref())
-                .filter(|ramp| ramp.end() > at);
+                .filter(|ramp| stop.is_none() && ramp.end() > at);
             Entry {
-                rollout: e.rollout.as_ref().map(|r| r.percent_at(at)),
+                rollout: match (&e.rollout, stop) {
+                    (Some(r), _) => Some(r.percent_at(at).min(cap)),
+                    (None, Some(_)) => Some(0),
+                    (None, None) => None,
+                },
                 ramp_to: climbing.and_then(|ramp| Some(ramp.steps.last()?.percent)),
                 ..Entry::of(e)
             }

@@ -241,9 +241,11 @@ pub struct LiveChannel {
     pub document: Option<ChannelDocument>,
 }
 
-/// A document's text as packd stored it, parsed (it was verified when it was published).
+/// A document's text as packd stored it, parsed (it was verified when it was published); a
+/// stop order with the entries of the document it restricts.
 pub fn parse_document(text: &str) -> Option<ChannelDocument> {
-    serde_json::from_str(text).ok()
+    let doc: ChannelDocument = serde_json::from_str(text).ok()?;
+    Some(pack_format::guard::effective(&doc).unwrap_or(doc))
 }
 
 /// Why fleet data is not on a page, if it is not.

@@ -3,16 +3,14 @@
 //! watches, and what a guard document did to it; and the outcome evidence of the rolling-out
 //! pack beside the pack it replaces.
 //!
-//! A guard document keeps the entries of the document it restricts, in order, and may only
-//! hold a rollout back or send an entry to a pack that document names
-//! (`pack_format::guard`), so comparing the two entry by entry says what the guard did.
+//! A stop order names, per entry of the document it restricts, a hold or a revert
+//! (`pack_format::guard`); its stops say what the guard did.
 
 use pack_format::{ChannelDocument, EntryTarget, Rollout, Watch};
 use pack_protocol::outcomes::{OutcomeCounts, OutcomeRates, OutcomesView};
 use time::OffsetDateTime;
 
 use super::entries::{Entry, Target};
-use super::parse_document;
 
 /// A live document signed by the guard key, and the offline-signed one it restricts.
 #[derive(Debug, Clone)]
@@ -25,11 +23,11 @@ pub struct GuardDocument {
 }
 
 impl GuardDocument {
-    /// The guard document `live` is, if it is one.
+    /// The stop order `live` is, if it is one.
     pub fn of(live: &ChannelDocument) -> Option<GuardDocument> {
         let restricts = live.restricts.as_ref()?;
         Some(GuardDocument {
-            base: parse_document(&restricts.document)?,
+            base: restricts.parse_document()?,
             at: live.issued_at,
         })
     }
@@ -132,40 +130,44 @@ pub fn live_rollouts(
 ) -> Vec<LiveRollout> {
     let at = live.ramp_time(now);
     let base = guard.map_or(live, |g| &g.base);
+    let stops = live.restricts.as_ref();
     base.entries
         .iter()
         .enumerate()
         .filter_map(|(index, signed)| {
             let rollout = signed.rollout.as_ref()?;
-            let current = live.entries.get(index);
-            let stop = match (guard, current) {
-                (Some(_), Some(c)) if c.target != signed.target => Some(Stop::RolledBack {
-                    to: target(&c.target),
-                }),
-                (Some(_), Some(c)) => match &c.rollout {
-                    Some(held) if held != rollout => Some(Stop::Frozen {
-                        percent: held.percent_at(at),
-                    }),
-                    Some(_) | None => None,
-                },
-                (Some(_) | None, _) => None,
-            };
-            let percent = match (&stop, current.and_then(|c| c.rollout.as_ref())) {
-                (Some(Stop::RolledBack { .. }), _) => 0,
-                (_, Some(r)) => r.percent_at(at),
-                (_, None) => rollout.percent_at(at),
+            let stop = stops
+                .and_then(|r| r.stop_for(index))
+                .map(|stop| match *stop {
+                    pack_format::Stop::Hold { percent, .. } => Stop::Frozen {
+                        percent: percent.min(rollout.percent_at(at)),
+                    },
+                    pack_format::Stop::Revert { .. } => Stop::RolledBack {
+                        to: fallback_target(live, index),
+                    },
+                });
+            let percent = match &stop {
+                Some(Stop::RolledBack { .. }) => 0,
+                Some(Stop::Frozen { percent }) => *percent,
+                None => rollout.percent_at(at),
             };
             Some(LiveRollout {
                 index,
                 entry: Entry::of(signed),
                 signed: rollout.clone(),
-                replaces: target(base.replaced(index)),
+                replaces: fallback_target(live, index),
                 percent,
                 stopped_at: stop.as_ref().and(guard.map(|g| g.at)),
                 stop,
             })
         })
         .collect()
+}
+
+/// Where a stop sends the installs of entry `index` (`ChannelDocument::fallback`); where that
+/// depends on the release, the console compares with the built-in pack.
+fn fallback_target(live: &ChannelDocument, index: usize) -> Target {
+    target(live.range_fallback(index).unwrap_or(&EntryTarget::Builtin))
 }
 
 /// The outcome counts of one pack on the client releases of one range.
@@ -263,7 +265,8 @@ mod tests {
             document: base.to_bytes(),
             signature: "sig".into(),
         };
-        guard_document(&signed, base, 0, action, at).unwrap()
+        let order = guard_document(&signed, base, 0, action, at).unwrap();
+        pack_format::guard::effective(&order).unwrap()
     }
 
     fn states(steps: &[Step]) -> Vec<(u8, StepState)> {

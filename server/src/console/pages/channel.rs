@@ -250,7 +250,7 @@ pub async fn render(
     };
     let evidence = match (&view, &live.document) {
         (Some(_), Some(doc)) if !rollouts.is_empty() || guard_key.is_some() => {
-            Some(evidence(state, channel, doc, guard_doc.as_ref(), now).await?)
+            Some(evidence(state, channel, doc, now).await?)
         }
         _ => None,
     };

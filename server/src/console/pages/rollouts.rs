@@ -39,7 +39,6 @@ pub async fn evidence(
     state: &ConsoleState,
     channel: &str,
     live: &ChannelDocument,
-    guard: Option<&GuardDocument>,
     now: OffsetDateTime,
 ) -> Result<Evidence, ApiError> {
     let app = &state.app;
@@ -55,9 +54,7 @@ pub async fn evidence(
             (last.entries.clone(), Some(rfc3339(last.at)))
         }
         Some(_) | None => {
-            let base = guard.map_or(live, |g| &g.base);
-            let looks =
-                crate::guard::entry_looks(live, base, &outcomes, &app.settings.guard.test, now);
+            let looks = crate::guard::entry_looks(live, &outcomes, &app.settings.guard.test, now);
             (looks, None)
         }
     };
