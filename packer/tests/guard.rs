@@ -161,10 +161,13 @@ fn a_freeze_holds_the_ramp_and_the_offline_key_resumes_it_from_there() {
     assert_eq!(answer["restricts_sequence"], base.sequence);
 
     // What clients fetch now is a stop order restricting the document the offline key
-    // signed: entry 0 held at 5%.
+    // signed: entry 0 held at 5% (verified, it reads as that document with the stop).
     let held = env.live_document();
     assert_eq!(held.sequence, base.sequence + 1);
-    assert!(held.entries.is_empty(), "a stop order carries no entries");
+    assert_eq!(
+        held.entries, base.entries,
+        "the entries the offline key signed"
+    );
     assert_eq!(
         held.restricts.as_ref().unwrap().stops,
         [Stop::Hold {
@@ -204,7 +207,10 @@ fn a_freeze_holds_the_ramp_and_the_offline_key_resumes_it_from_there() {
 
     // The guard key cannot resume: a guard document that widens is refused before publishing.
     let wider = {
+        // The order as the guard signs it: no entries or guard key of its own.
         let mut doc = held.clone();
+        doc.entries.clear();
+        doc.guard = None;
         doc.sequence += 1;
         doc.restricts.as_mut().unwrap().stops[0] = Stop::Hold {
             entry: 0,

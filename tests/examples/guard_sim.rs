@@ -88,7 +88,10 @@ fn rollout(seed: u64, new_rate: f64, signer: &SigningKey, guard: &SigningKey) ->
         if let Some(look) = looks.iter().find(|l| l.metrics.iter().any(|m| m.regressed)) {
             let frozen =
                 guard_document(&signed, &base, look.entry, GuardAction::Freeze, now).unwrap();
-            return Some(frozen.entries[0].rollout.as_ref().unwrap().percent);
+            return Some(match frozen.restricts.as_ref().unwrap().stops[0] {
+                pack_format::Stop::Hold { percent, .. } => percent,
+                pack_format::Stop::Revert { .. } => 0,
+            });
         }
         fleet.round(&base, now, CALLS_PER_HOUR, &rate);
     }

@@ -85,7 +85,7 @@ impl SimFleet {
     ) -> BTreeMap<Served, usize> {
         let mut on = BTreeMap::new();
         for (i, id) in self.install_ids.iter().enumerate() {
-            let served = Served::of(doc.select(&self.release, id, at).map(|e| &e.target));
+            let served = Served::of(doc.select(&self.release, id, at));
             let p = error_rate(&served);
             let errors = (0..calls).filter(|_| self.rng.unit() < p).count() as u64;
             let counts = self.counts[i].entry(served.clone()).or_default();

@@ -176,8 +176,11 @@ impl Channel {
                 continue;
             };
             let doc = &live.document;
-            if live.base.is_some() {
-                return Some(doc.entries[0].rollout.as_ref().unwrap().percent);
+            if let (Some(_), Some(order)) = (&live.base, &doc.restricts) {
+                return Some(match order.stops[0] {
+                    pack_format::Stop::Hold { percent, .. } => percent,
+                    pack_format::Stop::Revert { .. } => 0,
+                });
             }
             let now = OffsetDateTime::now_utc();
             if doc.entries[0].rollout.as_ref().unwrap().percent_at(now) == 100 {
