@@ -117,13 +117,20 @@ impl Host {
             eprintln!("note: {note}");
         }
         let custom_agents = Arc::new(roster.custom.clone());
-        let environment = Arc::new(Environment::detect(&header.cwd, self.data_dir.root()));
-        // Instruction files and skills are read now and again whenever they change.
+        let environment = Arc::new(
+            Environment::detect(&header.cwd, self.data_dir.root())
+                .with_provider(&self.settings.provider_name()),
+        );
+        // Instruction files and skills are read now and again whenever they change; the
+        // URLs among the configured ones are fetched now, once for the session.
         let notes = notes_file(self.data_dir.root(), &header.cwd);
-        let sources = instruction_sources(&self.data_dir, &self.config, &header.cwd);
+        let sources = instruction_sources(&self.data_dir, &self.config, &self.web, &header.cwd);
         let live = LiveContext::new(sources.clone(), self.data_dir.root(), Some(&notes));
         let current = live.current();
         let (instructions, disk_skills) = (current.instructions, current.skills);
+        for warning in &instructions.warnings {
+            eprintln!("warning: {warning}");
+        }
         // Helpers read the same files, as they are when each starts and at each of its
         // turns; the notes stay out, as helpers get no memory layer.
         let mut subagents = Subagents::new(
@@ -153,6 +160,7 @@ impl Host {
         subagents.mcp = mcp.clone();
         let mut tools = ToolContext::new(header.cwd.clone(), policy)
             .with_web(self.web.clone())
+            .with_instruction_files(self.config.instruction_files())
             .with_outcomes(self.packs.outcomes().cloned())
             .with_delegate(Arc::new(subagents))
             .with_notes(notes_file(self.data_dir.root(), &header.cwd));
@@ -190,6 +198,7 @@ impl Host {
                     task: None,
                     files: Vec::new(),
                     max_steps: None,
+                    handoff_bytes: None,
                 },
             ),
         };
@@ -271,16 +280,26 @@ pub fn session_roster(base: &Roster, config_text: &str, cwd: &std::path::Path) -
 }
 
 /// Where a session in `cwd` looks for instruction files: the data directory's AGENTS.md
-/// (else `~/.claude/CLAUDE.md`), the project's files, the config's `instructions`, under
-/// the switches in the environment.
-pub fn instruction_sources(data_dir: &DataDir, config: &Config, cwd: &std::path::Path) -> Sources {
-    Sources {
+/// (else `~/.claude/CLAUDE.md`), the project's files (`instruction_files`, per directory),
+/// the config's `instructions`, under the switches in the environment. The URLs among the
+/// `instructions` are fetched here, under `web`'s rules, and kept with the sources.
+pub fn instruction_sources(
+    data_dir: &DataDir,
+    config: &Config,
+    web: &WebSettings,
+    cwd: &std::path::Path,
+) -> Sources {
+    let mut sources = Sources {
         global: data_dir.global_instructions(),
         home: crate::safety::home(),
         cwd: cwd.to_path_buf(),
         configured: config.instructions.clone(),
+        names: config.instruction_files(),
+        fetched: Default::default(),
         switches: Switches::from_process(),
-    }
+    };
+    sources.fetched = agent_runtime::instruction_urls::fetch_urls(web, &sources.urls());
+    sources
 }
 
 pub struct Session {

@@ -487,15 +487,25 @@ fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         task: None,
         files: Vec::new(),
         max_steps: None,
+        handoff_bytes: None,
     };
     let session_context = session.as_ref().map_or(&preview_session, |s| &s.context);
 
-    let environment = Environment::detect(&cwd, data_dir.root());
-    // Instruction files, skills on disk and the workspace's notes, read as a session reads
-    // them.
+    let mut environment = Environment::detect(&cwd, data_dir.root());
+    if let Ok(settings) =
+        ProviderSettings::resolve(&config_text, &ProviderOverrides::default(), |name| {
+            std::env::var(name).ok()
+        })
+    {
+        environment = environment.with_provider(&settings.provider_name());
+    }
+    let web = agent_runtime::tools::WebSettings::parse(&config_text)
+        .map_err(|reason| anyhow::anyhow!("{}: {reason}", data_dir.config_file().display()))?;
+    // Instruction files (URLs fetched as a session fetches them), skills on disk and the
+    // workspace's notes, read as a session reads them.
     let notes = agent_runtime::tools::notes_file(data_dir.root(), &cwd);
     let live = LiveContext::new(
-        host::instruction_sources(&data_dir, &config, &cwd),
+        host::instruction_sources(&data_dir, &config, &web, &cwd),
         data_dir.root(),
         Some(&notes),
     )

@@ -189,6 +189,7 @@ fn a_task_session_freezes_its_agent_and_refuses_another_mode() {
             task: None,
             files: Vec::new(),
             max_steps: None,
+            handoff_bytes: None,
         },
     };
     let sessions = data.path().join("sessions");

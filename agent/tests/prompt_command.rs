@@ -74,7 +74,7 @@ fn agent_prompt_is_the_prompt_the_session_sent_notes_and_skills_included() {
         "- (build) The tests need REDIS_URL set.",
         "deploy",
         "lint",
-        "\nModel: test-model\n",
+        "\nModel: openai/test-model\n",
     ] {
         assert!(printed.contains(part), "{part:?} missing from:\n{printed}");
     }

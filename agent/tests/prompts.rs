@@ -154,7 +154,10 @@ fn the_environment_block_names_the_model_of_the_turn() {
     let mut turn = Turn::new("worker");
     turn.model = "reviewer-model".to_string();
     let text = turn.render().text;
-    assert!(text.contains("\nModel: reviewer-model\n"), "{text}");
+    assert!(
+        text.contains("\nModel: anthropic/reviewer-model\n"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -231,11 +231,12 @@ fn the_environment_block_names_the_model_each_prompt_runs_on() {
     );
     let requests = server.requests();
     let parent = system_of(&requests[0]);
-    assert!(parent.contains("\nModel: test-model\n"), "{parent}");
+    assert!(parent.contains("\nModel: openai/test-model\n"), "{parent}");
     assert_eq!(requests[1].body["model"], "reviewer-model");
     let helper = system_of(&requests[1]);
     assert!(
-        helper.contains("\nModel: reviewer-model\n") && !helper.contains("Model: test-model"),
+        helper.contains("\nModel: openai/reviewer-model\n")
+            && !helper.contains("Model: openai/test-model"),
         "{helper}"
     );
 }
@@ -335,7 +336,7 @@ fn the_builtin_mirror_chooses_the_model_of_a_builtin_agent() {
         "mavis has no choice"
     );
     assert_eq!(requests[1].body["model"], "explore-model");
-    assert!(system_of(&requests[1]).contains("\nModel: explore-model\n"));
+    assert!(system_of(&requests[1]).contains("\nModel: openai/explore-model\n"));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("`name` ignored"),
         "only the model of a built-in agent is read"

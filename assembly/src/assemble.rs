@@ -312,6 +312,11 @@ pub fn assemble(
                 "\nStep limit: {steps} model calls. Finish and hand off before you reach it; work left over is lost."
             ));
         }
+        if let Some(bytes) = session.handoff_bytes {
+            text.push_str(&format!(
+                "\nHandoff limit: the parent receives at most {bytes} bytes of your final message; past that, its middle is cut out. Keep the report within it: lead with the result, and leave out what the parent can look up itself."
+            ));
+        }
         if let Some(task) = &session.task {
             text.push_str(&format!("\nTask:\n{}", task.trim()));
         }

@@ -21,7 +21,7 @@ use pack_serving::Snapshot;
 
 use crate::agents::{BUILTIN_AGENTS, ORCHESTRATOR, PLAN};
 use crate::config::Config;
-use crate::environment::Environment;
+use crate::environment::{Environment, Locale};
 use crate::instructions::{InstructionFile, Instructions};
 use crate::session::SessionContext;
 use crate::{AssembledPrompt, Occasion, Profile, PromptError, PromptMode, TurnRequest, assemble};
@@ -44,6 +44,13 @@ pub fn sample_environment() -> Environment {
         os_version: "Debian GNU/Linux 12 (bookworm)".to_string(),
         date: "2026-01-01".to_string(),
         data_dir: PathBuf::from("/home/dev/.local/share/promptpack"),
+        worktree_root: Some(PathBuf::from("/home/dev/project")),
+        // The sample model is no provider's; the block names it alone.
+        provider: None,
+        locale: Locale {
+            language: Some("en".to_string()),
+            locale: Some("en_US.UTF-8".to_string()),
+        },
     }
 }
 
@@ -93,6 +100,7 @@ pub fn sample_prompts(snapshot: &Snapshot, model: &str) -> Vec<SamplePrompt> {
         task: Some(SAMPLE_TASK.to_string()),
         files: Vec::new(),
         max_steps: None,
+        handoff_bytes: None,
     };
     let mut prompts = Vec::with_capacity(PREVIEW_AGENTS.len() * PromptMode::ALL.len());
     for agent in PREVIEW_AGENTS {

@@ -16,4 +16,7 @@ pub struct SessionContext {
     /// The most model calls the task may take, as its prompt says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u32>,
+    /// The most bytes of the final message the parent receives, as its prompt says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_bytes: Option<usize>,
 }

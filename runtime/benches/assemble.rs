@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use agent_runtime::config::Config;
-use agent_runtime::environment::Environment;
+use agent_runtime::environment::{Environment, Locale};
 use agent_runtime::instructions::{INSTRUCTIONS_MAX_BYTES, Instructions, Sources};
 use agent_runtime::{Occasion, Profile, PromptMode, TurnRequest, assemble};
 use pack_client::PromptStore;
@@ -55,6 +55,12 @@ fn main() {
         os_version: "Linux".to_string(),
         date: "2026-03-14".to_string(),
         data_dir: PathBuf::from("/home/dev/.local/share/promptpack"),
+        worktree_root: Some(work.clone()),
+        provider: Some("anthropic".to_string()),
+        locale: Locale {
+            language: Some("en".to_string()),
+            locale: Some("en_US.UTF-8".to_string()),
+        },
     };
     let config = Config::default();
     let store = PromptStore::new(pack_client::builtin::snapshot());

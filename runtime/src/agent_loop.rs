@@ -578,8 +578,17 @@ impl AgentLoop<'_> {
             for text in self.state.reminders.before_step(steps == 1, &todos, &names) {
                 inject(text, messages, transcript)?;
             }
-            let view =
+            let mut view =
                 compaction::view(messages, self.state.compaction.as_ref(), self.state.trimmed);
+            // Transient reminders (plan mode) go into this request only, at its end where
+            // the model reads them last; the conversation and the transcript never keep them.
+            view.extend(
+                self.state
+                    .reminders
+                    .transient(&todos)
+                    .into_iter()
+                    .map(|content| Message::User { content }),
+            );
             let request = ModelRequest {
                 system: &prepared.prompt.text,
                 messages: &view,

@@ -4,7 +4,10 @@
 //! context naming the task and the files the parent has produced. It is a task child, so
 //! it has no `task` tool itself. Its final message is the handoff the parent receives,
 //! with `ROLE_MISMATCH` and `VERDICT:` lines recognised and called out, and its middle cut
-//! past [`handoff_limit`], so one long report cannot crowd the parent's context.
+//! past the helper's handoff limit, so one long report cannot crowd the parent's context.
+//! Both the handoff limit and the step limit are the config's (`[agents.default]`,
+//! `[agents.<name>]`, see [`Config::helper_limits`]), and both are stated in the helper's
+//! prompt, so it can plan its work and size its report.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -30,16 +33,8 @@ use crate::session::{SessionContext, TaskSession};
 use crate::tools::{Delegate, DelegateRequest, ToolContext, ToolError, WebSettings};
 use crate::transcript::{Record, SessionHeader, Transcript};
 
-/// The longest handoff a helper's final message makes, in bytes (about 24,000 tokens).
-pub const MAX_HANDOFF_BYTES: usize = 97_500;
-
-/// The handoff limit for a parent whose context is `context_tokens`: [`MAX_HANDOFF_BYTES`],
-/// and never more than about a quarter of that context (four bytes a token).
-pub fn handoff_limit(context_tokens: u64) -> usize {
-    usize::try_from(context_tokens)
-        .unwrap_or(usize::MAX)
-        .min(MAX_HANDOFF_BYTES)
-}
+/// The longest handoff a helper's final message makes when the config sets none, in bytes.
+pub use crate::config::HELPER_HANDOFF_BYTES as MAX_HANDOFF_BYTES;
 
 /// A verifier's conclusion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +103,6 @@ pub struct Subagents {
     /// The parent's session id; children are `<parent>.task-<n>`.
     pub parent_session: String,
     pub parent_agent: String,
-    pub max_steps: u32,
     /// `web_fetch`'s limits, the same as the parent's.
     pub web: WebSettings,
     /// The parent's MCP servers: a helper may use their tools as its ceiling allows.
@@ -146,7 +140,6 @@ impl Subagents {
             cwd,
             parent_session,
             parent_agent: ORCHESTRATOR.to_string(),
-            max_steps: 30,
             web: WebSettings::default(),
             mcp: None,
             builtin_models: Default::default(),
@@ -234,12 +227,16 @@ impl Subagents {
             })
             .map_err(stop)?;
         let mut messages = vec![user];
+        let limits = self
+            .config
+            .helper_limits(&request.agent, self.provider.context_tokens());
         let session = SessionContext {
             task_id: task_id.clone(),
             parent_agent: self.parent_agent.clone(),
             task: Some(request.task.trim().to_string()),
             files: request.files,
-            max_steps: Some(self.max_steps),
+            max_steps: Some(limits.max_steps),
+            handoff_bytes: Some(limits.handoff_bytes),
         };
         if let Some(definition) = &definition {
             TaskSession {
@@ -258,6 +255,7 @@ impl Subagents {
             request.policy.inherited(&self.parent_agent),
         )
         .with_web(self.web.clone())
+        .with_instruction_files(self.config.instruction_files())
         .with_outcomes(self.outcomes.clone());
         if let Some(mcp) = &self.mcp {
             tools = tools.with_mcp(mcp.clone());
@@ -287,7 +285,7 @@ impl Subagents {
             },
             provider: &provider,
             tools: tools.clone(),
-            max_steps: self.max_steps,
+            max_steps: limits.max_steps,
             session_id: task_id.clone(),
             // Helpers compact like their parent.
             context_limit: Some(settings.context_tokens),
@@ -333,7 +331,7 @@ impl Subagents {
             .map(|v| format!(" verdict=\"{}\"", v.as_str()))
             .unwrap_or_default();
         // The markers were read from the whole message; the parent gets its ends.
-        let limit = handoff_limit(self.provider.context_tokens());
+        let limit = limits.handoff_bytes;
         let shown = crate::tools::cut_middle(&text, limit);
         let mut out = format!(
             "<handoff agent=\"{}\" task_id=\"{task_id}\" status=\"{status}\"{verdict}>\n{}\n</handoff>",
@@ -390,12 +388,6 @@ impl Delegate for Subagents {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_handoff_limit_follows_a_small_context() {
-        assert_eq!(handoff_limit(200_000), MAX_HANDOFF_BYTES);
-        assert_eq!(handoff_limit(8_192), 8_192);
-    }
 
     #[test]
     fn markers() {

@@ -11,7 +11,8 @@
 //! - [`capabilities`]: tools and features, narrowed in layers (config defaults, the agent's
 //!   ceiling, the occasion, the host profile).
 //! - [`instructions`]: the global and project instruction files, read as data under byte
-//!   budgets.
+//!   budgets; [`instruction_urls`]: the URLs among the configured ones, fetched once a
+//!   session.
 //! - [`mod@assemble`]: the per-turn assembly, in a fixed order, from one snapshot, with
 //!   wholesale fallback to the built-in pack.
 //! - [`preview`]: every built-in agent × prompt mode rendered from a fixed sample context
@@ -38,6 +39,7 @@ pub mod compaction;
 pub mod data_dir;
 pub mod delegation;
 pub mod error;
+pub mod instruction_urls;
 pub mod live;
 pub mod mcp;
 pub mod outcomes;

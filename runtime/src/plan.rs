@@ -2,9 +2,10 @@
 //!
 //! `plan` is mavis with a read-only ceiling: it reads, searches and runs commands in the
 //! read-only sandbox, and writes one file, the session's plan
-//! (`<workspace>/.agents/plans/<session id>.md`). While it is active, every user turn
-//! starts with a reminder of what it may do, where the plan goes and whether that file
-//! exists yet (looked up at each turn, not once at `/plan`); on the switch back
+//! (`<workspace>/.agents/plans/<session id>.md`). While it is active, every request ends
+//! with a reminder of what it may do, where the plan goes and whether that file exists yet
+//! (looked up each time, not once at `/plan`); the reminder is transient, added to each
+//! request and never stored, so copies do not pile up turn after turn. On the switch back
 //! to building, a one-off reminder says what the model may now do and hands it the plan
 //! from the file. The reminder texts come from the pack (`shared/plan_mode.md`,
 //! `shared/build_switch.md`); the runtime adds the plan file's path and content.
@@ -104,8 +105,6 @@ pub struct PlanState {
 struct Inner {
     /// `None` when building.
     active: Option<Active>,
-    /// How many times plan mode was entered, so a switch in shows right away.
-    entered: u64,
 }
 
 #[derive(Debug)]
@@ -113,18 +112,17 @@ struct Active {
     /// The pack's reminder text, as it was when plan mode started.
     intro: String,
     file: PathBuf,
-    entered: u64,
 }
 
 impl PlanState {
     /// Turns plan mode on, with the reminder from `snapshot` and the plan file `plan`.
     pub fn enter(&self, snapshot: &Snapshot, plan: &Path) {
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.entered += 1;
-        inner.active = Some(Active {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .active = Some(Active {
             intro: text(snapshot, PLAN_REMINDER),
             file: plan.to_path_buf(),
-            entered: inner.entered,
         });
     }
 
@@ -143,11 +141,10 @@ impl PlanState {
             .is_some()
     }
 
-    /// The provider that restates plan mode at the start of every turn while it is on.
+    /// The provider that states plan mode in every request while it is on.
     pub fn reminder_provider(&self) -> Box<dyn ReminderProvider> {
         Box::new(PlanReminder {
             state: self.clone(),
-            shown: Mutex::new(0),
         })
     }
 }
@@ -155,8 +152,6 @@ impl PlanState {
 #[derive(Debug)]
 struct PlanReminder {
     state: PlanState,
-    /// The entry into plan mode the reminder was last given for.
-    shown: Mutex<u64>,
 }
 
 impl ReminderProvider for PlanReminder {
@@ -164,23 +159,18 @@ impl ReminderProvider for PlanReminder {
         "plan_mode"
     }
 
-    fn provide(&self, input: &ReminderInput<'_>, _last: Option<&Injected>) -> Option<Injection> {
-        let (text, entered) = {
-            let inner = self
-                .state
-                .inner
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let active = inner.active.as_ref()?;
-            (reminder_text(&active.intro, &active.file), active.entered)
-        };
-        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
-        // At every new turn, and right away after a switch into plan mode.
-        if !input.new_turn && *shown == entered {
-            return None;
-        }
-        *shown = entered;
-        Some(Injection::Full(text))
+    fn provide(&self, _input: &ReminderInput<'_>, _last: Option<&Injected>) -> Option<Injection> {
+        let inner = self
+            .state
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let active = inner.active.as_ref()?;
+        Some(Injection::Full(reminder_text(&active.intro, &active.file)))
+    }
+
+    fn transient(&self) -> bool {
+        true
     }
 }
 
@@ -189,48 +179,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reminder_is_restated_each_turn_and_stops_on_leaving() {
+    fn the_reminder_is_in_every_request_and_never_stored() {
         let dir = tempfile::tempdir().unwrap();
         let snapshot = pack_client::builtin::snapshot();
         let state = PlanState::default();
         let mut reminders = crate::reminders::Reminders::default();
         reminders.register(state.reminder_provider());
-        assert!(reminders.before_step(true, &[], &[]).is_empty());
+        assert!(reminders.transient(&[]).is_empty());
         state.enter(&snapshot, &plan_file(dir.path(), "s1"));
-        let next = reminders.before_step(false, &[], &[]);
-        assert!(
-            next.len() == 1 && next[0].contains("Plan file: "),
-            "{next:?}"
-        );
-        assert!(reminders.before_step(false, &[], &[]).is_empty());
-        assert_eq!(reminders.before_step(true, &[], &[]).len(), 1);
+        for first in [true, false, false, true] {
+            assert!(
+                reminders.before_step(first, &[], &[]).is_empty(),
+                "nothing goes into the conversation"
+            );
+            let request = reminders.transient(&[]);
+            assert!(
+                request.len() == 1 && request[0].contains("Plan file: "),
+                "{request:?}"
+            );
+        }
         state.leave();
-        assert!(reminders.before_step(true, &[], &[]).is_empty());
-        state.enter(&snapshot, &plan_file(dir.path(), "s1"));
-        assert_eq!(
-            reminders.before_step(false, &[], &[]).len(),
-            1,
-            "entering again shows it right away"
-        );
+        assert!(reminders.transient(&[]).is_empty());
     }
 
     #[test]
-    fn a_later_turn_says_the_plan_exists_once_it_was_written() {
+    fn a_later_request_says_the_plan_exists_once_it_was_written() {
         let dir = tempfile::tempdir().unwrap();
         let plan = plan_file(dir.path(), "s1");
         let state = PlanState::default();
         let mut reminders = crate::reminders::Reminders::default();
         reminders.register(state.reminder_provider());
         state.enter(&pack_client::builtin::snapshot(), &plan);
-        let first = reminders.before_step(true, &[], &[]).join("\n");
+        let first = reminders.transient(&[]).join("\n");
         assert!(first.contains("does not exist yet"), "{first}");
         std::fs::create_dir_all(plan.parent().unwrap()).unwrap();
         std::fs::write(&plan, "1. read the code\n").unwrap();
-        assert!(
-            reminders.before_step(false, &[], &[]).is_empty(),
-            "not restated within the turn"
-        );
-        let next = reminders.before_step(true, &[], &[]).join("\n");
+        let next = reminders.transient(&[]).join("\n");
         assert!(
             next.contains("it exists already") && !next.contains("does not exist"),
             "{next}"

@@ -7,6 +7,11 @@
 //! start of a turn, a change in the tool set is announced as tools added and removed.
 //! Reminders mirror current state, so compaction may drop them: afterwards everything is
 //! re-armed and the next step restates it in full.
+//!
+//! A provider may instead be *transient* ([`ReminderProvider::transient`]): its block is
+//! added to every request while it has something to say, and never stored in the
+//! conversation or the transcript. A state that holds for many turns (plan mode) is then
+//! said once per request, not once more per turn, and a resumed session carries no copies.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +55,11 @@ pub struct ReminderInput<'a> {
 pub trait ReminderProvider: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
     fn provide(&self, input: &ReminderInput<'_>, last: Option<&Injected>) -> Option<Injection>;
+    /// Whether the block goes only into each request ([`Reminders::transient`]) rather
+    /// than into the conversation ([`Reminders::before_step`]).
+    fn transient(&self) -> bool {
+        false
+    }
 }
 
 /// Keeps the open items of the task list in view: in full at the start of a turn or when
@@ -191,7 +201,7 @@ impl Reminders {
             step: self.step,
             todos,
         };
-        for provider in &self.providers {
+        for provider in self.providers.iter().filter(|p| !p.transient()) {
             let name = provider.name();
             let Some(injection) = provider.provide(&input, self.last.get(name)) else {
                 continue;
@@ -211,11 +221,30 @@ impl Reminders {
             );
         }
         blocks.append(&mut self.notices);
-        blocks
-            .into_iter()
-            .map(|text| format!("{REMINDER_OPEN}\n{}\n{REMINDER_CLOSE}", text.trim()))
+        blocks.into_iter().map(|text| wrap(&text)).collect()
+    }
+
+    /// The transient providers' blocks for the request about to be sent: each in full,
+    /// for the caller to add to that request only.
+    pub fn transient(&self, todos: &[TodoItem]) -> Vec<String> {
+        let input = ReminderInput {
+            new_turn: true,
+            step: self.step,
+            todos,
+        };
+        self.providers
+            .iter()
+            .filter(|p| p.transient())
+            .filter_map(|p| p.provide(&input, None))
+            .map(|injection| match injection {
+                Injection::Full(text) | Injection::Short(text) => wrap(&text),
+            })
             .collect()
     }
+}
+
+fn wrap(text: &str) -> String {
+    format!("{REMINDER_OPEN}\n{}\n{REMINDER_CLOSE}", text.trim())
 }
 
 #[cfg(test)]

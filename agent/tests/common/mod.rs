@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use agent_runtime::agents::AgentDefinition;
 use agent_runtime::config::Config;
-use agent_runtime::environment::Environment;
+use agent_runtime::environment::{Environment, Locale};
 use agent_runtime::instructions::Instructions;
 use agent_runtime::session::SessionContext;
 use agent_runtime::{
@@ -25,6 +25,12 @@ pub fn environment() -> Environment {
         os_version: "Debian GNU/Linux 12 (bookworm)".to_string(),
         date: "2026-03-14".to_string(),
         data_dir: PathBuf::from("/home/dev/.local/share/promptpack"),
+        worktree_root: Some(PathBuf::from("/home/dev/project")),
+        provider: Some("anthropic".to_string()),
+        locale: Locale {
+            language: Some("en".to_string()),
+            locale: Some("en_US.UTF-8".to_string()),
+        },
     }
 }
 
@@ -75,6 +81,7 @@ impl Turn {
                 task: None,
                 files: Vec::new(),
                 max_steps: None,
+                handoff_bytes: None,
             },
         }
     }

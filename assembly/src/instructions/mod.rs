@@ -1,7 +1,9 @@
-//! Instruction files: the user's global file, the project's `CLAUDE.md` or `AGENTS.md` in
-//! each directory from the worktree root down to the working directory, and the files the
-//! config's `instructions` names ([`sources`] says where they are looked for). They are
-//! data: their text goes into the prompt as written and is never compiled as a template.
+//! Instruction files: the user's global file, the project's file in each directory from
+//! the worktree root down to the working directory (the first non-empty one of the names
+//! `instruction_files` lists, by default `CLAUDE.md`, `AGENTS.md`, `CONTEXT.md`), and the
+//! files and URLs the config's `instructions` names ([`sources`] says where they are looked
+//! for). They are data: their text goes into the prompt as written and is never compiled
+//! as a template.
 //!
 //! Budgets: each file 32 KiB (a project or configured file is cut, the global file is left
 //! out whole), and 64 KiB for all of them together, spent in prompt order. The file that
@@ -13,14 +15,19 @@ use std::path::{Path, PathBuf};
 
 pub mod sources;
 
-pub use sources::{Sources, Switches, worktree_root};
+pub use sources::{Configured, Sources, Switches, is_url, worktree_root};
 
 /// Byte budget of each instruction file.
 pub const INSTRUCTIONS_MAX_BYTES: usize = 32 * 1024;
 /// Byte budget of all instruction files of one prompt together.
 pub const INSTRUCTIONS_TOTAL_BYTES: usize = 64 * 1024;
-/// The names tried in each project directory, in order; the first non-empty one is used.
-pub const PROJECT_FILES: [&str; 2] = ["CLAUDE.md", "AGENTS.md"];
+/// The names tried in each project directory by default, in order; the first non-empty
+/// one is used. `CLAUDE.md` comes first so a project written for Claude Code reads as it
+/// always did; `AGENTS.md` is the name most other agents share; `CONTEXT.md` is the older
+/// name some projects still carry. The config's `instruction_files` replaces the list.
+pub const PROJECT_FILES: [&str; 3] = ["CLAUDE.md", "AGENTS.md", "CONTEXT.md"];
+/// The most characters of a per-directory name in `instruction_files`.
+pub const NAME_MAX: usize = 255;
 
 /// One instruction file as it goes into the prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,13 +84,34 @@ impl Instructions {
         if let Some(global) = read_global(&sources.global_candidates(), &mut warnings) {
             found.push((Place::Global, global));
         }
-        let names = sources.switches.project_names();
+        let names = sources.project_names();
         for dir in sources.project_dirs() {
-            if let Some(file) = read_dir_file(&dir, names) {
+            if let Some(file) = read_dir_file(&dir, &names) {
                 found.push((Place::Project, file));
             }
         }
-        for path in sources.configured_files(&mut warnings) {
+        for entry in sources.configured_entries(&mut warnings) {
+            let path = match entry {
+                Configured::File(path) => path,
+                Configured::Url(url) => {
+                    match sources.fetched.get(&url) {
+                        Some(Ok(text)) => {
+                            let bytes = text.as_bytes();
+                            if let Some(file) = capped(Path::new(&url), bytes, bytes.len() as u64)
+                            {
+                                found.push((Place::Configured, file));
+                            }
+                        }
+                        Some(Err(why)) => warnings.push(format!(
+                            "instructions: {url} was left out of the prompt: {why}"
+                        )),
+                        None => warnings.push(format!(
+                            "instructions: {url} was left out of the prompt: it was not fetched (only agent sessions and `agent prompt` fetch instruction URLs)"
+                        )),
+                    }
+                    continue;
+                }
+            };
             // A configured file the walk read already (the root's AGENTS.md) is not shown twice.
             let same = |f: &Found| real(&f.path) == real(&path);
             if found.iter().any(|(_, f)| same(f)) {
@@ -207,7 +235,7 @@ fn read_global(candidates: &[PathBuf], warnings: &mut Vec<String>) -> Option<Fou
 }
 
 /// One directory's file: the first of `names` that is non-empty after trimming.
-fn read_dir_file(dir: &Path, names: &[&str]) -> Option<Found> {
+fn read_dir_file(dir: &Path, names: &[String]) -> Option<Found> {
     names.iter().find_map(|name| read_capped(&dir.join(name)))
 }
 
@@ -215,8 +243,14 @@ fn read_dir_file(dir: &Path, names: &[&str]) -> Option<Found> {
 /// cut (see [`cut`]). `None` when the file is missing, unreadable or empty.
 fn read_capped(path: &Path) -> Option<Found> {
     let (bytes, size) = open(path)?;
+    capped(path, &bytes, size)
+}
+
+/// `bytes` (the start of something `size` bytes long) within [`INSTRUCTIONS_MAX_BYTES`];
+/// `None` when empty after trimming.
+fn capped(path: &Path, bytes: &[u8], size: u64) -> Option<Found> {
     let cut = size > INSTRUCTIONS_MAX_BYTES as u64;
-    let kept = if cut { self::cut(&bytes) } else { &bytes[..] };
+    let kept = if cut { self::cut(bytes) } else { bytes };
     let kept = String::from_utf8_lossy(kept);
     let kept = if cut { kept.trim_end() } else { kept.trim() };
     if kept.trim().is_empty() {
@@ -258,7 +292,13 @@ fn finish(file: Found, warnings: &mut Vec<String>) -> InstructionFile {
 /// workspace root and `file`, outermost first. The root's own is not among them: it is in
 /// the system prompt already. Empty for a file outside the workspace, and when the
 /// project switch is on.
-pub fn nested(workspace_root: &Path, file: &Path, switches: Switches) -> Vec<InstructionFile> {
+pub fn nested(
+    workspace_root: &Path,
+    file: &Path,
+    switches: Switches,
+    names: &[String],
+) -> Vec<InstructionFile> {
+    let names = switches.project_names(names);
     if switches.no_project {
         return Vec::new();
     }
@@ -277,7 +317,7 @@ pub fn nested(workspace_root: &Path, file: &Path, switches: Switches) -> Vec<Ins
         dirs.push(dir.clone());
     }
     dirs.iter()
-        .filter_map(|dir| read_dir_file(dir, switches.project_names()))
+        .filter_map(|dir| read_dir_file(dir, &names))
         .map(|file| finish(file, &mut Vec::new()))
         .collect()
 }

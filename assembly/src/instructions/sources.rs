@@ -1,8 +1,11 @@
 //! Where instruction files are looked for: the global file (the data directory's
 //! `AGENTS.md`, else `~/.claude/CLAUDE.md`), the project's files in every directory from
-//! the worktree root down to the working directory, and the files the config's
-//! `instructions` names. Reading them, under budgets, is the parent module's job.
+//! the worktree root down to the working directory, and the files and URLs the config's
+//! `instructions` names. Reading them, under budgets, is the parent module's job; fetching
+//! the URLs is the host's (this crate does no I/O beyond the disk), which hands their text
+//! in through [`Sources::fetched`].
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::paths::{normalise, real_path};
@@ -53,14 +56,32 @@ impl Switches {
         Switches::from_env(|name| std::env::var(name).ok())
     }
 
-    /// The file names tried in each project directory, in order.
-    pub fn project_names(self) -> &'static [&'static str] {
-        if self.no_claude_md {
-            &PROJECT_FILES[1..]
-        } else {
-            &PROJECT_FILES
-        }
+    /// `names` without `CLAUDE.md` when the switch leaves it out.
+    pub fn project_names(self, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter(|name| !(self.no_claude_md && name.eq_ignore_ascii_case("CLAUDE.md")))
+            .cloned()
+            .collect()
     }
+}
+
+/// The default per-directory names, as owned strings.
+pub fn default_names() -> Vec<String> {
+    PROJECT_FILES.iter().map(|name| name.to_string()).collect()
+}
+
+/// Whether an `instructions` entry is a URL (fetched over HTTP) rather than a path.
+pub fn is_url(entry: &str) -> bool {
+    let lower = entry.trim_start().to_ascii_lowercase();
+    lower.starts_with("https://") || lower.starts_with("http://")
+}
+
+/// One `instructions` entry as it resolved: a file on disk, or a URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Configured {
+    File(PathBuf),
+    Url(String),
 }
 
 /// The nearest directory at or above `cwd` holding `.git` (a directory, or the file a
@@ -80,8 +101,15 @@ pub struct Sources {
     pub home: Option<PathBuf>,
     /// Where the session runs.
     pub cwd: PathBuf,
-    /// The config's `instructions`: paths and globs, relative ones inside the workspace.
+    /// The config's `instructions`: paths and globs, relative ones inside the workspace,
+    /// and `http(s)://` URLs.
     pub configured: Vec<String>,
+    /// The names tried in each project directory, in order (`instruction_files`); the first
+    /// non-empty one is read.
+    pub names: Vec<String>,
+    /// What fetching each URL of `configured` gave: its text, or why there is none. A URL
+    /// missing here was never fetched, and is left out with a warning.
+    pub fetched: BTreeMap<String, Result<String, String>>,
     pub switches: Switches,
 }
 
@@ -94,8 +122,24 @@ impl Sources {
             home: None,
             cwd: cwd.to_path_buf(),
             configured: Vec::new(),
+            names: default_names(),
+            fetched: BTreeMap::new(),
             switches: Switches::default(),
         }
+    }
+
+    /// The names tried in each project directory, under the switches.
+    pub fn project_names(&self) -> Vec<String> {
+        self.switches.project_names(&self.names)
+    }
+
+    /// The URLs among the configured entries, in the order listed.
+    pub fn urls(&self) -> Vec<String> {
+        self.configured
+            .iter()
+            .filter(|entry| is_url(entry))
+            .map(|entry| entry.trim().to_string())
+            .collect()
     }
 
     /// The workspace: the worktree root, or the working directory outside a repository
@@ -137,9 +181,28 @@ impl Sources {
     /// through a symbolic link, is skipped with a warning: an absolute path (or `~/`)
     /// says so on purpose.
     pub fn configured_files(&self, warnings: &mut Vec<String>) -> Vec<PathBuf> {
+        self.configured_entries(warnings)
+            .into_iter()
+            .filter_map(|entry| match entry {
+                Configured::File(path) => Some(path),
+                Configured::Url(_) => None,
+            })
+            .collect()
+    }
+
+    /// The configured entries in the order listed: files as [`Sources::configured_files`]
+    /// finds them, URLs as written.
+    pub fn configured_entries(&self, warnings: &mut Vec<String>) -> Vec<Configured> {
         let root = self.root();
         let mut files = Vec::new();
         for entry in &self.configured {
+            if is_url(entry) {
+                let url = Configured::Url(entry.trim().to_string());
+                if !files.contains(&url) {
+                    files.push(url);
+                }
+                continue;
+            }
             let (base, relative) = match (entry.strip_prefix("~/"), &self.home) {
                 (Some(rest), Some(home)) => (home.join(rest), false),
                 (Some(_), None) => {
@@ -190,6 +253,7 @@ impl Sources {
                     ));
                     continue;
                 }
+                let found = Configured::File(found);
                 if !files.contains(&found) {
                     files.push(found);
                 }
@@ -203,7 +267,7 @@ impl Sources {
     pub fn watched(&self) -> Vec<PathBuf> {
         let mut files = self.global_candidates();
         for dir in self.project_dirs() {
-            files.extend(PROJECT_FILES.iter().map(|name| dir.join(name)));
+            files.extend(self.project_names().iter().map(|name| dir.join(name)));
         }
         files.extend(self.configured_files(&mut Vec::new()));
         files
@@ -295,7 +359,10 @@ mod tests {
             ("OPENCODE_DISABLE_PROJECT_CONFIG", "1"),
         ]));
         assert!(on.no_claude_md && on.no_project);
-        assert_eq!(on.project_names(), &["AGENTS.md"]);
+        assert_eq!(
+            on.project_names(&default_names()),
+            ["AGENTS.md", "CONTEXT.md"]
+        );
     }
 
     #[test]

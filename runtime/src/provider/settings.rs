@@ -131,6 +131,16 @@ pub struct ProviderSettings {
 }
 
 impl ProviderSettings {
+    /// The provider part of a provider-qualified model id (`provider/model`): the
+    /// `[providers.<id>]` entry, or the API's name when only the environment configured it.
+    pub fn provider_name(&self) -> String {
+        if self.id == "env" {
+            self.api.to_string()
+        } else {
+            self.id.clone()
+        }
+    }
+
     /// The schedule failed model calls are retried on: `max_retries` retries from
     /// `retry_base`, doubling, jittered, every pause under `max_retry_wait`.
     pub fn backoff(&self) -> pack_protocol::retry::Backoff {

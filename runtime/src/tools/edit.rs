@@ -198,7 +198,7 @@ fn find_ignoring_whitespace(text: &str, old: &str) -> Vec<Range<usize>> {
 }
 
 /// Drops `N|` prefixes when every non-blank line has one (text copied from `read`).
-fn strip_line_numbers(text: &str) -> Option<String> {
+pub(super) fn strip_line_numbers(text: &str) -> Option<String> {
     let prefix = |line: &str| {
         let t = line.trim_start();
         let digits = t.bytes().take_while(u8::is_ascii_digit).count();

@@ -55,7 +55,7 @@ pub use background::{TaskManager, TaskState};
 pub use edit::{EditOutcome, MatchLevel, apply_edit};
 pub use notes::{Note, load as load_notes, notes_file};
 use text::diff;
-pub use web_fetch::WebSettings;
+pub use web_fetch::{WebSettings, fetch_text};
 
 /// Every tool the runtime implements, in the order they are offered. Adding a tool is one
 /// [`Tool`] implementation in its own file plus its line here.
@@ -439,6 +439,8 @@ pub struct ToolContext {
     todos: Mutex<Vec<TodoItem>>,
     /// Nested instruction files already shown to the model with a `read`.
     attached: Mutex<BTreeSet<PathBuf>>,
+    /// The names of instruction files tried in each directory (`instruction_files`).
+    pub instruction_files: Vec<String>,
     pub tasks: Arc<TaskManager>,
     /// Starts child agents; `None` for a child, which cannot delegate.
     pub delegate: Option<Arc<dyn Delegate>>,
@@ -466,6 +468,7 @@ impl ToolContext {
             written: Mutex::new(BTreeSet::new()),
             todos: Mutex::new(Vec::new()),
             attached: Mutex::new(BTreeSet::new()),
+            instruction_files: crate::instructions::sources::default_names(),
             tasks: Arc::new(TaskManager::default()),
             delegate: None,
             notes_file: None,
@@ -492,6 +495,11 @@ impl ToolContext {
     /// Calls refused so far in this session.
     pub fn denials(&self) -> u64 {
         self.denials.load(Ordering::Relaxed)
+    }
+
+    pub fn with_instruction_files(mut self, names: Vec<String>) -> ToolContext {
+        self.instruction_files = names;
+        self
     }
 
     pub fn with_web(mut self, web: WebSettings) -> ToolContext {
@@ -567,7 +575,8 @@ impl ToolContext {
         let mut attached = self.attached.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
         let switches = crate::instructions::Switches::from_process();
-        for found in crate::instructions::nested(&self.cwd, file, switches) {
+        for found in crate::instructions::nested(&self.cwd, file, switches, &self.instruction_files)
+        {
             // Reading the instruction file itself shows it already.
             if !attached.insert(found.path.clone()) || found.path == file {
                 continue;

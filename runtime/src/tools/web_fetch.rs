@@ -341,7 +341,56 @@ fn to_markdown(html: &str) -> Result<String, String> {
     })
 }
 
+/// A page as fetched: where it ended up, and its text (HTML already turned into Markdown).
+struct Page {
+    url: Url,
+    hops: Vec<String>,
+    content_type: Option<String>,
+    text: String,
+    /// The body was larger than `max_bytes`; `text` is its beginning.
+    cut: bool,
+}
+
 async fn fetch(settings: &WebSettings, start: &str) -> ToolResult {
+    let page = fetch_page(settings, start).await?;
+    let mut out = format!("URL: {}\n", page.url);
+    if !page.hops.is_empty() {
+        out.push_str(&format!("Redirected from: {}\n", page.hops.join(" → ")));
+    }
+    if let Some(t) = &page.content_type {
+        out.push_str(&format!("Content-Type: {t}\n"));
+    }
+    out.push('\n');
+    out.push_str(&cap(page.text.trim(), settings.max_output));
+    if page.cut {
+        out.push_str(&format!(
+            "\n\n[the page is larger than the {}-byte download limit; only its beginning was read]",
+            settings.max_bytes
+        ));
+    }
+    Ok(out)
+}
+
+/// The text at `url` for the prompt's instructions, under `web_fetch`'s address rules and
+/// download cap, within `timeout` (or `settings.timeout`, if shorter); the reason when
+/// there is none. The text is as the page gives it (HTML turned into Markdown), without
+/// the tool's header lines.
+pub async fn fetch_text(
+    settings: &WebSettings,
+    url: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let limit = timeout.min(settings.timeout);
+    match tokio::time::timeout(limit, fetch_page(settings, url.trim())).await {
+        // A page past the download cap gives its beginning; the instruction budget is far
+        // smaller than the cap and cuts it again, with a note.
+        Ok(Ok(page)) => Ok(page.text),
+        Ok(Err(e)) => Err(e.0),
+        Err(_) => Err(format!("no answer within {} s", limit.as_secs_f64())),
+    }
+}
+
+async fn fetch_page(settings: &WebSettings, start: &str) -> Result<Page, ToolError> {
     let refused = Arc::new(Mutex::new(None::<String>));
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -446,22 +495,13 @@ async fn fetch(settings: &WebSettings, start: &str) -> ToolResult {
                 .map_err(|e| ToolError::new(format!("the HTML conversion crashed: {e}")))?
                 .map_err(ToolError::new)?,
         };
-        let mut out = format!("URL: {url}\n");
-        if !hops.is_empty() {
-            out.push_str(&format!("Redirected from: {}\n", hops.join(" → ")));
-        }
-        if let Some(t) = &content_type {
-            out.push_str(&format!("Content-Type: {t}\n"));
-        }
-        out.push('\n');
-        out.push_str(&cap(text.trim(), settings.max_output));
-        if cut {
-            out.push_str(&format!(
-                "\n\n[the page is larger than the {}-byte download limit; only its beginning was read]",
-                settings.max_bytes
-            ));
-        }
-        return Ok(out);
+        return Ok(Page {
+            url,
+            hops,
+            content_type,
+            text,
+            cut,
+        });
     }
 }
 

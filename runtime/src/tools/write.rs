@@ -67,6 +67,16 @@ fn run(context: &ToolContext, args: Args) -> ToolResult {
         ));
     }
     let shown = path.display();
+    // `read` shows every line as `N|text`; small models copy those numbers into the file.
+    // Text that has them on every line is almost surely such a copy, so it is refused
+    // rather than written: nothing is lost, and the model can send it again without them.
+    if args.content.lines().any(|l| !l.trim().is_empty())
+        && super::edit::strip_line_numbers(&args.content).is_some()
+    {
+        return Err(ToolError::new(format!(
+            "not written: every line of the content starts with a line-number prefix like `1|`, as `read` shows lines. Those numbers are not part of the file; send the content again without them. {shown} is unchanged."
+        )));
+    }
     let existed = path.exists();
     if path.is_dir() {
         return Err(ToolError::new(format!("{shown} is a directory")));
