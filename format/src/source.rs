@@ -391,10 +391,8 @@ fn walk(root: &Path, limits: &Limits) -> (Vec<DirFile>, Vec<DirProblem>) {
     (all.files, all.problems)
 }
 
-/// Threads listing directories: beyond a few, they wait on each other in the kernel's
-/// directory locks. On 2 cores, with the steps-off seal of the `markdown` shape (19,229
-/// directories), four took 0.316-0.327 s where one per core took 0.336-0.350 s, and eight
-/// were no faster than four (BENCHMARKS.md).
+/// Threads listing directories: a few keep the kernel busy while one of them waits on a
+/// directory; beyond a few, they wait on each other in the kernel's directory locks.
 const SCAN_THREADS: usize = 4;
 
 /// Directories a thread goes down below one it took from the queue before it queues the

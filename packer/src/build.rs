@@ -57,7 +57,7 @@ pub struct BuildArgs {
 
     /// zstd level, 1-22. The default, 19, makes the smallest packs and takes well under a
     /// second for a prompt-sized tree; for trees of tens of MB, 3 (zstd's own default) is
-    /// about 60x faster, for packs about 40% larger.
+    /// many times faster, for somewhat larger packs.
     #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
     zstd_level: i32,
 
@@ -79,8 +79,8 @@ pub struct BuildArgs {
     /// call; it only fails the release. For trees validated already, say by an earlier
     /// `packer build` of the same files in CI. Validation compiles each distinct top-level
     /// tag or block once per build, leaving out the text between tags, and checks a template
-    /// whole only to report a problem in it: for a tree of 82 MB of templates, about 0.1 CPU
-    /// seconds (templates are limited to 128 KiB each).
+    /// whole only to report a problem in it, so it costs a small part of a build
+    /// (templates are limited to 128 KiB each).
     #[arg(long)]
     no_validate: bool,
 
