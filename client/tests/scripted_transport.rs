@@ -266,38 +266,6 @@ async fn a_whole_refresh_runs_through_the_transport_and_installs_what_the_channe
     assert_eq!(client.store().capture().sha256(), release.sha256);
 }
 
-#[tokio::test]
-async fn a_format_3_pack_installs_and_still_serves_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let long: Vec<u8> = (0..200_000u32)
-        .map(|n| b"format three \n"[(n % 14) as usize])
-        .collect();
-    let release = release_as(
-        "2.1.0",
-        pack_format::FORMAT_V3,
-        &[("docs/long.md", long.clone())],
-    );
-    let (header, _) = pack_format::read_header(&release.sealed, &Limits::DEFAULT).unwrap();
-    assert_eq!(header.format, 3);
-    let packd = Packd::new(serving(&release));
-    let client = client(dir.path(), &release, &packd);
-    assert!(matches!(
-        client.refresh_now().await.unwrap(),
-        RefreshOutcome::Installed { .. }
-    ));
-    let served = client.store().capture();
-    assert_eq!(served.sha256(), release.sha256);
-    assert_eq!(served.get("docs/long.md"), Some(long.as_slice()));
-    drop(client);
-
-    // A new process over the same cache checks the installed pack again and serves it.
-    let restarted = self::client(dir.path(), &release, &Packd::new(serving(&release)));
-    let served = restarted.store().capture();
-    assert_eq!(served.source(), Source::Remote);
-    assert_eq!(served.sha256(), release.sha256);
-    assert_eq!(served.get("docs/long.md"), Some(long.as_slice()));
-}
-
 /// 503 to everything.
 fn unavailable() -> Script {
     Box::new(|_| Ok(response(503, &[], b"busy")))

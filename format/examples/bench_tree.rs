@@ -3,8 +3,8 @@
 //!
 //! `cargo run --release -p pack-format --example bench_tree -- DIR [MB] [SEED] [SHAPE]`
 //!
-//! SHAPE is one of `mixed` (the default), `small-shallow`, `few-large`, `markdown` and
-//! `templates`.
+//! SHAPE is one of `mixed` (the default), `small-shallow`, `few-large`, `markdown`,
+//! `templates` and `corpus`.
 #![allow(clippy::print_stdout, reason = "reports what it wrote")]
 
 #[path = "../benches/tree/mod.rs"]

@@ -28,8 +28,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 
 use crate::FormatError;
-use crate::cores::Cores;
-use crate::digest::DigestRule;
 use crate::layout::{FRAME_LEN, INDEX_PATH, Layout, MIN_FRAME_LEN, PlacedFrames, Segment, TAG_LEN};
 use crate::payload::{IndexEntry, Payload, index_json};
 
@@ -83,7 +81,6 @@ pub(crate) type ReadFile<'r> = dyn Fn(usize, &mut Vec<u8>) -> std::io::Result<()
 /// Builds and compresses the payload of `files` (in path order), each file's bytes read by
 /// `read` on the thread that compresses its frame; `check` runs on every file's bytes there.
 pub(crate) fn frame_payload(
-    rule: DigestRule,
     mtime: u64,
     level: i32,
     files: &[PayloadEntry<'_>],
@@ -93,7 +90,6 @@ pub(crate) fn frame_payload(
 ) -> Result<Framed, FormatError> {
     let frames = plan(files, mtime)?;
     let pool = Pool {
-        rule,
         level,
         check,
         mtime,
@@ -282,8 +278,6 @@ struct FrameFiles {
 }
 
 struct Pool<'c, 'f> {
-    /// How the index digests each file.
-    rule: DigestRule,
     level: i32,
     check: Option<&'c FileCheck<'c>>,
     mtime: u64,
@@ -310,20 +304,15 @@ impl Pool<'_, '_> {
             .map_or(1, |n| n.get())
             .min(count)
             .max(1);
-        // Each thread on a core of its own until it takes one of the last frames (`cores`:
-        // left to the scheduler, two threads often shared the free core of a machine whose
-        // other core was busy).
-        let cores = Cores::for_threads(threads).ok();
         let next = AtomicUsize::new(0);
         let stop = AtomicBool::new(false);
         let (done_sender, done) = mpsc::channel::<Report>();
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
-                .map(|worker| {
+                .map(|_| {
                     let done = done_sender.clone();
-                    let (next, stop, make, cores) = (&next, &stop, &make, &cores);
+                    let (next, stop, make) = (&next, &stop, &make);
                     scope.spawn(move || {
-                        let mut held = Cores::hold(cores.as_ref(), worker);
                         let mut scratch = match Scratch::new(self.level) {
                             Ok(scratch) => scratch,
                             Err(e) => {
@@ -336,11 +325,6 @@ impl Pool<'_, '_> {
                             let number = next.fetch_add(1, Ordering::Relaxed);
                             if number >= count {
                                 return;
-                            }
-                            if number + threads >= count {
-                                // One of the last frames: it may move to a core another
-                                // thread leaves idle when it runs out of frames.
-                                held.release();
                             }
                             make(number, &mut scratch, &done);
                         }
@@ -440,22 +424,16 @@ impl Pool<'_, '_> {
         files: Vec<(String, Range<usize>)>,
     ) -> (Vec<IndexEntry>, Vec<(String, FileProblem)>) {
         let mut problems = Vec::new();
-        // All of the chunk's files at once: many hash side by side (crate::digest).
-        let bytes: Vec<&[u8]> = files
-            .iter()
-            .map(|(_, range)| &chunk[range.clone()])
-            .collect();
-        let digests = self.rule.each(&bytes);
         let index = files
             .into_iter()
-            .zip(bytes.into_iter().zip(digests))
-            .map(|((path, _), (bytes, sha256))| {
+            .map(|(path, range)| {
+                let bytes = &chunk[range];
                 if let Some(check) = self.check {
                     problems.extend(check(&path, bytes).into_iter().map(|p| (path.clone(), p)));
                 }
                 IndexEntry {
                     size: bytes.len() as u64,
-                    sha256: hex::encode(sha256),
+                    sha256: crate::sha256_hex(bytes),
                     path,
                 }
             })
@@ -481,9 +459,8 @@ pub(crate) fn compressor(level: i32) -> Result<zstd::bulk::Compressor<'static>, 
 /// The longest block a frame is cut into: one byte short of zstd's 128 KiB. zstd 1.5.7
 /// looks for a better place to end each full 128 KiB block (its "pre-splitter", which samples
 /// the block's bytes before compressing them); in blocks one byte shorter it does not look.
-/// On the 100 MB bench trees at level 3 that search was 4-6% of the compressor's time, and
-/// the frames came out within 0.01% of the same size either way (BENCHMARKS.md). The
-/// setting that turns the search off by name is not in the zstd crate's safe interface.
+/// The search costs compressor time and, on prompt-like text, gains no size. The setting
+/// that turns it off by name is not in the zstd crate's safe interface.
 const BLOCK_LEN: usize = 128 * 1024 - 1;
 
 /// The frames as they come back, placed in order.
@@ -628,7 +605,7 @@ impl<'p> Collected<'p> {
             ..
         } = scratch;
         self.problems = problems;
-        let index_entry = index_entry(&index, pool.rule, pool.mtime)?;
+        let index_entry = index_entry(&index, pool.mtime)?;
         chunk.extend_from_slice(&[0; 1024]);
         let mut compress = |bytes: &[u8]| {
             compressor
@@ -664,7 +641,7 @@ fn compress_index(
     index: &[IndexEntry],
     pool: &Pool<'_, '_>,
 ) -> Result<(Vec<u8>, usize), FormatError> {
-    let entry = index_entry(index, pool.rule, pool.mtime)?;
+    let entry = index_entry(index, pool.mtime)?;
     let frame = compressor(pool.level)?
         .compress(&entry)
         .map_err(|e| FormatError::io("compressing the payload index", e))?;
@@ -672,8 +649,8 @@ fn compress_index(
 }
 
 /// The index's `tar` entry: header blocks, the JSON, padding.
-fn index_entry(index: &[IndexEntry], rule: DigestRule, mtime: u64) -> Result<Vec<u8>, FormatError> {
-    let json = index_json(index, rule)?;
+fn index_entry(index: &[IndexEntry], mtime: u64) -> Result<Vec<u8>, FormatError> {
+    let json = index_json(index)?;
     let mut headers = tar::Builder::new(Vec::new());
     let mut entry = entry_header(&mut headers, INDEX_PATH, json.len() as u64, mtime)?;
     entry.extend_from_slice(&json);
@@ -686,7 +663,6 @@ fn index_entry(index: &[IndexEntry], rule: DigestRule, mtime: u64) -> Result<Vec
 pub(crate) fn compress_chunks(bytes: &[u8], level: i32) -> Result<Vec<u8>, FormatError> {
     let chunks: Vec<&[u8]> = bytes.chunks(FRAME_LEN).collect();
     let pool = Pool {
-        rule: DigestRule::Bytes,
         level,
         check: None,
         mtime: 0,
@@ -728,16 +704,12 @@ impl Payload {
             room: 0,
             tags: false,
         };
-        Ok(self
-            .framed(DigestRule::Bytes, mtime, level, layout)?
-            .placed
-            .out)
+        Ok(self.framed(mtime, level, layout)?.placed.out)
     }
 
     /// The payload's frames, laid out as `layout` says.
     pub(crate) fn framed(
         &self,
-        rule: DigestRule,
         mtime: u64,
         level: i32,
         layout: Layout,
@@ -754,7 +726,7 @@ impl Payload {
             out.extend_from_slice(files[i].1);
             Ok(())
         };
-        frame_payload(rule, mtime, level, &entries, layout, None, &read)
+        frame_payload(mtime, level, &entries, layout, None, &read)
     }
 }
 

@@ -11,13 +11,9 @@
 //! - [`ramp`]: rollouts whose percentage grows on a signed schedule.
 //! - [`guard`]: the guard key, which may only freeze or roll back a channel.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
-//! - [`cores`]: threads pinned one per core (the seal's compressing threads, packd's loops).
 
-mod buffer;
 pub mod channel;
-pub mod cores;
 mod decode;
-mod digest;
 pub mod error;
 mod frames;
 pub mod guard;
@@ -35,7 +31,6 @@ pub use channel::{
     WatchAction, rollout_bucket,
 };
 pub use decode::decompress;
-pub use digest::{DigestRule, PIECE_LEN};
 pub use error::FormatError;
 pub use frames::compress;
 pub use guard::{Guard, GuardAction, Restricts, Stop};
@@ -51,14 +46,9 @@ pub use source::{
 };
 pub use unpack::{Unpack, Unpacked, open_file_into, open_into};
 
-/// Version of the sealed-pack container this crate writes unless told otherwise. It reads
-/// this one, [`pack::FORMAT_V1`] and [`FORMAT_V3`].
+/// Version of the sealed-pack container this crate writes, the only one. It reads this one
+/// and [`pack::FORMAT_V1`].
 pub const FORMAT_VERSION: u32 = 2;
-
-/// Format 3: format 2's bytes with each file over 64 KiB digested over its pieces
-/// ([`DigestRule::Pieces`]). Read by this crate, and written when a seal asks for it: a
-/// reader that predates it refuses it at the header (`UnsupportedVersion`).
-pub const FORMAT_V3: u32 = 3;
 
 /// Below this many bytes in all, data-parallel work (hashing, encrypting, checking) stays on
 /// the calling thread: handing it to the pool costs more than it saves.

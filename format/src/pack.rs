@@ -21,27 +21,22 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
-use aws_lc_rs::error::Unspecified;
+use aes_gcm::aead::AeadInOut;
+use aes_gcm::aead::inout::InOutBuf;
+use aes_gcm::{Aes256Gcm, KeyInit};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-use crate::buffer::FrameBuffer;
-use crate::decode::{
-    FileHashes, FrameSource, PIPELINE_MIN_LEN, decode_exact, frame_context, frames_within,
-    with_frame_reader,
-};
-use crate::digest::DigestRule;
+use crate::decode::{FrameSource, decode_exact, frames_within};
 use crate::keys::validate_key_id;
 pub use crate::layout::Segment;
 use crate::layout::{Layout, PlacedFrames, TAG_LEN};
 use crate::payload::Payload;
 use crate::{
-    ContentKey, ContentKeyRing, FORMAT_V3, FORMAT_VERSION, FormatError, Limits, sha256_hex,
-    validate_name,
+    ContentKey, ContentKeyRing, FORMAT_VERSION, FormatError, Limits, sha256_hex, validate_name,
 };
 
 /// The first eight bytes of every sealed pack.
@@ -94,17 +89,12 @@ impl PackHeader {
     pub fn tar_len(&self) -> Option<u64> {
         (self.format != FORMAT_V1).then(|| self.segments.iter().map(|s| s.tar_len).sum())
     }
-
-    /// How the pack's index digests its files, by its format (one [`read_header`] accepted).
-    pub fn digest_rule(&self) -> DigestRule {
-        DigestRule::of_format(self.format).unwrap_or(DigestRule::Bytes)
-    }
 }
 
 /// What to seal.
 pub struct SealInput<'a> {
-    /// The container format to write: [`FORMAT_VERSION`] (2), which every reader reads, or
-    /// [`FORMAT_V3`], which readers that predate it refuse.
+    /// The container format to write: [`FORMAT_VERSION`], the only one written; any other
+    /// is refused.
     pub format: u32,
     pub name: &'a str,
     pub version: &'a semver::Version,
@@ -116,26 +106,16 @@ pub struct SealInput<'a> {
     pub zstd_level: i32,
 }
 
-impl SealInput<'_> {
-    /// The rule the index of a pack in `format` digests by; only formats 2 and 3 are
-    /// written.
-    pub(crate) fn digest_rule(&self) -> Result<DigestRule, FormatError> {
-        seal_rule(self.format)
+/// Refuses to seal any format but [`FORMAT_VERSION`].
+pub(crate) fn check_seal_format(format: u32) -> Result<(), FormatError> {
+    if format == FORMAT_VERSION {
+        return Ok(());
     }
-}
-
-/// The digest rule of a format this crate writes (2 or 3).
-pub(crate) fn seal_rule(format: u32) -> Result<DigestRule, FormatError> {
-    match format {
-        FORMAT_VERSION | FORMAT_V3 => {
-            Ok(DigestRule::of_format(format).unwrap_or(DigestRule::Bytes))
-        }
-        other => Err(FormatError::UnsupportedVersion {
-            what: "pack format to seal (2 or 3)",
-            expected: FORMAT_V3,
-            found: other,
-        }),
-    }
+    Err(FormatError::UnsupportedVersion {
+        what: "pack format to seal",
+        expected: FORMAT_VERSION,
+        found: format,
+    })
 }
 
 /// A pack that opened: its header, its verified files and the SHA-256 of the sealed bytes.
@@ -187,7 +167,7 @@ impl SealSecrets {
 
 /// The header fields of a pack, whatever its payload comes from.
 pub(crate) struct PackMeta<'a> {
-    /// The container format the header declares (2 or 3).
+    /// The container format the header declares ([`FORMAT_VERSION`]).
     pub format: u32,
     pub name: &'a str,
     pub version: &'a semver::Version,
@@ -220,10 +200,10 @@ pub fn seal_with_secrets(
         room: room_for(keys.len()) + 64 * 1024 + 200 * input.payload.len(),
         tags: true,
     };
-    let framed =
-        input
-            .payload
-            .framed(input.digest_rule()?, input.mtime, input.zstd_level, layout)?;
+    check_seal_format(input.format)?;
+    let framed = input
+        .payload
+        .framed(input.mtime, input.zstd_level, layout)?;
     seal_frames(&meta, keys, secrets, framed.placed, &framed.segments).map(SealedPack::into_vec)
 }
 
@@ -305,7 +285,7 @@ pub fn seal_segments(
             ),
         ));
     }
-    input.digest_rule()?;
+    check_seal_format(input.format)?;
     let meta = PackMeta {
         format: input.format,
         name: input.name,
@@ -486,15 +466,14 @@ fn encrypt_segments(
         rest = next;
     }
     let last = segments.len() - 1;
-    let failed = || FormatError::Signing("encrypting the payload failed".to_string());
-    let cipher = aes_256_gcm(data_key).map_err(|_| failed())?;
+    let cipher = Aes256Gcm::new(data_key.into());
     let encrypt = |number: usize, piece: &mut [u8]| -> Result<(), FormatError> {
         let (text, tag_room) = piece.split_at_mut(piece.len() - TAG_LEN);
         let nonce = segment_nonce(nonce_prefix, number, number == last);
         let tag = cipher
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), text)
-            .map_err(|_| failed())?;
-        tag_room.copy_from_slice(tag.as_ref());
+            .encrypt_inout_detached(&nonce.into(), aad, InOutBuf::from(text))
+            .map_err(|_| FormatError::Signing("encrypting the payload failed".to_string()))?;
+        tag_room.copy_from_slice(&tag);
         Ok(())
     };
     let total: usize = pieces.iter().map(|p| p.len()).sum();
@@ -528,45 +507,39 @@ fn slot_aad(key_id: &str) -> Vec<u8> {
     [SLOT_AAD_PREFIX, key_id.as_bytes()].concat()
 }
 
-/// An AES-256-GCM key. Nonces are never reused: each key slot has a random nonce of its own,
-/// and each segment's nonce is the pack's random prefix with the segment's number.
-fn aes_256_gcm(key: &[u8; 32]) -> Result<LessSafeKey, Unspecified> {
-    Ok(LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key)?))
-}
-
-/// AES-256-GCM encryption of `in_out` in place; returns the tag.
+/// AES-256-GCM encryption of `in_out` in place; returns the tag. Nonces are never reused:
+/// each key slot has a random nonce of its own, and each segment's nonce is the pack's
+/// random prefix with the segment's number.
 fn seal_detached(
     key: &[u8; 32],
     nonce: [u8; 12],
     aad: &[u8],
     in_out: &mut [u8],
-) -> Result<[u8; TAG_LEN], Unspecified> {
-    let tag = aes_256_gcm(key)?.seal_in_place_separate_tag(
-        Nonce::assume_unique_for_key(nonce),
-        Aad::from(aad),
-        in_out,
+) -> Result<[u8; TAG_LEN], aes_gcm::Error> {
+    let tag = Aes256Gcm::new(key.into()).encrypt_inout_detached(
+        &nonce.into(),
+        aad,
+        InOutBuf::from(in_out),
     )?;
-    tag.as_ref().try_into().map_err(|_| Unspecified)
+    Ok(tag.into())
 }
 
-/// AES-256-GCM decryption of `in_out` in place, checking `tag`.
+/// AES-256-GCM decryption of `in_out` in place, checking `tag`; on failure nothing may be
+/// read from `in_out`.
 fn open_detached(
     key: &[u8; 32],
     nonce: [u8; 12],
     aad: &[u8],
     tag: &[u8],
     in_out: &mut [u8],
-) -> Result<(), Unspecified> {
-    if tag.len() != TAG_LEN {
-        return Err(Unspecified);
-    }
-    aes_256_gcm(key)?.open_in_place_separate_tag(
-        Nonce::assume_unique_for_key(nonce),
-        Aad::from(aad),
-        tag,
-        in_out,
-    )?;
-    Ok(())
+) -> Result<(), aes_gcm::Error> {
+    let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| aes_gcm::Error)?;
+    Aes256Gcm::new(key.into()).decrypt_inout_detached(
+        &nonce.into(),
+        aad,
+        InOutBuf::from(in_out),
+        &tag.into(),
+    )
 }
 
 /// Parses and checks the header of a sealed pack without decrypting anything. Returns the
@@ -622,10 +595,10 @@ pub(crate) fn read_header_of(
     }
     let header: PackHeader = serde_json::from_slice(&bytes[PREFIX_LEN..header_len])
         .map_err(|e| FormatError::malformed("pack header", e))?;
-    if DigestRule::of_format(header.format).is_none() {
+    if header.format != FORMAT_V1 && header.format != FORMAT_VERSION {
         return Err(FormatError::UnsupportedVersion {
             what: "sealed pack",
-            expected: FORMAT_V3,
+            expected: FORMAT_VERSION,
             found: header.format,
         });
     }
@@ -788,10 +761,10 @@ impl Unsealed<'_> {
             .collect()
     }
 
-    /// A decryptor for this pack's format-2 segments, one per thread.
+    /// A decryptor for this pack's format-2 segments.
     pub(crate) fn segment_opener(&self) -> Result<SegmentOpener<'_>, FormatError> {
         Ok(SegmentOpener {
-            cipher: aes_256_gcm(&self.data_key).map_err(|_| FormatError::Tampered)?,
+            cipher: Aes256Gcm::new((&*self.data_key).into()),
             nonce_prefix: decode_fixed::<NONCE_PREFIX_LEN>(
                 "segment nonce prefix",
                 &self.header.nonce,
@@ -832,58 +805,37 @@ impl Unsealed<'_> {
 
 /// Decrypts format-2 segments.
 pub(crate) struct SegmentOpener<'a> {
-    cipher: LessSafeKey,
+    cipher: Aes256Gcm,
     nonce_prefix: [u8; NONCE_PREFIX_LEN],
     aad: &'a [u8],
     last: usize,
 }
 
 impl SegmentOpener<'_> {
-    /// Authenticates segment `number` (`sealed`: its ciphertext and tag) and decrypts it
-    /// into `out`, which is cleared first.
-    pub(crate) fn open(
-        &self,
-        number: usize,
-        sealed: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<(), FormatError> {
-        let (ciphertext, tag) = sealed.split_at(sealed.len() - TAG_LEN);
-        // Every byte is overwritten; nothing may be read from `out` unless the tag verified.
-        out.resize(ciphertext.len(), 0);
-        self.cipher
-            .open_separate_gather(
-                self.nonce(number),
-                Aad::from(self.aad),
-                ciphertext,
-                tag,
-                out,
-            )
-            .map_err(|_| FormatError::Tampered)
-    }
-
-    /// [`SegmentOpener::open`] in place: `sealed` (ciphertext and tag) is authenticated and
-    /// its ciphertext decrypted where it lies; returns the plaintext, the first
-    /// `sealed.len() - TAG_LEN` bytes. When the tag does not verify, what `sealed` holds
-    /// afterwards is unspecified, and nothing may be read from it.
+    /// Authenticates segment `number` (`sealed`: its ciphertext and tag) and decrypts its
+    /// ciphertext where it lies; returns the plaintext, the first `sealed.len() - TAG_LEN`
+    /// bytes. When the tag does not verify, nothing may be read from `sealed`.
     pub(crate) fn open_in_place<'s>(
         &self,
         number: usize,
         sealed: &'s mut [u8],
     ) -> Result<&'s [u8], FormatError> {
-        let (ciphertext, tag) = sealed.split_at_mut(sealed.len() - TAG_LEN);
-        let plain = self
-            .cipher
-            .open_in_place_separate_tag(self.nonce(number), Aad::from(self.aad), tag, ciphertext)
+        let at = sealed
+            .len()
+            .checked_sub(TAG_LEN)
+            .ok_or(FormatError::Tampered)?;
+        let (ciphertext, tag) = sealed.split_at_mut(at);
+        let tag: [u8; TAG_LEN] = (&*tag).try_into().map_err(|_| FormatError::Tampered)?;
+        let nonce = segment_nonce(&self.nonce_prefix, number, number == self.last);
+        self.cipher
+            .decrypt_inout_detached(
+                &nonce.into(),
+                self.aad,
+                InOutBuf::from(&mut *ciphertext),
+                &tag.into(),
+            )
             .map_err(|_| FormatError::Tampered)?;
-        Ok(plain)
-    }
-
-    fn nonce(&self, number: usize) -> Nonce {
-        Nonce::assume_unique_for_key(segment_nonce(
-            &self.nonce_prefix,
-            number,
-            number == self.last,
-        ))
+        Ok(ciphertext)
     }
 }
 
@@ -965,9 +917,9 @@ pub fn decrypt(
         .zip(&unsealed.header.segments)
         .enumerate()
     {
-        let sealed = &bytes[start..start + info.len as usize + TAG_LEN];
-        opener.open(number, sealed, &mut segment)?;
-        plain.extend_from_slice(&segment);
+        segment.clear();
+        segment.extend_from_slice(&bytes[start..start + info.len as usize + TAG_LEN]);
+        plain.extend_from_slice(opener.open_in_place(number, &mut segment)?);
     }
     Ok((unsealed.header, plain))
 }
@@ -979,74 +931,17 @@ pub fn open(
     keys: &ContentKeyRing,
     limits: &Limits,
 ) -> Result<OpenedPack, FormatError> {
-    if bytes.len() < crate::PARALLEL_MIN_LEN {
-        let unsealed = unseal(bytes, keys, limits)?;
-        let payload = open_payload(&unsealed, limits)?;
-        return Ok(OpenedPack {
-            header: unsealed.header,
-            payload,
-            sha256: sha256_hex(bytes),
-        });
-    }
-    // A large pack is hashed on a second thread while it is decrypted and unpacked, once
-    // its header shows it is worth the thread.
-    read_header(bytes, limits)?;
-    std::thread::scope(|scope| {
-        let hashing = scope.spawn(|| sha256_hex(bytes));
-        let unsealed = unseal(bytes, keys, limits)?;
-        let payload = open_payload(&unsealed, limits)?;
-        let sha256 = crate::joined(hashing);
-        Ok(OpenedPack {
-            header: unsealed.header,
-            payload,
-            sha256,
-        })
+    let unsealed = unseal(bytes, keys, limits)?;
+    let payload = if unsealed.header.format == FORMAT_V1 {
+        Payload::from_tar_zst(&unsealed.decrypt_v1()?, limits)?
+    } else {
+        Payload::from_frames(&SealedSegments::new(&unsealed)?, limits)?
+    };
+    Ok(OpenedPack {
+        header: unsealed.header,
+        payload,
+        sha256: sha256_hex(bytes),
     })
-}
-
-fn open_payload(unsealed: &Unsealed<'_>, limits: &Limits) -> Result<Payload, FormatError> {
-    if unsealed.header.format == FORMAT_V1 {
-        let compressed = unsealed.decrypt_v1()?;
-        return Payload::from_tar_zst_as(&compressed, limits, Some(DigestRule::Bytes));
-    }
-    Payload::from_segments(unsealed, limits)
-}
-
-impl Payload {
-    /// Decrypts and decodes a format-2 pack's segments (on every core for a large pack)
-    /// while the `tar` reader reads them in order. A segment that fails wins over whatever
-    /// the reader made of the bytes before it.
-    pub(crate) fn from_segments(
-        unsealed: &Unsealed<'_>,
-        limits: &Limits,
-    ) -> Result<Self, FormatError> {
-        let source = SealedSegments::new(unsealed)?;
-        let rule = unsealed.header.digest_rule();
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if threads < 2 || source.count() < 2 || unsealed.bytes.len() < PIPELINE_MIN_LEN {
-            let tar = source.decode_all()?;
-            return Self::read_tar(tar.as_slice(), limits, tar.len() as u64, Some(rule));
-        }
-        let total = unsealed.header.tar_len().unwrap_or(0);
-        let (parsed, decoded) = with_frame_reader(&source, threads, FileHashes::Skip, |reader| {
-            Self::read_tar(reader, limits, total, Some(rule))
-        });
-        decoded?;
-        parsed
-    }
-}
-
-/// Reads the `len` bytes at `start` of a pack's file into `buffer` (grown as needed, never
-/// shrunk, so that its pages are touched once per thread, not once per segment).
-fn read_segment<'b>(
-    file: &File,
-    start: u64,
-    len: usize,
-    buffer: &'b mut FrameBuffer,
-) -> Result<&'b mut [u8], FormatError> {
-    let part = buffer.first_mut(len);
-    read_pack_at(file, part, start)?;
-    Ok(part)
 }
 
 /// Fills `buffer` from a pack's file at `start`; a file that got shorter since its length
@@ -1086,7 +981,7 @@ impl<'a> SealedSegments<'a> {
     }
 
     /// The segments of the pack in `file`, of which `unsealed` holds the first bytes: each
-    /// is read when it is decoded, into a buffer its thread keeps.
+    /// is read when it is decoded.
     pub(crate) fn in_file(unsealed: &'a Unsealed<'a>, file: &'a File) -> Result<Self, FormatError> {
         Self::with_file(unsealed, Some(file))
     }
@@ -1099,35 +994,12 @@ impl<'a> SealedSegments<'a> {
             file,
         })
     }
-
-    /// The whole `tar`, one segment after the other on this thread (for small packs).
-    pub(crate) fn decode_all(&self) -> Result<Vec<u8>, FormatError> {
-        let total = self.unsealed.header.tar_len().unwrap_or(0);
-        let mut tar = Vec::with_capacity(total as usize);
-        let mut scratch = SegmentScratch::default();
-        let mut out = FrameBuffer::default();
-        let mut context = frame_context(Self::AUTHENTICATED);
-        for number in 0..self.count() {
-            self.decode(number, &mut scratch, &mut context, &mut out)?;
-            tar.extend_from_slice(&out);
-        }
-        Ok(tar)
-    }
-}
-
-/// What a thread decoding segments keeps between them.
-#[derive(Default)]
-pub(crate) struct SegmentScratch {
-    /// The segment as read from the pack's file, then decrypted in place (unused for a pack
-    /// in memory).
-    sealed: FrameBuffer,
-    /// The decrypted segment of a pack in memory.
-    plain: Vec<u8>,
 }
 
 impl FrameSource for SealedSegments<'_> {
-    type Scratch = SegmentScratch;
-    const AUTHENTICATED: bool = true;
+    fn authenticated(&self) -> bool {
+        true
+    }
 
     fn count(&self) -> usize {
         self.unsealed.header.segments.len()
@@ -1140,28 +1012,25 @@ impl FrameSource for SealedSegments<'_> {
     fn decode(
         &self,
         number: usize,
-        scratch: &mut SegmentScratch,
+        scratch: &mut Vec<u8>,
         context: &mut zstd::zstd_safe::DCtx<'static>,
-        out: &mut FrameBuffer,
+        out: &mut Vec<u8>,
     ) -> Result<(), FormatError> {
         let segment = self.unsealed.header.segments[number];
         let start = self.starts[number];
         let len = segment.len as usize + TAG_LEN;
-        // A segment read from the file is decrypted where it was read into.
-        let plain: &[u8] = match self.file {
-            None => {
-                let sealed = &self.unsealed.bytes[start..start + len];
-                self.opener.open(number, sealed, &mut scratch.plain)?;
-                &scratch.plain
-            }
-            Some(file) => {
-                let sealed = read_segment(file, start as u64, len, &mut scratch.sealed)?;
-                self.opener.open_in_place(number, sealed)?
-            }
-        };
+        // The scratch buffer only grows, so that its pages are touched once per thread.
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        let sealed = &mut scratch[..len];
+        match self.file {
+            None => sealed.copy_from_slice(&self.unsealed.bytes[start..start + len]),
+            Some(file) => read_pack_at(file, sealed, start as u64)?,
+        }
+        let plain = self.opener.open_in_place(number, sealed)?;
         // The frames must declare sizes that add up to what the header says, within the
-        // windows the streaming decoder accepts — the rules of the parallel path of
-        // format 1.
+        // windows the streaming decoder accepts.
         let declared: Option<u64> = frames_within(plain, segment.tar_len)
             .map(|frames| frames.iter().map(|f| f.content_len).sum());
         if declared != Some(segment.tar_len) {

@@ -9,7 +9,6 @@ use std::io::{Read, Write};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::digest::DigestRule;
 use crate::{FormatError, Limits};
 
 pub use crate::layout::{FRAME_LEN, INDEX_PATH};
@@ -22,6 +21,9 @@ pub struct IndexEntry {
     pub size: u64,
     pub sha256: String,
 }
+
+/// The `format` of the index, the only one: each file listed with the SHA-256 of its bytes.
+pub const INDEX_FORMAT: u32 = 1;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,10 +39,10 @@ struct IndexOut<'a> {
 }
 
 /// The index file's bytes: pretty JSON (two-space indentation, no final newline), its
-/// `format` the one of `rule`.
-pub(crate) fn index_json(files: &[IndexEntry], rule: DigestRule) -> Result<Vec<u8>, FormatError> {
+/// `format` [`INDEX_FORMAT`].
+pub(crate) fn index_json(files: &[IndexEntry]) -> Result<Vec<u8>, FormatError> {
     serde_json::to_vec_pretty(&IndexOut {
-        format: rule.index_format(),
+        format: INDEX_FORMAT,
         files,
     })
     .map_err(|e| FormatError::malformed("payload index", e))
@@ -119,15 +121,9 @@ impl Payload {
         self.files.values().map(|b| b.len() as u64).sum()
     }
 
-    /// The index as formats 1 and 2 write it: every file's path, size and SHA-256, in path
-    /// order.
+    /// The index: every file's path, size and SHA-256, in path order.
     pub fn index(&self) -> Vec<IndexEntry> {
-        self.index_with(DigestRule::Bytes)
-    }
-
-    /// The index with each file digested by `rule`.
-    pub fn index_with(&self, rule: DigestRule) -> Vec<IndexEntry> {
-        let hashes = digest_all(rule, self.files.values());
+        let hashes = digest_all(self.files.values());
         self.files
             .iter()
             .zip(hashes)
@@ -148,7 +144,7 @@ impl Payload {
 
     /// Writes the `tar` of [`Payload::to_tar`] into `out` and returns `out`.
     fn write_tar<W: Write>(&self, out: W, mtime: u64) -> Result<W, FormatError> {
-        let index_bytes = index_json(&self.index(), DigestRule::Bytes)?;
+        let index_bytes = index_json(&self.index())?;
         let mut builder = tar::Builder::new(out);
         let mut append = |path: &str, bytes: &[u8]| -> Result<(), FormatError> {
             let mut header = tar::Header::new_gnu();
@@ -173,28 +169,21 @@ impl Payload {
 
     /// Reads a decompressed `tar` payload: regular files only, safe paths, within the
     /// limits, index first and matching every file exactly.
-    /// The index's own `format` says how its digests were taken; any format this crate
-    /// knows is accepted here, where no container says which one to expect.
     pub fn from_tar(tar_bytes: &[u8], limits: &Limits) -> Result<Self, FormatError> {
-        Self::read_tar(tar_bytes, limits, tar_bytes.len() as u64, None)
+        Self::read_tar(tar_bytes, limits, tar_bytes.len() as u64)
     }
 
     /// [`Payload::from_tar`] over any reader; `max_len` bounds how many bytes the reader
     /// can produce, so that no entry reserves more memory than that, whatever its header
-    /// claims. With `expect`, the index must digest by that rule (the container's).
+    /// claims.
     pub(crate) fn read_tar(
         reader: impl Read,
         limits: &Limits,
         max_len: u64,
-        expect: Option<DigestRule>,
     ) -> Result<Self, FormatError> {
         let mut collected = Collect::default();
         read_tar(reader, limits, max_len, &mut collected)?;
-        let rule = collected.rule.unwrap_or(DigestRule::Bytes);
-        if let Some(expect) = expect {
-            check_index_format(expect, rule)?;
-        }
-        check_index(&collected.index, &collected.files, rule)?;
+        check_index(&collected.index, &collected.files)?;
         Ok(Payload {
             files: collected.files,
         })
@@ -203,57 +192,26 @@ impl Payload {
 
 /// Receives what a payload's `tar` holds, in archive order, as [`read_tar`] checks it.
 pub(crate) trait TarSink {
-    /// A file's bytes, as the sink takes them (the index's are taken the same way).
-    type Body: EntryBytes;
-    /// The index, the archive's first entry, and the rule its `format` names.
-    fn index(&mut self, index: Vec<IndexEntry>, rule: DigestRule) -> Result<(), FormatError>;
+    /// The index, the archive's first entry.
+    fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError>;
     /// One regular file with a safe path, within the limits, after the index.
-    fn file(&mut self, path: String, body: Self::Body) -> Result<(), FormatError>;
-}
-
-/// An entry's bytes as a [`TarSink`] takes them.
-pub(crate) trait EntryBytes {
-    /// The bytes, if they are at hand (a sink may take a file without them).
-    fn bytes(&self) -> Option<&[u8]>;
-}
-
-impl EntryBytes for Vec<u8> {
-    fn bytes(&self) -> Option<&[u8]> {
-        Some(self)
-    }
+    fn file(&mut self, path: String, bytes: Vec<u8>) -> Result<(), FormatError>;
 }
 
 /// Reads a payload `tar` from `reader` into `sink`: regular files only, safe paths, within
 /// the limits, the index first. `max_len` bounds how many bytes the reader can produce, so
 /// that no entry reserves more memory than that, whatever its header claims. Checking the
 /// files against the index is the sink's job.
-pub(crate) fn read_tar<S: TarSink>(
+pub(crate) fn read_tar(
     reader: impl Read,
     limits: &Limits,
     max_len: u64,
-    sink: &mut S,
-) -> Result<(), FormatError>
-where
-    S::Body: From<Vec<u8>>,
-{
+    sink: &mut impl TarSink,
+) -> Result<(), FormatError> {
     let mut archive = tar::Archive::new(reader);
     let entries = archive
         .entries()
         .map_err(|e| FormatError::malformed("payload tar", e))?;
-    read_entries(entries, limits, sink, |entry, path, size| {
-        read_entry(entry, path, size, max_len).map(S::Body::from)
-    })
-}
-
-/// [`read_tar`]'s checks over any entries, with `body` taking each entry's bytes: the
-/// index's too, which a reader over decoded frames then parses where they were decoded,
-/// with no copy.
-pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
-    entries: tar::Entries<'a, R>,
-    limits: &Limits,
-    sink: &mut S,
-    mut body: impl FnMut(&mut tar::Entry<'a, R>, &str, u64) -> Result<S::Body, FormatError>,
-) -> Result<(), FormatError> {
     let mut seen_index = false;
     let mut files = 0usize;
     for entry in entries {
@@ -281,24 +239,16 @@ pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
                 });
             }
             check_file_len(&path, size, limits)?;
-            let body = body(&mut entry, &path, size)?;
-            let bytes = body.bytes().unwrap_or_default();
-            if bytes.len() as u64 != size {
-                return Err(FormatError::Truncated {
-                    what: "payload entry",
-                    expected: size,
-                    found: bytes.len() as u64,
-                });
-            }
-            let parsed: Index = serde_json::from_slice(bytes)
+            let bytes = read_entry(&mut entry, &path, size, max_len)?;
+            let parsed: Index = serde_json::from_slice(&bytes)
                 .map_err(|e| FormatError::malformed("payload index", e))?;
-            let Some(rule) = DigestRule::of_index_format(parsed.format) else {
+            if parsed.format != INDEX_FORMAT {
                 return Err(FormatError::UnsupportedVersion {
                     what: "payload index",
-                    expected: DigestRule::Pieces.index_format(),
+                    expected: INDEX_FORMAT,
                     found: parsed.format,
                 });
-            };
+            }
             if parsed.files.len() > limits.max_file_count {
                 return Err(FormatError::TooManyFiles {
                     found: parsed.files.len(),
@@ -306,7 +256,7 @@ pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
                 });
             }
             seen_index = true;
-            sink.index(parsed.files, rule)?;
+            sink.index(parsed.files)?;
             continue;
         }
         validate_path(&path, limits)?;
@@ -318,7 +268,7 @@ pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
             });
         }
         files += 1;
-        let bytes = body(&mut entry, &path, size)?;
+        let bytes = read_entry(&mut entry, &path, size, max_len)?;
         sink.file(path, bytes)?;
     }
     if !seen_index {
@@ -333,16 +283,12 @@ pub(crate) fn read_entries<'a, R: Read + 'a, S: TarSink>(
 #[derive(Default)]
 struct Collect {
     index: Vec<IndexEntry>,
-    rule: Option<DigestRule>,
     files: BTreeMap<String, Vec<u8>>,
 }
 
 impl TarSink for Collect {
-    type Body = Vec<u8>;
-
-    fn index(&mut self, index: Vec<IndexEntry>, rule: DigestRule) -> Result<(), FormatError> {
+    fn index(&mut self, index: Vec<IndexEntry>) -> Result<(), FormatError> {
         self.index = index;
-        self.rule = Some(rule);
         Ok(())
     }
 
@@ -393,25 +339,7 @@ fn entry_kind_reason(kind: tar::EntryType) -> &'static str {
     }
 }
 
-/// A container's rule against the one its index names: a format-3 pack's index must be
-/// format 2, a format-1 or -2 pack's format 1 (the strict reading: a writer that mixed them
-/// made a pack other readers refuse).
-pub(crate) fn check_index_format(expect: DigestRule, found: DigestRule) -> Result<(), FormatError> {
-    if expect == found {
-        return Ok(());
-    }
-    Err(FormatError::UnsupportedVersion {
-        what: "payload index for this pack format",
-        expected: expect.index_format(),
-        found: found.index_format(),
-    })
-}
-
-fn check_index(
-    index: &[IndexEntry],
-    files: &BTreeMap<String, Vec<u8>>,
-    rule: DigestRule,
-) -> Result<(), FormatError> {
+fn check_index(index: &[IndexEntry], files: &BTreeMap<String, Vec<u8>>) -> Result<(), FormatError> {
     // An index naming one file twice could leave another unchecked with the counts equal.
     let mut listed = std::collections::HashSet::with_capacity(index.len());
     if let Some(twice) = index
@@ -435,7 +363,7 @@ fn check_index(
     let hashes: BTreeMap<&str, String> = files
         .keys()
         .map(String::as_str)
-        .zip(digest_all(rule, files.values()))
+        .zip(digest_all(files.values()))
         .collect();
     for entry in index {
         let (Some(bytes), Some(found)) = (files.get(&entry.path), hashes.get(entry.path.as_str()))
@@ -509,28 +437,16 @@ pub fn validate_path(path: &str, limits: &Limits) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// The digest by `rule` of every blob, in order, spread over the available cores for large
+/// The SHA-256 of every blob in lowercase hex, in order, spread over the cores for large
 /// sets.
-fn digest_all<'a>(rule: DigestRule, blobs: impl Iterator<Item = &'a Vec<u8>>) -> Vec<String> {
-    let blobs: Vec<&[u8]> = blobs.map(Vec::as_slice).collect();
+fn digest_all<'a>(blobs: impl Iterator<Item = &'a Vec<u8>>) -> Vec<String> {
+    let blobs: Vec<&Vec<u8>> = blobs.collect();
     let total: usize = blobs.iter().map(|b| b.len()).sum();
-    let each = |blobs: &[&[u8]]| {
-        rule.each(blobs)
-            .into_iter()
-            .map(hex::encode)
-            .collect::<Vec<_>>()
-    };
     if total < crate::PARALLEL_MIN_LEN {
-        return each(&blobs);
+        return blobs.iter().map(|b| crate::sha256_hex(b)).collect();
     }
-    // Groups of files side by side on each core (crate::digest).
-    let groups: Vec<Vec<String>> = blobs.par_chunks(SHA256_GROUP).map(each).collect();
-    groups.into_iter().flatten().collect()
+    blobs.par_iter().map(|b| crate::sha256_hex(b)).collect()
 }
-
-/// How many files one core hashes side by side at a time, when a payload's files are
-/// hashed on every core.
-const SHA256_GROUP: usize = 256;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -570,11 +486,8 @@ pub(crate) mod tests {
             .map(|i| text(i, 1_000 + i as usize * 50_000))
             .collect();
         let serial: Vec<String> = blobs.iter().map(|b| crate::sha256_hex(b)).collect();
-        assert_eq!(digest_all(DigestRule::Bytes, blobs.iter()), serial);
-        assert_eq!(
-            digest_all(DigestRule::Bytes, blobs[..1].iter()),
-            serial[..1]
-        );
-        assert!(digest_all(DigestRule::Bytes, std::iter::empty()).is_empty());
+        assert_eq!(digest_all(blobs.iter()), serial);
+        assert_eq!(digest_all(blobs[..1].iter()), serial[..1]);
+        assert!(digest_all(std::iter::empty()).is_empty());
     }
 }

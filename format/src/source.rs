@@ -108,8 +108,8 @@ pub struct PackDir {
 
 /// What [`PackDir::seal`] needs besides the files and the keys.
 pub struct SealOptions<'a> {
-    /// The container format to write: [`crate::FORMAT_VERSION`] (2), which every reader
-    /// reads, or [`crate::FORMAT_V3`], which readers that predate it refuse.
+    /// The container format to write: [`crate::FORMAT_VERSION`], the only one written; any
+    /// other is refused.
     pub format: u32,
     pub name: &'a str,
     pub version: &'a semver::Version,
@@ -264,7 +264,7 @@ impl PackDir {
         keys: &[&ContentKey],
         check: Option<&FileCheck<'_>>,
     ) -> Result<SealedDir, FormatError> {
-        let rule = crate::pack::seal_rule(options.format)?;
+        crate::pack::check_seal_format(options.format)?;
         let meta = PackMeta {
             format: options.format,
             name: options.name,
@@ -293,7 +293,6 @@ impl PackDir {
             .collect();
         let read = |i: usize, out: &mut Vec<u8>| self.read_file(&self.files[i], out);
         let framed = frame_payload(
-            rule,
             options.mtime,
             options.zstd_level,
             &entries,
@@ -392,10 +391,8 @@ fn walk(root: &Path, limits: &Limits) -> (Vec<DirFile>, Vec<DirProblem>) {
     (all.files, all.problems)
 }
 
-/// Threads listing directories: beyond a few, they wait on each other in the kernel's
-/// directory locks. On 2 cores, with the steps-off seal of the `markdown` shape (19,229
-/// directories), four took 0.316-0.327 s where one per core took 0.336-0.350 s, and eight
-/// were no faster than four (BENCHMARKS.md).
+/// Threads listing directories: a few keep the kernel busy while one of them waits on a
+/// directory; beyond a few, they wait on each other in the kernel's directory locks.
 const SCAN_THREADS: usize = 4;
 
 /// Directories a thread goes down below one it took from the queue before it queues the
@@ -634,7 +631,8 @@ impl PackDir {
 /// Opens `path` below the directory `at` without following a symbolic link anywhere on
 /// the way (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`). Where the kernel or a
 /// seccomp filter offers no `openat2` (Linux before 5.6, some container profiles), a plain
-/// `openat` that does not follow a link in the last name only.
+/// `openat` that does not follow a link in the last name only, and a warning, once per
+/// process, that the guarantee was lost.
 fn open_below(at: &OwnedFd, path: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
     let mut opened = Err(Errno::AGAIN);
@@ -644,7 +642,17 @@ fn open_below(at: &OwnedFd, path: &str, flags: OFlags) -> rustix::io::Result<Own
         opened = rustix::fs::openat2(at, path, flags, Mode::empty(), resolve);
         match opened {
             Err(Errno::AGAIN) => continue,
-            Err(Errno::NOSYS | Errno::PERM) => {
+            Err(errno @ (Errno::NOSYS | Errno::PERM)) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        %errno,
+                        "openat2 is not available (Linux before 5.6, or a seccomp filter): files \
+                         are opened with plain openat, which follows a symbolic link in a \
+                         directory on the way if one is swapped in while the tree is read; \
+                         only the last name of each path is checked"
+                    );
+                });
                 return rustix::fs::openat(at, path, flags, Mode::empty());
             }
             _ => break,

@@ -136,8 +136,7 @@ fn pack_inputs() -> PackInputs {
     pack_inputs_of(serde_json::from_str(PACK_INPUTS).unwrap())
 }
 
-/// The inputs of a pack vector: `files` given as text, and for format 3 `generated` files
-/// given by path and size ([`file_text`]).
+/// The inputs of a pack vector: `files` given as text.
 fn pack_inputs_of(raw: Value) -> PackInputs {
     let keys = raw["content_keys"]
         .as_array()
@@ -155,13 +154,6 @@ fn pack_inputs_of(raw: Value) -> PackInputs {
                 f["text"].as_str().unwrap().as_bytes().to_vec(),
             )
         })
-        .chain(raw["generated"].as_array().into_iter().flatten().map(|f| {
-            let path = f["path"].as_str().unwrap();
-            (
-                path.to_string(),
-                file_text(path, f["size"].as_u64().unwrap() as usize),
-            )
-        }))
         .collect();
     let payload = Payload::new(
         files.iter().map(|(path, bytes)| PayloadFile {
@@ -376,79 +368,6 @@ fn the_pack_vectors_open_to_their_files_with_either_content_key() {
     let (_, compressed_v1) = pack::decrypt(&sealed_v1, &ring, &Limits::DEFAULT).unwrap();
     assert_eq!(compressed_v1, unhex_lines(&v1["payload_zstd"]));
     assert_eq!(v1["tar"], vector["tar"], "both formats carry the same tar");
-}
-
-// ---- format 3: files over 64 KiB digested over their pieces ----
-
-/// The format-3 vector's inputs: the format-2 vector's, sealed as format 3, with one more
-/// file long enough to be digested over pieces (200,000 bytes: three whole 64 KiB pieces
-/// and a last one of 3,392 bytes).
-fn pack_v3_inputs() -> PackInputs {
-    let mut raw: Value = serde_json::from_str(PACK_INPUTS).unwrap();
-    raw["format"] = json!(3);
-    raw["generated"] = json!([{ "path": "docs/long.md", "size": 200_000 }]);
-    pack_inputs_of(raw)
-}
-
-fn computed_pack_v3_vector(inputs: &PackInputs) -> Value {
-    let sealed = seal_inputs(inputs);
-    let ring = ContentKeyRing::new(inputs.keys.clone());
-    let (header, compressed) = pack::decrypt(&sealed, &ring, &Limits::DEFAULT).unwrap();
-    let tar = pack_format::decompress(&compressed, &Limits::DEFAULT).unwrap();
-    let index = tar_entry(&tar, "PACK-INDEX.json");
-    let long = file_text("docs/long.md", 200_000);
-    json!({
-        "description": "A format-3 sealed pack: the inputs of pack-v2.json sealed as format 3, \
-            with one more file given by path and size (its bytes are the lines `{path} {n}\\n` \
-            for n = 0, 1, 2, ... cut to the size, as in frames-v2.json). Its index is \
-            format 2: the long file's sha256 is the SHA-256 of its 64 KiB pieces' SHA-256s, \
-            listed in long_file_pieces; see docs/FORMAT.md, \"Format 3\". Hex fields are \
-            split into lines of 64 bytes: join the lines, then decode.",
-        "inputs": inputs.raw,
-        "content_key_files": inputs.keys.iter().map(|k| k.to_file_text().to_string()).collect::<Vec<_>>(),
-        "long_file_sha256": sha256_hex(&long),
-        "long_file_pieces": long.chunks(pack_format::PIECE_LEN).map(sha256_hex).collect::<Vec<_>>(),
-        "index_json": String::from_utf8(index).unwrap(),
-        "tar_sha256": sha256_hex(&tar),
-        "payload_zstd": hex_lines(&compressed),
-        "payload_zstd_sha256": sha256_hex(&compressed),
-        "segments": header.segments,
-        "header_json": header_text(&sealed),
-        "sealed": hex_lines(&sealed),
-        "sealed_sha256": sha256_hex(&sealed),
-    })
-}
-
-#[test]
-fn the_format_3_vector_seals_and_opens_with_its_index_over_pieces() {
-    let inputs = pack_v3_inputs();
-    let computed = computed_pack_v3_vector(&inputs);
-    let vector = load("pack-v3.json", &computed);
-    assert_eq!(vector["inputs"], inputs.raw);
-    let sealed = seal_inputs(&inputs);
-    assert_eq!(sealed, unhex_lines(&vector["sealed"]), "the sealed bytes");
-    assert_eq!(computed, vector, "every field of the vector");
-    assert_opens_with_either_key(&sealed, &vector, &inputs);
-
-    // The long file's digest is the pieces', not its plain SHA-256; short files keep theirs.
-    let index: Value = serde_json::from_str(vector["index_json"].as_str().unwrap()).unwrap();
-    assert_eq!(index["format"], 2);
-    let long = file_text("docs/long.md", 200_000);
-    let mut list = Vec::new();
-    for piece in long.chunks(64 * 1024) {
-        list.extend_from_slice(&unhex::<32>(&json!(sha256_hex(piece))));
-    }
-    for entry in index["files"].as_array().unwrap() {
-        let path = entry["path"].as_str().unwrap();
-        let bytes = &inputs.files.iter().find(|(p, _)| p == path).unwrap().1;
-        let expected = if path == "docs/long.md" {
-            sha256_hex(&list)
-        } else {
-            sha256_hex(bytes)
-        };
-        assert_eq!(entry["sha256"], expected, "{path}");
-    }
-    assert_ne!(vector["long_file_sha256"], json!(sha256_hex(&list)));
 }
 
 // ---- frames: where a `tar` over 8 MiB is cut ----

@@ -39,13 +39,8 @@ fn main() -> Result<()> {
         put("payload", &payload.to_tar(0)?)?;
         put("open", &compressed)?;
         let version = semver::Version::new(1, i as u64, 0);
-        // Every other pack is format 3, whose index digests large files by pieces.
         let input = SealInput {
-            format: if i % 2 == 0 {
-                pack_format::FORMAT_VERSION
-            } else {
-                pack_format::FORMAT_V3
-            },
+            format: pack_format::FORMAT_VERSION,
             name: "seed-pack",
             version: &version,
             schema: 1 + i as u32,
@@ -106,7 +101,7 @@ fn file(path: &str, text: &str) -> PayloadFile {
 
 /// Small, realistic payloads: one template, a nested tree, an empty file, unicode.
 fn payloads() -> Result<Vec<Payload>> {
-    // Over one 64 KiB piece, so that format 3 digests it by pieces.
+    // Tens of KiB of lines: more than one zstd block.
     let large: String = (0..8_000).map(|n| format!("line {n}\n")).collect();
     Ok(vec![
         Payload::new(

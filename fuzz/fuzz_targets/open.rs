@@ -2,11 +2,9 @@
 //!
 //! Input that starts with the pack magic is opened as it is (header, key slots, the
 //! authentication failure paths). Anything else is taken as a decrypted payload: it is
-//! sealed for the fixed key (one segment per zstd frame when every frame declares its size),
-//! once as format 2 and once as format 3, and opened, which drives the fuzzer's bytes
-//! through decryption into decompression and untar. The index's `format` pairs the payload
-//! with one container format; the other must refuse it for that reason alone. What the
-//! paired one opens must agree exactly with `Payload::from_tar_zst` on the same bytes — and
+//! sealed for the fixed key (one segment per zstd frame when every frame declares its size)
+//! and opened, which drives the fuzzer's bytes through decryption into decompression and
+//! untar. What it opens must agree exactly with `Payload::from_tar_zst` on the same bytes — and
 //! so must `open_into`: the same files when both succeed, an error when `open` fails. A
 //! sealed payload requires every frame to declare its content size, which a plain zstd
 //! stream need not: there `open` may refuse what `from_tar_zst` accepts. And `open` leaves a
@@ -39,29 +37,9 @@ fuzz_target!(|data: &[u8]| {
     if data.is_empty() {
         return;
     }
-    // The fuzzer's bytes go in once per container format. The index's own `format` pairs
-    // it with exactly one of them (index 1 with format 2, index 2 with format 3): the other
-    // must refuse it for that reason and no other.
-    let at_v2 = open_sealed(data, pack_format::FORMAT_VERSION);
-    let at_v3 = open_sealed(data, pack_format::FORMAT_V3);
-    let opened = match (at_v2, at_v3) {
-        (Ok(_), Ok(_)) => panic!("both container formats accepted the same payload index"),
-        (Ok(opened), Err(refused)) | (Err(refused), Ok(opened)) => {
-            assert!(
-                is_index_pairing(&refused),
-                "the other container format refused for another reason: {refused}"
-            );
-            Ok(opened)
-        }
-        (Err(first), Err(second)) => Err(if is_index_pairing(&first) {
-            second
-        } else {
-            first
-        }),
-    };
+    let opened = open_sealed(data);
     let direct = Payload::from_tar_zst(data, &LIMITS);
-    // The container format does not change the sealed length.
-    let sealed_len = seal(data, pack_format::FORMAT_VERSION).len() as u64;
+    let sealed_len = seal(data).len() as u64;
     match (opened, direct) {
         (Ok(opened), Ok(direct)) => {
             assert_eq!(opened.payload, direct);
@@ -86,11 +64,11 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// Seals `data` as the payload of a pack of container `format` for the fixed key and opens
-/// it with `open` and `open_into`, which must agree: the same files when both succeed, an
-/// error when `open` fails.
-fn open_sealed(data: &[u8], format: u32) -> Result<pack_format::OpenedPack, FormatError> {
-    let sealed = seal(data, format);
+/// Seals `data` as the payload of a pack for the fixed key and opens it with `open` and
+/// `open_into`, which must agree: the same files when both succeed, an error when `open`
+/// fails.
+fn open_sealed(data: &[u8]) -> Result<pack_format::OpenedPack, FormatError> {
+    let sealed = seal(data);
     let keys = content_keys();
     let guard = AllocGuard::start("open (sealed fuzz payload)");
     let opened = pack_format::open(&sealed, keys, &LIMITS);
@@ -105,7 +83,7 @@ fn open_sealed(data: &[u8], format: u32) -> Result<pack_format::OpenedPack, Form
         }
         (Err(_), Err(_)) => {}
         (opened, unpacked) => panic!(
-            "open and open_into disagree on the same payload (format {format}): open {:?}, open_into {:?}",
+            "open and open_into disagree on the same payload: open {:?}, open_into {:?}",
             opened.as_ref().map(|o| o.payload.len()),
             unpacked.as_ref().map(|u| u.index.len())
         ),
@@ -113,11 +91,11 @@ fn open_sealed(data: &[u8], format: u32) -> Result<pack_format::OpenedPack, Form
     opened
 }
 
-fn seal(data: &[u8], format: u32) -> Vec<u8> {
+fn seal(data: &[u8]) -> Vec<u8> {
     let version = semver::Version::new(1, 0, 0);
     let empty = Payload::default();
     let input = SealInput {
-        format,
+        format: pack_format::FORMAT_VERSION,
         name: "fuzz",
         version: &version,
         schema: 1,
@@ -127,17 +105,6 @@ fn seal(data: &[u8], format: u32) -> Vec<u8> {
     };
     let key = content_key();
     seal_compressed(&input, data.to_vec(), &[&key]).expect("sealing never fails")
-}
-
-/// Whether `error` is the refusal of an index digested by the other container format's rule.
-fn is_index_pairing(error: &FormatError) -> bool {
-    matches!(
-        error,
-        FormatError::UnsupportedVersion {
-            what: "payload index for this pack format",
-            ..
-        }
-    )
 }
 
 /// Keeps what `open_into` hands out.

@@ -57,15 +57,13 @@ pub struct BuildArgs {
 
     /// zstd level, 1-22. The default, 19, makes the smallest packs and takes well under a
     /// second for a prompt-sized tree; for trees of tens of MB, 3 (zstd's own default) is
-    /// about 60x faster, for packs about 40% larger.
+    /// many times faster, for somewhat larger packs.
     #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(1..=22))]
     zstd_level: i32,
 
-    /// Pack format, 2 or 3. Every client reads format 2. Format 3 digests each file over
-    /// 64 KiB in 64 KiB pieces, which opens a pack of large files faster, but clients built
-    /// before it refuse the pack and keep what they serve: seal format 3 only for the client
-    /// releases that read it (docs/FORMAT.md, "Format 3").
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=3))]
+    /// Pack format: 2, the only one packer seals and the one every client reads. Any other
+    /// is refused, saying what to use.
+    #[arg(long, default_value_t = pack_format::FORMAT_VERSION)]
     format: u32,
 
     /// Overwrite an existing output file. Without it a build never replaces a pack, which
@@ -81,8 +79,8 @@ pub struct BuildArgs {
     /// call; it only fails the release. For trees validated already, say by an earlier
     /// `packer build` of the same files in CI. Validation compiles each distinct top-level
     /// tag or block once per build, leaving out the text between tags, and checks a template
-    /// whole only to report a problem in it: for a tree of 82 MB of templates, about 0.1 CPU
-    /// seconds (templates are limited to 128 KiB each).
+    /// whole only to report a problem in it, so it costs a small part of a build
+    /// (templates are limited to 128 KiB each).
     #[arg(long)]
     no_validate: bool,
 
@@ -98,6 +96,7 @@ pub struct BuildArgs {
 
 pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     let limits = Limits::DEFAULT;
+    check_format(args.format)?;
     let (name, name_from) = pack_name(args)?;
     let Some(contract) = Contract::builtin(args.schema) else {
         bail!(
@@ -357,4 +356,22 @@ fn join_numbers(numbers: &[u32]) -> String {
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Refuses a `--format` that packer does not seal, before anything is read.
+fn check_format(format: u32) -> Result<()> {
+    let sealed = pack_format::FORMAT_VERSION;
+    match format {
+        _ if format == sealed => Ok(()),
+        3 => bail!(
+            "--format 3 is no longer sealed: format 3 was withdrawn before any client read it. \
+             Use format {sealed}, which every client reads: leave out --format (or pass \
+             --format {sealed}); nothing was written"
+        ),
+        other => bail!(
+            "--format {other} is not a format packer seals: it seals format {sealed} only, \
+             which every client reads. Leave out --format (or pass --format {sealed}); nothing \
+             was written"
+        ),
+    }
 }

@@ -304,12 +304,10 @@ enum Sealed {
 /// The syncs run together on [`SYNC_THREADS`] threads rather than one by one as the files
 /// are written: on ext4 every `fsync` waits for a journal commit or a device flush of its
 /// own unless others are waiting at the same moment, when one commit or flush serves them
-/// all. On a freshly made ext4, the bench tree's 4,774 files and 8,081 directories took
-/// 3.8-8.1 s synced by the two threads that write the files, right after each; 0.55-1.09 s
-/// together at the end; 0.45-0.78 s with one `syncfs` (BENCHMARKS.md). Before the syncs, one
-/// thread starts every file's write-back ([`start_write_back`]): on the same tree that
-/// brought the extract from 1.14-1.16x the time of one `syncfs` to 1.01-1.04x. A
-/// file system in memory (tmpfs) is not synced at all: there is no disk to write to.
+/// all, so syncing together at the end takes a fraction of syncing each file as it is
+/// written (BENCHMARKS.md). Before the syncs, one thread starts every file's write-back
+/// ([`start_write_back`]), which brings the whole close to one `syncfs`. A file system in
+/// memory (tmpfs) is not synced at all: there is no disk to write to.
 struct IntoDir {
     root: OwnedFd,
     /// Directories made so far, so each is made once, parents first, with no failed calls.
@@ -320,9 +318,8 @@ struct IntoDir {
 }
 
 /// How many syncs wait at once: enough for the file system to serve many with one journal
-/// commit or device flush, each thread on a small stack. On a fresh ext4, for the bench
-/// tree, 16 threads took 2.3 s, 64 took 1.3-1.4 s, 128 and 256 1.1 s, 512 1.2 s and 1,024
-/// 3.7 s (one `syncfs`: 0.8-0.9 s).
+/// commit or device flush, each thread on a small stack; many more than this were slower
+/// again (BENCHMARKS.md).
 const SYNC_THREADS: usize = 128;
 
 impl IntoDir {
@@ -381,10 +378,10 @@ impl IntoDir {
 
 /// Starts writing each file's data to disk without waiting for it (Linux: `posix_fadvise`
 /// `DONTNEED`, which starts the write-back, then drops from the page cache only the pages
-/// already clean). Run on one thread over every file before the syncs, which then took
-/// 1.01-1.04x the time of one `syncfs` instead of 1.14-1.16x; likely because ext4 allocates
-/// all their blocks in one pass, into few journal transactions, and each `fdatasync` finds
-/// its data written or on its way. Each file is opened again for this: several threads
+/// already clean). Run on one thread over every file before the syncs, which then take
+/// about the time of one `syncfs`; likely because ext4 allocates all their blocks in one
+/// pass, into few journal transactions, and each `fdatasync` finds its data written or on
+/// its way. Each file is opened again for this: several threads
 /// doing it were slower than one, and so was the writing thread giving the hint right after
 /// each file, with the handle it had (BENCHMARKS.md). Only a hint: a file that cannot be
 /// opened here is reported by its sync.
@@ -431,8 +428,8 @@ impl ToSync<'_> {
 }
 
 /// Whether `dir` is on a file system kept only in memory (tmpfs, ramfs), where a sync has
-/// nothing to write: Linux's `fsync` there returns at once, and the bench tree's 12,857 of
-/// them would only cost their system calls (~10% of the extract on tmpfs).
+/// nothing to write: Linux's `fsync` there returns at once, and thousands of them would only
+/// cost their system calls.
 #[cfg(target_os = "linux")]
 fn in_memory(dir: &OwnedFd) -> bool {
     const TMPFS_MAGIC: u64 = 0x0102_1994;

@@ -293,12 +293,8 @@ fn extract_of_a_pack_of_many_frames_gives_back_every_byte() {
 }
 
 #[test]
-fn build_seals_format_3_on_request_and_refuses_a_format_it_cannot_write() {
+fn build_seals_format_2_and_refuses_any_other_format_saying_what_to_use() {
     let fixture = Fixture::new();
-    let long: Vec<u8> = (0..300_000u32)
-        .map(|n| b"abcdefgh \n"[(n % 10) as usize])
-        .collect();
-    fixture.write("prompts/docs/long.md", &long);
     let build = |format: &str, out: &str| {
         packer(&[
             "build",
@@ -316,30 +312,24 @@ fn build_seals_format_3_on_request_and_refuses_a_format_it_cannot_write() {
             s(&fixture.path(out)),
         ])
     };
-    let built = build("3", "v3.pack");
+    let built = build("2", "v2.pack");
     assert_ok(&built);
     let summary: serde_json::Value = serde_json::from_slice(&built.stdout).unwrap();
-    assert_eq!(summary["format"], 3);
-    let sealed = std::fs::read(fixture.path("v3.pack")).unwrap();
-    let (header, _) = pack_format::read_header(&sealed, &pack_format::Limits::DEFAULT).unwrap();
-    assert_eq!(header.format, 3);
-    let out = fixture.path("v3-out");
-    assert_ok(&fixture.extract(&fixture.path("v3.pack"), &out, &[]));
-    assert_eq!(files_under(&out), files_under(&fixture.pack_dir()));
+    assert_eq!(summary["format"], 2);
 
-    // Format 2 stays the default.
-    let default = fixture.build("v2.pack", &[]);
+    // Format 2 is the default.
+    let default = fixture.build("default.pack", &[]);
     assert_ok(&default);
-    let sealed = std::fs::read(fixture.path("v2.pack")).unwrap();
+    let sealed = std::fs::read(fixture.path("default.pack")).unwrap();
     let (header, _) = pack_format::read_header(&sealed, &pack_format::Limits::DEFAULT).unwrap();
     assert_eq!(header.format, 2);
 
-    for format in ["1", "4"] {
+    for format in ["1", "3", "4"] {
         let refused = build(format, "refused.pack");
         assert!(!refused.status.success(), "--format {format} was accepted");
         let stderr = String::from_utf8_lossy(&refused.stderr);
-        assert!(stderr.contains("--format"), "{stderr}");
-        assert!(stderr.contains(format), "{stderr}");
+        assert!(stderr.contains(&format!("--format {format}")), "{stderr}");
+        assert!(stderr.contains("--format 2"), "what to use: {stderr}");
         assert!(!fixture.path("refused.pack").exists());
     }
 }

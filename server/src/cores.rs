@@ -27,10 +27,9 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use pack_format::cores::{self, Cores};
+use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
 
-/// Where the accept loops run: the cores packd may use, in order, one loop on each
-/// (`pack_format::cores`, which places `packer build`'s compressing threads the same way).
+/// Where the accept loops run: the cores packd may use, in order, one loop on each.
 #[derive(Clone)]
 pub(crate) struct Placement {
     cores: Cores,
@@ -47,16 +46,41 @@ pub(crate) enum Unpinned {
     Unknown(String),
 }
 
-impl From<cores::Unpinned> for Unpinned {
-    fn from(why: cores::Unpinned) -> Self {
-        match why {
-            cores::Unpinned::One => Unpinned::OneLoop,
-            cores::Unpinned::Fewer { threads, cores } => Unpinned::FewerLoops {
-                loops: threads,
-                cores,
-            },
-            cores::Unpinned::Unknown(err) => Unpinned::Unknown(err),
+/// The cores packd may use (its CPU affinity), one accept loop on each, in order.
+#[derive(Clone)]
+struct Cores {
+    cores: Vec<usize>,
+    all: CpuSet,
+}
+
+impl Cores {
+    fn for_threads(loops: usize) -> Result<Cores, Unpinned> {
+        let all = sched_getaffinity(None).map_err(|e| Unpinned::Unknown(e.to_string()))?;
+        let cores: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| all.is_set(c)).collect();
+        if loops <= 1 {
+            return Err(Unpinned::OneLoop);
         }
+        if loops != cores.len() {
+            return Err(Unpinned::FewerLoops {
+                loops,
+                cores: cores.len(),
+            });
+        }
+        Ok(Cores { cores, all })
+    }
+
+    fn core(&self, number: usize) -> usize {
+        self.cores[number % self.cores.len()]
+    }
+
+    fn pin(&self, number: usize) -> io::Result<()> {
+        let mut only = CpuSet::new();
+        only.set(self.core(number));
+        Ok(sched_setaffinity(None, &only)?)
+    }
+
+    fn unpin(&self) -> io::Result<()> {
+        Ok(sched_setaffinity(None, &self.all)?)
     }
 }
 
@@ -192,18 +216,6 @@ mod tests {
     use rustix::thread::{CpuSet, sched_getaffinity};
 
     use super::*;
-
-    #[test]
-    fn the_reasons_to_leave_loops_unpinned_are_told_as_loops() {
-        assert_eq!(
-            Unpinned::from(cores::Unpinned::Fewer {
-                threads: 2,
-                cores: 4
-            }),
-            Unpinned::FewerLoops { loops: 2, cores: 4 }
-        );
-        assert_eq!(Unpinned::from(cores::Unpinned::One), Unpinned::OneLoop);
-    }
 
     /// Loop `number` of `spread` accepts `n` connections; whether it was crowded at any.
     fn accept(spread: &Spread, number: usize, n: u64) -> bool {

@@ -100,6 +100,18 @@ pub const SHAPES: &[Shape] = &[
         template_kb: (3.0, 32.0),
         other_kb: (1.0, 120.0),
     },
+    // Not one the code was tuned on: prose, JSON and code side by side, 0.1-400 KB each
+    // (log-uniform), 1-4 levels deep; about 2,000 files for 100 MB, one in ten a template.
+    Shape {
+        name: "corpus",
+        depth: (1, 4),
+        dir_variants: 8,
+        exts: &[
+            "md", "md", "txt", "json", "json", "py", "rs", "rs", "hbs", "md",
+        ],
+        template_kb: (0.5, 24.0),
+        other_kb: (0.1, 400.0),
+    },
 ];
 
 /// The shape called `name`, if there is one.
@@ -139,7 +151,11 @@ pub fn generate_shape(root: &Path, target: u64, seed: u64, shape: Shape) -> Resu
         };
         let size = (1000.0 * smallest * (largest / smallest).powf(rng.random::<f64>())) as usize;
         let size = size.min((target - written) as usize).max(1);
-        let text = template_text(&mut rng, &words, size);
+        let text = match ext {
+            "json" => json_text(&mut rng, &words, size),
+            "py" | "rs" => code_text(&mut rng, &words, size, ext),
+            _ => template_text(&mut rng, &words, size),
+        };
         std::fs::write(&path, &text)?;
         written += text.len() as u64;
         files += 1;
@@ -308,5 +324,90 @@ fn template_text(rng: &mut StdRng, words: &Vocabulary, size: usize) -> String {
         }
     }
     // Cut at a char boundary at or past `size`: sizes vary anyway.
+    out
+}
+
+/// A JSON document of about `size` bytes: an array of records with words, numbers, flags
+/// and nested lists, as configuration or data files shipped next to prompts are.
+fn json_text(rng: &mut StdRng, words: &Vocabulary, size: usize) -> String {
+    let mut out = String::with_capacity(size + 512);
+    out.push_str("[\n");
+    let mut first = true;
+    while out.len() < size {
+        if !first {
+            out.push_str(",\n");
+        }
+        first = false;
+        out.push_str(&format!(
+            "  {{\"id\": \"{}-{:08x}\", \"score\": {:.4}, \"enabled\": {}, \"count\": {},\n",
+            words.pick(rng),
+            rng.random::<u32>(),
+            rng.random::<f64>(),
+            rng.random::<bool>(),
+            rng.random_range(0..100_000)
+        ));
+        out.push_str("   \"tags\": [");
+        for i in 0..rng.random_range(0..6) {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("\"{}\"", words.pick(rng)));
+        }
+        out.push_str("],\n   \"note\": \"");
+        let mut note = String::new();
+        fresh_sentence(rng, words, &mut note);
+        out.push_str(&note.replace(['{', '}', '"', '`'], ""));
+        out.push_str("\"}");
+    }
+    out.push_str("\n]\n");
+    out
+}
+
+/// Source code of about `size` bytes (`ext` is `py` or `rs`): functions with identifiers,
+/// comments, literals and the odd hex constant.
+fn code_text(rng: &mut StdRng, words: &Vocabulary, size: usize, ext: &str) -> String {
+    let mut out = String::with_capacity(size + 512);
+    let rust = ext == "rs";
+    while out.len() < size {
+        let name = format!("{}_{}", words.pick(rng), words.pick(rng)).replace(' ', "_");
+        let mut comment = String::new();
+        fresh_sentence(rng, words, &mut comment);
+        let comment = comment.replace(['{', '}'], "");
+        if rust {
+            out.push_str(&format!(
+                "/// {comment}\npub fn {name}(input: &str, limit: usize) -> Option<usize> {{\n"
+            ));
+        } else {
+            out.push_str(&format!(
+                "def {name}(value, limit={}):\n    \"\"\"{comment}\"\"\"\n",
+                rng.random_range(1..512)
+            ));
+        }
+        for _ in 0..rng.random_range(2..12) {
+            let var = words.pick(rng).replace(' ', "_");
+            let line = match rng.random_range(0..4) {
+                0 if rust => format!("    let {var} = input.find(\"{}\")?;\n", words.pick(rng)),
+                0 => format!("    {var} = value.get(\"{}\", None)\n", words.pick(rng)),
+                1 if rust => format!(
+                    "    if limit > {} {{ return None; }}\n",
+                    rng.random_range(0..4096)
+                ),
+                1 => format!(
+                    "    if limit > {}:\n        return None\n",
+                    rng.random_range(0..4096)
+                ),
+                2 if rust => format!("    // {}\n", words.pick(rng)),
+                2 => format!("    # {}\n", words.pick(rng)),
+                _ if rust => format!("    let {var}_mask = 0x{:016x}u64;\n", rng.random::<u64>()),
+                _ => format!("    {var}_mask = 0x{:016x}\n", rng.random::<u64>()),
+            };
+            out.push_str(&line);
+        }
+        out.push_str(if rust {
+            "    Some(limit)\n}\n\n"
+        } else {
+            "    return limit\n\n"
+        });
+    }
     out
 }

@@ -4,7 +4,7 @@ against the test vectors in this directory.
 
 It rebuilds the canonical `tar` and index from the vector's files, rebuilds the header and
 seals the vector's compressed payload with the vector's fixed secrets (format 1, format 2
-as one segment and as three, and format 3 with its index over pieces), opens the vector's sealed bytes, cuts the frames
+as one segment and as three), opens the vector's sealed bytes, cuts the frames
 vector's payloads over 8 MiB into frames, verifies the channel vector's minisign signature
 and recomputes its rollout buckets, using only Python's standard library, the `cryptography` package (AES-256-GCM,
 Ed25519) and the stock `zstd` tool. Any difference is printed and the exit status is 1.
@@ -89,34 +89,20 @@ def tar_entry(path, data, mtime):
     return out + tar_header(name, len(data), mtime, b"0") + padded(data)
 
 
-PIECE = 64 * 1024
-
-
-def file_digest(data, index_format):
-    """Index format 1: the SHA-256 of the bytes. Index format 2 (sealed packs of format 3):
-    for a file over 64 KiB, the SHA-256 of its 64 KiB pieces' SHA-256s, concatenated."""
-    if index_format == 1 or len(data) <= PIECE:
-        return hashlib.sha256(data).hexdigest()
-    pieces = b"".join(
-        hashlib.sha256(data[at : at + PIECE]).digest() for at in range(0, len(data), PIECE)
-    )
-    return hashlib.sha256(pieces).hexdigest()
-
-
-def index_json(files, index_format=1):
+def index_json(files):
     index = {
-        "format": index_format,
+        "format": 1,
         "files": [
-            {"path": p, "size": len(d), "sha256": file_digest(d, index_format)}
+            {"path": p, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
             for p, d in files
         ],
     }
     return json.dumps(index, indent=2, ensure_ascii=False).encode()
 
 
-def canonical_tar(files, mtime, index_format=1):
+def canonical_tar(files, mtime):
     files = sorted(files, key=lambda f: f[0].encode())
-    out = [tar_entry("PACK-INDEX.json", index_json(files, index_format), mtime)]
+    out = [tar_entry("PACK-INDEX.json", index_json(files), mtime)]
     out += [tar_entry(path, data, mtime) for path, data in files]
     return b"".join(out) + b"\0" * 1024
 
@@ -214,13 +200,13 @@ def segment_nonce(nonce_prefix, number, last):
     return nonce_prefix + struct.pack(">I", number) + (b"\1" if last else b"\0")
 
 
-def seal_v2(inputs, frames, container_format=2):
-    """Format 2 (and 3, the same bytes): `frames` is a list of (compressed bytes, length of
-    tar they decode to), one segment each."""
+def seal_v2(inputs, frames):
+    """Format 2: `frames` is a list of (compressed bytes, length of tar they decode to), one
+    segment each."""
     nonce_prefix = bytes.fromhex(inputs["nonce_prefix"])
     prefix = header_bytes(
         inputs,
-        format=container_format,
+        format=2,
         nonce=base64.b64encode(nonce_prefix).decode(),
         plaintext_len=sum(len(f) for f, _ in frames),
         segments=[{"len": len(f), "tar_len": t} for f, t in frames],
@@ -328,32 +314,6 @@ def check_pack_v2(vector):
     check_opens(vector, unhex_lines(example["sealed"]), frames, "three segments")
 
 
-def check_pack_v3(vector):
-    """Format 3: format 2's bytes, the index of format 2 digesting long files over pieces."""
-    inputs = vector["inputs"]
-    check("v3 container format", inputs["format"], 3)
-    files = [(f["path"], f["text"].encode()) for f in inputs["files"]]
-    files += [(f["path"], file_text(f["path"], f["size"])) for f in inputs["generated"]]
-    long = dict(files)["docs/long.md"]
-    check(
-        "v3 long file pieces",
-        [hashlib.sha256(long[at : at + PIECE]).hexdigest() for at in range(0, len(long), PIECE)],
-        vector["long_file_pieces"],
-    )
-    check("v3 long file sha256", hashlib.sha256(long).hexdigest(), vector["long_file_sha256"])
-    index = index_json(sorted(files, key=lambda f: f[0].encode()), 2).decode()
-    check("v3 index_json", index, vector["index_json"])
-    tar = canonical_tar(files, inputs["mtime"], 2)
-    check("v3 tar_sha256", hashlib.sha256(tar).hexdigest(), vector["tar_sha256"])
-    compressed = unhex_lines(vector["payload_zstd"])
-    check("v3 zstd -d payload_zstd", zstd_decompress(compressed), tar)
-    sealed, header = seal_v2(inputs, [(compressed, len(tar))], container_format=3)
-    check("v3 header_json", header.decode(), vector["header_json"])
-    check("v3 sealed", sealed, unhex_lines(vector["sealed"]))
-    check("v3 sealed_sha256", hashlib.sha256(sealed).hexdigest(), vector["sealed_sha256"])
-    check_opens(vector, unhex_lines(vector["sealed"]), [compressed], "v3 payload")
-
-
 def file_text(path, size):
     """A file of the frames vector: the lines `{path} {n}\\n` for n = 0, 1, 2, ... cut to
     `size` bytes."""
@@ -443,7 +403,6 @@ def main():
     here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
     check_pack_v1(json.loads((here / "pack-v1.json").read_text()))
     check_pack_v2(json.loads((here / "pack-v2.json").read_text()))
-    check_pack_v3(json.loads((here / "pack-v3.json").read_text()))
     check_frames(json.loads((here / "frames-v2.json").read_text()))
     check_channel(json.loads((here / "channel-v1.json").read_text()))
     if FAILURES:
