@@ -13,6 +13,7 @@
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
 //! - [`cores`]: threads pinned one per core (the seal's compressing threads, packd's loops).
 
+pub mod atomic;
 mod buffer;
 pub mod channel;
 pub mod cores;
