@@ -15,7 +15,6 @@
 //! old state (pointing at the old pack, still on disk) or the new one.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -166,7 +165,8 @@ impl Cache {
             };
             for entry in entries.flatten() {
                 let name = entry.file_name();
-                let Some(pid) = temp_file_pid(&name.to_string_lossy()) else {
+                let Some(pid) = pack_format::atomic::temp_file_writer(&name.to_string_lossy())
+                else {
                     continue;
                 };
                 let stale = entry
@@ -247,7 +247,7 @@ impl Cache {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             // Another process's write in flight: the start-up sweep handles abandoned ones.
-            if temp_file_pid(&name).is_some() {
+            if pack_format::atomic::temp_file_writer(&name).is_some() {
                 continue;
             }
             let wanted = keep.iter().any(|sha| name == format!("{sha}.pack"));
@@ -370,20 +370,6 @@ pub fn off_async<T>(work: impl FnOnce() -> T) -> T {
 /// Older than this, a temp file is stale whoever wrote it: a write takes well under a second.
 const STALE_TEMP_AGE: Duration = Duration::from_secs(60 * 60);
 
-/// The writer's pid in a temp file name `.NAME.tmp-PID-RAND`, `None` for any other name.
-/// Characters of randomness after the pid in a temp file's name.
-const TEMP_RAND_LEN: usize = 8;
-
-fn temp_file_pid(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix('.')?;
-    let (_, tail) = rest.rsplit_once(".tmp-")?;
-    let (pid, random) = tail.split_once('-')?;
-    // Alphanumeric from `write_atomic`; hex from the file view's writers (and older builds).
-    (random.len() == TEMP_RAND_LEN && random.bytes().all(|b| b.is_ascii_alphanumeric()))
-        .then_some(())?;
-    pid.parse().ok()
-}
-
 /// Whether a process with this pid exists (Linux: `/proc/PID`). Where that cannot be told,
 /// it is assumed alive and only the age rule removes its files.
 fn process_alive(pid: u32) -> bool {
@@ -412,48 +398,16 @@ fn read_capped(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-/// temp file in the same directory → write → fsync → rename → fsync the directory. The temp
-/// file is named `.NAME.tmp-PID-RAND`, so that [`Cache::open`] can tell whose it is, and is
-/// created with the mode a plain create gives (not the temp file's private 0600): the cache
-/// may be read by other accounts' processes. On any failure it is removed.
+/// Writes a cache file whole (see [`pack_format::atomic`]: temp file in the same directory,
+/// fsync, rename, fsync of the directory). The temp file is named `.NAME.tmp-PID-RAND`, so
+/// that [`Cache::open`] can tell whose it is.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ClientError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let result = (|| -> std::io::Result<()> {
-        let prefix = format!(".{name}.tmp-{}-", std::process::id());
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(&prefix).rand_bytes(TEMP_RAND_LEN);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            builder.permissions(std::fs::Permissions::from_mode(0o666));
-        }
-        let mut file = builder.tempfile_in(dir)?;
-        file.write_all(bytes)?;
-        file.as_file().sync_all()?;
-        file.persist(path).map_err(|e| e.error)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    result.map_err(|e| cache_err(path, e))
+    pack_format::atomic::write(path, bytes).map_err(|e| cache_err(path, e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn temp_file_names_give_their_writer() {
-        assert_eq!(temp_file_pid(".state.json.tmp-4242-0a1b2c3d"), Some(4242));
-        assert_eq!(temp_file_pid(".abc.pack.tmp-7-deadbeef"), Some(7));
-        assert_eq!(temp_file_pid(".abc.pack.tmp-7-Xy3kQ9zA"), Some(7));
-        assert_eq!(temp_file_pid("state.json"), None);
-        assert_eq!(temp_file_pid(".state.json.tmp-x-0a1b2c3d"), None);
-        assert_eq!(temp_file_pid(".state.json.tmp-1-short"), None);
-        assert_eq!(temp_file_pid("abc.pack"), None);
-    }
 
     /// A killed writer leaves `.state.json.tmp-*` behind; the next open removes it, and
     /// leaves alone the temp file of a writer that is still running.

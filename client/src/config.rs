@@ -8,6 +8,7 @@ use pack_format::{ContentKey, ContentKeyRing, Limits, TrustedKeys};
 use serde::Deserialize;
 
 use crate::ClientError;
+use crate::clock::Clock;
 
 /// Everything a [`crate::Client`] needs.
 #[derive(Debug, Clone)]
@@ -59,6 +60,9 @@ pub struct ClientConfig {
     /// A row of today's outcome counts goes to the server at most this often, and only when
     /// it changed (`[updates] outcomes_interval_secs`, see [`crate::outcomes`]).
     pub outcomes_interval: Duration,
+    /// The wall clock the client decides by (expiry, ramps, check times): the system clock,
+    /// or one a test moves (see [`crate::clock`]).
+    pub clock: Clock,
 }
 
 /// Where the file view's link is and how long a version stays after it stops serving.
@@ -121,6 +125,7 @@ impl ClientConfig {
             files: None,
             builtin_dir: None,
             outcomes_interval: crate::policy::PROVISIONAL_INTERVAL,
+            clock: Clock::system(),
         }
     }
 

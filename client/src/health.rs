@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use pack_protocol::ReportReason;
 use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
 
 use crate::cache::Cache;
+use crate::clock::Clock;
 use crate::report::Outbox;
 use crate::snapshot::Snapshot;
 use crate::store::ServeObserver;
@@ -51,6 +51,7 @@ pub struct Health {
     cache: Cache,
     threshold: u32,
     outbox: Option<Arc<Outbox>>,
+    clock: Clock,
 }
 
 impl Health {
@@ -59,7 +60,13 @@ impl Health {
             cache,
             threshold: threshold.max(1),
             outbox,
+            clock: Clock::system(),
         }
+    }
+
+    /// Failures are timed by `clock` rather than the system clock.
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Health { clock, ..self }
     }
 
     /// Packs marked bad on this device, by SHA-256.
@@ -109,7 +116,7 @@ impl Health {
 
     /// Counts a failure; `true` when the pack is (now) marked bad.
     fn failed(&self, sha256: &str) -> bool {
-        let now = OffsetDateTime::now_utc().unix_timestamp();
+        let now = self.clock.now().unix_timestamp();
         let threshold = self.threshold;
         let updated = self
             .cache

@@ -16,10 +16,15 @@
 //! - [`files`] keeps, when the config asks for it, what serves as read-only files behind
 //!   one link, for agents that read their prompts from files.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod activity;
 pub mod builtin;
 pub mod cache;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod files;
@@ -34,6 +39,7 @@ pub mod watch;
 pub use pack_serving::{snapshot, store};
 
 pub use client::{Client, ClientStatus, FailureRecord, FilesStatus, RefreshOutcome, RefusedPack};
+pub use clock::{Clock, ManualClock};
 pub use config::ClientConfig;
 pub use error::ClientError;
 pub use snapshot::{Snapshot, SnapshotError, Source};

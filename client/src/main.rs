@@ -1,6 +1,9 @@
 //! `pack-client`: drive a prompt-pack client from the command line — refresh, status, and
 //! reading what a captured snapshot serves. The agent embeds the same library.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 // The binary owns the terminal.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -112,10 +115,13 @@ fn colour_stderr() -> bool {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let config = match &cli.config {
+    let mut config = match &cli.config {
         Some(path) => ClientConfig::load(path, cli.cache.clone(), cli.client_version.clone())?,
         None => ClientConfig::new(cli.cache.clone(), cli.client_version.clone()),
     };
+    if let Some(at) = test_now()? {
+        config.clock = pack_client::Clock::fixed(at);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -456,6 +462,25 @@ fn parse_vars(arg: &str) -> Result<serde_json::Value, String> {
         ));
     }
     Ok(value)
+}
+
+/// Tests only (debug builds): with `PROMPTPACK_TEST_NOW=RFC3339` the client decides by that
+/// time instead of the system clock (how far a signed ramp has grown, expiry, check times),
+/// so that a test of a ramp moves the clock instead of waiting for it.
+#[cfg(debug_assertions)]
+fn test_now() -> Result<Option<time::OffsetDateTime>> {
+    let Some(text) = std::env::var_os("PROMPTPACK_TEST_NOW") else {
+        return Ok(None);
+    };
+    let text = text.to_string_lossy();
+    time::OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339)
+        .map(Some)
+        .with_context(|| format!("PROMPTPACK_TEST_NOW={text} is not an RFC 3339 time"))
+}
+
+#[cfg(not(debug_assertions))]
+fn test_now() -> Result<Option<time::OffsetDateTime>> {
+    Ok(None)
 }
 
 /// `pack-client refresh`'s exit status when the refresh failed (the previous pack still

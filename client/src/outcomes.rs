@@ -484,8 +484,8 @@ impl OutcomeLog {
     /// nothing is due (see [`OutcomeLog::due`]): what a long-running process calls on a
     /// timer.
     pub async fn send_due(&self, client: &Client) -> SendOutcome {
-        let now = OffsetDateTime::now_utc();
         let config = client.config();
+        let now = config.clock.now();
         let Some(server) = &config.server else {
             return SendOutcome::default();
         };

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::cache::Cache;
+use crate::clock::Clock;
 use crate::http::{HeaderName, Method, Request, Response, Transport, TransportError};
 
 const OUTBOX_FILE: &str = "reports.json";
@@ -151,6 +152,7 @@ pub struct Outbox {
     channel: String,
     client_version: semver::Version,
     notify: tokio::sync::Notify,
+    clock: Clock,
 }
 
 impl Outbox {
@@ -160,13 +162,19 @@ impl Outbox {
             channel: channel.to_string(),
             client_version: client_version.clone(),
             notify: tokio::sync::Notify::new(),
+            clock: Clock::system(),
         }
+    }
+
+    /// Reports are dated by `clock` rather than the system clock.
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Outbox { clock, ..self }
     }
 
     /// Queues a report of `reason` about `pack` (a SHA-256 or `builtin`) unless the rules
     /// above hold it back. `true` when queued.
     pub fn queue(&self, pack: &str, reason: ReportReason) -> bool {
-        let now = OffsetDateTime::now_utc().unix_timestamp();
+        let now = self.clock.now().unix_timestamp();
         let report = FailureReport {
             channel: self.channel.clone(),
             pack: pack.to_string(),
@@ -236,7 +244,7 @@ impl Outbox {
         server: &str,
         install_hash: &str,
     ) -> SendOutcome {
-        let now = OffsetDateTime::now_utc();
+        let now = self.clock.now();
         if !self.due(now) {
             return SendOutcome::default();
         }
@@ -276,7 +284,7 @@ impl Outbox {
                 }
             }
         }
-        let at = OffsetDateTime::now_utc().unix_timestamp();
+        let at = self.clock.now().unix_timestamp();
         record_sent(
             &self.cache,
             OUTBOX_FILE,

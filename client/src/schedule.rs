@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use time::OffsetDateTime;
 use tokio_cron_scheduler::{Job, JobScheduler, JobSchedulerError};
 
 use crate::Client;
@@ -147,7 +146,7 @@ pub async fn start(client: Arc<Client>) -> Result<Schedule, JobSchedulerError> {
     tracing::info!("refresh scheduled as '{cron}' (UTC)");
     if client.install_pending()
         || client
-            .since_last_success(OffsetDateTime::now_utc())
+            .since_last_success(client.config().clock.now())
             .is_none_or(|age| age > INTERVAL)
     {
         let client = client.clone();

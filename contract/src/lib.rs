@@ -34,6 +34,10 @@
 //! records (there is no switch to turn it on); the head of an `{{else if}}` is the one
 //! element it keeps no position for, so problems there are reported at the `{{#if}}`.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
@@ -168,6 +172,10 @@ pub struct Contract {
 impl Contract {
     /// The contract compiled into this build for `schema`, or `None` for a schema this
     /// build does not know.
+    #[allow(
+        clippy::expect_used,
+        reason = "compiled-in text that a unit test parses: a failure is a broken build"
+    )]
     pub fn builtin(schema: u32) -> Option<Contract> {
         static SCHEMA_1_PARSED: OnceLock<Contract> = OnceLock::new();
         match schema {

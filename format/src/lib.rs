@@ -12,6 +12,7 @@
 //! - [`guard`]: the guard key, which may only freeze or roll back a channel.
 //! - [`keys`]: content keys, signing keys and the trusted-key set.
 
+pub mod atomic;
 pub mod channel;
 mod decode;
 pub mod error;

@@ -4,94 +4,52 @@
 //! destination, or, for outputs that must never replace anything, only where nothing is.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use tempfile::NamedTempFile;
 
 use crate::shown;
 
-/// The directory a path lives in (`.` for a bare file name).
-pub fn parent_dir(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
+pub use pack_format::atomic::{Placed, parent_dir};
 
-/// A fully written and synced temporary file, waiting to be renamed into place.
-pub struct Staged {
-    file: NamedTempFile,
-    dest: PathBuf,
-}
+/// A fully written and synced temporary file, waiting to be moved into place (the one
+/// atomic write, [`pack_format::atomic`], with the error naming packer's output).
+pub struct Staged(pack_format::atomic::Staged);
 
 /// Writes `bytes` to a temporary file next to `dest` with permissions `mode`, synced.
 pub fn stage(dest: &Path, bytes: &[u8], mode: u32) -> Result<Staged> {
     let dir = parent_dir(dest);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating directory {}", shown(&dir)))?;
-    let mut file = tempfile::Builder::new()
-        .prefix(".packer-")
-        .suffix(".tmp")
-        .tempfile_in(&dir)
+    pack_format::atomic::stage(dest, bytes, Some(mode))
+        .map(Staged)
         .with_context(|| {
             format!(
-                "creating a temporary file in {} for {}",
-                shown(&dir),
+                "writing {} (through a temporary file beside it)",
                 shown(dest)
             )
-        })?;
-    set_mode(file.path(), mode)?;
-    file.write_all(bytes)
-        .and_then(|()| file.as_file().sync_all())
-        .with_context(|| format!("writing {}", shown(dest)))?;
-    Ok(Staged {
-        file,
-        dest: dest.to_path_buf(),
-    })
-}
-
-/// Whether an output that must not replace anything was moved into place.
-#[must_use]
-pub enum Placed {
-    Yes,
-    /// Something appeared at the destination meanwhile; it was left as it was, and the
-    /// temporary file removed.
-    Taken,
+        })
 }
 
 impl Staged {
     /// Renames the temporary file over the destination and syncs the directory.
     pub fn commit(self) -> Result<()> {
-        let Staged { file, dest } = self;
-        file.persist(&dest)
-            .map_err(|e| e.error)
-            .with_context(|| format!("moving the new {} into place", shown(&dest)))?;
-        sync_dir(&parent_dir(&dest));
-        Ok(())
+        let dest = self.0.dest().to_path_buf();
+        self.0
+            .commit()
+            .with_context(|| format!("moving the new {} into place", shown(&dest)))
     }
 
     /// Moves the temporary file into place only if nothing is at the destination, in one
-    /// step that cannot replace a file another process put there after any check of ours
-    /// (`renameat2(RENAME_NOREPLACE)` where the system has it, else a hard link, which
-    /// fails on an existing name, and an unlink), and syncs the directory.
+    /// step that cannot replace a file another process put there after any check of ours,
+    /// and syncs the directory. [`Placed::Taken`]: something was there, and is left as it was.
     pub fn commit_new(self) -> Result<Placed> {
-        let Staged { file, dest } = self;
-        match file.persist_noclobber(&dest) {
-            Ok(_) => {}
-            // Dropping the returned temporary file removes it.
-            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Ok(Placed::Taken);
-            }
-            Err(e) => {
-                return Err(e.error)
-                    .with_context(|| format!("moving the new {} into place", shown(&dest)));
-            }
-        }
-        sync_dir(&parent_dir(&dest));
-        Ok(Placed::Yes)
+        let dest = self.0.dest().to_path_buf();
+        self.0
+            .commit_new()
+            .with_context(|| format!("moving the new {} into place", shown(&dest)))
     }
 }
 
@@ -151,12 +109,10 @@ pub fn set_mode(_path: &Path, _mode: u32) -> Result<()> {
     Ok(())
 }
 
-/// Makes a rename durable. Best effort: some file systems refuse to sync a directory, and
-/// the rename itself has already happened atomically.
+/// Makes a rename of a directory tree durable (see [`pack_format::atomic::sync_dir`]). Best
+/// effort: the rename itself has already happened atomically, and the output is complete.
 pub fn sync_dir(dir: &Path) {
-    if let Ok(handle) = File::open(dir) {
-        let _ = handle.sync_all();
-    }
+    let _ = pack_format::atomic::sync_dir(dir);
 }
 
 /// Reads a whole file, refusing one over `limit` bytes before reading it (and if it grows

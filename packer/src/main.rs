@@ -2,6 +2,9 @@
 //! pack (validating every template against the runtime's variable contract first), looks
 //! inside packs, signs channel documents, and publishes packs and releases to packd.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 // The binary owns the terminal: results go to stdout, progress and errors to stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 

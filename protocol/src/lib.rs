@@ -10,6 +10,10 @@
 //! crate and it pulls in nothing heavy: [`retry`], the one backoff schedule (jitter, cap)
 //! every retry loop of the project uses, and [`error_text`], how an error reads on one line.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod error_text;
 pub mod fleet;
 pub mod guard;

@@ -1,7 +1,6 @@
 //! The per-user data directory: config file, global AGENTS.md, custom agents, sessions and
 //! the pack cache.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::error::RuntimeError;
@@ -11,27 +10,10 @@ pub const HOME_ENV: &str = "AGENT_HOME";
 /// Directory name under the platform's per-user data location.
 const APP_DIR: &str = "promptpack";
 
-/// Writes `bytes` to `path` whole: into a temporary file of a unique name beside it, flushed
-/// to disk, then renamed over it. A reader sees the old file or the new one, never half of
+/// Writes `bytes` to `path` whole, the one way the workspace does (see
+/// [`pack_format::atomic`]): a reader sees the old file or the new one, never half of
 /// either, and two processes writing at once each rename a file of their own.
-pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    // Created as a plain create would be (0666 less the umask), not tempfile's private 0600:
-    // rewriting the user's config must not change who may read it.
-    let mut builder = tempfile::Builder::new();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        builder.permissions(std::fs::Permissions::from_mode(0o666));
-    }
-    let mut file = builder.tempfile_in(dir)?;
-    file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(path).map(drop).map_err(|e| e.error)
-}
+pub use pack_format::atomic::write as write_whole;
 
 /// The data directory and the well-known paths inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -179,27 +179,10 @@ fn serve(
     })
 }
 
-/// Writes `--ready-file` whole: into a temporary file of a unique name beside it, then
-/// renamed over it, so a script that sees the file never reads it half-written.
+/// Writes `--ready-file` whole (see [`pack_format::atomic`]), so a script that sees the file
+/// never reads it half-written, and whoever waits for it can read it.
 fn write_ready_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    // Created as a plain create would be (0666 less the umask), not tempfile's private 0600,
-    // so whoever waits for the file can read it.
-    let mut builder = tempfile::Builder::new();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        builder.permissions(std::fs::Permissions::from_mode(0o666));
-    }
-    builder
-        .tempfile_in(dir)
-        .and_then(|mut file| {
-            std::io::Write::write_all(&mut file, text.as_bytes())?;
-            file.persist(path).map(drop).map_err(|e| e.error)
-        })
+    pack_format::atomic::write(path, text.as_bytes())
         .with_context(|| format!("writing the ready file {}", path.display()))
 }
 

@@ -20,6 +20,10 @@ pub const BUILTIN_NAME: &str = "builtin";
 
 /// The built-in snapshot. `build.rs` already validated every template against the contract,
 /// so compiling them again here cannot fail in a build that passed.
+#[allow(
+    clippy::expect_used,
+    reason = "compiled-in templates that build.rs validated: a failure is a broken build"
+)]
 pub fn snapshot() -> Arc<Snapshot> {
     let files = BUILTIN_FILES
         .iter()
@@ -51,7 +55,9 @@ pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, BuiltinError> {
     if !dir.is_dir() {
         return Err(failed("not a directory".to_string()));
     }
-    let contract = pack_contract::Contract::builtin(1).expect("schema 1 is compiled in");
+    let contract = pack_contract::Contract::builtin(1).ok_or_else(|| {
+        failed("the contract of schema 1 is not compiled into this build".to_string())
+    })?;
     let payload = match pack_contract::read_complete_pack(dir, &contract, &Limits::DEFAULT) {
         Ok(payload) => payload,
         Err(FormatError::PackDirectory { problems, .. }) => {

@@ -10,6 +10,10 @@
 //! assembly and `packer diff` need only this crate, so they link no HTTP client and no
 //! async runtime.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod builtin;
 pub mod snapshot;
 pub mod store;

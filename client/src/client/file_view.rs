@@ -1,0 +1,77 @@
+//! Keeping the file view (when the config turns it on) in step with what the store serves.
+
+use super::*;
+
+/// What this process last did to the file view.
+#[derive(Debug, Default)]
+pub(super) struct FilesState {
+    /// SHA-256 of the pack whose directory this process last made the link name.
+    pub(super) published: Option<String>,
+    pub(super) error: Option<String>,
+}
+
+impl Client {
+    /// The file view, when the config turns it on.
+    pub fn file_view(&self) -> Option<&FileView> {
+        self.files.as_ref()
+    }
+
+    /// Brings the file view (when on) up to date with what the store serves now, then
+    /// removes version directories out of their grace period. Blocking disk work, run at
+    /// start-up, after every refresh and periodically by [`crate::schedule::start`]. A failure is
+    /// logged, kept for the status and told to listeners once; serving is not affected and
+    /// the link keeps naming what it named.
+    pub fn sync_files(&self) {
+        let Some(view) = &self.files else {
+            return;
+        };
+        let mut files = lock(&self.files_state);
+        let snapshot = self.store.capture();
+        let now = std::time::SystemTime::now();
+        // The link still names what this process published (nobody removed the view):
+        // only the sweep is due.
+        let linked = std::fs::read_link(view.link_path())
+            .is_ok_and(|dir| dir == Path::new(&crate::files::dir_name(snapshot.meta())));
+        if files.error.is_none() && files.published.as_deref() == Some(snapshot.sha256()) && linked
+        {
+            if let Err(e) = view.sweep(now) {
+                tracing::warn!("{e}");
+            }
+            return;
+        }
+        // A process whose state is older than the one on disk (another process installed
+        // meanwhile) must not move the link back: that process publishes what it installed.
+        let held = lock(&self.state).sequence;
+        let (cache, channel) = (&self.cache, &self.config.channel);
+        let still_current = || match cache.load_state() {
+            Ok(Some(disk)) => disk.channel != *channel || disk.sequence <= held,
+            Ok(None) | Err(_) => true,
+        };
+        match view.publish(&snapshot, now, still_current) {
+            Ok(Published::Current { dir, moved }) => {
+                let recovered = files.error.take().is_some();
+                files.published = Some(snapshot.sha256().to_string());
+                if moved || recovered {
+                    tracing::info!("file view {} -> {dir}", view.link_path().display());
+                    self.activity.emit(Event::FilesPublished {
+                        link: view.link_path().display().to_string(),
+                        dir,
+                    });
+                }
+            }
+            Ok(Published::Superseded) => {
+                tracing::debug!("file view left to the process that wrote the newer state");
+            }
+            Err(e) => {
+                let error = e.to_string();
+                tracing::warn!("{error}");
+                if files.error.as_deref() != Some(&error) {
+                    self.activity.emit(Event::FilesFailed {
+                        error: error.clone(),
+                    });
+                }
+                files.error = Some(error);
+            }
+        }
+    }
+}
