@@ -1,8 +1,8 @@
-//! The floor of packd's HTTP stack, for BENCHMARKS.md: hyper on the same accept model as
-//! packd (one thread per core, each with a single-threaded runtime and its own
-//! `SO_REUSEPORT` socket, the same header-read timer), answering every request with a fixed
-//! `304` (or `200` when `If-None-Match` differs) and nothing else: no router, no storage, no
-//! metrics. What packd spends per revalidation beyond this is its own work.
+//! The floor of packd's HTTP stack, for BENCHMARKS.md: hyper at its cheapest here (one thread
+//! per core, each with a single-threaded runtime and its own `SO_REUSEPORT` socket, packd's
+//! header-read timer), answering every request with a fixed `304` (or `200` when
+//! `If-None-Match` differs) and nothing else: no router, no storage, no metrics. What packd
+//! spends per revalidation beyond this is its accept model's and its own work.
 //!
 //! ```sh
 //! cargo run --release -p pack-server --example bare_304 -- '"<etag>"'
