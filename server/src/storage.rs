@@ -383,27 +383,6 @@ impl Storage {
         }
     }
 
-    /// The file holding an object, open, and its length, when storage is a data directory on
-    /// local disk; `None` on object storage or when there is no such file. Opened inline, as
-    /// [`Storage::size`] stats inline: an `open` and an `fstat`, no trip to the blocking pool.
-    pub fn open_local(&self, key: &str) -> Result<Option<(std::fs::File, u64)>, StorageError> {
-        let Backend::Local { files, .. } = &self.backend else {
-            return Ok(None);
-        };
-        let name = local_name(files, key, "open")?;
-        let io = |source| StorageError::Io {
-            what: format!("open {}", name.display()),
-            source,
-        };
-        let file = match std::fs::File::open(&name) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(io(source)),
-        };
-        let meta = file.metadata().map_err(io)?;
-        Ok(meta.is_file().then_some((file, meta.len())))
-    }
-
     /// A streaming read of `range` (or all) of an object, or `None`.
     pub async fn get_stream(
         &self,

@@ -38,7 +38,7 @@ use crate::model::{
     ChannelHistory, ChannelList, ChannelRecord, ChannelSummary, PackRecord, PublishRequest,
     PublishResponse, rfc3339,
 };
-use crate::range::{if_none_match, if_none_match_sha256};
+use crate::range::if_none_match;
 use crate::routes::{check_name, etag, header_str, read_body};
 use crate::state::SharedState;
 use crate::storage::{Created, keys};
@@ -450,38 +450,30 @@ fn wants_storage(headers: &HeaderMap) -> bool {
 }
 
 /// Whether one `Cache-Control` value names `no-cache` or `max-age=0`.
-pub(crate) fn asks_storage(value: &str) -> bool {
+fn asks_storage(value: &str) -> bool {
     value
         .split(',')
         .any(|d| matches!(d.trim(), "no-cache" | "max-age=0"))
 }
 
 /// What a fetch of a channel's live document reads from the request beyond its path: its
-/// token, its condition, whether it wants storage's answer, and what the client says of
-/// itself. Each value is the header's first, when it is visible ASCII (as
-/// [`HeaderMap::get`] and `to_str` give it). Read from hyper's header map, or from a request
-/// head parsed ahead of hyper (`crate::front`).
-#[derive(Debug)]
-pub(crate) struct FetchHeaders<'a> {
-    pub authorization: Option<&'a str>,
-    pub if_none_match: Option<&'a str>,
-    /// Some `Cache-Control` value names `no-cache` or `max-age=0`.
-    pub wants_storage: bool,
-    pub client_version: Option<&'a str>,
-    pub installed: Option<&'a str>,
-    pub install: Option<&'a str>,
+/// condition, and what the client says of itself. Each value is the header's first, when it
+/// is visible ASCII (as [`HeaderMap::get`] and `to_str` give it).
+struct FetchHeaders<'a> {
+    if_none_match: Option<&'a str>,
+    client_version: Option<&'a str>,
+    installed: Option<&'a str>,
+    install: Option<&'a str>,
 }
 
 impl<'a> FetchHeaders<'a> {
-    pub(crate) fn from_map(incoming: &'a HeaderMap) -> Self {
+    fn from_map(incoming: &'a HeaderMap) -> Self {
         // The names every client sends, each looked up without parsing it.
         const CLIENT_VERSION: HeaderName = HeaderName::from_static(headers::CLIENT_VERSION);
         const INSTALLED_PACK: HeaderName = HeaderName::from_static(headers::INSTALLED_PACK);
         const INSTALL: HeaderName = HeaderName::from_static(headers::INSTALL);
         FetchHeaders {
-            authorization: header_str(incoming, header::AUTHORIZATION),
             if_none_match: header_str(incoming, header::IF_NONE_MATCH),
-            wants_storage: wants_storage(incoming),
             client_version: header_str(incoming, CLIENT_VERSION),
             installed: header_str(incoming, INSTALLED_PACK),
             install: header_str(incoming, INSTALL),
@@ -656,66 +648,8 @@ async fn channel_answer(
     Ok(response)
 }
 
-/// A plain fetch or revalidation of `channel`'s live document (`GET`, no query) answered
-/// from memory, as [`get_channel`] answers it, and counted; or why not, for the caller to
-/// take the request to the router (or, [`FromMemory::Unconfirmed`], to check storage first).
-pub(crate) fn from_memory(
-    state: &SharedState,
-    channel: &str,
-    fetch: &FetchHeaders<'_>,
-) -> FromMemory {
-    // Where the route would answer otherwise: a token missing or wrong, a name it would
-    // refuse, `Cache-Control: no-cache`.
-    if state
-        .settings
-        .tokens
-        .authorize_read_header(fetch.authorization)
-        .is_err()
-        || check_name("channel", channel).is_err()
-        || fetch.wants_storage
-    {
-        return FromMemory::Elsewhere;
-    }
-    let Some(record) = state.live.cached(channel) else {
-        return FromMemory::Unconfirmed;
-    };
-    let unchanged = if_none_match_sha256(fetch.if_none_match, &record.summary.sha256);
-    count_fetch(state, channel, unchanged, fetch);
-    FromMemory::Answer(MemoryAnswer { record, unchanged })
-}
-
-/// What [`from_memory`] made of a fetch.
-pub(crate) enum FromMemory {
-    /// Answered from memory, and counted.
-    Answer(MemoryAnswer),
-    /// Memory holds no document of the channel that a check of storage confirmed within the
-    /// poll interval: the route would check storage (`LiveChannels::find`).
-    Unconfirmed,
-    /// The route would answer otherwise (an error, or storage's answer).
-    Elsewhere,
-}
-
-/// [`from_memory`]'s answer: the live record, and whether the client holds it (`304`).
-pub(crate) struct MemoryAnswer {
-    pub record: Arc<ChannelRecord>,
-    pub unchanged: bool,
-}
-
-impl MemoryAnswer {
-    /// The content type of a `200`'s document.
-    pub(crate) const CONTENT_TYPE: &'static str = "application/json";
-
-    pub(crate) fn into_response(self) -> Result<Response, ApiError> {
-        let tag = etag(&self.record.summary.sha256);
-        answer(
-            self.unchanged,
-            &self.record.document,
-            &tag,
-            Self::CONTENT_TYPE,
-            &self.record.summary,
-        )
-    }
-}
+/// The content type of a channel document.
+const DOCUMENT_TYPE: &str = "application/json";
 
 /// The `200` or `304` for a client fetching `record`, counted in the metrics and the fleet
 /// view. `unchanged` says whether the client holds it; `None` asks its `If-None-Match`.
@@ -732,7 +666,7 @@ fn counted_answer(
         unchanged,
         &record.document,
         &tag,
-        MemoryAnswer::CONTENT_TYPE,
+        DOCUMENT_TYPE,
         &record.summary,
     )?;
     count_fetch(state, channel, unchanged, fetch);
