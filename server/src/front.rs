@@ -184,7 +184,17 @@ pub(crate) async fn serve(
                 at: 0,
                 stream,
             };
-            let connection = http.serve_connection(TokioIo::new(io), app);
+            let connection = http.serve_connection(
+                TokioIo::new(io),
+                hyper::service::service_fn(
+                    move |mut request: hyper::Request<hyper::body::Incoming>| {
+                        request
+                            .extensions_mut()
+                            .insert(axum::extract::ConnectInfo(peer));
+                        hyper::service::Service::call(&app, request)
+                    },
+                ),
+            );
             if let Err(err) = watcher.watch(connection).await {
                 tracing::debug!(%peer, %err, "connection ended with an error");
             }

@@ -54,7 +54,7 @@ fn start() -> Channel {
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str(&format!(
         "\n[fleet]\nreports_per_install_per_hour = 1000000\nreports_per_second = 1000000\n\n\
-         [guard]\nkey = {:?}\ninterval_secs = 1\nmin_trials = 300\n",
+         [guard]\nkey = {:?}\ninterval_secs = 1\nmin_installs = 30\n",
         guard_path.display().to_string()
     ));
     std::fs::write(&config, text).unwrap();
