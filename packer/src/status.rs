@@ -303,8 +303,8 @@ fn guard_lines(view: &GuardView) -> Vec<String> {
     let mut out = Vec::new();
     match (&view.key_id, &view.delegated) {
         (Some(held), Some(delegated)) if held == delegated => out.push(format!(
-            "guard: packd holds the guard key {held} (alpha {}, tau {}, at least {} trials a side)",
-            view.alpha, view.tau, view.min_trials
+            "guard: packd holds the guard key {held} (alpha {}, tau {}, at least {} installs a side)",
+            view.alpha, view.tau, view.min_installs
         )),
         _ => out.push("guard: no packd node answering holds this channel's guard key".to_string()),
     }
@@ -326,8 +326,8 @@ fn guard_lines(view: &GuardView) -> Vec<String> {
             for m in &entry.metrics {
                 let verdict = match m.difference {
                     None => format!(
-                        "waiting for {} trials a side ({} and {} so far)",
-                        view.min_trials, m.new.trials, m.old.trials
+                        "waiting for {} installs a side ({} and {} so far)",
+                        view.min_installs, m.new_installs, m.old_installs
                     ),
                     Some(d) => format!(
                         "{:+.2} points, interval [{:+.2}, {:+.2}]{}",

@@ -1,5 +1,6 @@
 //! What packd's guard saw and did (`GET /v1/channels/{channel}/guard`): per watched rollout
-//! and metric, both rates, their difference with its always-valid interval and the mixture
+//! and metric, both sides (their installs, the mean of the installs' rates, the pooled
+//! counts), the difference of the means with its always-valid interval and the mixture
 //! likelihood ratio; and every freeze or rollback it signed, with why.
 
 use serde::{Deserialize, Serialize};
@@ -15,11 +16,24 @@ use crate::outcomes::Rate;
 #[cfg_attr(feature = "openapi", derive(ToSchema))]
 pub struct MetricLook {
     pub metric: String,
-    /// The rolling-out pack.
+    /// The rolling-out pack: its installs' counts pooled (each install-day capped at a day's
+    /// use).
     pub new: Rate,
-    /// The pack it replaces.
+    /// The pack it replaces, pooled the same way.
     pub old: Rate,
-    /// `new − old`, once both sides have the minimum sample.
+    /// Distinct installs with a trial of this metric on the rolling-out pack: the test's unit.
+    #[serde(default)]
+    pub new_installs: u64,
+    /// The same on the pack it replaces.
+    #[serde(default)]
+    pub old_installs: u64,
+    /// The mean of the rolling-out pack's installs' own rates (each install weighs the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_mean: Option<f64>,
+    /// The same on the pack it replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_mean: Option<f64>,
+    /// `new_mean − old_mean`, once both sides have the minimum number of installs.
     pub difference: Option<f64>,
     /// The always-valid confidence sequence for the difference.
     pub low: f64,
@@ -82,7 +96,8 @@ pub struct GuardView {
     pub delegated: Option<String>,
     pub alpha: f64,
     pub tau: f64,
-    pub min_trials: u64,
+    /// Distinct installs each side needs before any decision.
+    pub min_installs: u64,
     /// This node's latest look, if it looked.
     pub last: Option<GuardLook>,
     /// Every decision stored, newest first (at most 50).

@@ -27,6 +27,20 @@ pub const MAX_EVENTS: u64 = 1_000_000;
 /// Largest value of a token count in one day's report (a million turns of 10,000 tokens).
 pub const MAX_TOKENS: u64 = 10_000_000_000;
 
+/// A day of plausible use of one install, per count: packd counts no more of any one
+/// install's day than this, whatever its reports claim (each whole scaled down to its cap,
+/// its parts with it, so the install's rates stand). A person, or an automation running the
+/// agent around the clock, makes about a model call a minute at most: 2,000 turns a day,
+/// with about five tool calls a turn.
+pub const DAY_TURNS: u64 = 2_000;
+/// See [`DAY_TURNS`].
+pub const DAY_TOOL_CALLS: u64 = 10_000;
+/// `agent exec` runs of one install's day counted at most (one every 90 seconds).
+pub const DAY_EXEC_RUNS: u64 = 1_000;
+/// Tokens of one install's day counted at most, input and output each (2,000 turns of
+/// 100,000 tokens).
+pub const DAY_TOKENS: u64 = 200_000_000;
+
 /// The z of a two-sided 95 % interval: the 0.975 quantile of the standard normal.
 pub const Z_95: f64 = 1.959_963_984_540_054;
 
@@ -108,6 +122,36 @@ impl OutcomeCounts {
         add(&mut self.output_tokens, other.output_tokens);
         add(&mut self.exec_runs, other.exec_runs);
         add(&mut self.exec_failures, other.exec_failures);
+    }
+
+    /// These counts as packd weighs one install's day: every whole at most its cap
+    /// ([`DAY_TURNS`], [`DAY_TOOL_CALLS`], [`DAY_EXEC_RUNS`]), its parts scaled down with it
+    /// so each rate stays what the install reported (rounded down); compactions at most the
+    /// turns cap, tokens at most [`DAY_TOKENS`].
+    pub fn day_capped(&self) -> OutcomeCounts {
+        let scaled = |part: u64, whole: u64, cap: u64| {
+            if whole <= cap {
+                part
+            } else {
+                (u128::from(part) * u128::from(cap) / u128::from(whole)) as u64
+            }
+        };
+        let (t, k, r) = (self.turns, self.tool_calls, self.exec_runs);
+        let mut c = *self;
+        c.turns = scaled(t, t, DAY_TURNS);
+        c.model_errors = scaled(self.model_errors, t, DAY_TURNS);
+        c.aborted_turns = scaled(self.aborted_turns, t, DAY_TURNS);
+        c.builtin_fallbacks = scaled(self.builtin_fallbacks, t, DAY_TURNS);
+        c.tool_calls = scaled(k, k, DAY_TOOL_CALLS);
+        c.tool_errors = scaled(self.tool_errors, k, DAY_TOOL_CALLS);
+        c.permission_denials = scaled(self.permission_denials, k, DAY_TOOL_CALLS);
+        c.exec_runs = scaled(r, r, DAY_EXEC_RUNS);
+        c.exec_failures = scaled(self.exec_failures, r, DAY_EXEC_RUNS);
+        c.compactions = c.compactions.min(DAY_TURNS);
+        c.input_tokens = c.input_tokens.min(DAY_TOKENS);
+        c.output_tokens = c.output_tokens.min(DAY_TOKENS);
+        c.clamp_parts();
+        c
     }
 
     /// Whether nothing was counted.
@@ -595,6 +639,45 @@ mod tests {
         assert_eq!(counts.model_errors, MAX_EVENTS);
         assert_eq!(counts.input_tokens, MAX_TOKENS);
         counts.check().unwrap();
+    }
+
+    #[test]
+    fn a_day_is_capped_at_plausible_use_and_keeps_its_rates() {
+        let claimed = OutcomeCounts {
+            turns: 1_000_000,
+            tool_calls: 1_000_000,
+            tool_errors: 500_000,
+            permission_denials: 100_000,
+            model_errors: 10_000,
+            exec_runs: 3_000,
+            exec_failures: 3_000,
+            compactions: 1_000_000,
+            input_tokens: MAX_TOKENS,
+            ..OutcomeCounts::default()
+        };
+        let capped = claimed.day_capped();
+        assert_eq!(capped.turns, DAY_TURNS);
+        assert_eq!(capped.model_errors, 20);
+        assert_eq!(
+            (capped.tool_calls, capped.tool_errors),
+            (DAY_TOOL_CALLS, 5_000)
+        );
+        assert_eq!(capped.permission_denials, 1_000);
+        assert_eq!(
+            (capped.exec_runs, capped.exec_failures),
+            (DAY_EXEC_RUNS, DAY_EXEC_RUNS)
+        );
+        assert_eq!(capped.compactions, DAY_TURNS);
+        assert_eq!(capped.input_tokens, DAY_TOKENS);
+        capped.check().unwrap();
+        // A plausible day is counted as it came.
+        let day = OutcomeCounts {
+            turns: 300,
+            tool_calls: 900,
+            tool_errors: 45,
+            ..OutcomeCounts::default()
+        };
+        assert_eq!(day.day_capped(), day);
     }
 
     #[test]

@@ -110,11 +110,13 @@ pub fn router_with_fleet(
         report_limiter: ReportLimiter::new(
             "failure reports",
             settings.fleet.reports_per_install_per_hour,
+            settings.fleet.reports_per_address_per_hour,
             settings.fleet.reports_per_second,
         ),
         outcome_limiter: ReportLimiter::new(
             "outcome reports",
             settings.fleet.reports_per_install_per_hour,
+            settings.fleet.reports_per_address_per_hour,
             settings.fleet.reports_per_second,
         ),
         fleet,

@@ -103,8 +103,10 @@ pub struct GuardFile {
     pub alpha: Option<f64>,
     /// The regression size the test is most sensitive to, as a rate difference (default 0.05).
     pub tau: Option<f64>,
-    /// Trials each side needs before any decision (default 300).
-    pub min_trials: Option<u64>,
+    /// Distinct installs each side needs before any decision (default 30, at least 2).
+    pub min_installs: Option<u64>,
+    /// Replaced by `min_installs`: named here only to say so.
+    pub min_trials: Option<toml::Value>,
 }
 
 /// `[fleet]`: every field optional; defaults in [`FleetSettings::default`].
@@ -118,6 +120,8 @@ pub struct FleetFile {
     /// Client release × pack cells per channel and day (and failure cells).
     pub max_cells: Option<usize>,
     pub reports_per_install_per_hour: Option<u32>,
+    /// Reports one address (IPv4, or IPv6 /64) may send per hour, per node (default 2000).
+    pub reports_per_address_per_hour: Option<u32>,
     pub reports_per_second: Option<u32>,
     /// `read` (as the deployment's reads) or `publish` (publisher tokens only).
     pub view: Option<ViewScope>,
@@ -266,6 +270,9 @@ impl Settings {
             reports_per_install_per_hour: f
                 .reports_per_install_per_hour
                 .unwrap_or(defaults.reports_per_install_per_hour),
+            reports_per_address_per_hour: f
+                .reports_per_address_per_hour
+                .unwrap_or(defaults.reports_per_address_per_hour),
             reports_per_second: f.reports_per_second.unwrap_or(defaults.reports_per_second),
             view: f.view.unwrap_or(defaults.view),
         };
@@ -368,6 +375,14 @@ fn guard_settings(file: &GuardFile, base: &Path) -> Result<GuardSettings, Config
             Some(Arc::new(key))
         }
     };
+    if file.min_trials.is_some() {
+        return Err(bad(
+            "min_trials is replaced by min_installs: the guard counts distinct installs, not \
+             tool calls, since one sender can claim any number of calls (docs/ROLLOUTS.md, \
+             \"Evidence\"); write min_installs = 30 or another number of installs"
+                .to_string(),
+        ));
+    }
     let alpha = file.alpha.unwrap_or(defaults.test.alpha);
     if !(alpha > 0.0 && alpha < 0.5) {
         return Err(bad(format!(
@@ -392,7 +407,10 @@ fn guard_settings(file: &GuardFile, base: &Path) -> Result<GuardSettings, Config
         test: crate::sequential::Settings {
             alpha,
             tau,
-            min_trials: file.min_trials.unwrap_or(defaults.test.min_trials).max(1),
+            min_installs: file
+                .min_installs
+                .unwrap_or(defaults.test.min_installs)
+                .max(2),
         },
     })
 }
@@ -486,6 +504,20 @@ max_blob_bytes = 1000
         let file: ConfigFile = toml::from_str("[limits]\nmax_connections = 800\n").unwrap();
         let s = Settings::from_file(file, Path::new(""), Overrides::default()).unwrap();
         assert_eq!(s.max_watchers, 699);
+    }
+
+    #[test]
+    fn the_guard_counts_installs_and_says_min_trials_is_replaced() {
+        let file: ConfigFile = toml::from_str("[guard]\nmin_installs = 50\n").unwrap();
+        let s = Settings::from_file(file, Path::new(""), Overrides::default()).unwrap();
+        assert_eq!(s.guard.test.min_installs, 50);
+        let file: ConfigFile = toml::from_str("[guard]\nmin_trials = 300\n").unwrap();
+        let err = Settings::from_file(file, Path::new(""), Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("min_installs"), "{err}");
+        let file: ConfigFile =
+            toml::from_str("[fleet]\nreports_per_address_per_hour = 7\n").unwrap();
+        let s = Settings::from_file(file, Path::new(""), Overrides::default()).unwrap();
+        assert_eq!(s.fleet.reports_per_address_per_hour, 7);
     }
 
     #[test]

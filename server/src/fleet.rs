@@ -77,8 +77,14 @@ pub struct FleetSettings {
     /// Client release × pack cells per channel and day; beyond, new combinations count
     /// under `other` × `other`. The same cap holds for failure cells.
     pub max_cells: usize,
-    /// Failure reports one install may send per hour, per node.
+    /// Failure reports one install may send per hour, per node (outcome reports likewise,
+    /// counted apart).
     pub reports_per_install_per_hour: u32,
+    /// Reports one network address (an IPv4 address, an IPv6 /64) may send per hour, per
+    /// node, whatever install hashes it names: failure reports and outcome reports, each
+    /// counted apart. An office or a carrier's NAT puts many installs behind one address,
+    /// each sending a few outcome reports an hour.
+    pub reports_per_address_per_hour: u32,
     /// Failure reports one node accepts per second, from everyone.
     pub reports_per_second: u32,
     /// Who may read the fleet view: as the deployment's reads, or publishers only.
@@ -92,6 +98,7 @@ impl Default for FleetSettings {
             flush_interval: Duration::from_secs(10),
             max_cells: 256,
             reports_per_install_per_hour: 20,
+            reports_per_address_per_hour: 2000,
             reports_per_second: 200,
             view: ViewScope::Read,
         }

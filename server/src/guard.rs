@@ -16,12 +16,13 @@ use pack_format::channel::SignedChannel;
 use pack_format::guard::{GuardAction, guard_document};
 use pack_format::{ChannelDocument, EntryTarget, WatchAction};
 use pack_protocol::guard::{Decision, EntryLook, GuardLook, GuardView, MetricLook};
-use pack_protocol::outcomes::{OutcomeCounts, OutcomeRates, OutcomesView, Rate};
+use pack_protocol::outcomes::{OutcomeCounts, OutcomeRates};
 use pack_protocol::paths;
 
 use time::OffsetDateTime;
 
 use crate::error::{ApiError, ErrorBody};
+use crate::fleet::outcomes::Evidence;
 use crate::routes::channels::live;
 use crate::routes::{authorize_fleet_view, check_name};
 use crate::sequential;
@@ -107,10 +108,10 @@ pub async fn look(
         return Ok(None);
     }
     let doc = &verified.document;
-    let view = state
+    let evidence = state
         .fleet
         .outcomes()
-        .view(
+        .evidence(
             &state.storage,
             channel,
             state.settings.guard.window_days,
@@ -118,7 +119,7 @@ pub async fn look(
         )
         .await?;
     let settings = &state.settings.guard.test;
-    let entries = entry_looks(doc, &view, settings, now);
+    let entries = entry_looks(doc, &evidence, settings, now);
     let look = GuardLook {
         at: now,
         sequence: doc.sequence,
@@ -188,17 +189,16 @@ pub async fn look(
 }
 
 fn describe_regression(m: &MetricLook) -> String {
-    let pct = |r: &Rate| {
-        r.rate
-            .map_or("-".to_string(), |r| format!("{:.2}%", r * 100.0))
-    };
+    let pct = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{:.2}%", r * 100.0));
     format!(
-        "{} {} ({} of {}) against {} ({} of {}): difference {:+.2} points, always-valid interval [{:+.2}, {:+.2}], likelihood ratio {}",
+        "{} {} over {} installs ({} of {}) against {} over {} installs ({} of {}): difference of the installs' mean rates {:+.2} points, always-valid interval [{:+.2}, {:+.2}], likelihood ratio {}",
         m.metric,
-        pct(&m.new),
+        pct(m.new_mean),
+        m.new_installs,
         m.new.events,
         m.new.trials,
-        pct(&m.old),
+        pct(m.old_mean),
+        m.old_installs,
         m.old.events,
         m.old.trials,
         m.difference.unwrap_or(0.0) * 100.0,
@@ -213,10 +213,12 @@ fn describe_regression(m: &MetricLook) -> String {
 }
 
 /// The look at each watched entry of `doc` (an offline-signed document, or a stop order
-/// with its stops applied).
+/// with its stops applied), on the per-install `evidence`: each side is the installs in the
+/// entry's client range that reported the pack, each install one unit however much it
+/// reported.
 pub fn entry_looks(
     doc: &ChannelDocument,
-    view: &OutcomesView,
+    evidence: &Evidence,
     settings: &sequential::Settings,
     now: OffsetDateTime,
 ) -> Vec<EntryLook> {
@@ -238,18 +240,16 @@ pub fn entry_looks(
             EntryTarget::Pack(p) => (p.sha256.clone(), p.version.to_string()),
             EntryTarget::Builtin => ("builtin".to_string(), "builtin".to_string()),
         };
-        let sum = |pack: &str| {
-            let mut counts = OutcomeCounts::default();
-            for row in view
-                .rows
-                .iter()
-                .filter(|r| r.pack == pack && entry.clients.matches(&r.client_version))
-            {
-                counts.sum(&row.counts);
+        let installs = |pack: &str| {
+            let per_install = evidence.installs(pack, |release| entry.clients.matches(release));
+            let mut sum = OutcomeCounts::default();
+            for counts in &per_install {
+                sum.sum(counts);
             }
-            OutcomeRates::of(&counts)
+            let rates: Vec<OutcomeRates> = per_install.iter().map(OutcomeRates::of).collect();
+            (OutcomeRates::of(&sum), rates)
         };
-        let (new_rates, old_rates) = (sum(&new_pack.sha256), sum(&old_key));
+        let (new_side, old_side) = (installs(&new_pack.sha256), installs(&old_key));
         let named = |rates: &OutcomeRates, metric: &str| {
             rates
                 .named()
@@ -257,17 +257,31 @@ pub fn entry_looks(
                 .find(|(name, _)| *name == metric)
                 .map(|(_, rate)| rate)
         };
+        let per_install = |rates: &[OutcomeRates], metric: &str| -> Vec<(u64, u64)> {
+            rates
+                .iter()
+                .filter_map(|r| named(r, metric))
+                .map(|r| (r.events, r.trials))
+                .collect()
+        };
         let metrics = watch
             .metrics
             .iter()
             .filter_map(|metric| {
-                let (new, old) = (named(&new_rates, metric)?, named(&old_rates, metric)?);
-                let found =
-                    sequential::look((new.events, new.trials), (old.events, old.trials), settings);
+                let (new, old) = (named(&new_side.0, metric)?, named(&old_side.0, metric)?);
+                let found = sequential::look(
+                    &per_install(&new_side.1, metric),
+                    &per_install(&old_side.1, metric),
+                    settings,
+                );
                 Some(MetricLook {
                     metric: metric.clone(),
                     new,
                     old,
+                    new_installs: found.new.installs,
+                    old_installs: found.old.installs,
+                    new_mean: found.new.mean,
+                    old_mean: found.old.mean,
                     difference: found.difference,
                     low: found.low,
                     high: found.high,
@@ -349,7 +363,7 @@ pub async fn view(state: &SharedState, channel: &str) -> Result<GuardView, ApiEr
         delegated,
         alpha: test.alpha,
         tau: test.tau,
-        min_trials: test.min_trials,
+        min_installs: test.min_installs,
         last: state.guard_looks.get(channel),
         decisions: decisions(state, channel).await?,
     })

@@ -610,14 +610,14 @@ fn between<'a>(html: &'a str, start: &str, end: &str) -> &'a str {
 
 /// A watched ramp on a packd holding its guard key. While it runs, the channel page shows
 /// its percentage now and which steps of its schedule landed, the tool-error rate of both
-/// versions with their intervals, and that the guard's test needs more trials. Once the new
+/// versions with their intervals, and that the guard's test needs more installs. Once the new
 /// version's tool errors regress, the guard freezes it: the page says at what percentage,
 /// when and what it restricts, why, and the exact command that resumes the ramp.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guarded_ramp_shows_its_schedule_its_evidence_and_the_guards_freeze() {
     let guard = pack_format::SigningKey::generate(None).unwrap();
     let fx = Fixture::new(
-        "[fleet]\nflush_secs = 1\n\n[guard]\nkey = \"guard.key\"\ninterval_secs = 1\nmin_trials = 300\n",
+        "[fleet]\nflush_secs = 1\n\n[guard]\nkey = \"guard.key\"\ninterval_secs = 1\nmin_installs = 5\n",
     );
     std::fs::write(fx.dir.path().join("guard.key"), &guard.secret_file).unwrap();
     let server = Packd::start(&fx.disk(), Some(&fx.config));
@@ -663,7 +663,7 @@ async fn a_guarded_ramp_shows_its_schedule_its_evidence_and_the_guards_freeze() 
         "{evidence}"
     );
     assert!(
-        card.contains("needs 200 more trials on 1.1.0 and 200 more on 1.0.0"),
+        card.contains("needs 4 more installs on 1.1.0 and 4 more on 1.0.0"),
         "{card}"
     );
     assert!(
@@ -674,9 +674,10 @@ async fn a_guarded_ramp_shows_its_schedule_its_evidence_and_the_guards_freeze() 
     assert!(html.contains(&guard.key.key_id()), "the guard key is named");
     assert!(!html.contains(r#"class="stopped""#), "{html}");
 
-    // 1.1.0 now fails a quarter of its tool calls, 1.0.0 still 5 %: the guard freezes it.
-    report_outcomes(&server, &new, 1, 4, 100, 30).await;
-    report_outcomes(&server, &old, 101, 4, 100, 5).await;
+    // Ten installs of each: 1.1.0 now fails a quarter of its tool calls, 1.0.0 still 5 %
+    // (the first install's new report replaces its earlier one): the guard freezes it.
+    report_outcomes(&server, &new, 0, 10, 100, 25).await;
+    report_outcomes(&server, &old, 100, 10, 100, 5).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let decision = loop {
         let view: serde_json::Value = client()
@@ -716,7 +717,7 @@ async fn a_guarded_ramp_shows_its_schedule_its_evidence_and_the_guards_freeze() 
         "{banner}"
     );
     assert!(
-        banner.contains("Why: tool_error_rate 25.00% (125 of 500) against 5.00% (25 of 500)"),
+        banner.contains("Why: tool_error_rate 25.00% over 10 installs (250 of 1000) against 5.00% over 10 installs (50 of 1000)"),
         "{banner}"
     );
     let origin = html

@@ -447,7 +447,7 @@ fn a_publisher_sees_the_guard_freeze_a_ramp_and_why_and_resumes_it_from_the_page
     let config = config(
         &publisher,
         &format!(
-            "[guard]\nkey = {:?}\ninterval_secs = 1\nmin_trials = 100\n",
+            "[guard]\nkey = {:?}\ninterval_secs = 1\nmin_installs = 5\n",
             publisher.keys().join("guard.key").display().to_string()
         ),
     );
@@ -512,7 +512,7 @@ fn a_publisher_sees_the_guard_freeze_a_ramp_and_why_and_resumes_it_from_the_page
         "{banner}"
     );
     assert!(
-        banner.contains("Why: tool_error_rate 30.00% (150 of 500)"),
+        banner.contains("Why: tool_error_rate 30.00% over 5 installs (150 of 500)"),
         "{banner}"
     );
     let live = b.text(r#"table.live tr[data-version="1.1.0"]"#).unwrap();

@@ -44,7 +44,7 @@ fn pack_ref(path: &Path) -> PackRef {
 }
 
 /// packd with the publisher's key, a guard key it looks with every second, and report limits
-/// a thousand installs reporting every second stay under.
+/// a thousand installs reporting every second, all from one address, stay under.
 fn start() -> Channel {
     let publisher = Publisher::new();
     let guard = SigningKey::generate(None).unwrap();
@@ -53,8 +53,8 @@ fn start() -> Channel {
     let config = publisher.server_config();
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str(&format!(
-        "\n[fleet]\nreports_per_install_per_hour = 1000000\nreports_per_second = 1000000\n\n\
-         [guard]\nkey = {:?}\ninterval_secs = 1\nmin_trials = 300\n",
+        "\n[fleet]\nreports_per_install_per_hour = 1000000\nreports_per_address_per_hour = 1000000\nreports_per_second = 1000000\n\n\
+         [guard]\nkey = {:?}\ninterval_secs = 1\nmin_installs = 30\n",
         guard_path.display().to_string()
     ));
     std::fs::write(&config, text).unwrap();

@@ -30,7 +30,7 @@ fn packd_config(publisher: &Publisher, guard: bool) -> String {
     );
     if guard {
         text.push_str(&format!(
-            "\n[guard]\nkey = {:?}\ninterval_secs = 1\nmin_trials = 50\n",
+            "\n[guard]\nkey = {:?}\ninterval_secs = 1\nmin_installs = 20\n",
             publisher.keys().join("guard.key").display().to_string()
         ));
     }

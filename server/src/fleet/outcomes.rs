@@ -320,7 +320,7 @@ impl Outcomes {
         let key = install_key(install);
         let entry = Entry {
             at: (now.unix_timestamp_nanos() / 1_000_000) as i64,
-            counts: report.counts,
+            counts: report.counts.day_capped(),
         };
         let mut live = lock(&self.live);
         let in_memory: usize = live.values().map(|d| d.entries).sum();
@@ -435,17 +435,16 @@ impl Outcomes {
         Ok((merged, sources))
     }
 
-    /// The outcome counts of `channel` over the last `days` UTC days (today included, at
-    /// most [`MAX_WINDOW_DAYS`]), merged from every node: per pack × client release, the
-    /// counts summed over installs and days, and each rate with its 95 % Wilson interval.
-    /// Rows with the most turns come first.
-    pub async fn view(
+    /// Every node's counts of `channel` for each of the last `days` UTC days (today
+    /// included, at most [`MAX_WINDOW_DAYS`]), oldest first, this node's own merged in; and
+    /// how many node files that took.
+    async fn merged_days(
         &self,
         storage: &Storage,
         channel: &str,
         days: u32,
         now: OffsetDateTime,
-    ) -> Result<OutcomesView, StorageError> {
+    ) -> Result<(Vec<Date>, Vec<DayOutcomes>, usize), StorageError> {
         let days = days.clamp(1, MAX_WINDOW_DAYS);
         let today = now.date();
         let dates: Vec<Date> = (0..days)
@@ -462,9 +461,8 @@ impl Outcomes {
             sources += read + usize::from(own.is_some());
             per_day.push((nodes, own));
         }
-        let channel = channel.to_string();
-        off_thread(move || {
-            let merged: Vec<DayOutcomes> = per_day
+        let merged = off_thread(move || {
+            per_day
                 .into_iter()
                 .map(|(nodes, own)| {
                     let mut day = Arc::unwrap_or_clone(nodes);
@@ -473,10 +471,119 @@ impl Outcomes {
                     }
                     day
                 })
-                .collect();
-            assemble(&channel, &dates, &merged, sources)
+                .collect()
+        })
+        .await?;
+        Ok((dates, merged, sources))
+    }
+
+    /// The outcome counts of `channel` over the last `days` UTC days (today included, at
+    /// most [`MAX_WINDOW_DAYS`]), merged from every node: per pack × client release, the
+    /// counts summed over installs and days, and each rate with its 95 % Wilson interval.
+    /// Rows with the most turns come first.
+    pub async fn view(
+        &self,
+        storage: &Storage,
+        channel: &str,
+        days: u32,
+        now: OffsetDateTime,
+    ) -> Result<OutcomesView, StorageError> {
+        let (dates, merged, sources) = self.merged_days(storage, channel, days, now).await?;
+        let channel = channel.to_string();
+        off_thread(move || assemble(&channel, &dates, &merged, sources)).await
+    }
+
+    /// What the guard weighs: every install's counts of `channel` over the last `days` UTC
+    /// days, merged from every node, per day, pack and client release.
+    pub async fn evidence(
+        &self,
+        storage: &Storage,
+        channel: &str,
+        days: u32,
+        now: OffsetDateTime,
+    ) -> Result<Evidence, StorageError> {
+        let (dates, merged, _) = self.merged_days(storage, channel, days, now).await?;
+        off_thread(move || {
+            let mut evidence = Evidence::default();
+            for (day, data) in dates.into_iter().zip(&merged) {
+                for ((pack, _, _, release), entries) in &data.rows {
+                    // Checked semver when its report came in; a row read back from a node
+                    // file that does not parse is left out, as the view leaves it out.
+                    let Ok(release) = release.parse::<semver::Version>() else {
+                        continue;
+                    };
+                    for (&install, entry) in entries {
+                        evidence.add(day, pack, &release, install, entry.counts);
+                    }
+                }
+            }
+            evidence
         })
         .await
+    }
+}
+
+/// The outcome counts as the guard weighs them: one unit per install. Each install's reports
+/// of one day on one pack, whatever client releases they name, count once (summed, then
+/// capped at a day's plausible use, [`OutcomeCounts::day_capped`]); its days add up.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    /// (pack, install key, day) → the install's latest counts of that day per client release.
+    reports: BTreeMap<(String, u64, Date), Vec<(semver::Version, OutcomeCounts)>>,
+}
+
+impl Evidence {
+    /// Adds one install's counts of `day` on `pack` under client release `release`.
+    pub fn add(
+        &mut self,
+        day: Date,
+        pack: &str,
+        release: &semver::Version,
+        install: u64,
+        counts: OutcomeCounts,
+    ) {
+        self.reports
+            .entry((pack.to_string(), install, day))
+            .or_default()
+            .push((release.clone(), counts));
+    }
+
+    /// Each install's counts on `pack` from the client releases `clients` takes: per day
+    /// summed over those releases and capped at a day's use, then summed over days. One
+    /// item per install that reported any.
+    pub fn installs(
+        &self,
+        pack: &str,
+        clients: impl Fn(&semver::Version) -> bool,
+    ) -> Vec<OutcomeCounts> {
+        let mut out: Vec<OutcomeCounts> = Vec::new();
+        let mut last = None;
+        let from = (pack.to_string(), 0, Date::MIN);
+        for ((p, install, _), reports) in self.reports.range(from..) {
+            if p != pack {
+                break;
+            }
+            let mut day = OutcomeCounts::default();
+            let mut taken = false;
+            for (release, counts) in reports {
+                if clients(release) {
+                    day.sum(counts);
+                    taken = true;
+                }
+            }
+            if !taken {
+                continue;
+            }
+            let day = day.day_capped();
+            match out.last_mut() {
+                Some(held) if last == Some(*install) => held.sum(&day),
+                Some(_) | None => {
+                    out.push(day);
+                    last = Some(*install);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -704,6 +811,83 @@ mod tests {
         let turns: u64 = view.rows.iter().map(|r| r.counts.turns).sum();
         assert_eq!(turns, MAX_INSTALLS_PER_DAY as u64 + 1 + 2);
         assert!(view.overflow);
+    }
+
+    #[test]
+    fn a_report_is_taken_at_most_at_a_day_of_plausible_use() {
+        let outcomes = Outcomes::new("n1", 256);
+        let t = now();
+        let mut claimed = report("2026-03-04", "1.3.0", 1_000_000, 0);
+        claimed.counts.tool_errors = 100_000;
+        outcomes.record(&claimed, &install(1), t).unwrap();
+        let view = assemble("stable", &[], &[live_day(&outcomes, "2026-03-04")], 1);
+        let counts = view.rows[0].counts;
+        assert_eq!(counts.turns, pack_protocol::outcomes::DAY_TURNS);
+        assert_eq!(counts.tool_calls, pack_protocol::outcomes::DAY_TOOL_CALLS);
+        // The rate the install reported stands.
+        assert_eq!(counts.tool_errors * 10, counts.tool_calls);
+    }
+
+    fn day(text: &str) -> Date {
+        parse_day(text).unwrap()
+    }
+
+    fn calls(calls: u64, errors: u64) -> OutcomeCounts {
+        OutcomeCounts {
+            turns: calls,
+            tool_calls: calls,
+            tool_errors: errors,
+            ..OutcomeCounts::default()
+        }
+    }
+
+    #[test]
+    fn evidence_counts_an_install_once_per_day_and_pack_whatever_releases_it_names() {
+        let (r1, r2, r9) = (
+            semver::Version::new(1, 4, 2),
+            semver::Version::new(1, 4, 3),
+            semver::Version::new(9, 0, 0),
+        );
+        let mut evidence = Evidence::default();
+        // Install 1 on one day under two releases (an upgrade, or a forger multiplying
+        // itself): summed, then capped at one day's use.
+        evidence.add(day("2026-03-04"), "new", &r1, 1, calls(9_000, 900));
+        evidence.add(day("2026-03-04"), "new", &r2, 1, calls(9_000, 900));
+        // Its next day adds a day's worth.
+        evidence.add(day("2026-03-05"), "new", &r1, 1, calls(100, 0));
+        // Install 2, and a release the entry is not for.
+        evidence.add(day("2026-03-04"), "new", &r1, 2, calls(50, 5));
+        evidence.add(day("2026-03-04"), "new", &r9, 3, calls(50, 50));
+        evidence.add(day("2026-03-04"), "old", &r1, 1, calls(20, 1));
+        let in_range = |v: &semver::Version| v.major == 1;
+        let new = evidence.installs("new", in_range);
+        assert_eq!(new.len(), 2, "{new:?}");
+        let cap = pack_protocol::outcomes::DAY_TOOL_CALLS;
+        assert_eq!(new[0].tool_calls, cap + 100);
+        assert_eq!(new[0].tool_errors, cap / 10);
+        assert_eq!((new[1].tool_calls, new[1].tool_errors), (50, 5));
+        assert_eq!(evidence.installs("old", in_range).len(), 1);
+        assert!(evidence.installs("other", in_range).is_empty());
+        assert_eq!(evidence.installs("new", |_| true).len(), 3);
+    }
+
+    #[tokio::test]
+    async fn the_guard_s_evidence_is_every_install_s_latest_report_per_day() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::local(dir.path()).unwrap();
+        let outcomes = Outcomes::new("n1", 256);
+        let t = now();
+        for (n, errors) in [(1, 1), (1, 3), (2, 0)] {
+            outcomes
+                .record(&report("2026-03-05", "1.3.0", 10, errors), &install(n), t)
+                .unwrap();
+        }
+        let evidence = outcomes.evidence(&storage, "stable", 7, t).await.unwrap();
+        let pack = format!("{:064x}", "1.3.0".len());
+        let installs = evidence.installs(&pack, |_| true);
+        let errors: Vec<u64> = installs.iter().map(|c| c.tool_errors).collect();
+        assert_eq!(errors.iter().sum::<u64>(), 3, "{installs:?}");
+        assert_eq!(installs.len(), 2);
     }
 
     #[test]

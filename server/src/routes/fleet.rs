@@ -14,7 +14,7 @@ use utoipa::IntoParams;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::routes::channels::live;
-use crate::routes::{ClientPost, accept_client_post, authorize_fleet_view, window_days};
+use crate::routes::{ClientPost, Peer, accept_client_post, authorize_fleet_view, window_days};
 use crate::state::SharedState;
 
 const REPORT_POST: ClientPost<FailureReport> = ClientPost {
@@ -111,12 +111,14 @@ pub async fn post_report(
     State(state): State<SharedState>,
     Path(channel): Path<String>,
     headers: HeaderMap,
+    peer: Peer,
     body: Body,
 ) -> Result<(StatusCode, Json<ReportAccepted>), ApiError> {
-    let (install, report) = accept_client_post(
+    let (install, report, _) = accept_client_post(
         &state,
         &channel,
         &headers,
+        peer,
         body,
         &state.report_limiter,
         &REPORT_POST,

@@ -7,8 +7,14 @@ pub mod ops;
 pub mod outcomes;
 pub mod packs;
 
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
 use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::header::AsHeaderName;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -17,6 +23,7 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
+use crate::model::ChannelRecord;
 use crate::reports::ReportLimiter;
 use crate::state::SharedState;
 
@@ -81,19 +88,39 @@ pub struct ClientPost<T> {
     pub channel: fn(&T) -> &str,
 }
 
+/// The address a request came from, when the server that took its connection said
+/// (`ConnectInfo<SocketAddr>` in the request's extensions); `None` otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|ConnectInfo(peer)| peer.ip()),
+        ))
+    }
+}
+
 /// The checks every client POST passes before anything is counted: a read token, the fleet
 /// enabled, a valid channel name, the sender's install hash, a body within `post.max_bytes`
 /// that parses and names the URL's channel, a channel that exists (so a POST cannot make
-/// packd store anything under a new name), and room in `limiter` for this install (429 with
-/// `Retry-After`). Returns the install hash and the body.
+/// packd store anything under a new name), and room in `limiter` for this install and for
+/// the address it came from (429 with `Retry-After`). Returns the install hash, the body and
+/// the channel's live record.
 pub async fn accept_client_post<T: DeserializeOwned>(
     state: &SharedState,
     channel: &str,
     headers: &HeaderMap,
+    peer: Peer,
     body: Body,
     limiter: &ReportLimiter,
     post: &ClientPost<T>,
-) -> Result<(String, T), ApiError> {
+) -> Result<(String, T, Arc<ChannelRecord>), ApiError> {
     state.settings.tokens.authorize_read(headers)?;
     if !state.fleet.settings().enabled {
         return Err(ApiError::FleetDisabled);
@@ -120,9 +147,9 @@ pub async fn accept_client_post<T: DeserializeOwned>(
             document: named.to_string(),
         });
     }
-    channels::live(state, channel, headers).await?;
-    limiter.check(&install)?;
-    Ok((install, report))
+    let record = channels::live(state, channel, headers).await?;
+    limiter.check(&install, peer.0)?;
+    Ok((install, report, record))
 }
 
 /// A path segment that must be a lowercase hex SHA-256.

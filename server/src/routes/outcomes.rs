@@ -15,7 +15,7 @@ use utoipa::IntoParams;
 use crate::error::{ApiError, ErrorBody};
 use crate::fleet::outcomes::Refusal;
 use crate::routes::channels::live;
-use crate::routes::{ClientPost, accept_client_post, authorize_fleet_view, window_days};
+use crate::routes::{ClientPost, Peer, accept_client_post, authorize_fleet_view, window_days};
 use crate::state::SharedState;
 
 /// Seconds a client waits after a node refused a report for being full: the node's memory
@@ -79,10 +79,12 @@ pub async fn get_outcomes(
 ///
 /// Body: an `OutcomeReport` and nothing else, at most 1024 bytes, with the sender's install
 /// hash in `X-Promptpack-Install`. Counts only: no field carries text. A later report of the
-/// same install, day, pack and release replaces the earlier one. On a private deployment it
-/// needs a `read` token, like every read. Bounded per node like failure reports (`[fleet]
-/// reports_per_install_per_hour`, `reports_per_second`; 429 `rate_limited` with
-/// `Retry-After`), and by the rows and installs a node keeps per day (429).
+/// same install, day, pack and release replaces the earlier one; each count is taken at most
+/// at a day's plausible use (the whole scaled down with its parts). The client release must
+/// be in an entry of the channel's live document. On a private deployment it needs a `read`
+/// token, like every read. Bounded per node like failure reports (`[fleet]
+/// reports_per_install_per_hour`, `reports_per_address_per_hour`, `reports_per_second`; 429
+/// `rate_limited` with `Retry-After`), and by the rows and installs a node keeps per day (429).
 #[utoipa::path(
     post,
     path = paths::OUTCOMES_ROUTE,
@@ -94,7 +96,7 @@ pub async fn get_outcomes(
     request_body(content = OutcomeReport, content_type = "application/json"),
     responses(
         (status = 202, description = "Counted", body = OutcomesAccepted),
-        (status = 400, description = "`invalid_name` or `invalid_body` (no install hash, unknown field, a count over its cap or over its whole, a bad name, release or day, a day outside the window)", body = ErrorBody),
+        (status = 400, description = "`invalid_name` or `invalid_body` (no install hash, unknown field, a count over its cap or over its whole, a bad name, release or day, a day outside the window, a client release no entry of the live document is for)", body = ErrorBody),
         (status = 401, description = "`unauthorized` (private deployment)", body = ErrorBody),
         (status = 404, description = "`not_found` (nothing published on this channel) or `fleet_disabled`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: over 1024 bytes", body = ErrorBody),
@@ -106,17 +108,39 @@ pub async fn post_outcomes(
     State(state): State<SharedState>,
     Path(channel): Path<String>,
     headers: HeaderMap,
+    peer: Peer,
     body: Body,
 ) -> Result<(StatusCode, Json<OutcomesAccepted>), ApiError> {
-    let (install, report) = accept_client_post(
+    let (install, report, record) = accept_client_post(
         &state,
         &channel,
         &headers,
+        peer,
         body,
         &state.outcome_limiter,
         &OUTCOME_POST,
     )
     .await?;
+    // A row for a release no entry serves is evidence of nothing the guard weighs, and
+    // made-up releases would fill the day's rows.
+    if let Some(ranges) = client_ranges(&record.document)
+        && !ranges.iter().any(|r| r.matches(&report.client_version))
+    {
+        return Err(ApiError::InvalidBody {
+            reason: format!(
+                "client release {} is in no entry of channel {channel}'s live document \
+                 (sequence {}), whose entries are for {}; outcome counts are taken only for \
+                 releases the channel serves",
+                report.client_version,
+                record.summary.sequence,
+                ranges
+                    .iter()
+                    .map(|r| format!("\"{r}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
     match state
         .fleet
         .outcomes()
@@ -146,4 +170,11 @@ pub async fn post_outcomes(
         StatusCode::ACCEPTED,
         Json(OutcomesAccepted { accepted: true }),
     ))
+}
+
+/// The client ranges of a live document's entries (`None` if it does not parse, which a
+/// document verified when it was published does).
+fn client_ranges(document: &str) -> Option<Vec<semver::VersionReq>> {
+    let doc = serde_json::from_str::<pack_format::ChannelDocument>(document).ok()?;
+    Some(doc.entries.into_iter().map(|e| e.clients).collect())
 }

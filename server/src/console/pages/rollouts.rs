@@ -54,7 +54,13 @@ pub async fn evidence(
             (last.entries.clone(), Some(rfc3339(last.at)))
         }
         Some(_) | None => {
-            let looks = crate::guard::entry_looks(live, &outcomes, &app.settings.guard.test, now);
+            let evidence = app
+                .fleet
+                .outcomes()
+                .evidence(&app.storage, channel, window_days, now)
+                .await?;
+            let looks =
+                crate::guard::entry_looks(live, &evidence, &app.settings.guard.test, now);
             (looks, None)
         }
     };
@@ -354,7 +360,7 @@ impl Rollouts<'_> {
                 }
                 "It acts when the new version is worse (difference above 0) and the likelihood ratio "
                 "reaches " (ratio(threshold)) " (1/alpha, alpha " (guard.alpha) "), never before "
-                (guard.min_trials) " trials on each side; the interval holds however often it looks."
+                (guard.min_installs) " installs on each side (each install one unit, however much it reports); the interval holds however often it looks."
             }
             @match look {
                 None => p { "No look at this rollout: "
@@ -384,7 +390,7 @@ impl Rollouts<'_> {
                                             "[" (points(m.low)) ", " (points(m.high)) "]"
                                         } @else { "—" } }
                                         td { (ratio(m.ratio)) " of " (ratio(threshold)) }
-                                        td { (verdict(m, guard.min_trials, version, &look.replaces)) }
+                                        td { (verdict(m, guard.min_installs, version, &look.replaces)) }
                                     }
                                 }
                             }
@@ -489,28 +495,28 @@ fn rate_of(side: &Side, metric: &str) -> String {
         .map_or_else(|| "unknown rate".to_string(), |(_, r)| rate_interval(r))
 }
 
-/// Regressed, no regression, or how many more trials each side needs first.
-fn verdict(m: &MetricLook, min_trials: u64, new: &str, old: &str) -> Markup {
+/// Regressed, no regression, or how many more installs each side needs first.
+fn verdict(m: &MetricLook, min_installs: u64, new: &str, old: &str) -> Markup {
     if m.regressed {
         return html! { strong class="flag" { "Regressed" } };
     }
     if m.difference.is_some() {
         return html! { "no regression" };
     }
-    let short: Vec<String> = [(m.new.trials, new), (m.old.trials, old)]
+    let short: Vec<String> = [(m.new_installs, new), (m.old_installs, old)]
         .iter()
-        .filter(|(trials, _)| *trials < min_trials)
+        .filter(|(installs, _)| *installs < min_installs)
         .enumerate()
-        .map(|(i, (trials, version))| {
-            let more = min_trials - trials;
+        .map(|(i, (installs, version))| {
+            let more = min_installs - installs;
             match i {
-                0 => format!("needs {more} more trials on {version}"),
+                0 => format!("needs {more} more installs on {version}"),
                 _ => format!(" and {more} more on {version}"),
             }
         })
         .collect();
     let needs = if short.is_empty() {
-        "needs more trials".to_string()
+        "needs more installs".to_string()
     } else {
         short.concat()
     };
