@@ -25,10 +25,7 @@ fn strace() -> Option<&'static str> {
         std::env::var_os("CI").is_none(),
         "strace is missing under CI: scripts/test.sh installs it"
     );
-    #[allow(clippy::print_stderr)]
-    {
-        eprintln!("SKIPPED: strace is not installed (apt-get install strace)");
-    }
+    promptpack_harness::skipped("strace is not installed (apt-get install strace)");
     None
 }
 
@@ -53,10 +50,9 @@ fn extract_syncs_each_file_and_directory_it_wrote_and_never_the_file_system() {
             std::env::var_os("CI").is_none(),
             "under CI the target directory must be on a disk to test extract's syncs"
         );
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("SKIPPED: the target directory is on tmpfs, which extract does not sync");
-        }
+        promptpack_harness::skipped(
+            "the target directory is on tmpfs, which extract does not sync",
+        );
         return;
     }
     let keys = dir.path().join("keys");

@@ -1,6 +1,10 @@
 //! A guarded rollout through the binaries: `packer release --ramp` signs a schedule once and
 //! installed `pack-client`s widen along it with no new document; packd's guard freezes a
 //! ramp whose pack regresses; `packer release --resume` with the offline key continues it.
+//!
+//! The installs read their clock from `PROMPTPACK_TEST_NOW` (a hook of debug builds of
+//! `pack-client`), so the ramp's growth is seen by moving their clock forward, not by
+//! waiting for it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use pack_protocol::{OutcomeCounts, OutcomeReport, headers, paths};
 use promptpack_tests::*;
+use time::OffsetDateTime;
 
 const INSTALLS: usize = 40;
 const RANGE: &str = ">=0.1.0, <0.2.0";
@@ -93,15 +98,16 @@ impl World {
         self.caches.path().join(format!("install-{i}"))
     }
 
-    /// Every install refreshes (four at a time); what each serves and the sequence it holds.
-    fn refresh_all(&self) -> Vec<(String, u64)> {
+    /// Every install refreshes (four at a time) with its clock at `now`; what each serves and
+    /// the sequence it holds.
+    fn refresh_all(&self, now: OffsetDateTime) -> Vec<(String, u64)> {
         let mut found = vec![(String::new(), 0); INSTALLS];
         std::thread::scope(|scope| {
             for (lane, slots) in found.chunks_mut(INSTALLS / 4).enumerate() {
                 scope.spawn(move || {
                     for (k, slot) in slots.iter_mut().enumerate() {
                         let cache = self.cache(lane * (INSTALLS / 4) + k);
-                        *slot = refresh(&cache, &self.client_config);
+                        *slot = refresh(&cache, &self.client_config, now);
                     }
                 });
             }
@@ -153,10 +159,20 @@ impl World {
     }
 }
 
-/// `pack-client --json refresh`: the version served and the sequence held after it.
-fn refresh(cache: &Path, config: &Path) -> (String, u64) {
+/// The time `seconds` from now, for a client's clock.
+fn in_secs(seconds: i64) -> OffsetDateTime {
+    OffsetDateTime::now_utc() + time::Duration::seconds(seconds)
+}
+
+/// `pack-client --json refresh` with its clock at `now`: the version served and the
+/// sequence held after it.
+fn refresh(cache: &Path, config: &Path, now: OffsetDateTime) -> (String, u64) {
     let mut refresh: Command = client_cmd(cache, config, "0.1.5");
-    refresh.args(["--json", "refresh"]);
+    refresh.args(["--json", "refresh"]).env(
+        "PROMPTPACK_TEST_NOW",
+        now.format(&time::format_description::well_known::Rfc3339)
+            .unwrap(),
+    );
     let out = refresh.output().unwrap();
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
@@ -179,6 +195,14 @@ fn sequences(found: &[(String, u64)]) -> Vec<u64> {
 
 #[test]
 fn a_ramp_widens_unsigned_the_guard_freezes_it_and_the_offline_key_resumes_it() {
+    if !cfg!(debug_assertions) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "under CI this test runs against debug builds, whose pack-client reads PROMPTPACK_TEST_NOW"
+        );
+        skipped("release builds of pack-client have no PROMPTPACK_TEST_NOW");
+        return;
+    }
     let mut w = World::new();
     w.publish("1.2.0");
     w.release(&[
@@ -193,14 +217,13 @@ fn a_ramp_widens_unsigned_the_guard_freezes_it_and_the_offline_key_resumes_it() 
 
     // 1. One signature, and the ramp widens on the clients' clocks.
     w.publish("1.3.0");
-    let signed = Instant::now();
     w.release(&["--ramp", &format!("{RANGE}=1.3.0@10,100%/12s")]);
-    let early = w.refresh_all();
+    let early = w.refresh_all(OffsetDateTime::now_utc());
     let sequence = sequences(&early);
     assert_eq!(sequence.len(), 1, "{early:?}");
     assert!(on(&early, "1.3.0") < INSTALLS / 2, "{early:?}");
-    std::thread::sleep(Duration::from_secs(13).saturating_sub(signed.elapsed()));
-    let late = w.refresh_all();
+    // Past the end of the 12 s schedule on the installs' clocks.
+    let late = w.refresh_all(in_secs(13));
     assert_eq!(on(&late, "1.3.0"), INSTALLS, "{late:?}");
     assert_eq!(sequences(&late), sequence, "nothing was signed in between");
 
@@ -233,7 +256,7 @@ fn a_ramp_widens_unsigned_the_guard_freezes_it_and_the_offline_key_resumes_it() 
     assert!((20..40).contains(&frozen_at), "{decision:#}");
 
     // Clients take the guard's document; the ramp stops growing for them.
-    let frozen = w.refresh_all();
+    let frozen = w.refresh_all(OffsetDateTime::now_utc());
     let frozen_sequence = sequences(&frozen);
     assert_eq!(
         frozen_sequence,
@@ -244,18 +267,16 @@ fn a_ramp_widens_unsigned_the_guard_freezes_it_and_the_offline_key_resumes_it() 
     // packer status says what the guard saw and why it acted.
     assert!(status.contains("freeze entry 0"), "{status}");
     assert!(status.contains("tool_error_rate "), "{status}");
-    std::thread::sleep(Duration::from_secs(12));
-    let held = w.refresh_all();
+    let held = w.refresh_all(in_secs(12));
     assert_eq!(on(&held, "1.4.0"), on(&frozen, "1.4.0"), "{held:?}");
 
     // 3. The operator takes the guard off and resumes with the offline key.
     std::fs::write(&w.config, packd_config(&w.publisher, false)).unwrap();
     w.packd.restart();
     w.release(&["--resume", RANGE]);
-    let resumed = w.refresh_all();
+    let resumed = w.refresh_all(OffsetDateTime::now_utc());
     assert!(sequences(&resumed)[0] > frozen_sequence[0], "{resumed:?}");
-    std::thread::sleep(Duration::from_secs(15));
-    let grown = w.refresh_all();
+    let grown = w.refresh_all(in_secs(15));
     assert!(
         on(&grown, "1.4.0") > on(&held, "1.4.0"),
         "resumed: {} on 1.4.0, held: {}",

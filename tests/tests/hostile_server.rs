@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pack_client::cache::BadReason;
-use pack_client::{Client, ClientConfig, ClientError, RefreshOutcome, Source};
+use pack_client::{Client, ClientConfig, ClientError, Clock, ManualClock, RefreshOutcome, Source};
 use pack_format::{ChannelDocument, ChannelEntry, EntryTarget, FormatError, PackRef, SigningKey};
 use promptpack_tests::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -291,6 +291,8 @@ struct Installed {
     server: Hostile,
     cache: tempfile::TempDir,
     client: Client,
+    /// The clock `client` decides by (expiry, check times).
+    clock: ManualClock,
 }
 
 impl Installed {
@@ -303,7 +305,8 @@ impl Installed {
         let good = fx.signed(&fx.doc(5, &fx.v1, "1.0.0", expires_in));
         let server = Hostile::start(honest(&good, fx.blobs())).await;
         let cache = tempfile::tempdir().unwrap();
-        let client = client_for(fx, &server, cache.path(), "");
+        let clock = ManualClock::new(time::OffsetDateTime::now_utc());
+        let client = client_at(fx, &server, cache.path(), "", clock.clock());
         client.refresh_now().await.unwrap();
         let installed = Installed {
             fx,
@@ -311,6 +314,7 @@ impl Installed {
             server,
             cache,
             client,
+            clock,
         };
         installed.assert_serving_v1("after the honest install");
         installed
@@ -341,6 +345,17 @@ impl Installed {
 }
 
 fn client_for(fx: &Fixture, server: &Hostile, cache: &std::path::Path, extra: &str) -> Client {
+    client_at(fx, server, cache, extra, Clock::system())
+}
+
+/// [`client_for`] deciding by `clock`.
+fn client_at(
+    fx: &Fixture,
+    server: &Hostile,
+    cache: &std::path::Path,
+    extra: &str,
+    clock: Clock,
+) -> Client {
     let config_path = fx
         .publisher
         .client_config(&server.url, &format!("deadline_secs = 3\n{extra}"));
@@ -350,6 +365,7 @@ fn client_for(fx: &Fixture, server: &Hostile, cache: &std::path::Path, extra: &s
     // These scenarios count and inspect every refresh request; the failure reports a refused
     // refresh sends are tested in fleet.rs.
     config.telemetry = false;
+    config.clock = clock;
     Client::new(config).unwrap()
 }
 
@@ -445,7 +461,7 @@ async fn a_304_does_not_freeze_the_client_on_an_expired_document() {
     assert_eq!(outcome, RefreshOutcome::NotModified);
     let last_success = at.client.status().last_success;
     assert!(last_success.is_some());
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    at.clock.advance(time::Duration::seconds(4));
     let requests = Arc::new(AtomicUsize::new(0));
     let counted = requests.clone();
     let err = at

@@ -3,11 +3,23 @@
 
 use std::sync::Arc;
 
-use pack_client::{Client, ClientConfig, RefreshOutcome, Source};
+use pack_client::{Client, ClientConfig, Clock, ManualClock, RefreshOutcome, Source};
 use promptpack_tests::*;
 
 fn client(cache: &std::path::Path, config: &std::path::Path, version: &str) -> Client {
-    let config = ClientConfig::load(config, cache.to_path_buf(), version.parse().unwrap()).unwrap();
+    client_at(cache, config, version, Clock::system())
+}
+
+/// [`client`] deciding by `clock`.
+fn client_at(
+    cache: &std::path::Path,
+    config: &std::path::Path,
+    version: &str,
+    clock: Clock,
+) -> Client {
+    let mut config =
+        ClientConfig::load(config, cache.to_path_buf(), version.parse().unwrap()).unwrap();
+    config.clock = clock;
     Client::new(config).unwrap()
 }
 
@@ -28,7 +40,8 @@ fn publish_refresh_and_snapshots_that_do_not_change_under_a_reader() {
     let rt = rt();
 
     // Empty cache, nothing published: the built-in pack serves.
-    let c = client(cache.path(), &config, "1.4.2");
+    let clock = ManualClock::new(time::OffsetDateTime::now_utc());
+    let c = client_at(cache.path(), &config, "1.4.2", clock.clock());
     assert_eq!(c.store().capture().source(), Source::Builtin);
     assert!(rt.block_on(c.refresh_now()).is_err(), "no channel yet");
     assert_eq!(c.store().capture().source(), Source::Builtin);
@@ -94,7 +107,7 @@ fn publish_refresh_and_snapshots_that_do_not_change_under_a_reader() {
     // Server down → keeps v2 and says why. Successes and failures are recorded in whole
     // seconds; the failure must fall in a later second than the install for the order
     // between them to be known.
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    clock.advance(time::Duration::seconds(2));
     packd.stop();
     let err = rt.block_on(c.refresh_now()).unwrap_err();
     assert!(err.to_string().contains("request to"), "{err}");
@@ -364,13 +377,27 @@ fn the_schedule_refreshes_at_start_up_when_the_last_check_is_old() {
         .unwrap();
     let c = Arc::new(client(cache.path(), &config, "1.0.0"));
     assert_eq!(c.store().capture().source(), Source::Builtin);
+    // The sign: the client says it installed a pack (or that its refresh failed).
+    let mut events = c.events();
     let schedule = rt
         .block_on(pack_client::schedule::start(c.clone()))
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while c.store().capture().source() == Source::Builtin && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    rt.block_on(async {
+        let installed = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            loop {
+                match events.recv().await {
+                    Ok(pack_client::activity::Event::Installed { .. }) => break,
+                    Ok(pack_client::activity::Event::Failed { message, .. }) => {
+                        panic!("the start-up refresh failed: {message}")
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        })
+        .await;
+        assert!(installed.is_ok(), "no start-up refresh within 20 s");
+    });
     assert_eq!(
         c.store().capture().version().to_string(),
         "1.0.0",
