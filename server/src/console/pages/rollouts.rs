@@ -59,8 +59,7 @@ pub async fn evidence(
                 .outcomes()
                 .evidence(&app.storage, channel, window_days, now)
                 .await?;
-            let looks =
-                crate::guard::entry_looks(live, &evidence, &app.settings.guard.test, now);
+            let looks = crate::guard::entry_looks(live, &evidence, &app.settings.guard.test, now);
             (looks, None)
         }
     };
