@@ -233,6 +233,11 @@ pub fn entry_looks(
         let EntryTarget::Pack(new_pack) = &entry.target else {
             continue;
         };
+        let stop = doc.restricts.as_ref().and_then(|r| r.stop_for(i));
+        // A reverted entry has no installs left to look at.
+        if matches!(stop, Some(pack_format::Stop::Revert { .. })) {
+            continue;
+        }
         // The pack a stop would send the entry's installs to: where that depends on the
         // release, the built-in pack's counts are compared.
         let replaced = doc.range_fallback(i).unwrap_or(&EntryTarget::Builtin);
@@ -290,7 +295,6 @@ pub fn entry_looks(
                 })
             })
             .collect();
-        let stop = doc.restricts.as_ref().and_then(|r| r.stop_for(i));
         let frozen = stop.is_some();
         looks.push(EntryLook {
             entry: i,
@@ -310,10 +314,8 @@ pub fn entry_looks(
                 WatchAction::Rollback => "rollback",
             }
             .to_string(),
-            // A frozen entry is done for a freeze; a rollback still takes it back; a reverted
-            // one is done.
-            stopped: (frozen && watch.action == WatchAction::Freeze)
-                || matches!(stop, Some(pack_format::Stop::Revert { .. })),
+            // A frozen entry is done for a freeze; a rollback still takes it back.
+            stopped: frozen && watch.action == WatchAction::Freeze,
             metrics,
         });
     }

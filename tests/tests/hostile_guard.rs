@@ -882,7 +882,7 @@ async fn seen_case_2_holding_one_rollout_never_widens_another() {
     rewrite.entries = at.base_doc.entries.clone();
     rewrite.entries[0].rollout = Some(Rollout::fixed(
         0,
-        &Place::InRamp.salt(at.client.install_id()),
+        Place::InRamp.salt(at.client.install_id()),
     ));
     let rewrite = fx.guard_signed(&rewrite);
     server

@@ -94,7 +94,23 @@ impl Entry {
 /// The entries of a document as signed, in order (a ramp's rollout at its starting
 /// percentage).
 pub fn entries(doc: &ChannelDocument) -> Vec<Entry> {
-    doc.entries.iter().map(Entry::of).collect()
+    doc.entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            // A stop order's hold fixes the rollout where it holds it; a revert empties it.
+            let held = match doc.restricts.as_ref().and_then(|r| r.stop_for(i)) {
+                None => return Entry::of(e),
+                Some(pack_format::Stop::Hold { percent, .. }) => *percent,
+                Some(pack_format::Stop::Revert { .. }) => 0,
+            };
+            Entry {
+                rollout: Some(held),
+                ramp_to: None,
+                ..Entry::of(e)
+            }
+        })
+        .collect()
 }
 
 /// The entries of a live document as clients read them at `now`: each ramp's rollout at its

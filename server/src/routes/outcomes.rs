@@ -176,5 +176,7 @@ pub async fn post_outcomes(
 /// document verified when it was published does).
 fn client_ranges(document: &str) -> Option<Vec<semver::VersionReq>> {
     let doc = serde_json::from_str::<pack_format::ChannelDocument>(document).ok()?;
+    // A stop order carries no entries: the ranges are those of the document it restricts.
+    let doc = pack_format::guard::effective(&doc).unwrap_or(doc);
     Some(doc.entries.into_iter().map(|e| e.clients).collect())
 }
