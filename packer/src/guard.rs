@@ -458,19 +458,9 @@ pub(crate) fn target_name(target: &EntryTarget) -> String {
 /// ([`ChannelDocument::fallback`]), for humans: a version or `builtin` when it is the same
 /// for every release of the entry's range, else the rule.
 pub(crate) fn fallback_name(base: &ChannelDocument, i: usize) -> String {
-    let Some(entry) = base.entries.get(i) else {
-        return "builtin".to_string();
-    };
-    if entry.rollout.is_none() {
-        return "builtin".to_string();
-    }
-    let under = base.entries[i + 1..].iter().find(|e| e.rollout.is_none());
-    match under {
-        None => "builtin".to_string(),
-        Some(e) if e.clients == entry.clients || e.clients == VersionReq::STAR => {
-            target_name(&e.target)
-        }
-        Some(_) => {
+    match base.range_fallback(i) {
+        Some(target) => target_name(target),
+        None => {
             "each release's next entry without a rollout (builtin where there is none)".to_string()
         }
     }
