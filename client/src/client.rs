@@ -28,7 +28,9 @@ use crate::cache::{BadReason, Cache, State};
 use crate::config::key_set_fingerprint;
 use crate::files::{FileView, Published};
 use crate::health::Health;
-use crate::http::{HeaderName, Request, StatusCode, Transport, TransportError, error_detail};
+use crate::http::{
+    Detail, HeaderName, Request, StatusCode, Transport, TransportError, error_detail,
+};
 use crate::policy;
 pub use crate::policy::refresh::RefreshOutcome;
 use crate::policy::refresh::{self, Answer, Held, Next, Opened, Plan, Serve};

@@ -63,6 +63,9 @@ pub struct ClientConfig {
     /// The wall clock the client decides by (expiry, ramps, check times): the system clock,
     /// or one a test moves (see [`crate::clock`]).
     pub clock: Clock,
+    /// The file the settings came from, named by errors whose fix is a setting (`server`,
+    /// `channel`, `trusted_keys`). `None`: the defaults, or a config the caller built.
+    pub config_path: Option<PathBuf>,
 }
 
 /// Where the file view's link is and how long a version stays after it stops serving.
@@ -126,7 +129,17 @@ impl ClientConfig {
             builtin_dir: None,
             outcomes_interval: crate::policy::PROVISIONAL_INTERVAL,
             clock: Clock::system(),
+            config_path: None,
         }
+    }
+
+    /// Where a setting is changed, for an error's fix: `client.toml` (the file it was loaded
+    /// from, as it was given), or `the client config` when there is none.
+    pub fn config_name(&self) -> String {
+        self.config_path.as_ref().map_or_else(
+            || "the client config".to_string(),
+            |path| path.display().to_string(),
+        )
     }
 
     /// Reads a TOML config file on top of the defaults. Paths in it are relative to the
@@ -144,6 +157,7 @@ impl ClientConfig {
         let file: ClientFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let mut config = ClientConfig::new(cache_dir, client_version);
+        config.config_path = Some(path.to_path_buf());
         ConfigFile {
             updates: file.updates,
         }

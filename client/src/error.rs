@@ -39,6 +39,16 @@ pub enum ClientError {
     Busy { path: String, seconds: u64 },
     #[error("channel document rejected: {0}")]
     Document(#[source] FormatError),
+    #[error(
+        "channel document rejected: it is signed by key {key_id}, which this client does not trust (trusted: [{trusted}]); add the publisher's public key (the signing.pub beside its signing.key) to `trusted_keys` in {config}"
+    )]
+    UntrustedKey {
+        key_id: String,
+        /// The trusted key ids, comma-separated.
+        trusted: String,
+        /// Where `trusted_keys` is set ([`crate::ClientConfig::config_name`]).
+        config: String,
+    },
     #[error("channel document is for channel {found:?}, expected {expected:?}")]
     WrongChannel { expected: String, found: String },
     #[error("channel document is for pack {found:?}, expected {expected:?}")]
@@ -97,7 +107,7 @@ impl ClientError {
             ClientError::Deadline { .. } => "deadline",
             ClientError::Busy { .. } => "busy",
             ClientError::Document(pack_format::FormatError::Expired { .. }) => "expired",
-            ClientError::Document(_) => "document_rejected",
+            ClientError::Document(_) | ClientError::UntrustedKey { .. } => "document_rejected",
             ClientError::WrongChannel { .. } => "wrong_channel",
             ClientError::WrongPack { .. } => "wrong_pack",
             ClientError::Rollback { .. } => "rollback",
@@ -128,6 +138,7 @@ impl ClientError {
             ClientError::NoServer
             | ClientError::BodyTooLong { .. }
             | ClientError::Document(_)
+            | ClientError::UntrustedKey { .. }
             | ClientError::WrongChannel { .. }
             | ClientError::WrongPack { .. }
             | ClientError::Rollback { .. }

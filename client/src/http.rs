@@ -177,9 +177,14 @@ pub fn reqwest_client(config: &ClientConfig) -> Result<reqwest::Client, ClientEr
         })
 }
 
-/// Up to [`ERROR_BODY_LIMIT`] bytes of what a failed response says, as text (bad bytes
-/// replaced, control characters dropped so nothing reaches a terminal as an escape code).
-pub(crate) async fn error_detail(mut response: Response) -> String {
+/// What a failed response says, read up to [`ERROR_BODY_LIMIT`] bytes: packd's JSON error
+/// gives its message; a web page (a server or proxy that is not packd) gives one line of
+/// it, said to be such; anything else is kept as text (bad bytes replaced, control
+/// characters dropped so nothing reaches a terminal as an escape code).
+pub(crate) async fn error_detail(mut response: Response) -> Detail {
+    let html = response
+        .header(reqwest::header::CONTENT_TYPE)
+        .is_some_and(|t| t.to_ascii_lowercase().contains("html"));
     let mut body = Vec::new();
     while body.len() < ERROR_BODY_LIMIT {
         match response.chunk().await {
@@ -188,10 +193,115 @@ pub(crate) async fn error_detail(mut response: Response) -> String {
         }
     }
     body.truncate(ERROR_BODY_LIMIT);
-    String::from_utf8_lossy(&body)
-        .chars()
+    if let Ok(packd) = serde_json::from_slice::<pack_protocol::ErrorBody>(&body) {
+        return Detail::Packd {
+            code: packd.error.code,
+            message: printable(&packd.error.message),
+        };
+    }
+    let text = String::from_utf8_lossy(&body);
+    if html || text.trim_start().starts_with('<') {
+        return Detail::NotPackd {
+            line: page_line(&text),
+        };
+    }
+    Detail::Text(printable(&text))
+}
+
+/// What [`error_detail`] found in a failed response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Detail {
+    /// packd's JSON error body.
+    Packd { code: String, message: String },
+    /// A web page: its title, or else its first line of text.
+    NotPackd { line: String },
+    /// Anything else, as text (may be empty).
+    Text(String),
+}
+
+impl std::fmt::Display for Detail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Detail::Packd { message, .. } => f.write_str(message),
+            Detail::NotPackd { line } => write!(
+                f,
+                "a web page, not packd's JSON error, so this does not look like packd ({line:?})"
+            ),
+            Detail::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+/// `text` with control characters dropped and the ends trimmed.
+fn printable(text: &str) -> String {
+    text.chars()
         .filter(|c| !c.is_control() || *c == ' ')
         .collect::<String>()
         .trim()
         .to_string()
+}
+
+/// The one line of a web page that says what it is: its `<title>`, or else its first line
+/// with text once the tags are taken out; at most 100 characters.
+fn page_line(page: &str) -> String {
+    let lower = page.to_ascii_lowercase();
+    let title = lower.find("<title").and_then(|start| {
+        let open = start + lower[start..].find('>')? + 1;
+        let close = open + lower[open..].find("</title")?;
+        Some(&page[open..close])
+    });
+    let line = title
+        .map(printable)
+        .filter(|t| !t.is_empty())
+        .or_else(|| {
+            page.lines()
+                .map(|line| printable(&strip_tags(line)))
+                .find(|line| !line.is_empty())
+        })
+        .unwrap_or_default();
+    let mut chars = line.chars();
+    let cut: String = chars.by_ref().take(100).collect();
+    if chars.next().is_some() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
+
+/// `line` without anything between `<` and `>`.
+fn strip_tags(line: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in line.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page_line;
+
+    #[test]
+    fn a_page_is_named_by_its_title_or_its_first_line_of_text() {
+        assert_eq!(
+            page_line("<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body>…"),
+            "404 Not Found"
+        );
+        assert_eq!(
+            page_line("<html>\n<body>\n<h1>Bad Gateway</h1>\n<p>nginx</p>"),
+            "Bad Gateway"
+        );
+        assert_eq!(
+            page_line(&format!("<p>{}</p>", "x".repeat(150)))
+                .chars()
+                .count(),
+            101
+        );
+    }
 }

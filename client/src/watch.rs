@@ -212,7 +212,7 @@ pub async fn watch_once(client: &Client, held: &Held, wait: Duration) -> Result<
         error: ClientError::Status {
             url,
             status: status.as_u16(),
-            detail: error_detail(response).await,
+            detail: error_detail(response).await.to_string(),
         },
         retry_after,
     })

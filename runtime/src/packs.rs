@@ -289,6 +289,7 @@ pub fn client_config(data_dir: &DataDir, config_text: &str) -> Result<ClientConf
     let version = semver::Version::parse(env!("CARGO_PKG_VERSION"))
         .unwrap_or_else(|_| semver::Version::new(0, 0, 0));
     let mut config = ClientConfig::new(data_dir.pack_cache_dir(), version);
+    config.config_path = Some(path.clone());
     ConfigFile { updates }
         .apply(data_dir.root(), &mut config)
         .map_err(|reason| fail(format!("[updates]: {reason}")))?;

@@ -100,7 +100,7 @@ impl Client {
         };
         let decided = refresh::decide(&self.config, &self.install_id, &held, answer, now);
         *lock(&self.considering) = decided.considering;
-        let download = match decided.next? {
+        let download = match decided.next.map_err(|e| self.explain_refusal(e))? {
             Next::Plan(plan) => return Ok(plan),
             Next::Download(download) => download,
         };
@@ -205,7 +205,7 @@ impl Client {
         exact: Option<u64>,
         etag: Option<&str>,
     ) -> Result<Option<Fetched>, ClientError> {
-        let http_err = |e: TransportError| e.at(url);
+        let http_err = |e: TransportError| self.explain_transport(e).at(url);
         let mut request = self.request(url);
         if let Some(etag) = etag {
             request = request.header(reqwest::header::IF_NONE_MATCH, etag);
@@ -224,10 +224,11 @@ impl Client {
             return Ok(None);
         }
         if !status.is_success() {
+            let detail = error_detail(response).await;
             return Err(ClientError::Status {
                 url: url.to_string(),
                 status: status.as_u16(),
-                detail: error_detail(response).await,
+                detail: self.explain_status(what, status, detail).await,
             });
         }
         let too_long = || ClientError::BodyTooLong {
@@ -273,5 +274,114 @@ impl Client {
             etag: new_etag,
             sequence,
         }))
+    }
+
+    /// A transport failure with the fix when the cause is the configured URL: `https://` to a
+    /// server that answers in plain HTTP (packd serves plain HTTP unless a proxy in front of
+    /// it speaks TLS) fails in the TLS handshake with rustls' "corrupt message of type
+    /// InvalidContentType".
+    fn explain_transport(&self, error: TransportError) -> TransportError {
+        let server = self.config.server.as_deref().unwrap_or_default();
+        let plain = server.strip_prefix("https://");
+        match plain {
+            Some(rest)
+                if error.reason.contains("InvalidContentType")
+                    || error.reason.contains("corrupt message") =>
+            {
+                TransportError {
+                    reason: format!(
+                        "{}: the server does not speak TLS (HTTPS) there; if it is packd on plain \
+                         HTTP, set `server = \"http://{rest}\"` in {}",
+                        error.reason,
+                        self.config.config_name()
+                    ),
+                }
+            }
+            _ => error,
+        }
+    }
+
+    /// What a failed answer says, with the fix where the client can tell it: a server URL
+    /// that ends in `/v1` (every path the client asks for starts with it), a server that is
+    /// not packd, a channel packd does not have (with the channels it has).
+    async fn explain_status(&self, what: &str, status: StatusCode, detail: Detail) -> String {
+        let config = self.config.config_name();
+        let server = self.config.server.as_deref().unwrap_or_default();
+        if status == StatusCode::NOT_FOUND
+            && let Some(base) = server.strip_suffix("/v1")
+        {
+            return format!(
+                "{}the client adds /v1 to the server URL itself: leave it off, \
+                 `server = \"{base}\"` in {config}",
+                match detail.to_string() {
+                    text if text.is_empty() => String::new(),
+                    text => format!("{text}; "),
+                }
+            );
+        }
+        match detail {
+            Detail::NotPackd { .. } => {
+                format!("{detail}; is `server` in {config} the address of packd?")
+            }
+            Detail::Packd { code, message }
+                if status == StatusCode::NOT_FOUND
+                    && what == "channel document"
+                    && code == "not_found" =>
+            {
+                let channel = &self.config.channel;
+                let there = self.channels_there(server).await;
+                format!("{message}; {there}; check `channel = \"{channel}\"` in {config}")
+            }
+            Detail::Packd { message, .. } | Detail::Text(message) => message,
+        }
+    }
+
+    /// The channels packd has, for an error naming a channel it does not have.
+    async fn channels_there(&self, server: &str) -> String {
+        let url = format!("{server}{}", paths::CHANNELS);
+        let listed = async {
+            let mut response = self.transport.send(self.request(&url)).await.ok()?;
+            if !response.status.is_success() {
+                return None;
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.ok()? {
+                body.extend_from_slice(&chunk);
+                if body.len() as u64 > self.config.limits.max_channel_len as u64 * 16 {
+                    return None;
+                }
+            }
+            serde_json::from_slice::<pack_protocol::ChannelList>(&body).ok()
+        };
+        match listed.await {
+            None => "the server's channel list could not be read".to_string(),
+            Some(list) if list.channels.is_empty() => {
+                "the server has no channels yet (`packer release CHANNEL --new-channel` makes one)"
+                    .to_string()
+            }
+            Some(list) => format!(
+                "channels there: {}",
+                list.channels
+                    .iter()
+                    .map(|c| format!("{} (pack {})", c.channel, c.pack))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// A refused document with the fix where it is a setting: a signature by a key the
+    /// client does not trust names the config and its `trusted_keys`.
+    fn explain_refusal(&self, error: ClientError) -> ClientError {
+        match error {
+            ClientError::Document(FormatError::UntrustedKey { key_id, trusted }) => {
+                ClientError::UntrustedKey {
+                    key_id,
+                    trusted,
+                    config: self.config.config_name(),
+                }
+            }
+            other => other,
+        }
     }
 }

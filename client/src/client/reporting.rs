@@ -46,6 +46,7 @@ impl Client {
             | ClientError::Deadline { .. }
             | ClientError::Busy { .. }
             | ClientError::Document(_)
+            | ClientError::UntrustedKey { .. }
             | ClientError::WrongChannel { .. }
             | ClientError::WrongPack { .. }
             | ClientError::Rollback { .. }

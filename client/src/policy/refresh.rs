@@ -488,6 +488,7 @@ fn bad_reason(error: &ClientError) -> Option<BadReason> {
         | ClientError::Deadline { .. }
         | ClientError::Busy { .. }
         | ClientError::Document(_)
+        | ClientError::UntrustedKey { .. }
         | ClientError::WrongChannel { .. }
         | ClientError::WrongPack { .. }
         | ClientError::Rollback { .. }
