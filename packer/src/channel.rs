@@ -163,7 +163,12 @@ pub fn run(args: &ChannelArgs, json: bool) -> Result<()> {
             document.pack,
             document.sequence
         );
-        outln!("expires   {}", format_time(document.expires_at));
+        outln!(
+            "expires   {} (in {}: --expires {})",
+            format_time(document.expires_at),
+            span(document.expires_at - now),
+            args.expires.trim()
+        );
         for (i, entry) in document.entries.iter().enumerate() {
             outln!("entry {i}   {}", describe(entry, now));
         }
@@ -323,7 +328,33 @@ pub(crate) fn parse_expires(text: &str, now: OffsetDateTime) -> Result<OffsetDat
             format_time(now)
         );
     }
+    if expires - now < Duration::hours(1) {
+        eprintln!(
+            "warning: --expires {text}: the document expires in {} ({}); clients refuse it \
+             after that and keep what they had until the next release, and a release without \
+             --expires repeats the validity (an hour at least). Use an hour or more outside \
+             tests",
+            span(expires - now),
+            format_time(expires)
+        );
+    }
     Ok(expires)
+}
+
+/// A duration as a person reads it, in the largest unit that divides it: `30 days`,
+/// `1 hour`, `90 minutes`, `5 seconds`.
+pub(crate) fn span(duration: Duration) -> String {
+    let seconds = duration.whole_seconds();
+    let (count, unit) = if seconds != 0 && seconds % 86_400 == 0 {
+        (seconds / 86_400, "day")
+    } else if seconds != 0 && seconds % 3_600 == 0 {
+        (seconds / 3_600, "hour")
+    } else if seconds != 0 && seconds % 60 == 0 {
+        (seconds / 60, "minute")
+    } else {
+        (seconds, "second")
+    };
+    format!("{count} {unit}{}", if count == 1 { "" } else { "s" })
 }
 
 /// Parses `RANGE=TARGET[@PERCENT%[:SALT]]` (see [`ENTRY_HELP`]).

@@ -17,7 +17,7 @@ use semver::{Version, VersionReq};
 use serde_json::json;
 use time::{Duration, OffsetDateTime};
 
-use crate::channel::{describe, parse_expires};
+use crate::channel::{describe, parse_expires, span};
 use crate::check::open_entry_as_client;
 use crate::guard::{guard_id, read_guard_pub};
 use crate::keys::{content_key_ring, signing_key};
@@ -460,7 +460,7 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
     // The validity to repeat is the offline-signed document's: a guard document only
     // inherits its expiry.
     let signed_live = live_channel.as_ref().map(LiveChannel::base_document);
-    let expires_at = expiry(args.expires.as_deref(), signed_live, &entries, now)?;
+    let (expires_at, expires_from) = expiry(args.expires.as_deref(), signed_live, &entries, now)?;
     let sequence = next_sequence(&args.channel, remote.base(), live)?;
     let document = ChannelDocument {
         format: CHANNEL_FORMAT,
@@ -539,6 +539,7 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
             "previous_sequence": live.map(|l| l.sequence),
             "issued_at": format_time(document.issued_at),
             "expires_at": format_time(document.expires_at),
+            "expires_from": expires_from,
             "sha256": sha256_hex(&signed.document),
             "key_id": key.key_id(),
             "created": answer.created,
@@ -554,7 +555,11 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
             answer.channel.sequence,
             remote.base()
         );
-        outln!("expires   {}", answer.channel.expires_at);
+        outln!(
+            "expires   {} (in {}: {expires_from})",
+            format_time(document.expires_at),
+            span(document.expires_at - now)
+        );
         outln!("sha256    {}", answer.channel.sha256);
         outln!("signed by {}", answer.channel.key_id);
         if let Some(guard) = &document.guard {
@@ -564,16 +569,17 @@ pub fn run(args: &ReleaseArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The new document's expiry: `--expires`, or the live document's usual validity from now
-/// (30 days for a new channel). A ramp must end before the document expires, since clients
-/// stop reading an expired document: without `--expires` the expiry moves to at least the
-/// last ramp's end plus that validity; an `--expires` before it is refused.
+/// The new document's expiry and where it came from, as `packer release` prints it:
+/// `--expires`, or the live document's usual validity from now (30 days for a new channel).
+/// A ramp must end before the document expires, since clients stop reading an expired
+/// document: without `--expires` the expiry moves to at least the last ramp's end plus that
+/// validity; an `--expires` before it is refused.
 fn expiry(
     expires: Option<&str>,
     live: Option<&ChannelDocument>,
     entries: &[ChannelEntry],
     now: OffsetDateTime,
-) -> Result<OffsetDateTime> {
+) -> Result<(OffsetDateTime, String)> {
     let last_ramp = last_ramp_end(entries);
     if let Some(text) = expires {
         let expires_at = parse_expires(text, now)?;
@@ -592,19 +598,40 @@ fn expiry(
                 format_time(expires_at)
             );
         }
-        return Ok(expires_at);
+        return Ok((expires_at, format!("--expires {}", text.trim())));
     }
     let validity = live.map_or(Duration::days(30), usual_validity);
     let usual = now
         .checked_add(validity)
         .context("the live document's validity is too long to repeat; give --expires")?;
+    let from = match live {
+        None => "30 days, a new channel's validity without --expires".to_string(),
+        Some(live) if live.expires_at - live.issued_at < Duration::hours(1) => format!(
+            "no --expires: the live document's validity ({}) repeated, raised to the \
+             least a release repeats, 1 hour",
+            span(live.expires_at - live.issued_at)
+        ),
+        Some(_) => format!(
+            "no --expires: the live document's validity ({}) repeated",
+            span(validity)
+        ),
+    };
     let Some((end, _)) = last_ramp else {
-        return Ok(usual);
+        return Ok((usual, from));
     };
     let after_ramp = end
         .checked_add(validity)
         .context("the ramp ends too far in the future; give --expires")?;
-    Ok(usual.max(after_ramp))
+    if after_ramp > usual {
+        return Ok((
+            after_ramp,
+            format!(
+                "the ramp's end plus {}, the validity a release without --expires repeats",
+                span(validity)
+            ),
+        ));
+    }
+    Ok((usual, from))
 }
 
 /// The end of the ramp that ends last among `entries`, with its entry.
@@ -1372,7 +1399,7 @@ mod tests {
         let t = OffsetDateTime::UNIX_EPOCH + Duration::days(20_000);
         let live = document(t - Duration::days(1), t + Duration::days(29));
         let entries = ramping(t);
-        let first = expiry(None, Some(&live), &entries, t).unwrap();
+        let first = expiry(None, Some(&live), &entries, t).unwrap().0;
         assert_eq!(first, t + Duration::hours(72) + Duration::days(30));
 
         // A day later, on top of that document: the same 30 days after the ramp.
@@ -1382,17 +1409,17 @@ mod tests {
         };
         assert_eq!(usual_validity(&live), Duration::days(30));
         let later = t + Duration::days(1);
-        assert_eq!(expiry(None, Some(&live), &entries, later).unwrap(), first);
+        assert_eq!(expiry(None, Some(&live), &entries, later).unwrap().0, first);
         // Once the ramp is over, the usual validity from now.
         assert_eq!(
-            expiry(None, Some(&live), &[], later).unwrap(),
+            expiry(None, Some(&live), &[], later).unwrap().0,
             later + Duration::days(30)
         );
 
         let short = expiry(Some("2d"), Some(&live), &entries, t).unwrap_err();
         assert!(short.to_string().contains("at least 3d"), "{short:#}");
         assert_eq!(
-            expiry(Some("3d"), Some(&live), &entries, t).unwrap(),
+            expiry(Some("3d"), Some(&live), &entries, t).unwrap().0,
             t + Duration::days(3)
         );
     }

@@ -417,3 +417,65 @@ fn the_next_step_publish_prints_works_on_a_new_channel() {
     assert_ok(&run);
     assert_eq!(env.live_document().sequence, 1);
 }
+
+#[test]
+fn every_release_says_when_it_expires_and_where_that_came_from() {
+    let env = Env::start();
+    for version in ["1.0.0", "1.1.0"] {
+        let pack = env.build(version, &format!("prompts-{version}.pack"));
+        assert_ok(&env.publish(&pack));
+    }
+    let keys = env.keys();
+    let release = |extra: &[&str]| {
+        let mut args = vec![
+            "release",
+            "stable",
+            "--server",
+            &env.packd.url,
+            "--keys",
+            s(&keys),
+            "--yes",
+        ];
+        args.extend_from_slice(extra);
+        let out = env.packer(&args);
+        assert_ok(&out);
+        let expires = pack_format::channel::format_time(env.live_document().expires_at);
+        (stdout(&out), stderr(&out), expires)
+    };
+
+    // A new channel: 30 days, said to be the default.
+    let (out, _, at) = release(&["--new-channel", "--pack", "prompts", "--pin", "*=1.0.0"]);
+    assert!(
+        out.contains(&format!(
+            "\nexpires   {at} (in 30 days: 30 days, a new channel's validity without --expires)\n"
+        )),
+        "{out}"
+    );
+
+    // Under an hour is signed, with a warning that says what it means.
+    let (out, err, at) = release(&["--expires", "5s"]);
+    assert!(
+        out.contains(&format!("\nexpires   {at} (in 5 seconds: --expires 5s)\n")),
+        "{out}"
+    );
+    assert!(
+        err.contains(&format!(
+            "warning: --expires 5s: the document expires in 5 seconds ({at}); clients refuse it \
+             after that and keep what they had until the next release, and a release without \
+             --expires repeats the validity (an hour at least). Use an hour or more outside \
+             tests\n"
+        )),
+        "{err}"
+    );
+
+    // The next release without --expires repeats it, raised to an hour, and says so.
+    let (out, err, at) = release(&["--pin", "*=1.1.0"]);
+    assert!(
+        out.contains(&format!(
+            "\nexpires   {at} (in 1 hour: no --expires: the live document's validity (5 seconds) \
+             repeated, raised to the least a release repeats, 1 hour)\n"
+        )),
+        "{out}"
+    );
+    assert!(!err.contains("warning: --expires"), "{err}");
+}
