@@ -31,9 +31,11 @@ use tracing_subscriber::util::SubscriberInitExt as _;
     about = "Refresh and inspect a promptpack client cache"
 )]
 struct Cli {
-    /// Cache directory (installed packs and state).
+    /// Cache directory (installed packs and state) [default: the platform's cache directory:
+    /// $XDG_CACHE_HOME/promptpack/pack-client, else ~/.cache/promptpack/pack-client;
+    /// ~/Library/Caches/promptpack/pack-client on macOS]
     #[arg(long, env = "PROMPTPACK_CACHE")]
-    cache: PathBuf,
+    cache: Option<PathBuf>,
     /// Client config file (TOML, `[updates]` table).
     #[arg(long, env = "PROMPTPACK_CONFIG")]
     config: Option<PathBuf>,
@@ -55,7 +57,8 @@ enum Command {
     Status,
     /// Print one file of the snapshot the client serves.
     Show { key: String },
-    /// Every file of one captured snapshot with its SHA-256 (one capture, so never a mix).
+    /// Every file of one captured snapshot with its SHA-256 (one capture, so never a mix), as
+    /// `sha256sum` prints them; `--json` for one JSON object.
     Dump,
     /// Print a template of the pack the client serves, rendered under the strict contract
     /// (a variable the template reads but `--vars` lacks is an error).
@@ -108,6 +111,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// The cache directory without `--cache`: the platform's cache directory, `promptpack/pack-client`
+/// in it (`$XDG_CACHE_HOME`, else `~/.cache`; `~/Library/Caches` on macOS).
+fn default_cache() -> Result<PathBuf> {
+    const APP_DIR: &str = "promptpack/pack-client";
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let home = var("HOME").map(PathBuf::from);
+    let base = if cfg!(target_os = "macos") {
+        home.map(|h| h.join("Library/Caches"))
+    } else {
+        // The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+        var("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| home.map(|h| h.join(".cache")))
+    };
+    base.map(|b| b.join(APP_DIR)).context(
+        "no cache directory: HOME is not set (nor XDG_CACHE_HOME); give one with --cache DIR \
+         or PROMPTPACK_CACHE",
+    )
+}
+
 /// Colour only for a person at a terminal who has not asked for none (https://no-color.org).
 fn colour_stderr() -> bool {
     use std::io::IsTerminal as _;
@@ -115,9 +139,13 @@ fn colour_stderr() -> bool {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    let cache = match &cli.cache {
+        Some(dir) => dir.clone(),
+        None => default_cache()?,
+    };
     let mut config = match &cli.config {
-        Some(path) => ClientConfig::load(path, cli.cache.clone(), cli.client_version.clone())?,
-        None => ClientConfig::new(cli.cache.clone(), cli.client_version.clone()),
+        Some(path) => ClientConfig::load(path, cache, cli.client_version.clone())?,
+        None => ClientConfig::new(cache, cli.client_version.clone()),
     };
     if let Some(at) = test_now()? {
         config.clock = pack_client::Clock::fixed(at);
@@ -246,7 +274,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Show { key } => {
             let snapshot = client.store().capture();
-            let bytes = snapshot.read(&key)?;
+            let bytes = snapshot
+                .read(&key)
+                .map_err(|e| anyhow::anyhow!("{}", snapshot_error_text(&e, 0)))?;
             use std::io::Write;
             std::io::stdout().write_all(bytes)?;
             Ok(ExitCode::SUCCESS)
@@ -254,17 +284,46 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Render { template, vars } => render(&client, &template, &vars, cli.json),
         Command::Dump => {
             let snapshot = client.store().capture();
-            let files: Vec<serde_json::Value> = snapshot
+            let files: Vec<(&str, String)> = snapshot
                 .keys()
                 .into_iter()
-                .map(|k| serde_json::json!({"key": k, "sha256": pack_format::sha256_hex(snapshot.get(k).unwrap_or_default())}))
+                .map(|k| {
+                    (
+                        k,
+                        pack_format::sha256_hex(snapshot.get(k).unwrap_or_default()),
+                    )
+                })
                 .collect();
-            outln!(
-                "{}",
-                serde_json::to_string(
-                    &serde_json::json!({"meta": snapshot.meta(), "files": files, "last_error": client.status().last_error})
-                )?
-            );
+            let last_error = client.status().last_error;
+            if cli.json {
+                let files: Vec<serde_json::Value> = files
+                    .iter()
+                    .map(|(key, sha256)| serde_json::json!({"key": key, "sha256": sha256}))
+                    .collect();
+                outln!(
+                    "{}",
+                    serde_json::to_string(
+                        &serde_json::json!({"meta": snapshot.meta(), "files": files, "last_error": last_error})
+                    )?
+                );
+            } else {
+                let meta = snapshot.meta();
+                outln!(
+                    "pack {} {} ({}, sequence {}, sha256 {})",
+                    meta.name,
+                    meta.version,
+                    meta.source,
+                    meta.sequence,
+                    meta.sha256
+                );
+                if let Some(e) = &last_error {
+                    outln!("last error: {e}");
+                }
+                // As sha256sum prints them, so `sha256sum -c` can check a copy of the files.
+                for (key, sha256) in &files {
+                    outln!("{sha256}  {key}");
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Run => runtime.block_on(async {
@@ -334,11 +393,39 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     }
                 ),
             );
-            tokio::signal::ctrl_c().await?;
+            let signal = stop_signal().await?;
             schedule.shutdown().await?;
             logger.abort();
+            log_line(
+                json,
+                &serde_json::json!({"event": "stopped", "signal": signal}),
+                &format!("stopped: {signal}; the next start serves what is installed"),
+            );
             Ok(ExitCode::SUCCESS)
         }),
+    }
+}
+
+/// Waits for Ctrl-C (SIGINT) or, on Unix, SIGTERM; says which came.
+async fn stop_signal() -> Result<&'static str> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+        tokio::select! {
+            interrupted = tokio::signal::ctrl_c() => {
+                interrupted.context("listening for Ctrl-C")?;
+                Ok("interrupted (SIGINT)")
+            }
+            _ = term.recv() => Ok("terminated (SIGTERM)"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c()
+            .await
+            .context("listening for Ctrl-C")?;
+        Ok("interrupted (Ctrl-C)")
     }
 }
 
@@ -372,7 +459,7 @@ fn render(
         if let Err(e) = &result {
             first
                 .borrow_mut()
-                .get_or_insert_with(|| (e.kind(), e.to_string()));
+                .get_or_insert_with(|| (e.kind(), snapshot_error_text(e, s.meta().schema)));
         }
         result
     });
@@ -401,10 +488,65 @@ fn render(
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            let (kind, error) = first.into_inner().unwrap_or((e.kind(), e.to_string()));
+            let (kind, error) = first
+                .into_inner()
+                .unwrap_or_else(|| (e.kind(), snapshot_error_text(&e, 0)));
             render_failed(json, kind, &error)
         }
     }
+}
+
+/// A snapshot's error with what to do about it on this command line: the `--vars` that gives
+/// a missing variable (and where the contract lists them all), `dump` for a missing file.
+fn snapshot_error_text(error: &pack_client::snapshot::SnapshotError, schema: u32) -> String {
+    use pack_client::snapshot::SnapshotError;
+    match error {
+        SnapshotError::Unset { variable, .. } => {
+            let example = vars_example(schema, variable).map_or_else(
+                || "--vars '{...}'".to_string(),
+                |json| format!("--vars '{json}'"),
+            );
+            format!(
+                "{error}; add it to --vars, as in {example} (contract/schema-{schema}.json in the promptpack \
+                 source lists every variable a template may read, with its shape)"
+            )
+        }
+        SnapshotError::Missing { .. } => {
+            format!("{error}; `pack-client dump` lists every file of the pack that serves")
+        }
+        SnapshotError::Render { .. }
+        | SnapshotError::UnknownSchema { .. }
+        | SnapshotError::Invalid { .. }
+        | SnapshotError::Incomplete { .. } => error.to_string(),
+    }
+}
+
+/// The smallest `--vars` that gives `variable` (dotted) a value of its contract shape, such
+/// as `{"tools":{"grep":true}}`; `None` when the contract of `schema` does not list it.
+fn vars_example(schema: u32, variable: &str) -> Option<String> {
+    use pack_contract::Shape;
+    let contract = pack_contract::Contract::builtin(schema)?;
+    let mut fields = contract.variables();
+    let parts: Vec<&str> = variable.split('.').collect();
+    let mut leaf = None;
+    for (i, part) in parts.iter().enumerate() {
+        let shape = fields.get(*part)?;
+        match shape {
+            Shape::Object(inner) if i + 1 < parts.len() => fields = inner,
+            _ if i + 1 < parts.len() => return None,
+            _ => leaf = Some(shape),
+        }
+    }
+    let mut value = match leaf? {
+        Shape::String => serde_json::json!("..."),
+        Shape::Bool => serde_json::json!(true),
+        Shape::Object(_) => serde_json::json!({}),
+        Shape::List(_) => serde_json::json!([]),
+    };
+    for part in parts.iter().rev() {
+        value = serde_json::json!({ *part: value });
+    }
+    Some(value.to_string())
 }
 
 fn render_failed(json: bool, kind: &str, error: &str) -> Result<ExitCode> {

@@ -92,3 +92,40 @@ fn an_inline_key_that_is_not_a_key_still_says_so() {
     );
     assert!(!text.contains("no such file"), "{text}");
 }
+
+#[test]
+fn show_of_a_missing_key_points_to_dump_which_prints_every_file_as_sha256sum_does() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("client.toml"), "[updates]\n").unwrap();
+    let out = pack_client(dir.path(), &["show", "shared/persona.md"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: pack builtin 0.0.0 has no file \"shared/persona.md\"; `pack-client dump` lists \
+         every file of the pack that serves\n"
+    );
+
+    let out = pack_client(dir.path(), &["dump"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with("pack builtin 0.0.0 (builtin, sequence 0, sha256 "),
+        "{text}"
+    );
+    let persona = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../packs/builtin/shared/persona.hbs"),
+    )
+    .unwrap();
+    let line = format!("{}  shared/persona.hbs", pack_format::sha256_hex(&persona));
+    assert!(lines.any(|l| l == line), "{text}");
+
+    // --json is where the JSON is.
+    let out = pack_client(dir.path(), &["--json", "dump"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["meta"]["name"], "builtin");
+}

@@ -47,6 +47,17 @@ pub enum SnapshotError {
         key: String,
         reason: String,
     },
+    #[error(
+        "pack {pack}: {key} line {line}, column {column} reads variable `{variable}`, which the variables given lack (templates render in strict mode: a missing variable is an error, never an empty string)"
+    )]
+    Unset {
+        pack: String,
+        key: String,
+        line: usize,
+        column: usize,
+        /// The variable's path, dotted (`tools.grep`).
+        variable: String,
+    },
     #[error("pack {pack} targets template schema {schema}, which this build does not know")]
     UnknownSchema { pack: String, schema: u32 },
     #[error("pack {pack} has invalid templates:\n{problems}")]
@@ -61,7 +72,7 @@ impl SnapshotError {
     pub fn kind(&self) -> &'static str {
         match self {
             SnapshotError::Missing { .. } => "missing",
-            SnapshotError::Render { .. } => "render_failed",
+            SnapshotError::Render { .. } | SnapshotError::Unset { .. } => "render_failed",
             SnapshotError::UnknownSchema { .. } => "unknown_schema",
             SnapshotError::Invalid { .. } => "invalid_templates",
             SnapshotError::Incomplete { .. } => "incomplete",
@@ -182,13 +193,25 @@ impl Snapshot {
                 key: key.to_string(),
             });
         }
-        self.templates
-            .render(key, context)
-            .map_err(|e| SnapshotError::Render {
-                pack: format!("{} {}", self.meta.name, self.meta.version),
-                key: key.to_string(),
-                reason: e.to_string(),
-            })
+        self.templates.render(key, context).map_err(|e| {
+            let pack = format!("{} {}", self.meta.name, self.meta.version);
+            match (e.reason(), e.line_no, e.column_no) {
+                (handlebars::RenderErrorReason::MissingVariable(Some(variable)), line, column) => {
+                    SnapshotError::Unset {
+                        pack,
+                        key: e.template_name.clone().unwrap_or_else(|| key.to_string()),
+                        line: line.unwrap_or(0),
+                        column: column.unwrap_or(0),
+                        variable: variable.clone(),
+                    }
+                }
+                _ => SnapshotError::Render {
+                    pack,
+                    key: key.to_string(),
+                    reason: e.to_string(),
+                },
+            }
+        })
     }
 
     /// Checks that every key in `required` exists.

@@ -48,7 +48,7 @@ pub fn dump(
     client_version: &str,
 ) -> (String, String, serde_json::Map<String, serde_json::Value>) {
     let mut cmd = client_cmd(cache, config, client_version);
-    cmd.arg("dump");
+    cmd.args(["--json", "dump"]);
     let out: serde_json::Value = serde_json::from_str(&run(cmd)).unwrap();
     let files = out["files"]
         .as_array()

@@ -77,7 +77,7 @@ fn killing_a_refresh_at_random_points_never_leaves_a_mix() {
         }
 
         let mut cmd = client_cmd(cache.path(), &config, "1.0.0");
-        cmd.arg("dump");
+        cmd.args(["--json", "dump"]);
         let out: serde_json::Value = serde_json::from_str(&run(cmd)).unwrap();
         assert!(
             out["last_error"].is_null(),

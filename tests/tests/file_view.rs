@@ -440,17 +440,18 @@ fn render_prints_a_template_of_what_serves_and_refuses_a_missing_variable() {
     assert_eq!(out["text"], text);
 
     // The strict contract: a variable the template reads and --vars lacks is an error
-    // naming it, exit 1, nothing on stdout.
+    // naming it, the template line, the --vars that gives it and where the contract lists
+    // them all; exit 1, nothing on stdout.
     let out = render(&w, &["shared/memory.hbs", "--vars", r#"{"persona": "x"}"#]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
-    let said = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        said.starts_with(
-            "error: pack builtin 1.0.0: template \"shared/memory.hbs\" failed to render"
-        ) && said.contains("strict mode")
-            && said.contains("data_dir"),
-        "{said}"
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "error: pack builtin 1.0.0: shared/memory.hbs line 2, column 51 reads variable \
+         `data_dir`, which the variables given lack (templates render in strict mode: a \
+         missing variable is an error, never an empty string); add it to --vars, as in \
+         --vars '{\"data_dir\":\"...\"}' (contract/schema-1.json in the promptpack source \
+         lists every variable a template may read, with its shape)\n"
     );
     let mut cmd = w.cmd();
     cmd.args(["--json", "render", "shared/memory.hbs"]);
@@ -463,7 +464,11 @@ fn render_prints_a_template_of_what_serves_and_refuses_a_missing_variable() {
     // A template the pack lacks, a file that is not a template, malformed variables.
     let out = render(&w, &["shared/nope.hbs"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("has no file \"shared/nope.hbs\""));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: pack builtin 1.0.0 has no file \"shared/nope.hbs\"; `pack-client dump` lists \
+         every file of the pack that serves\n"
+    );
     let out = render(&w, &["shared/environment.md"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(

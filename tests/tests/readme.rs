@@ -2,7 +2,8 @@
 //! `packer diff` of the sealed pack against its source tree, then "Publishing to packd",
 //! in a scratch directory that sees the repository's `packs/`, with
 //! the workspace's binaries on `PATH`, against the real packd the section itself starts.
-//! Only the port is changed, so parallel runs do not collide.
+//! Only the port is changed, so parallel runs do not collide. docs/CLIENT.md's quick start
+//! runs after them, as written, against that packd before it stops.
 
 use std::process::{Command, Stdio};
 
@@ -24,6 +25,14 @@ fn publishing_to_packd_runs_as_written() {
     let by_hand = sh_block(&readme, "## Publishing a pack by hand");
     let diff = sh_block(&readme, "### What a release changes: `packer diff`");
     let to_packd = sh_block(&readme, "## Publishing to packd");
+    let client_md = std::fs::read_to_string(workspace().join("docs/CLIENT.md")).unwrap();
+    let quick_start = sh_block(&client_md, "## Quick start");
+    // The walk-through stops its packd last; the quick start runs before that.
+    let (to_packd, stop) = to_packd
+        .trim_end()
+        .rsplit_once('\n')
+        .expect("the section has more than one line");
+    assert!(stop.starts_with("kill %1"), "{stop}");
 
     // The example's client range is the one the agent built from this tree falls into.
     let version = semver::Version::parse(env!("CARGO_PKG_VERSION")).unwrap();
@@ -44,12 +53,16 @@ fn publishing_to_packd_runs_as_written() {
         .local_addr()
         .unwrap()
         .port();
-    let script = format!("{by_hand}\n{diff}\n{to_packd}").replace("8470", &port.to_string());
+    let script = format!("{by_hand}\n{diff}\n{to_packd}\n{quick_start}\n{stop}\n")
+        .replace("8470", &port.to_string());
 
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(workspace().join("packs"), dir.path().join("packs")).unwrap();
     let bins = bin("pack-server", "packd");
     bin("packer", "packer");
+    bin("pack-client", "pack-client");
+    // The quick start leaves --cache to its default, the platform's cache directory.
+    let cache_home = tempfile::tempdir().unwrap();
     let path = format!(
         "{}:{}",
         bins.parent().unwrap().display(),
@@ -66,6 +79,9 @@ fn publishing_to_packd_runs_as_written() {
         .env_remove("PROMPTPACK_TOKEN")
         .env_remove("PROMPTPACK_SERVER")
         .env_remove("PACKD_CONFIG")
+        .env_remove("PROMPTPACK_CACHE")
+        .env_remove("PROMPTPACK_CONFIG")
+        .env("XDG_CACHE_HOME", cache_home.path())
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -76,6 +92,32 @@ fn publishing_to_packd_runs_as_written() {
         "the README section failed ({}):\n{stdout}\n{stderr}\npackd log:\n{}",
         out.status,
         std::fs::read_to_string(dir.path().join("packd.log")).unwrap_or_default()
+    );
+
+    // The quick start: the refresh installed the walk-through's pack, named apart from the
+    // pack compiled into the client; `show` printed a file of it; `run` said what it
+    // served, and that it stopped.
+    assert!(
+        stdout.contains("Serving prompts 1.2.0 (remote, sha256 "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("serving   prompts 1.2.0 (remote, sequence 10)"),
+        "{stdout}"
+    );
+    let persona =
+        std::fs::read_to_string(workspace().join("packs/builtin/shared/persona.hbs")).unwrap();
+    assert!(stdout.contains(&persona), "{stdout}");
+    assert!(
+        stderr.contains("serving prompts 1.2.0 (remote)")
+            && stderr.contains("stopped: interrupted (SIGINT)"),
+        "{stderr}"
+    );
+    assert!(
+        cache_home
+            .path()
+            .join("promptpack/pack-client/state.json")
+            .is_file()
     );
 
     // The sealed pack and the tree it was built from hold the same files and prompts.
