@@ -592,8 +592,91 @@ pub fn doctor(data_dir: &agent_runtime::data_dir::DataDir) -> anyhow::Result<()>
         }
     ));
     out.push_str("web_search: not available (no search provider is built in)\n");
+    doctor_model_and_packs(&mut out, data_dir, &config_text);
     std::io::stdout().write_all(out.as_bytes())?;
     Ok(())
+}
+
+/// `agent doctor`'s model and prompt-pack lines: what `agent exec` would call and where its
+/// prompts would come from, or everything missing, with the fix.
+fn doctor_model_and_packs(
+    out: &mut String,
+    data_dir: &agent_runtime::data_dir::DataDir,
+    config_text: &str,
+) {
+    use agent_runtime::provider::{ProviderOverrides, ProviderSettings};
+    match ProviderSettings::resolve(config_text, &ProviderOverrides::default(), |name| {
+        std::env::var(name).ok()
+    }) {
+        Ok(settings) => out.push_str(&format!(
+            "model: {} at {} ({} API, provider {}{}); `agent exec` fails at once if nothing listens there\n",
+            settings.model,
+            settings.base_url,
+            settings.api,
+            settings.id,
+            if settings.api_key.is_some() {
+                ", API key set"
+            } else {
+                ", no API key"
+            }
+        )),
+        Err(reason) => out.push_str(&format!("model: not configured: {reason}\n")),
+    }
+    let config_path = data_dir.config_file();
+    match agent_runtime::packs::client_config(data_dir, config_text) {
+        Err(e) => out.push_str(&format!(
+            "prompt packs: the built-in pack serves; [updates] cannot be used: {}\n",
+            pack_protocol::error_text::report(&e)
+        )),
+        Ok(config) => match &config.server {
+            None => out.push_str(&format!(
+                "prompt packs: the built-in pack serves; updates off (no [updates] server in {})\n",
+                config_path.display()
+            )),
+            Some(server) => {
+                out.push_str(&format!(
+                    "prompt packs: pack {} from {server}, channel {}; auto-update {}, watch {}{}\n",
+                    config.pack,
+                    config.channel,
+                    if config.auto_update { "on" } else { "off" },
+                    if config.auto_update && config.watch {
+                        "on"
+                    } else {
+                        "off"
+                    },
+                    config
+                        .pin
+                        .as_ref()
+                        .map_or(String::new(), |pin| format!(", pinned to {pin}"))
+                ));
+                if config.trusted_keys.is_empty() {
+                    out.push_str(&format!(
+                        "  trusted keys: none, so every channel document is refused: add the publisher's signing.pub to `trusted_keys` under [updates] in {}\n",
+                        config_path.display()
+                    ));
+                } else {
+                    out.push_str(&format!(
+                        "  trusted keys: {}\n",
+                        config.trusted_keys.ids().join(", ")
+                    ));
+                }
+                if config.content_keys.is_empty() {
+                    out.push_str(&format!(
+                        "  content keys: none, so no pack opens: add the publisher's content.key to `content_keys` under [updates] in {}\n",
+                        config_path.display()
+                    ));
+                } else {
+                    out.push_str(&format!(
+                        "  content keys: {}\n",
+                        config.content_keys.ids().join(", ")
+                    ));
+                }
+                out.push_str(
+                    "  `agent packs status` shows what serves and how the last refresh went\n",
+                );
+            }
+        },
+    }
 }
 
 /// `/permissions`: how this session runs and what was allowed in it so far.

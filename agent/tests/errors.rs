@@ -48,10 +48,14 @@ fn exec_without_a_model_server_says_connection_refused_once() {
     assert_no_report_noise(&text);
     let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
     let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
+    // Nothing listens on this machine: no retries, the fix at once.
     assert_eq!(
         errors,
         [format!(
-            "error: {url} still failing after 2 attempts; last: Connection refused (os error 111)"
+            "error: cannot reach {url}: Connection refused (os error 111): no model server \
+             listens there; start one (for llama.cpp: `llama-server -m model.gguf --jinja --port \
+             PORT`) or point --base-url, AGENT_BASE_URL or `base_url` in config.toml at the one \
+             that runs"
         )]
     );
     assert!(!text.contains("error sending request"), "{text}");
@@ -67,10 +71,12 @@ fn exec_without_a_model_configured_is_one_line() {
     let home = tempfile::tempdir().unwrap();
     let out = agent(home.path(), &["exec", "hello"]);
     assert_eq!(out.status.code(), Some(1));
+    // Everything missing at once.
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "error: model provider: no model base_url: pass --base-url, set AGENT_BASE_URL, or set \
-         `base_url` under [providers.<id>] in config.toml\n"
+        "error: model provider: `base_url` and `model` are not set: pass --base-url URL and \
+         --model NAME, set AGENT_BASE_URL and AGENT_MODEL, or set `base_url` and `model` under \
+         [providers.<id>] in config.toml\n"
     );
 }
 
@@ -198,7 +204,30 @@ sys.stdout.write(seen.decode(errors="replace"))
 #[test]
 fn colour_only_on_a_terminal_and_never_with_no_color() {
     let home = tempfile::tempdir().unwrap();
-    let port = ports::unassigned_port();
+    // A model server that is busy: every call answers 503, which is retried with a warning
+    // (a refused connection on this machine is not retried: it fails at once).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{BufRead as _, Read as _, Write as _};
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = stream.write_all(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbusy",
+            );
+        }
+    });
     std::fs::write(
         home.path().join("config.toml"),
         format!(
@@ -267,4 +296,56 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), &target).unwrap();
         }
     }
+}
+
+#[test]
+fn doctor_reports_the_model_and_the_pack_updates_not_only_the_sandbox() {
+    // Nothing configured: each part says what is missing and where to set it.
+    let home = tempfile::tempdir().unwrap();
+    let out = agent(home.path(), &["doctor"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let config = home.path().join("config.toml");
+    assert!(
+        text.contains(
+            "\nmodel: not configured: `base_url` and `model` are not set: pass --base-url URL and \
+             --model NAME, set AGENT_BASE_URL and AGENT_MODEL, or set `base_url` and `model` \
+             under [providers.<id>] in config.toml\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "\nprompt packs: the built-in pack serves; updates off (no [updates] server in {})\n",
+            config.display()
+        )),
+        "{text}"
+    );
+
+    // Configured: what exec would call, and where its prompts come from.
+    std::fs::write(
+        &config,
+        "provider = \"local\"\n[providers.local]\napi = \"openai\"\n\
+         base_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"qwen3\"\n\
+         [updates]\nserver = \"http://127.0.0.1:8470\"\npack = \"prompts\"\nwatch = false\n",
+    )
+    .unwrap();
+    let out = agent(home.path(), &["doctor"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains(
+            "\nmodel: qwen3 at http://127.0.0.1:8080/v1 (openai API, provider local, no API \
+             key); `agent exec` fails at once if nothing listens there\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "\nprompt packs: pack prompts from http://127.0.0.1:8470, channel stable; \
+             auto-update on, watch off\n  trusted keys: none, so every channel document is \
+             refused: add the publisher's signing.pub to `trusted_keys` under [updates] in {}\n",
+            config.display()
+        )),
+        "{text}"
+    );
 }

@@ -109,11 +109,17 @@ fn a_session_without_a_model_serves_the_commands_that_need_none() {
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let steps = json!([
-        ["", "no model configured (no model base_url"],
+        [
+            "",
+            "no model configured (`base_url` and `model` are not set"
+        ],
         ["/agents\r", "verifier"],
         ["/prompt\r", "# Harness"],
         ["/packs\r", "serving: builtin"],
-        ["hello\r", "a message needs a model: no model base_url"],
+        [
+            "hello\r",
+            "a message needs a model: `base_url` and `model` are not set"
+        ],
         ["/init\r", "/init needs a model"],
         ["/exit\r", "saved"],
     ]);

@@ -510,6 +510,19 @@ impl Provider {
                     }))
                 }
             }
+            // Nothing listens on this machine's port: waiting will not start the server, so
+            // fail now with what to do rather than after the retries.
+            Err(e) if e.is_connect() && refused_on_loopback(url, &e) => {
+                Err(Failed::Final(ProviderError::Connect {
+                    url: url.to_string(),
+                    reason: format!(
+                        "{}: no model server listens there; start one (for llama.cpp: \
+                         `llama-server -m model.gguf --jinja --port PORT`) or point --base-url, \
+                         AGENT_BASE_URL or `base_url` in config.toml at the one that runs",
+                        pack_protocol::error_text::root_cause(&e)
+                    ),
+                }))
+            }
             // reqwest's own message repeats the URL ("error sending request for url
             // (…)") and hides the cause two sources down; the URL is in our message
             // already, so keep only the cause ("Connection refused (os error 111)").
@@ -546,6 +559,31 @@ impl Provider {
             }
         }
     }
+}
+
+/// Whether `error`, for a request to `url`, is a refused connection to this machine (a
+/// loopback address or `localhost`): a model server that is not running, not one that is
+/// briefly unreachable.
+fn refused_on_loopback(url: &str, error: &reqwest::Error) -> bool {
+    let loopback = reqwest::Url::parse(url).is_ok_and(|url| {
+        let host = url.host_str().unwrap_or_default();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    let mut refused = false;
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            refused = true;
+        }
+        cause = e.source();
+    }
+    loopback && refused
 }
 
 /// Decodes a whole recorded stream of `api`, given as the chunks it arrived in, exactly as

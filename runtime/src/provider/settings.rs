@@ -193,29 +193,53 @@ impl ProviderSettings {
             (None, Some(text)) => text.parse().map_err(|e| format!("{API_ENV}: {e}"))?,
             (None, None) => entry.api.unwrap_or(Api::OpenAi),
         };
-        let missing = |what: &str, flag: &str, var: &str| {
-            format!(
-                "no model {what}: pass {flag}, set {var}, or set `{what}` under [providers.<id>] in config.toml"
-            )
-        };
+        // Everything missing is said at once, not one setting per run.
         let base_url = overrides
             .base_url
             .clone()
             .or_else(|| env(BASE_URL_ENV))
-            .or(entry.base_url)
-            .ok_or_else(|| missing("base_url", "--base-url", BASE_URL_ENV))?;
+            .or(entry.base_url);
         let model = overrides
             .model
             .clone()
             .or_else(|| env(MODEL_ENV))
-            .or(entry.model)
-            .ok_or_else(|| missing("model", "--model", MODEL_ENV))?;
+            .or(entry.model);
+        let mut unset: Vec<(&str, &str, &str)> = Vec::new();
+        if base_url.is_none() {
+            unset.push(("base_url", "--base-url URL", BASE_URL_ENV));
+        }
+        if model.is_none() {
+            unset.push(("model", "--model NAME", MODEL_ENV));
+        }
+        let mut problems = Vec::new();
+        if !unset.is_empty() {
+            let list = |pick: fn(&(&str, &str, &str)) -> String| {
+                unset.iter().map(pick).collect::<Vec<_>>().join(" and ")
+            };
+            problems.push(format!(
+                "{} {} not set: pass {}, set {}, or set {} under [providers.<id>] in config.toml",
+                list(|u| format!("`{}`", u.0)),
+                if unset.len() == 1 { "is" } else { "are" },
+                list(|u| u.1.to_string()),
+                list(|u| u.2.to_string()),
+                list(|u| format!("`{}`", u.0)),
+            ));
+        }
         let api_key = match (env(API_KEY_ENV), &entry.api_key_env) {
             (Some(key), _) => Some(key),
-            (None, Some(var)) => Some(env(var).ok_or_else(|| {
-                format!("[providers.{id}] api_key_env = {var:?}, but {var} is not set")
-            })?),
+            (None, Some(var)) => {
+                let key = env(var);
+                if key.is_none() {
+                    problems.push(format!(
+                        "[providers.{id}] api_key_env = {var:?}, but {var} is not set"
+                    ));
+                }
+                key
+            }
             (None, None) => None,
+        };
+        let (Some(base_url), Some(model), true) = (base_url, model, problems.is_empty()) else {
+            return Err(problems.join("; "));
         };
         let context_tokens = match env(CONTEXT_TOKENS_ENV) {
             Some(text) => text
