@@ -77,29 +77,29 @@ cp -R packs/builtin "$work/prompts"
 printf '\n%s\n' "$line" >>"$work/prompts/agents/mavis/tui.hbs"
 echo "+ $line"
 
-echo "== build the edited pack as $version"
-"$bin/packer" build "$work/prompts" --name builtin --version "$version" --keys "$work/keys" \
-  -o "$work/builtin-$version.pack"
+# Published as `prompts`: `builtin` is the name of the pack compiled into the agent (version
+# 0.0.0, source builtin), where the rollback below sends it.
+echo "== build the edited pack as prompts $version"
+"$bin/packer" build "$work/prompts" --name prompts --version "$version" --keys "$work/keys" \
+  -o "$work/prompts-$version.pack"
 
 echo "== publish and release"
-"$bin/packer" publish --keys "$work/keys" "$work/builtin-$version.pack"
-"$bin/packer" release stable --keys "$work/keys" --new-channel --pack builtin --pin "*=$version" --expires 30d --yes
+"$bin/packer" publish --keys "$work/keys" "$work/prompts-$version.pack"
+"$bin/packer" release stable --keys "$work/keys" --new-channel --pack prompts --pin "*=$version" --expires 30d --yes
 "$bin/packer" status
 
-echo "== refresh the agent's pack client"
+echo "== refresh the agent's pack client: the outcome and what it serves now"
 export AGENT_HOME="$work/agent-home"
 mkdir -p "$AGENT_HOME"
 cat >"$AGENT_HOME/config.toml" <<TOML
 [updates]
 server = "$server"
 channel = "stable"
-pack = "builtin"
+pack = "prompts"
 trusted_keys = ["$work/keys/signing.pub"]
 content_keys = ["$work/keys/content.key"]
 TOML
 "$bin/agent" packs refresh
-echo "== what the client serves now"
-"$bin/agent" packs status
 echo "== the system prompt mavis gets this turn (the edited line; metadata on stderr)"
 "$bin/agent" prompt --agent mavis --mode tui 2>"$work/prompt-metadata.txt" >"$work/prompt.txt"
 grep -F -- "$line" "$work/prompt.txt"
