@@ -225,11 +225,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 outln!("succeeded {}", when(status.last_success));
                 if let Some(failure) = &status.last_failure {
                     outln!(
-                        "failed    {} ({}, release {}): {}",
+                        "failed    {} ({}, release {}): {}{}",
                         when(Some(failure.at)),
                         failure.kind,
                         failure.release,
-                        failure.message
+                        failure.message,
+                        if failure.resolved {
+                            format!(
+                                "; resolved: the refresh at {} succeeded",
+                                when(status.last_success)
+                            )
+                        } else {
+                            String::new()
+                        }
                     );
                 }
                 if let Some(e) = &status.last_error {

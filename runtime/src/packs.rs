@@ -236,11 +236,19 @@ impl Packs {
         }
         if let Some(failure) = &status.last_failure {
             out.push_str(&format!(
-                "last failure: {} ({}, release {}): {}\n",
+                "last failure: {} ({}, release {}): {}{}\n",
                 ts(Some(failure.at)),
                 failure.kind,
                 failure.release,
-                failure.message
+                failure.message,
+                if failure.resolved {
+                    format!(
+                        "; resolved: the refresh at {} succeeded",
+                        ts(status.last_success)
+                    )
+                } else {
+                    String::new()
+                }
             ));
         }
         if let Some(error) = &status.last_error {

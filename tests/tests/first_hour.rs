@@ -167,3 +167,66 @@ fn a_server_that_is_not_packd_is_said_to_be_so_with_one_line_of_its_page() {
         )
     );
 }
+
+#[test]
+fn a_failure_the_client_repaired_itself_is_shown_as_past_not_current() {
+    let publisher = Publisher::new();
+    let data = tempfile::tempdir().unwrap();
+    let packd = packd_with_stable(&publisher, data.path());
+    let config = publisher.client_config(&packd.url, "");
+    let cache = tempfile::tempdir().unwrap();
+    let client = |args: &[&str]| {
+        let mut cmd = client_cmd(cache.path(), &config, "1.0.0");
+        cmd.args(args);
+        run(cmd)
+    };
+    assert!(client(&["refresh"]).starts_with("Installed builtin 1.0.0"));
+
+    // The cached pack is damaged on disk: the next start serves the built-in pack and says
+    // why, as the current error.
+    let packs = cache.path().join("packs");
+    let pack = std::fs::read_dir(&packs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&pack, bytes).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&client(&["--json", "status"])).unwrap();
+    assert_eq!(status["serving"]["source"], "builtin", "{status}");
+    assert_eq!(status["last_failure"]["resolved"], false, "{status}");
+    assert!(
+        status["last_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("start-up: "),
+        "{status}"
+    );
+
+    // The next refresh downloads it again; from then on the failure is history.
+    let refreshed = client(&["refresh"]);
+    assert!(
+        refreshed.contains("Serving builtin 1.0.0 (remote"),
+        "{refreshed}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&client(&["--json", "status"])).unwrap();
+    assert_eq!(status["serving"]["source"], "remote", "{status}");
+    assert_eq!(status["last_error"], serde_json::Value::Null, "{status}");
+    assert_eq!(status["last_failure"]["resolved"], true, "{status}");
+    let text = client(&["status"]);
+    let failed = text
+        .lines()
+        .find(|l| l.starts_with("failed    "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        failed.ends_with(&format!(
+            "; resolved: the refresh at {} succeeded",
+            status["last_success"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("last error"), "{text}");
+}

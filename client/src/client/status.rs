@@ -60,6 +60,9 @@ pub struct FailureRecord {
     /// A stable name for the kind of failure (`ClientError::kind`).
     pub kind: String,
     pub message: String,
+    /// Whether a refresh succeeded after it (the client repaired what failed, or the cause
+    /// went away): then it is history, not why anything serves now.
+    pub resolved: bool,
 }
 
 /// One bad-pack mark, for [`ClientStatus`].
@@ -81,15 +84,13 @@ impl Client {
                 release: f.release,
                 kind: f.kind,
                 message: f.message,
+                resolved: state.last_success.is_some_and(|s| s >= f.at),
             })
         });
         // Another process's failure counts while nothing succeeded after it.
         let last_error = lock(&self.last_error).clone().or_else(|| {
             let failure = last_failure.as_ref()?;
-            let later_success = state
-                .last_success
-                .is_some_and(|s| s >= failure.at.unix_timestamp());
-            (!later_success).then(|| failure.message.clone())
+            (!failure.resolved).then(|| failure.message.clone())
         });
         ClientStatus {
             serving: self.store.capture().meta().clone(),
