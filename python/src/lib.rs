@@ -295,11 +295,34 @@ impl PyClient {
         vars: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(String, PySnapshot, Option<String>)> {
         let vars = vars_json(vars)?;
+        // The variables are held to the contract first, as `pack-client render` holds them.
+        let snapshot = self.client.store().capture();
+        if let Err(e) = pack_client::snapshot::check_vars(snapshot.meta().schema, &vars) {
+            return Err(error(
+                "contract",
+                format!("vars: {e}"),
+                RenderError::new_err,
+            ));
+        }
+        // When neither pack renders it, the error is the serving pack's (the one the caller
+        // asked of), not the bundled prompts' that only confirmed it.
+        let first = std::cell::RefCell::new(None);
         let served = self
             .client
             .store()
-            .serve(|snapshot| snapshot.render(name, &vars))
-            .map_err(|e| render_error(&e))?;
+            .serve_from(snapshot, |s| {
+                let result = s.render(name, &vars);
+                if let Err(e) = &result {
+                    first
+                        .borrow_mut()
+                        .get_or_insert_with(|| (e.kind(), e.to_string()));
+                }
+                result
+            })
+            .map_err(|e| {
+                let (kind, message) = first.take().unwrap_or_else(|| (e.kind(), e.to_string()));
+                error(kind, message, RenderError::new_err)
+            })?;
         Ok((
             served.value,
             PySnapshot {

@@ -122,6 +122,29 @@ def test_with_packd_down_refresh_raises_and_the_bundled_prompts_keep_serving(
     assert "BUNDLED-PROMPTS" in client.serve(MEMORY, VARS)[0]
 
 
+def test_serve_holds_vars_to_the_contract_and_names_the_pack_that_serves(
+    tmp_path, bundled, publisher, packd
+):
+    one = publisher.build("1.3.0", "PACK-ONE")
+    packd.release([f">=1.0.0, <2.0.0={one}"])
+    client = open_client(tmp_path, bundled, publisher.client_config(packd.url))
+    client.refresh()
+    # A name the contract does not have is refused before anything renders, as
+    # `pack-client render` refuses it.
+    with pytest.raises(promptpack.RenderError) as raised:
+        client.serve(MEMORY, {"data-dir": "/data"})
+    assert raised.value.kind == "contract"
+    assert str(raised.value).startswith("vars: variables do not fit the contract of schema 1: data-dir")
+    # A variable the template needs and the call lacks: the error is the serving pack's,
+    # not the bundled prompts' that were tried after it.
+    with pytest.raises(promptpack.RenderError) as raised:
+        client.serve(MEMORY, {})
+    assert raised.value.kind == "render_failed"
+    assert str(raised.value).startswith(
+        "pack builtin 1.3.0: shared/memory.hbs line 2, column 51 reads variable `data_dir`"
+    ), str(raised.value)
+
+
 def test_a_pack_that_fails_to_render_falls_back_whole_and_is_reported(
     tmp_path, bundled, publisher, packd
 ):
