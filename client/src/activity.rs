@@ -49,6 +49,10 @@ pub struct Failure {
     /// [`ClientError::kind`].
     pub kind: String,
     pub message: String,
+    /// Set when a refresh succeeded after it was recorded (in the order of writes, which
+    /// seconds cannot tell apart): it is history from then on. Absent in older records.
+    #[serde(default)]
+    pub resolved: bool,
 }
 
 /// What one release was given: a pack, or the built-in one (`sha256` `builtin`).
@@ -184,6 +188,9 @@ impl Activity {
         };
         self.update(|record| {
             record.last_success = Some(success);
+            if let Some(failure) = &mut record.last_failure {
+                failure.resolved = true;
+            }
             if let Some(choice) = choice {
                 remember(record, release, choice);
             }
@@ -216,6 +223,7 @@ impl Activity {
             release: release.to_string(),
             kind: kind.to_string(),
             message,
+            resolved: false,
         };
         self.emit(Event::Failed {
             kind: failure.kind.clone(),

@@ -548,10 +548,10 @@ async fn a_valid_signature_from_an_untrusted_key_is_refused() {
         &stranger,
     );
     let err = at.refused(honest(&untrusted, at.fx.blobs())).await;
-    assert!(
-        matches!(err, ClientError::Document(FormatError::UntrustedKey { .. })),
-        "{err:?}"
-    );
+    // The refusal names the fix: the config's trusted_keys (tests/tests/first_hour.rs reads
+    // the whole message through the binary).
+    assert!(matches!(err, ClientError::UntrustedKey { .. }), "{err:?}");
+    assert_eq!(err.kind(), "document_rejected");
 }
 
 /// The signature of one publish paired with the document of another does not verify.

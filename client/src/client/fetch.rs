@@ -359,14 +359,20 @@ impl Client {
                 "the server has no channels yet (`packer release CHANNEL --new-channel` makes one)"
                     .to_string()
             }
-            Some(list) => format!(
-                "channels there: {}",
-                list.channels
+            Some(list) => {
+                // A bounded list: the message stays a line, whatever the server holds.
+                const SHOWN: usize = 20;
+                let mut named: Vec<String> = list
+                    .channels
                     .iter()
+                    .take(SHOWN)
                     .map(|c| format!("{} (pack {})", c.channel, c.pack))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+                    .collect();
+                if list.channels.len() > SHOWN {
+                    named.push(format!("and {} more", list.channels.len() - SHOWN));
+                }
+                format!("channels there: {}", named.join(", "))
+            }
         }
     }
 

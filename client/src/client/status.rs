@@ -84,7 +84,8 @@ impl Client {
                 release: f.release,
                 kind: f.kind,
                 message: f.message,
-                resolved: state.last_success.is_some_and(|s| s >= f.at),
+                // Records written before the flag: a success in a later second.
+                resolved: f.resolved || state.last_success.is_some_and(|s| s > f.at),
             })
         });
         // Another process's failure counts while nothing succeeded after it.
