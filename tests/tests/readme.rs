@@ -120,6 +120,29 @@ fn publishing_to_packd_runs_as_written() {
             .is_file()
     );
 
+    // One name per thing: the walk-through's pack is `prompts`, so every `builtin` in what
+    // it printed is the pack compiled into the client (`builtin 0.0.0`, a channel entry
+    // `-> builtin`) or the directory it is built from (`packs/builtin`).
+    let compiled_in = [
+        "packs/builtin",
+        "builtin 0.0.0",
+        "-> builtin",
+        "=builtin",
+        "to builtin",
+    ];
+    let ambiguous: Vec<&str> = stdout
+        .lines()
+        .chain(stderr.lines())
+        .filter(|line| {
+            compiled_in
+                .iter()
+                .fold(line.to_string(), |rest, meant| rest.replace(meant, ""))
+                .contains("builtin")
+        })
+        .collect();
+    assert!(ambiguous.is_empty(), "{ambiguous:#?}");
+    assert!(stdout.contains("-> builtin"), "{stdout}");
+
     // The sealed pack and the tree it was built from hold the same files and prompts.
     assert!(
         stdout.contains("nothing changes\n"),
