@@ -335,6 +335,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run => runtime.block_on(async {
+            // Listening from the start: a signal while the schedule starts is handled too.
+            let stop = StopSignal::listen()?;
             let client = std::sync::Arc::new(client);
             let serving = client.status();
             log_line(
@@ -401,7 +403,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     }
                 ),
             );
-            let signal = stop_signal().await?;
+            let signal = stop.wait().await;
             schedule.shutdown().await?;
             logger.abort();
             log_line(
@@ -414,26 +416,44 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// Waits for Ctrl-C (SIGINT) or, on Unix, SIGTERM; says which came.
-async fn stop_signal() -> Result<&'static str> {
+/// Ctrl-C (SIGINT) and, on Unix, SIGTERM, listened for from [`StopSignal::listen`] on.
+struct StopSignal {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
-        tokio::select! {
-            interrupted = tokio::signal::ctrl_c() => {
-                interrupted.context("listening for Ctrl-C")?;
-                Ok("interrupted (SIGINT)")
-            }
-            _ = term.recv() => Ok("terminated (SIGTERM)"),
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignal {
+    fn listen() -> Result<StopSignal> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(StopSignal {
+                interrupt: signal(SignalKind::interrupt()).context("listening for Ctrl-C")?,
+                terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(StopSignal {})
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c()
-            .await
-            .context("listening for Ctrl-C")?;
-        Ok("interrupted (Ctrl-C)")
+
+    /// Waits for the first of them; says which came.
+    async fn wait(mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => "interrupted (SIGINT)",
+                _ = self.terminate.recv() => "terminated (SIGTERM)",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            match tokio::signal::ctrl_c().await {
+                Ok(()) => "interrupted (Ctrl-C)",
+                Err(_) => "stopped (no signal handler)",
+            }
+        }
     }
 }
 
