@@ -129,3 +129,40 @@ fn show_of_a_missing_key_points_to_dump_which_prints_every_file_as_sha256sum_doe
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["meta"]["name"], "builtin");
 }
+
+#[test]
+fn without_cache_the_platform_cache_directory_is_used_and_without_home_the_fix_is_named() {
+    let home = tempfile::tempdir().unwrap();
+    let run = |envs: &[(&str, &std::path::Path)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pack-client"));
+        cmd.arg("status")
+            .current_dir(home.path())
+            .env_remove("PROMPTPACK_CACHE")
+            .env_remove("PROMPTPACK_CONFIG")
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("HOME");
+        for (name, value) in envs {
+            cmd.env(name, value);
+        }
+        cmd.output().unwrap()
+    };
+    let out = run(&[("HOME", home.path())]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        home.path()
+            .join(".cache/promptpack/pack-client/install-id")
+            .is_file()
+    );
+    let xdg = home.path().join("xdg");
+    let out = run(&[("HOME", home.path()), ("XDG_CACHE_HOME", &xdg)]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(xdg.join("promptpack/pack-client/install-id").is_file());
+
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: no cache directory: HOME is not set (nor XDG_CACHE_HOME); give one with --cache \
+         DIR or PROMPTPACK_CACHE\n"
+    );
+}
