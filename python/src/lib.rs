@@ -14,6 +14,10 @@
 //!
 //! Every call that waits (a refresh, starting and stopping) releases the GIL.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
