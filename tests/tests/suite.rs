@@ -18,6 +18,7 @@ mod proxy_watch;
 mod publish_to_prompt;
 mod readme;
 mod refresh;
+mod test_layout;
 mod third_party_agent;
 mod transitions;
 mod watch;
