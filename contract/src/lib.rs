@@ -47,6 +47,7 @@ use serde_json::Value;
 
 use pack_format::FileProblem;
 
+pub mod layout;
 mod pieces;
 mod syntax;
 mod validator;
