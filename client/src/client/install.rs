@@ -3,6 +3,8 @@
 //! signed entry, and step 7 of a refresh, which makes the plan durable and serves it whole.
 
 use super::*;
+use crate::SnapshotError;
+use crate::accepts::Accepts;
 
 /// What the store serves after [`Client::load_selected`].
 pub(super) enum Loaded {
@@ -161,6 +163,7 @@ fn select(selector: Selector) -> Result<Selection, ClientError> {
         doc.sequence,
         &config.content_keys,
         &config.limits,
+        &config.contract,
     )?;
     Ok(Selection::Open(Box::new(snapshot)))
 }
@@ -233,6 +236,7 @@ pub(super) fn open_pack(
     sequence: u64,
     content_keys: &ContentKeyRing,
     limits: &Limits,
+    accepts: &Accepts,
 ) -> Result<Snapshot, ClientError> {
     let (header, _) = pack::read_header(bytes, limits).map_err(ClientError::Pack)?;
     let mismatch =
@@ -258,6 +262,14 @@ pub(super) fn open_pack(
             header.schema.to_string(),
         ));
     }
+    // Before decrypting: a pack of a contract this client does not take is refused as an
+    // unknown schema is, whatever it holds.
+    if !accepts.takes(header.schema) {
+        return Err(ClientError::IncompatibleSchema {
+            schema: header.schema,
+            known: accepts.schemas(),
+        });
+    }
     let opened = pack::open(bytes, content_keys, limits).map_err(ClientError::Pack)?;
     let meta = SnapshotMeta {
         name: opened.header.name.clone(),
@@ -267,15 +279,17 @@ pub(super) fn open_pack(
         sha256: opened.sha256.clone(),
         schema: opened.header.schema,
     };
+    // Every template is checked against the contract the pack declares (its agent schema,
+    // its own contract.json, or none for plain files) as the snapshot compiles it.
     let snapshot =
         Snapshot::new(meta, opened.payload.into_files()).map_err(ClientError::Snapshot)?;
-    let contract = Contract::builtin(header.schema).ok_or(ClientError::IncompatibleSchema {
-        schema: header.schema,
-        known: Contract::builtin_schemas().to_vec(),
-    })?;
-    let required: Vec<&str> = contract
-        .required_templates()
-        .iter()
+    if let Err(problems) = accepts.check(snapshot.contract()) {
+        return Err(ClientError::Snapshot(SnapshotError::Invalid {
+            pack: format!("{} {}", snapshot.name(), snapshot.version()),
+            problems,
+        }));
+    }
+    let required: Vec<&str> = (snapshot.contract().required_templates().iter())
         .map(String::as_str)
         .collect();
     snapshot.require(&required).map_err(ClientError::Snapshot)?;
