@@ -449,3 +449,100 @@ impl Client {
         }
     }
 }
+
+/// The invariant of declared contracts, over generated app contracts, pack contracts and
+/// templates: a pack opens for installing only when every template keeps the pack's own
+/// `contract.json`, that contract fits the app's, and every template either requires is
+/// in the pack. Anything else never installs.
+#[cfg(test)]
+mod contract_property {
+    use std::collections::BTreeMap;
+
+    use pack_contract::APP_SCHEMA;
+    use pack_format::{ContentKey, Payload, PayloadFile, SealInput};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const NAMES: [&str; 4] = ["user", "team", "tone", "mode"];
+
+    /// `{"templates": [...], "variables": {...}}` with each variable a string or a bool.
+    fn contract(variables: &BTreeMap<usize, bool>, templates: &[&str]) -> String {
+        let variables: serde_json::Map<String, serde_json::Value> = variables
+            .iter()
+            .map(|(name, is_bool)| {
+                let shape = if *is_bool { "bool" } else { "string" };
+                (NAMES[*name].to_string(), shape.into())
+            })
+            .collect();
+        serde_json::json!({"templates": templates, "variables": variables}).to_string()
+    }
+
+    fn names() -> impl Strategy<Value = BTreeMap<usize, bool>> {
+        prop::collection::btree_map(0..NAMES.len(), any::<bool>(), 0..=NAMES.len())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn a_pack_that_breaks_its_contract_or_the_apps_never_opens(
+            app in names(),
+            pack in names(),
+            used in prop::collection::btree_set(0..NAMES.len(), 0..3),
+            app_renders_second in any::<bool>(),
+            pack_lists_second in any::<bool>(),
+            ships_second in any::<bool>(),
+        ) {
+            let app_templates: &[&str] =
+                if app_renders_second { &["main.hbs", "second.hbs"] } else { &["main.hbs"] };
+            let pack_templates: &[&str] =
+                if pack_lists_second { &["main.hbs", "second.hbs"] } else { &["main.hbs"] };
+            let main: String = used.iter().map(|n| format!("{{{{#if {}}}}}x{{{{/if}}}}", NAMES[*n])).collect();
+            let mut files = vec![
+                PayloadFile { path: "contract.json".into(), bytes: contract(&pack, pack_templates).into_bytes() },
+                PayloadFile { path: "main.hbs".into(), bytes: main.into_bytes() },
+            ];
+            if ships_second {
+                files.push(PayloadFile { path: "second.hbs".into(), bytes: b"second".to_vec() });
+            }
+            let payload = Payload::new(files, &Limits::DEFAULT).unwrap();
+            let key = ContentKey::generate();
+            let version = semver::Version::new(1, 0, 0);
+            let sealed = pack_format::seal(
+                &SealInput {
+                    format: pack_format::FORMAT_VERSION,
+                    name: "p",
+                    version: &version,
+                    schema: APP_SCHEMA,
+                    payload: &payload,
+                    mtime: 0,
+                    zstd_level: 1,
+                },
+                &[&key],
+            )
+            .unwrap();
+            let entry = PackRef {
+                version,
+                sha256: pack_format::sha256_hex(&sealed),
+                size: sealed.len() as u64,
+                schema: APP_SCHEMA,
+            };
+            let accepts = Accepts::App(
+                pack_contract::Contract::app_from_json(&contract(&app, app_templates)).unwrap(),
+            );
+            let ring = ContentKeyRing::new([key]);
+            let opened = open_pack(&sealed, &entry, "p", 1, &ring, &Limits::DEFAULT, &accepts);
+
+            let templates_keep_the_pack = used.iter().all(|n| pack.contains_key(n));
+            let pack_fits_the_app = pack.iter().all(|(n, shape)| app.get(n) == Some(shape))
+                && app_templates.iter().all(|t| pack_templates.contains(t));
+            let complete = ships_second || !pack_lists_second;
+            prop_assert_eq!(
+                opened.is_ok(),
+                templates_keep_the_pack && pack_fits_the_app && complete,
+                "{:?}",
+                opened.err().map(|e| e.to_string())
+            );
+        }
+    }
+}
