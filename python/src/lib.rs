@@ -200,6 +200,10 @@ impl PySnapshot {
     #[pyo3(signature = (name, vars = None))]
     fn render(&self, name: &str, vars: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
         let vars = vars_json(vars)?;
+        // Held to the pack's declared contract, as `pack-client render --vars` is.
+        self.inner
+            .check_vars(&vars)
+            .map_err(|e| error("contract", e.to_string(), RenderError::new_err))?;
         self.inner.render(name, &vars).map_err(|e| render_error(&e))
     }
 

@@ -67,3 +67,20 @@ def test_without_its_contract_the_example_fails_as_it_did(tmp_path):
         promptpack.Client(cache_dir=tmp_path / "cache", builtin_dir=tmp_path / "prompts")
     assert raised.value.kind == "builtin"
     assert "unknown variable 'user'" in str(raised.value)
+
+
+def test_a_render_is_held_to_the_apps_contract(tmp_path):
+    import promptpack
+    import pytest
+
+    write_example(tmp_path)
+    client = promptpack.Client(cache_dir=tmp_path / "cache", builtin_dir=tmp_path / "prompts")
+    snapshot = client.capture()
+    assert snapshot.schema == 1001
+    assert snapshot.render("agents/main/system.hbs", {"user": "Ada"}) == "You help Ada.\n"
+    with pytest.raises(promptpack.RenderError) as raised:
+        snapshot.render("agents/main/system.hbs", {"user": 5})
+    assert raised.value.kind == "contract"
+    assert str(raised.value) == (
+        "variables do not fit the contract of the pack's contract.json: "
+        "user must be a string, found a number")
