@@ -189,7 +189,8 @@ fn an_app_installs_only_packs_that_keep_its_contract_and_renders_held_to_it() {
     w.release(&agent);
     let refreshed = w.refresh();
     assert_eq!(
-        refreshed["error"], "pack targets template schema 1; this client knows [1001]",
+        refreshed["error"],
+        "pack declares agent schema 1; this client takes an app contract (schema 1001) (its [updates] contract)",
         "{refreshed}"
     );
     let files = w.pack(
@@ -200,7 +201,8 @@ fn an_app_installs_only_packs_that_keep_its_contract_and_renders_held_to_it() {
     w.release(&files);
     let refreshed = w.refresh();
     assert_eq!(
-        refreshed["error"], "pack targets template schema 1000; this client knows [1001]",
+        refreshed["error"],
+        "pack declares plain files (schema 1000); this client takes an app contract (schema 1001) (its [updates] contract)",
         "{refreshed}"
     );
     assert_eq!(w.serving(), "remote 1.0.0");
@@ -235,7 +237,7 @@ fn a_client_of_plain_files_installs_them_and_the_agents_client_refuses_them() {
     w.release(&agent);
     assert_eq!(
         w.refresh()["error"],
-        "pack targets template schema 1; this client knows [1000]"
+        "pack declares agent schema 1; this client takes plain files (schema 1000) (its [updates] contract)"
     );
     assert_eq!(w.serving(), "remote 1.0.0");
 
@@ -250,7 +252,8 @@ fn a_client_of_plain_files_installs_them_and_the_agents_client_refuses_them() {
     agent_client.release(&files);
     let refreshed = agent_client.refresh();
     assert_eq!(
-        refreshed["error"], "pack targets template schema 1000; this client knows [1]",
+        refreshed["error"],
+        "pack declares plain files (schema 1000); this client takes agent schema 1 (its [updates] contract)",
         "{refreshed}"
     );
     assert_eq!(agent_client.serving(), "builtin 0.0.0");
