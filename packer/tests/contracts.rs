@@ -1,7 +1,7 @@
 //! `packer build --contract agent|app|files`: what each contract requires, what it checks,
 //! and what the build says about it, through the real binary.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -12,6 +12,7 @@ mod ports;
 
 mod cli;
 mod connect_retry;
+mod contracts;
 mod dependencies;
 mod diff;
 mod extract_sync;

@@ -6,6 +6,7 @@
 mod ports;
 
 mod console_browser;
+mod contracts;
 mod crash_safety;
 mod file_view;
 mod fleet;
