@@ -105,7 +105,7 @@ for api in openai anthropic; do
     set +e
     AGENT_E2E_BASE_URL="$base" AGENT_E2E_API="$api" AGENT_E2E_MODEL="$model_name" \
       AGENT_E2E_MAX_TOKENS="$max_tokens" AGENT_E2E_CONTEXT_TOKENS="$ctx" \
-      cargo test -q -p agent --test live_model -- --ignored --nocapture --exact "$test" >"$test_log" 2>&1
+      cargo test -q -p agent --test suite -- --ignored --nocapture --exact "live_model::$test" >"$test_log" 2>&1
     rc=$?
     set -e
     grep -E "^LIVE " "$test_log" || true

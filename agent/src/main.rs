@@ -4,6 +4,9 @@
 //! runs it against a pack directory (`--pack`) to review the pack before release.
 //! `agent exec` runs the agent loop against a model provider until the task is done.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 // The binary owns the terminal: errors go to stderr.
 #![allow(clippy::print_stderr)]
 

@@ -1,6 +1,6 @@
 //! Custom agents from the data directory, and task sessions that freeze their agent.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,8 +3,8 @@
 //! this session" runs it and its repeats without asking again, and "deny" sends the
 //! user's reason to the model.
 
-mod model_server;
-mod pty;
+use crate::model_server;
+use crate::pty;
 
 use model_server::{ModelServer, openai_calls, openai_text, outside_tmp};
 use serde_json::json;

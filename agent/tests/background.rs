@@ -2,7 +2,7 @@
 //! lists the running ones), and its completion arrives as a `<notification>` block before
 //! the next model call.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{ModelServer, exec, openai_calls, openai_text};
 use serde_json::json;

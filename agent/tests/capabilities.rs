@@ -1,7 +1,7 @@
 //! Capability narrowing, as tables: config defaults → the agent's ceiling → the occasion →
 //! the host profile. Ceilings are the real ones from the built-in pack.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -3,7 +3,7 @@
 //! is separated from its result, reminders are restated afterwards, and a second
 //! compaction starts again from the original history, not from the first summary.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{
     ModelServer, exec, openai_calls, openai_calls_with_usage, openai_text, system_of,

@@ -3,7 +3,7 @@
 //! OpenAI-compatible model list, llama.cpp's `/props`), else the config, else the model
 //! family's default.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{
     ModelServer, Recorded, Reply, anthropic_calls_with_usage, anthropic_text, exec,

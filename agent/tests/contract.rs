@@ -4,7 +4,7 @@
 //! `packer build` runs the same `validate_template_all`; packer/tests/cli.rs covers the
 //! command itself (exit status and the printed `FILE:LINE`).
 
-mod common;
+use crate::common;
 
 use agent_runtime::capabilities::{Capabilities, Occasion, Profile, resolve};
 use agent_runtime::context::{self, ContextInputs};

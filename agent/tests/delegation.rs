@@ -2,7 +2,7 @@
 //! turn and is refused, then answers `ROLE_MISMATCH`; mavis then asks `verifier`, whose
 //! `VERDICT:` comes back parsed. Each child talks to the model with its own context.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{ModelServer, exec, openai_calls, openai_text, system_of, tools_of};
 use serde_json::json;

@@ -2,8 +2,7 @@
 //! server that is not running says "Connection refused"), no backtrace even with
 //! `RUST_BACKTRACE=1`, no colour codes when stderr is not a terminal, exit code 1.
 
-#[path = "../../tests/shared/ports.rs"]
-mod ports;
+use crate::ports;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! reads a file, edits it and runs a command; the file changes on disk, the session file
 //! holds the whole exchange, and `--resume` continues it with the full history.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! A remote pack that fails anywhere during assembly yields the whole prompt from the
 //! built-in pack, never a mix, and the metadata says so.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

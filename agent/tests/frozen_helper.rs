@@ -2,8 +2,8 @@
 //! template and the pack it came from are saved with the session, and the session renders
 //! from them after the pack changed, saying so in its prompt metadata.
 
-mod common;
-mod model_server;
+use crate::common;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! A helper's handoff is capped: a final message past 97,500 bytes reaches the parent as
 //! its start and end with the cut said, and the verdict on its last line still counts.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{ModelServer, exec, openai_calls, openai_text};
 use serde_json::json;

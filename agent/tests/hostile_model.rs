@@ -2,7 +2,7 @@
 //! run must neither panic nor hang. The binary is the debug build, so an integer overflow
 //! would panic here rather than wrap silently.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::Output;

@@ -2,7 +2,7 @@
 //! replaced only after a timestamped backup, or left alone while the proposal is shown as
 //! a diff.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! One test per instruction-file rule. The files are data: they reach the prompt as
 //! written, each within a 32 KiB budget and all of them within 64 KiB.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 //!
 //! Like `sandbox.rs`, these need a kernel with Landlock ABI 4 or later.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::Output;

@@ -2,7 +2,7 @@
 //! in the next request, a nested AGENTS.md arrives with the first read below it, the
 //! workspace's notes feed the memory layer, and the model is warned before its step limit.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{ModelServer, exec, openai_calls, openai_text, system_of};
 use serde_json::json;

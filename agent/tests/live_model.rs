@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! AGENT_E2E_BASE_URL=http://127.0.0.1:8080/v1 AGENT_E2E_MODEL=qwen3 \
-//!   cargo test -p agent-runtime --test live_model -- --ignored --nocapture
+//!   cargo test -p agent --test suite live_model:: -- --ignored --nocapture
 //! ```
 //!
 //! `scripts/live-model.sh` installs llama-server and a small model, starts the server and

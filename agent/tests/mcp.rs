@@ -2,10 +2,9 @@
 //! `mcp-server-time` (PyPI) over stdio and `@modelcontextprotocol/server-everything` (npm)
 //! over stdio and streamable HTTP. `scripts/test.sh` installs both when missing.
 
-mod model_server;
+use crate::model_server;
 
-#[path = "../../tests/shared/ports.rs"]
-mod ports;
+use crate::ports;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Notes persist per workspace: recorded in one session, recalled in the next; another
 //! workspace does not see them.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{ModelServer, exec, openai_calls, openai_text};
 use serde_json::json;

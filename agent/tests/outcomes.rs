@@ -2,7 +2,7 @@
 //! `<data_dir>/packs/outcomes.json` under the pack that served it, as numbers only; with
 //! `DO_NOT_TRACK` (or `telemetry = false`) nothing is counted.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 

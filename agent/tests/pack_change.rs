@@ -1,8 +1,8 @@
 //! A pack refresh that lands between two model calls of one run: the next call renders
 //! from the new pack, and the model is told its system prompt changed.
 
-mod common;
-mod model_server;
+use crate::common;
+use crate::model_server;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! model: what is refused says which rule refused it, deny beats allow, a workspace cannot
 //! grant itself anything, and a helper never gets more than its parent.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -2,8 +2,8 @@
 //! file, a reminder tells the model what it may do, and on `/build` the next reminder
 //! says what it may do now and hands over the plan from the file.
 
-mod model_server;
-mod pty;
+use crate::model_server;
+use crate::pty;
 
 use model_server::{ModelServer, Reply, exec, openai_calls, openai_text};
 use serde_json::{Value, json};

@@ -4,12 +4,12 @@
 //! and the cache reads and writes the server reports reach `agent exec --json` and the
 //! summary line.
 //!
-//! `cargo test -p agent-runtime --test prompt_cache -- --nocapture` prints the per-step
+//! `cargo test -p agent --test suite prompt_cache:: -- --nocapture` prints the per-step
 //! figures BENCHMARKS.md quotes.
 
 #![allow(clippy::print_stdout)] // the per-step figures, for BENCHMARKS.md
 
-mod model_server;
+use crate::model_server;
 
 use model_server::prompt_cache::{Block, anthropic_blocks, openai_blocks};
 use model_server::{

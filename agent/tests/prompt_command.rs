@@ -1,7 +1,7 @@
 //! `agent prompt` prints the system prompt a session sends: the same instruction files,
 //! skills on disk, workspace notes and model, byte for byte.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! limits, the environment block, `read`'s line numbers kept out of `write`, and the task
 //! tools that come with `bash`.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::{Command, Output};

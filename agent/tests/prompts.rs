@@ -1,7 +1,7 @@
 //! The rendered system prompt of every built-in agent in every prompt mode, as insta
 //! snapshots: a template change shows up as a readable diff in review.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Both wire formats against a local server replaying recorded transcripts: streamed text,
 //! tool calls, usage, retries, idle streams and server errors.
 
-mod model_server;
+use crate::model_server;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! through the real binary: a tool call cut off mid-arguments, a 5xx that says the request
 //! is bad, an answer cut off by the length limit, and a task larger than the context.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{ModelServer, Reply, exec, openai_calls, openai_text};
 use serde_json::{Value, json};

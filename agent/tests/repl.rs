@@ -2,7 +2,7 @@
 //! stream, tool calls show as they run, Ctrl-C stops the step and not the program, slash
 //! commands work, and line history is saved.
 
-mod model_server;
+use crate::model_server;
 
 use std::process::Command;
 

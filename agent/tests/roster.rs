@@ -3,7 +3,7 @@
 //! is frozen: saved beside its transcript, shown by `agent prompt --session`, and resumed
 //! from its frozen definition.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::Command;

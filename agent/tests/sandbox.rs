@@ -8,8 +8,8 @@
 //! These tests need a kernel with Landlock (ABI 4 or later for the network ones); on one
 //! without, the first test fails and says so, rather than passing while proving nothing.
 
-mod model_server;
-mod pty;
+use crate::model_server;
+use crate::pty;
 
 use std::path::Path;
 use std::process::Output;

@@ -1,7 +1,7 @@
 //! Skills from the pack and the project: the catalog in the prompt, the body on demand
 //! with relative paths made absolute, and an unknown name answered with the list.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{ModelServer, exec, openai_calls, openai_text, system_of};
 use serde_json::json;

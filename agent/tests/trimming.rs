@@ -2,7 +2,7 @@
 //! keep their start and end, with a line saying what was cut, and a summary is written
 //! only when that does not make room. The session ends with an answer, not an error.
 
-mod model_server;
+use crate::model_server;
 
 use model_server::{ModelServer, exec, openai_calls_with_usage, openai_text};
 use serde_json::{Value, json};

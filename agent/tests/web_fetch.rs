@@ -3,7 +3,7 @@
 //! private address unless the user listed it, checked on every hop and for the address a
 //! name resolves to.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::Output;

@@ -3,7 +3,7 @@
 //! widen the next session. Its allow rules are ignored until `agent trust` is run again,
 //! its deny rules still count, and the session says why at start.
 
-mod model_server;
+use crate::model_server;
 
 use std::path::Path;
 use std::process::Output;

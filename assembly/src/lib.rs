@@ -18,6 +18,10 @@
 //!
 //! The library logs with `tracing` and never prints.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod agents;
 pub mod assemble;
 pub mod capabilities;

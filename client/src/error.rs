@@ -76,7 +76,11 @@ pub enum ClientError {
         expected: String,
         found: String,
     },
-    #[error("pack targets template schema {schema}; this client knows {known:?}")]
+    #[error(
+        "pack declares {}; this client takes {} (its [updates] contract)",
+        contract_of(*schema),
+        known.iter().map(|n| contract_of(*n)).collect::<Vec<_>>().join(" or ")
+    )]
     IncompatibleSchema { schema: u32, known: Vec<u32> },
     #[error("pack rejected: {0}")]
     Pack(#[source] FormatError),
@@ -155,5 +159,15 @@ impl ClientError {
             | ClientError::Builtin { .. }
             | ClientError::Worker { .. } => false,
         }
+    }
+}
+
+/// A header `schema` as the contract it names, for [`ClientError::IncompatibleSchema`].
+fn contract_of(schema: u32) -> String {
+    use pack_contract::Kind;
+    match Kind::of_schema(schema) {
+        Kind::Agent(n) => format!("agent schema {n}"),
+        Kind::App => format!("an app contract (schema {schema})"),
+        Kind::Files => format!("plain files (schema {schema})"),
     }
 }

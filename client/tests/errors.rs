@@ -2,8 +2,7 @@
 //! "Connection refused", not reqwest's "error sending request for url"), a missing key file
 //! by the path tried, no backtrace even with `RUST_BACKTRACE=1`, no colour codes in a pipe.
 
-#[path = "../../tests/shared/ports.rs"]
-mod ports;
+use crate::ports;
 
 use std::path::Path;
 use std::process::{Command, Output};

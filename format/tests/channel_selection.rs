@@ -1,6 +1,6 @@
 //! Entry selection: client version ranges, staged rollouts, and the builtin directive.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_format::{ChannelEntry, EntryTarget, PackRef, Rollout, rollout_bucket};

@@ -2,7 +2,7 @@
 //! document signed by the guard key is accepted only when it is a stop order within what the
 //! document it restricts allows.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_format::channel::{self, SignedChannel, VerifiedChannel};

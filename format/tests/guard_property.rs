@@ -4,7 +4,7 @@
 //! install except as the fallback of the entry that install left. The orders go through the
 //! real path: signed by the guard key, verified against the offline-signed document.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

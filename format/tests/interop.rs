@@ -1,7 +1,7 @@
 //! Interop with the stock tools: `minisign` verifies our channel signatures (and we read its
 //! keys and signatures), and the decrypted payload is a plain `tar.zst` that GNU tar lists.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! Each way of holding the wrong key is its own error, so an operator can tell them apart.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_format::{

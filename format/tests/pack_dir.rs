@@ -1,6 +1,6 @@
 //! The one reader of a pack directory: every file in path order, or every problem at once.
 
-mod common;
+use crate::common;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Hostile payloads: path traversal, links, devices, bombs and lying headers are rejected
 //! within the limits.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_format::payload::INDEX_PATH;

@@ -1,7 +1,7 @@
 //! Sealing then opening gives back every file byte for byte, and the payload is
 //! deterministic.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_format::{ContentKey, ContentKeyRing, Limits, Payload, PayloadFile, pack};

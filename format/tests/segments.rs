@@ -3,7 +3,7 @@
 //! last-segment flag: segments cannot be moved, and each must hold exactly what the header
 //! says it holds.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_format::pack::{self, SealSecrets};

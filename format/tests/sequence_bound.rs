@@ -2,7 +2,7 @@
 //! agrees on such numbers, and a channel can never be pushed to a sequence after which no
 //! higher one exists.
 
-mod common;
+use crate::common;
 
 use std::io::Cursor;
 use std::path::Path;

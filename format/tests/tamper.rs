@@ -1,7 +1,7 @@
 //! Any single flipped byte of a sealed pack or of a signed channel document is rejected
 //! before anything inside it is returned.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_format::{ContentKey, Limits, channel, pack};

@@ -2,7 +2,7 @@
 //! hostile or broken payload fails it — small payloads (one stream) and payloads of many
 //! frames (decoded in parallel, files taken straight from the frames) alike.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering;
 

@@ -5,7 +5,7 @@
 //! authenticates every byte, and every file is checked against its SHA-256. Every frame
 //! here is sealed properly, so what refuses it is the frame rule, not the encryption.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_format::pack::{self, SealSecrets};

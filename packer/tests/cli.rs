@@ -1,6 +1,6 @@
 //! Drives the real `packer` binary the way a publisher does.
 
-mod common;
+use crate::common;
 
 use common::{assert_fails, assert_ok, s, stderr, stdout, write_required_templates};
 use std::path::{Path, PathBuf};

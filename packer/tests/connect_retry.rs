@@ -2,10 +2,9 @@
 //! so a script that starts packd and publishes at once works; it gives up after that, and
 //! tries nothing else again (a connection that was taken and dropped is reported at once).
 
-mod common;
+use crate::common;
 
-#[path = "../../tests/shared/ports.rs"]
-mod ports;
+use crate::ports;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};

@@ -3,10 +3,8 @@
 //! The closure is read from the workspace's `Cargo.lock`, which lists every dependency of
 //! every feature (and dev-dependencies), so a crate absent from it is absent from packer.
 
-#[path = "../../tests/shared/lock_closure.rs"]
-mod lock_closure;
-#[path = "../../tests/shared/module_layers.rs"]
-mod module_layers;
+use crate::lock_closure;
+use crate::module_layers;
 
 use lock_closure::closure;
 

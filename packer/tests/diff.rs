@@ -1,7 +1,7 @@
 //! `packer diff` through the real binary, on copies of the built-in pack: what a publisher
 //! sees before a release, and the exit status CI reads (0 same, 1 differs, 2 trouble).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

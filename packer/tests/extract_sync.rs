@@ -4,7 +4,7 @@
 //! `strace`, which also sees the hint (`posix_fadvise`) that starts each file's write-back
 //! before the syncs.
 
-mod common;
+use crate::common;
 
 use common::{assert_ok, s, write_required_templates};
 use std::collections::BTreeMap;

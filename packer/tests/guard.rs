@@ -2,7 +2,7 @@
 //! only the offline key resumes it (from where it was frozen), and a key the channel does not
 //! delegate to is refused by packer and by packd, changing nothing.
 
-mod common;
+use crate::common;
 
 use common::packd::{Env, TOKEN, json};
 use common::{assert_fails, assert_ok, s, stderr, stdout};

@@ -2,7 +2,7 @@
 //! refuse with a message naming what is wrong, never panic, and never lose the server's
 //! own explanation.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

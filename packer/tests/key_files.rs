@@ -2,7 +2,7 @@
 //! refused on load, naming both files, and a key or password file is read only up to a few
 //! KiB, however large the file (or endless the device) the path names.
 
-mod common;
+use crate::common;
 
 use common::{assert_fails, assert_ok, s, stderr, write_required_templates};
 use std::path::{Path, PathBuf};

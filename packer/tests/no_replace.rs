@@ -1,7 +1,7 @@
 //! Keys and packs are never silently replaced: a `packer build` or `packer keygen` that loses
 //! the race for its output to another writer fails and leaves the winner's files as they are.
 
-mod common;
+use crate::common;
 
 use common::{assert_fails, assert_ok, s, stderr, stdout, write_required_templates};
 use std::path::{Path, PathBuf};

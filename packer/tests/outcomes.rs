@@ -1,7 +1,7 @@
 //! `packer status --outcomes` against a real `packd`: the version being rolled out shows
 //! beside the one it replaces, each rate with its 95 % interval.
 
-mod common;
+use crate::common;
 
 use common::packd::{Env, json};
 use common::{assert_fails, assert_ok, stdout};

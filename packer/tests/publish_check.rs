@@ -2,7 +2,7 @@
 //! is refused, naming the file and what is wrong, and never reaches packd, where a version
 //! holds one set of bytes for good: the sound pack then publishes under the same version.
 
-mod common;
+use crate::common;
 
 use common::packd::{Env, json};
 use common::{assert_fails, assert_ok, s, stderr};

@@ -3,7 +3,7 @@
 //! document expires first, or the guard told to watch does not exist) is refused before
 //! anything is signed.
 
-mod common;
+use crate::common;
 
 use common::packd::{Env, json};
 use common::{assert_fails, assert_ok, s, stderr, stdout};

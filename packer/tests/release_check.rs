@@ -2,7 +2,7 @@
 //! the new document names that the live one does not is downloaded and opened the way a
 //! client opens it, before anything is shown, signed or published.
 
-mod common;
+use crate::common;
 
 use common::packd::Env;
 use common::{assert_fails, assert_ok, s, stderr, stdout};

@@ -2,7 +2,7 @@
 //! wrong: a token packd does not take, a channel name packd does not have, a version
 //! uploaded under another pack name.
 
-mod common;
+use crate::common;
 
 use common::packd::{Env, TOKEN};
 use common::{assert_fails, assert_ok, s, stderr, stdout, write_required_templates};

@@ -2,7 +2,7 @@
 //! publishes the fix under the same version and releases that. Once released, the version
 //! never takes other bytes.
 
-mod common;
+use crate::common;
 
 use common::packd::{Env, json};
 use common::{assert_fails, assert_ok, stderr};

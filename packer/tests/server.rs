@@ -1,6 +1,6 @@
 //! `packer publish`, `release` and `status` against a real `packd` process.
 
-mod common;
+use crate::common;
 
 use common::packd::{Env, TOKEN, json};
 use common::{assert_fails, assert_ok, s, stderr, stdout};

@@ -1,7 +1,7 @@
 //! A template that does not parse, as a publisher meets it: `packer build` names the file,
 //! the line where the unclosed block opens and what to add, and writes nothing.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

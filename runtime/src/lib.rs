@@ -34,6 +34,10 @@
 //! the command line, `exec`, the interactive session, `init` and the host that wires them)
 //! owns stdout and uses only this library's public API.
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod agent_loop;
 pub mod compaction;
 pub mod data_dir;

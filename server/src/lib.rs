@@ -35,6 +35,10 @@
 //! 11. [`serve`]: the accept loop, each connection served by hyper with [`app`]'s router, and
 //!     the graceful shutdown (ends the watches of [`live`]).
 
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod app;
 pub mod auth;
 pub mod cache;

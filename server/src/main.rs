@@ -1,4 +1,8 @@
 //! `packd`: serve packs and channel documents; hash and mint tokens.
+
+// `unwrap` and `expect` are for tests: shipped code says what failed (STYLE.md, "Weight").
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the binary owns the terminal
 
 use std::io::{IsTerminal as _, Read, Write};

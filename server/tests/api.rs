@@ -3,7 +3,7 @@
 
 #![allow(clippy::print_stderr)] // tests report what they measured
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

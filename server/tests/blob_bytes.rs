@@ -2,7 +2,7 @@
 //! from the one shared buffer in memory, whole, in ranges and to many readers at once. Runs
 //! on a data directory and on SeaweedFS.
 
-mod common;
+use crate::common;
 
 use common::*;
 use reqwest::StatusCode;

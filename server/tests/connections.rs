@@ -5,7 +5,7 @@
 //! the node drains while it is idle; a connection kept open sees a publish through another
 //! node within the poll interval.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! cookie holds, and that it is no credential, is in console_cookie.rs; what a person sees
 //! in a browser is in tests/tests/console_browser.rs.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pack_protocol::paths;

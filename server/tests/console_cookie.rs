@@ -4,7 +4,7 @@
 //! refused, it expires, and it holds on every node with the config until its token leaves
 //! the config.
 
-mod common;
+use crate::common;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;

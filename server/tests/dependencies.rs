@@ -2,8 +2,7 @@
 //! closure is read from the workspace's `Cargo.lock`, which lists every dependency of
 //! every feature (and dev-dependencies), so a crate absent from it is absent from packd.
 
-#[path = "../../tests/shared/lock_closure.rs"]
-mod lock_closure;
+use crate::lock_closure;
 
 use lock_closure::closure;
 

@@ -4,7 +4,7 @@
 
 #![allow(clippy::print_stderr)] // tests report what they measured
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

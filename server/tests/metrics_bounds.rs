@@ -3,7 +3,7 @@
 //! is counted in one series labelled `other`, and the exposition says how many label
 //! combinations went there.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

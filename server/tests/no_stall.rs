@@ -6,7 +6,7 @@
 
 #![allow(clippy::print_stderr)] // tests report what they measured
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

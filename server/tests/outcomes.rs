@@ -3,7 +3,7 @@
 //! earlier one whichever node took it, the rates and intervals are the hand-computed ones,
 //! and every malformed report is refused with its code.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

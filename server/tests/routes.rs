@@ -2,7 +2,7 @@
 //! document is one of `pack_protocol::paths::ROUTES`, every template there is served, and
 //! each template's builder (which packer and the client request) reaches its route.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

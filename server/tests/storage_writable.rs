@@ -4,7 +4,7 @@
 //! with the same words. Without this, packd started, answered `/readyz` 200, and failed
 //! every publish with a `503 storage_unavailable` that reads as "retry later".
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stderr)] // the race reports how its rounds went
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -175,18 +175,17 @@ impl ProviderSettings {
                     ));
                 }
             },
-            None if file.providers.len() == 1 => {
-                let (id, entry) = file.providers.iter().next().unwrap();
-                (id.clone(), entry.clone())
-            }
-            None if file.providers.is_empty() => ("env".to_string(), Entry::default()),
-            None => {
-                let known: Vec<&str> = file.providers.keys().map(String::as_str).collect();
-                return Err(format!(
-                    "several providers configured ({}); pick one with --provider or `provider = \"…\"`",
-                    known.join(", ")
-                ));
-            }
+            None => match (file.providers.len(), file.providers.iter().next()) {
+                (_, None) => ("env".to_string(), Entry::default()),
+                (1, Some((id, entry))) => (id.clone(), entry.clone()),
+                (_, Some(_)) => {
+                    let known: Vec<&str> = file.providers.keys().map(String::as_str).collect();
+                    return Err(format!(
+                        "several providers configured ({}); pick one with --provider or `provider = \"…\"`",
+                        known.join(", ")
+                    ));
+                }
+            },
         };
         let api = match (overrides.api, env(API_ENV)) {
             (Some(api), _) => api,

@@ -228,6 +228,10 @@ impl TaskManager {
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::new(format!("cannot start the shell: {e}")))?;
+        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+            let _ = child.start_kill();
+            return Err(ToolError::new("the shell's output is not piped"));
+        };
         let id = format!("bg-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let (stop_tx, stop_rx) = oneshot::channel();
         let task = Arc::new(Task {
@@ -245,8 +249,8 @@ impl TaskManager {
             notified: Mutex::new(false),
             stop: Mutex::new(Some(stop_tx)),
         });
-        let stdout = tokio::spawn(pump(task.clone(), child.stdout.take().unwrap()));
-        let stderr = tokio::spawn(pump(task.clone(), child.stderr.take().unwrap()));
+        let stdout = tokio::spawn(pump(task.clone(), out));
+        let stderr = tokio::spawn(pump(task.clone(), err));
         let watcher = task.clone();
         tokio::spawn(async move {
             let state = tokio::select! {

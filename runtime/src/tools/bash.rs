@@ -180,8 +180,12 @@ async fn run(
     let mut child = command
         .spawn()
         .map_err(|e| ToolError::new(format!("cannot start the shell: {e}")))?;
-    let stdout = tokio::spawn(drain(child.stdout.take().unwrap()));
-    let stderr = tokio::spawn(drain(child.stderr.take().unwrap()));
+    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+        let _ = child.start_kill();
+        return Err(ToolError::new("the shell's output is not piped"));
+    };
+    let stdout = tokio::spawn(drain(out));
+    let stderr = tokio::spawn(drain(err));
 
     let end = tokio::select! {
         status = child.wait() => match status {

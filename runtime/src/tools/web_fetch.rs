@@ -316,6 +316,10 @@ fn kind_of(content_type: Option<&str>, body: &[u8]) -> Result<Kind, String> {
 /// The page's `<title>`, whitespace collapsed.
 fn title(html: &str) -> Option<String> {
     static TITLE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    #[allow(
+        clippy::expect_used,
+        reason = "a constant pattern, checked by the tests"
+    )]
     let re = TITLE.get_or_init(|| {
         regex::Regex::new(r"(?is)<title[^>]*>(.*?)</title>").expect("a valid pattern")
     });

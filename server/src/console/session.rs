@@ -100,6 +100,7 @@ pub fn check<'a>(
     Ok(token)
 }
 
+#[allow(clippy::expect_used, reason = "HMAC takes a key of any length")]
 fn mac(key: &[u8; 32], signed: &str) -> [u8; 32] {
     let mut mac =
         <Hmac<sha2::Sha256> as Mac>::new_from_slice(key).expect("HMAC takes a key of any length");

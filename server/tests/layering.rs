@@ -2,8 +2,7 @@
 //! doc): no `crate::` path may close a cycle between two top-level modules. The scan is
 //! shared with every crate's dependency test; its own tests are here.
 
-#[path = "../../tests/shared/module_layers.rs"]
-mod module_layers;
+use crate::module_layers;
 
 use std::collections::BTreeMap;
 

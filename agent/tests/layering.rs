@@ -1,7 +1,6 @@
 //! The `agent` front end's modules depend on each other in one direction.
 
-#[path = "../../tests/shared/module_layers.rs"]
-mod module_layers;
+use crate::module_layers;
 
 #[test]
 fn no_module_depends_back_on_a_module_that_depends_on_it() {
