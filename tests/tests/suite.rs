@@ -9,6 +9,7 @@ mod console_browser;
 mod contracts;
 mod crash_safety;
 mod file_view;
+mod first_hour;
 mod fleet;
 mod guard_evidence;
 mod guarded_rollout;
