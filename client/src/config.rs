@@ -52,6 +52,14 @@ pub struct ClientConfig {
     /// directory per pack version under `<cache>/files/` and a link to the one that serves,
     /// for agents that read their prompts from files. `None`: off (the default).
     pub files: Option<FilesConfig>,
+    /// Coding agents the served pack is projected into (`[targets.claude]`,
+    /// `[targets.codex]`, `[targets.opencode]`, see [`crate::targets`]). Any target turns the
+    /// file view on: the projected links go through its link.
+    pub targets: Vec<crate::targets::Target>,
+    /// Other channels' caches whose packs are projected with this one, before it (the
+    /// organisation's before the team's): `[targets] before = ["../org-cache"]`. Each is a
+    /// pack-client cache of its own, with its own config, keys, pin and rollout.
+    pub targets_before: Vec<PathBuf>,
     /// The pack that serves when nothing else can, read from this directory when the client
     /// opens (`[updates] builtin_dir`, checked as `packs/builtin` is at build time, see
     /// [`crate::builtin::from_dir`]) instead of the one compiled in: for an app whose
@@ -123,6 +131,8 @@ impl ClientConfig {
             telemetry: !do_not_track(),
             mark_bad_after_failures: MARK_BAD_AFTER_FAILURES,
             files: None,
+            targets: Vec::new(),
+            targets_before: Vec::new(),
             builtin_dir: None,
             outcomes_interval: crate::policy::PROVISIONAL_INTERVAL,
             clock: Clock::system(),
@@ -152,6 +162,11 @@ impl ClientConfig {
         if let Some(files) = file.files {
             config.files = files.apply().map_err(|e| bad(format!("[files]: {e}")))?;
         }
+        if let Some(targets) = file.targets {
+            targets
+                .apply(base, &mut config)
+                .map_err(|e| bad(format!("[targets]: {e}")))?;
+        }
         Ok(config)
     }
 }
@@ -165,6 +180,90 @@ struct ClientFile {
     #[serde(default)]
     updates: UpdatesSection,
     files: Option<FilesSection>,
+    targets: Option<TargetsSection>,
+}
+
+/// The `[targets]` table: one sub-table per agent the pack is projected into.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetsSection {
+    /// Caches of other channels projected before this one (see
+    /// [`ClientConfig::targets_before`]).
+    #[serde(default)]
+    pub before: Vec<String>,
+    pub claude: Option<TargetSection>,
+    pub codex: Option<TargetSection>,
+    pub opencode: Option<TargetSection>,
+}
+
+/// `[targets.<agent>]`: where the agent's user files and (optionally) its managed files are.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSection {
+    pub enabled: Option<bool>,
+    /// Default: `$CLAUDE_CONFIG_DIR` or `~/.claude`; `$CODEX_HOME` or `~/.codex`;
+    /// `$XDG_CONFIG_HOME/opencode` or `~/.config/opencode`.
+    pub user_dir: Option<String>,
+    /// The machine-wide directory of managed files (`/etc/claude-code`, `/etc/codex`); unset:
+    /// no managed files are projected.
+    pub machine_dir: Option<String>,
+}
+
+impl TargetsSection {
+    fn apply(self, base: &Path, config: &mut ClientConfig) -> Result<(), String> {
+        use crate::targets::{Agent, Target};
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let path = |text: &str| -> Result<PathBuf, String> {
+            match text.strip_prefix("~/") {
+                Some(rest) => home
+                    .as_ref()
+                    .map(|h| h.join(rest))
+                    .ok_or_else(|| format!("{text:?} starts with ~/ but HOME is not set")),
+                None => Ok(base.join(text)),
+            }
+        };
+        let env_dir = |var: &str, under_home: &str| -> Result<PathBuf, String> {
+            match std::env::var_os(var).filter(|v| !v.is_empty()) {
+                Some(dir) => Ok(PathBuf::from(dir)),
+                None => path(&format!("~/{under_home}")),
+            }
+        };
+        let tables = [
+            (Agent::Claude, self.claude),
+            (Agent::Codex, self.codex),
+            (Agent::OpenCode, self.opencode),
+        ];
+        for (agent, table) in tables {
+            let Some(table) = table else { continue };
+            if table.enabled == Some(false) {
+                continue;
+            }
+            let user_dir = match &table.user_dir {
+                Some(dir) => path(dir)?,
+                None => match agent {
+                    Agent::Claude => env_dir("CLAUDE_CONFIG_DIR", ".claude")?,
+                    Agent::Codex => env_dir("CODEX_HOME", ".codex")?,
+                    Agent::OpenCode => match std::env::var_os("XDG_CONFIG_HOME") {
+                        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("opencode"),
+                        _ => path("~/.config/opencode")?,
+                    },
+                },
+            };
+            let machine_dir = table.machine_dir.as_deref().map(path).transpose()?;
+            config.targets.push(Target {
+                agent,
+                user_dir: std::path::absolute(&user_dir).unwrap_or(user_dir),
+                machine_dir: machine_dir.map(|d| std::path::absolute(&d).unwrap_or(d)),
+            });
+        }
+        for dir in self.before {
+            config.targets_before.push(path(&dir)?);
+        }
+        if !config.targets.is_empty() && config.files.is_none() {
+            config.files = Some(FilesConfig::default());
+        }
+        Ok(())
+    }
 }
 
 /// The `[files]` table: present turns the file view on, unless `enabled = false`.
