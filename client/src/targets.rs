@@ -13,8 +13,9 @@
 //!
 //! Every link goes through the view's link (`current`), never to a version directory, so the
 //! one link swap of an install, rollback or fallback switches every projected file at once.
-//! Claude Code imports a file (`@path`), so its instruction block holds import lines and
-//! moves with the link too. Codex and OpenCode do not import: their block holds the text
+//! Claude Code imports a file (`@path`) from the user's CLAUDE.md, so a block there holds
+//! import lines and moves with the link too. The managed CLAUDE.md (Claude Code sends it as
+//! written), Codex's and OpenCode's AGENTS.md do not import: their block holds the text
 //! itself and is written again when the pack changes.
 //!
 //! What is ours: a link whose target is under a view's link, and the lines between the two
@@ -265,7 +266,9 @@ fn plan(
             file,
             Want::Block {
                 parts,
-                import: target.agent == Agent::Claude,
+                // Claude Code follows `@` imports in the user's CLAUDE.md, not in the
+                // managed one, which it sends as written.
+                import: target.agent == Agent::Claude && target.machine_dir.is_none(),
             },
         );
     }
@@ -798,14 +801,11 @@ mod tests {
             text(&m.home(".claude/skills/review/SKILL.md")),
             "review skill 1.0.0\n"
         );
-        // Claude Code imports the pack's file from the managed CLAUDE.md; the user's own
-        // file is not touched when a machine directory is set.
+        // The managed CLAUDE.md holds the text (Claude Code does not follow imports
+        // there); the user's own file is not touched when a machine directory is set.
         assert_eq!(
             text(&m.root.join("etc/claude-code/CLAUDE.md")),
-            format!(
-                "{BLOCK_BEGIN}\n@{}\n{BLOCK_END}\n",
-                link.join("AGENTS.md").display()
-            )
+            format!("{BLOCK_BEGIN}\nteam rules 1.0.0\n{BLOCK_END}\n")
         );
         assert_eq!(text(&m.home(".claude/CLAUDE.md")), "my own notes\n");
         assert_eq!(

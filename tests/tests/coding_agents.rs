@@ -1,0 +1,426 @@
+//! Real coding agents from npm, unmodified, fed by `pack-client`'s targets: Claude Code
+//! (`@anthropic-ai/claude-code`) and Codex CLI (`@openai/codex`), the versions
+//! `scripts/test.sh` installs, each against a scripted model server on loopback speaking
+//! its wire, which records every request. packd, packer and pack-client are the workspace's
+//! binaries.
+//!
+//! Claude Code reads its managed files from `/etc/claude-code`, a path it does not let an
+//! environment variable move. The test runs it in a user and mount namespace of its own
+//! (`unshare -rm`, no privileges needed), where `/etc` is the machine's `/etc` plus
+//! `claude-code` naming the test's machine directory: the real path, seen only by that
+//! process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use promptpack_tests::chat_server::{ChatServer, Reply, Wire};
+use promptpack_tests::*;
+use serde_json::{Value, json};
+
+/// The Claude Code release `scripts/test.sh` installs.
+const CLAUDE_VERSION: &str = "2.1.328";
+/// The Codex CLI release `scripts/test.sh` installs.
+#[allow(dead_code)]
+const CODEX_VERSION: &str = "0.169.0";
+/// What the user's own `~/.claude/CLAUDE.md` says.
+const USER_TEXT: &str = "USER-OWN-NOTES: answer in British English.";
+/// What the project's notes say; a tool call that reads them would put this in the
+/// transcript.
+const NOTES: &str = "NOTES-SECRET: the release train leaves at noon.";
+
+/// An npm package's executable under `~/.cache/promptpack-tests/<dir>` (`env` names another)
+/// whose `--version` starts with `version`. Missing: a failure under `CI`, else the test
+/// says it skipped.
+fn agent_exe(env: &str, dir: &str, exe: &str, version: &str) -> Option<PathBuf> {
+    let path = match std::env::var_os(env) {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
+            cache
+                .join("promptpack-tests")
+                .join(dir)
+                .join("node_modules/.bin")
+                .join(exe)
+        }
+    };
+    let home = tempfile::tempdir().unwrap();
+    let found = Command::new(&path)
+        .arg("--version")
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    if found.as_deref().is_some_and(|v| v.contains(version)) {
+        return Some(path);
+    }
+    let why = format!(
+        "{exe} {version} is not at {} (found {found:?}); scripts/test.sh installs it",
+        path.display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    skipped(&why);
+    None
+}
+
+/// Whether this machine lets an unprivileged process make a user and mount namespace.
+fn namespaces() -> bool {
+    let ok = Command::new("unshare")
+        .args(["-rm", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let why =
+            "`unshare -rm` fails here: Claude Code's managed directory cannot be given to the test";
+        if std::env::var_os("CI").is_some() {
+            panic!("{why}");
+        }
+        skipped(why);
+    }
+    ok
+}
+
+/// packd, a publisher, one machine's client cache, home and machine directory.
+struct Machine {
+    publisher: Publisher,
+    _data: tempfile::TempDir,
+    packd: Packd,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Machine {
+    /// A machine whose pack-client projects into Claude Code's places (user level under the
+    /// test's home, machine level in `etc/claude-code`) and Codex's, and whose bundled team
+    /// pack says `BUNDLED-RULES`.
+    fn new() -> Self {
+        let publisher = Publisher::new();
+        let data = tempfile::tempdir().unwrap();
+        let packd = Packd::start(data.path(), &publisher.server_config());
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let bundled = root.join("bundled");
+        copy_tree(&workspace().join("packs/builtin"), &bundled);
+        std::fs::write(
+            bundled.join("AGENTS.md"),
+            "BUNDLED-RULES: the team's offline rules.\n",
+        )
+        .unwrap();
+        for sub in ["home/.claude", "etc/claude-code", "project", "real-etc"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::write(
+            root.join("home/.claude/CLAUDE.md"),
+            format!("{USER_TEXT}\n"),
+        )
+        .unwrap();
+        std::fs::write(root.join("project/notes.txt"), NOTES).unwrap();
+        let config = publisher.client_config(
+            &packd.url,
+            &format!(
+                "builtin_dir = {:?}\n[targets.claude]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\n",
+                bundled.display().to_string(),
+                root.join("home/.claude").display().to_string(),
+                root.join("etc/claude-code").display().to_string(),
+                root.join("home/.codex").display().to_string(),
+            ),
+        );
+        Machine {
+            publisher,
+            _data: data,
+            packd,
+            dir,
+            config,
+        }
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.root().join("cache")
+    }
+
+    /// Publishes `version` of the team pack: its `AGENTS.md` says `TEAM-RULES-<version>`, it
+    /// ships the skill `release-notes` and Claude Code settings that deny `cat`.
+    fn release(&self, version: &str) -> PathBuf {
+        let path = self
+            .publisher
+            .build_edited(version, &format!("MARKER-{version}"), |src| {
+                std::fs::write(
+                    src.join("AGENTS.md"),
+                    format!("TEAM-RULES-{version}: run the tests before every commit.\n"),
+                )
+                .unwrap();
+                let skill = src.join("skills/release-notes");
+                std::fs::create_dir_all(&skill).unwrap();
+                std::fs::write(
+                    skill.join("SKILL.md"),
+                    format!(
+                        "---\nname: release-notes\ndescription: SKILL-RELEASE-NOTES-{version} writes the release notes of a version\n---\nList the commits since the last tag.\n"
+                    ),
+                )
+                .unwrap();
+                std::fs::create_dir_all(src.join("claude")).unwrap();
+                std::fs::write(
+                    src.join("claude/managed-settings.json"),
+                    json!({"permissions": {"deny": ["Bash(cat:*)"]}}).to_string(),
+                )
+                .unwrap();
+            });
+        self.packd.upload(&self.publisher, &path);
+        self.point_at(&path);
+        path
+    }
+
+    /// Signs and publishes a channel document selecting `pack` for everyone.
+    fn point_at(&self, pack: &Path) {
+        self.packd.publish(
+            &self.publisher,
+            &self
+                .publisher
+                .sign(&[format!("*={}", pack.display())], "30d"),
+        );
+    }
+
+    /// `pack-client refresh`, which installs and projects; its output.
+    fn refresh(&self) -> Output {
+        let mut cmd = client_cmd(&self.cache(), &self.config, "1.0.0");
+        cmd.arg("refresh");
+        cmd.output().unwrap()
+    }
+
+    /// `pack-client --json status`.
+    fn status(&self) -> Value {
+        let mut cmd = client_cmd(&self.cache(), &self.config, "1.0.0");
+        cmd.args(["--json", "status"]);
+        serde_json::from_str(&run(cmd)).unwrap()
+    }
+
+    /// Runs `claude -p PROMPT ARGS…` against `model` in a namespace whose
+    /// `/etc/claude-code` is the machine directory; the requests it sent.
+    fn claude(&self, exe: &Path, model: &ChatServer, prompt: &str, args: &[&str]) -> Vec<Value> {
+        let root = self.root();
+        // `/etc` as the namespace sees it: every entry of the real one (bind-mounted at
+        // `real-etc`), and `claude-code`.
+        let farm = root.join(format!("etc-{}", rand::random::<u32>()));
+        std::fs::create_dir(&farm).unwrap();
+        for entry in std::fs::read_dir("/etc").unwrap().flatten() {
+            let name = entry.file_name();
+            if name != "claude-code" {
+                std::os::unix::fs::symlink(root.join("real-etc").join(&name), farm.join(&name))
+                    .unwrap();
+            }
+        }
+        std::os::unix::fs::symlink(root.join("etc/claude-code"), farm.join("claude-code")).unwrap();
+        let before = model.requests().len();
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-rm", "sh", "-c"])
+            .arg(r#"mount --bind /etc "$1" && mount --bind "$2" /etc && shift 2 && exec "$@""#)
+            .arg("sh")
+            .arg(root.join("real-etc"))
+            .arg(&farm)
+            .arg(exe)
+            .args(["-p", prompt])
+            .args(args)
+            .current_dir(root.join("project"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", root.join("home"))
+            .env("ANTHROPIC_BASE_URL", model.base_url.trim_end_matches("/v1"))
+            .env("ANTHROPIC_API_KEY", "test")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("HTTP_PROXY", "http://127.0.0.1:9")
+            .env("HTTPS_PROXY", "http://127.0.0.1:9")
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .stdin(Stdio::null());
+        let out = finished(cmd, "claude");
+        assert!(
+            out.status.success(),
+            "claude failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let requests = model.requests()[before..].to_vec();
+        assert!(!requests.is_empty(), "claude sent no request");
+        requests
+    }
+}
+
+/// Runs `cmd` to its end, within two minutes.
+fn finished(mut cmd: Command, what: &str) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pipe = |mut from: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = from.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = pipe(Box::new(child.stdout.take().unwrap()));
+    let stderr = pipe(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// Whether any of `requests` carries `text` anywhere (system prompt, reminders, tools).
+fn sent(requests: &[Value], text: &str) -> bool {
+    requests.iter().any(|r| r.to_string().contains(text))
+}
+
+/// The model: asked to use a tool, it runs `cat notes.txt` once, then answers.
+fn claude_script(body: &Value) -> Reply {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let first = messages.first().map(Value::to_string).unwrap_or_default();
+    let answered = messages
+        .iter()
+        .any(|m| m.to_string().contains("tool_result"));
+    if first.contains("USE-A-TOOL") && !answered {
+        return Reply::ToolCall {
+            name: "Bash".to_string(),
+            arguments: json!({"command": "cat notes.txt", "description": "Read the notes"}),
+        };
+    }
+    Reply::Text("Done.".to_string())
+}
+
+#[test]
+fn claude_code_reads_the_pack_pack_client_projects_and_enforces_its_settings() {
+    let Some(claude) = agent_exe(
+        "PROMPTPACK_CLAUDE",
+        &format!("claude-code-{CLAUDE_VERSION}"),
+        "claude",
+        CLAUDE_VERSION,
+    ) else {
+        return;
+    };
+    if !namespaces() {
+        return;
+    }
+    let mut machine = Machine::new();
+    let model = ChatServer::start_on(Wire::Messages, claude_script);
+
+    // packd down and nothing installed: the bundled team pack is projected, and sent.
+    machine.packd.stop();
+    let out = machine.refresh();
+    assert!(!out.status.success(), "a refresh with packd down succeeded");
+    let requests = machine.claude(&claude, &model, "Say hello.", &[]);
+    assert!(
+        sent(&requests, "BUNDLED-RULES"),
+        "the bundled pack's text was not sent"
+    );
+    assert!(
+        sent(&requests, USER_TEXT),
+        "the user's own CLAUDE.md was not sent"
+    );
+    machine.packd.restart();
+
+    // A release reaches the next request, with its skill; the user's text stays.
+    let v1_1 = machine.release("1.1.0");
+    let out = machine.refresh();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = machine.claude(&claude, &model, "Say hello.", &[]);
+    assert!(
+        sent(&requests, "TEAM-RULES-1.1.0"),
+        "the release's text was not sent"
+    );
+    assert!(!sent(&requests, "BUNDLED-RULES"));
+    assert!(
+        sent(&requests, USER_TEXT),
+        "the user's own CLAUDE.md was not sent"
+    );
+    assert!(
+        sent(&requests, "SKILL-RELEASE-NOTES-1.1.0"),
+        "the pack's skill was not listed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(machine.root().join("home/.claude/CLAUDE.md")).unwrap(),
+        format!("{USER_TEXT}\n"),
+        "the user's own CLAUDE.md was changed"
+    );
+
+    // The managed settings the pack ships deny `cat`: Claude Code refuses the call, although
+    // the command line allows Bash.
+    let requests = machine.claude(
+        &claude,
+        &model,
+        "USE-A-TOOL: read the notes.",
+        &["--allowedTools", "Bash"],
+    );
+    let result = requests
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|part| part["type"] == "tool_result")
+        .expect("no tool result reached the model");
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        result.to_string().contains("denied"),
+        "the call was not refused: {result}"
+    );
+    assert!(!sent(&requests, "NOTES-SECRET"), "the denied command ran");
+
+    // A newer release, then a rollback to 1.1.0: each reaches the next request.
+    machine.release("1.2.0");
+    assert!(machine.refresh().status.success());
+    let requests = machine.claude(&claude, &model, "Say hello.", &[]);
+    assert!(sent(&requests, "TEAM-RULES-1.2.0"));
+    assert!(!sent(&requests, "TEAM-RULES-1.1.0"));
+    machine.point_at(&v1_1);
+    assert!(machine.refresh().status.success());
+    let requests = machine.claude(&claude, &model, "Say hello.", &[]);
+    assert!(
+        sent(&requests, "TEAM-RULES-1.1.0"),
+        "the rollback did not reach claude"
+    );
+    assert!(
+        !sent(&requests, "TEAM-RULES-1.2.0"),
+        "the rollback left 1.2.0 in"
+    );
+
+    // The status lists every projected path with its pack version.
+    let status = machine.status();
+    let placed = status["targets"]["placed"].as_array().unwrap();
+    let managed = machine.root().join("etc/claude-code/managed-settings.json");
+    assert!(
+        placed
+            .iter()
+            .any(|p| p["path"] == managed.display().to_string()
+                && p["from"][0] == "stable:claude/managed-settings.json@1.1.0"),
+        "{placed:?}"
+    );
+    assert!(status["targets"]["refused"].as_array().unwrap().is_empty());
+}
