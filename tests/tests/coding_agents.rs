@@ -21,7 +21,6 @@ use serde_json::{Value, json};
 /// The Claude Code release `scripts/test.sh` installs.
 const CLAUDE_VERSION: &str = "2.1.328";
 /// The Codex CLI release `scripts/test.sh` installs.
-#[allow(dead_code)]
 const CODEX_VERSION: &str = "0.169.0";
 /// What the user's own `~/.claude/CLAUDE.md` says.
 const USER_TEXT: &str = "USER-OWN-NOTES: answer in British English.";
@@ -257,6 +256,99 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// Runs `codex exec PROMPT` with `$CODEX_HOME` at `home/.codex`, whose `config.toml`
+    /// (the user's) names `model` as a Responses provider; the requests it sent.
+    fn codex(&self, exe: &Path, model: &ChatServer, prompt: &str) -> Vec<Value> {
+        let root = self.root();
+        let codex_home = root.join("home/.codex");
+        std::fs::create_dir_all(&codex_home).unwrap();
+        std::fs::write(
+            codex_home.join("config.toml"),
+            format!(
+                "model = \"scripted-model\"\nmodel_provider = \"scripted\"\n[model_providers.scripted]\nname = \"Scripted\"\nbase_url = {:?}\nwire_api = \"responses\"\n",
+                model.base_url
+            ),
+        )
+        .unwrap();
+        let before = model.requests().len();
+        let mut cmd = Command::new(exe);
+        cmd.args(["exec", "--skip-git-repo-check", prompt])
+            .current_dir(root.join("project"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", root.join("home"))
+            .env("CODEX_HOME", &codex_home)
+            .env("HTTP_PROXY", "http://127.0.0.1:9")
+            .env("HTTPS_PROXY", "http://127.0.0.1:9")
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .stdin(Stdio::null());
+        let out = finished(cmd, "codex");
+        assert!(
+            out.status.success(),
+            "codex failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let requests = model.requests()[before..].to_vec();
+        assert!(!requests.is_empty(), "codex sent no request");
+        requests
+    }
+
+    /// Every file and link under the test's home and machine directories: a link's
+    /// target or a file's bytes, by path (Codex's own state under `.codex` left out).
+    fn projected(&self) -> Vec<(PathBuf, String)> {
+        let mut out = Vec::new();
+        for path in walk_all(&self.root().join("home"))
+            .into_iter()
+            .chain(walk_all(&self.root().join("etc")))
+        {
+            let rel = path.strip_prefix(self.root()).unwrap().to_path_buf();
+            let text = match std::fs::read_link(&path) {
+                Ok(to) => format!("-> {}", to.display()),
+                Err(_) => std::fs::read_to_string(&path).unwrap_or_default(),
+            };
+            out.push((rel, text));
+        }
+        out
+    }
+}
+
+/// Files and links under `dir`, links not followed; Codex's own state left out.
+fn walk_all(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            if !path.ends_with(".codex/sessions")
+                && !path.ends_with(".codex/log")
+                && !path.ends_with(".codex/tmp")
+                && !path.ends_with(".codex/.tmp")
+            {
+                out.extend(walk_all(&path));
+            }
+        } else if path
+            .parent()
+            .is_some_and(|p| p.ends_with("home/.codex") || p.ends_with("home/.claude"))
+            && !matches!(
+                path.file_name().and_then(|n| n.to_str()),
+                Some("AGENTS.md" | "CLAUDE.md")
+            )
+        {
+            // The agents' own files beside ours (history, auth, config).
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Runs `cmd` to its end, within two minutes.
 fn finished(mut cmd: Command, what: &str) -> Output {
     let mut child = cmd
@@ -423,4 +515,126 @@ fn claude_code_reads_the_pack_pack_client_projects_and_enforces_its_settings() {
         "{placed:?}"
     );
     assert!(status["targets"]["refused"].as_array().unwrap().is_empty());
+}
+
+/// The model for Codex: it answers every request.
+fn codex_script(_body: &Value) -> Reply {
+    Reply::Text("Done.".to_string())
+}
+
+#[test]
+fn codex_reads_the_pack_pack_client_projects_and_a_refused_document_changes_nothing() {
+    let Some(codex) = agent_exe(
+        "PROMPTPACK_CODEX",
+        &format!("codex-{CODEX_VERSION}"),
+        "codex",
+        CODEX_VERSION,
+    ) else {
+        return;
+    };
+    let mut machine = Machine::new();
+    let model = ChatServer::start_on(Wire::Responses, codex_script);
+    // The user's own AGENTS.md: pack-client owns one marked block in it.
+    let own = "CODEX-USER-NOTES: prefer small commits.\n";
+    std::fs::create_dir_all(machine.root().join("home/.codex")).unwrap();
+    std::fs::write(machine.root().join("home/.codex/AGENTS.md"), own).unwrap();
+
+    // packd down and nothing installed: the bundled team pack's text is sent.
+    machine.packd.stop();
+    assert!(!machine.refresh().status.success());
+    let requests = machine.codex(&codex, &model, "Say hello.");
+    assert!(
+        sent(&requests, "BUNDLED-RULES"),
+        "the bundled pack's text was not sent"
+    );
+    assert!(
+        sent(&requests, "CODEX-USER-NOTES"),
+        "the user's own text was not sent"
+    );
+    machine.packd.restart();
+
+    // A release reaches the next request, its skill listed.
+    let v1_1 = machine.release("1.1.0");
+    let out = machine.refresh();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = machine.codex(&codex, &model, "Say hello.");
+    assert!(
+        sent(&requests, "TEAM-RULES-1.1.0"),
+        "the release's text was not sent"
+    );
+    assert!(!sent(&requests, "BUNDLED-RULES"));
+    assert!(sent(&requests, "CODEX-USER-NOTES"));
+    assert!(
+        sent(&requests, "SKILL-RELEASE-NOTES-1.1.0"),
+        "the pack's skill was not listed"
+    );
+    let agents_md = std::fs::read_to_string(machine.root().join("home/.codex/AGENTS.md")).unwrap();
+    assert!(agents_md.starts_with(own), "{agents_md}");
+
+    // A document the client refuses (expired by the client's clock) changes no projected
+    // file.
+    let before = machine.projected();
+    let v1_2 = machine
+        .publisher
+        .build_edited("1.2.0", "MARKER-1.2.0", |src| {
+            std::fs::write(src.join("AGENTS.md"), "TEAM-RULES-1.2.0\n").unwrap();
+        });
+    machine.packd.upload(&machine.publisher, &v1_2);
+    machine.packd.publish(
+        &machine.publisher,
+        &machine
+            .publisher
+            .sign(&[format!("*={}", v1_2.display())], "1h"),
+    );
+    let later = time::OffsetDateTime::now_utc() + time::Duration::hours(2);
+    let mut cmd = client_cmd(&machine.cache(), &machine.config, "1.0.0");
+    cmd.arg("refresh").env(
+        "PROMPTPACK_TEST_NOW",
+        later
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap(),
+    );
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "an expired document was accepted");
+    assert_eq!(
+        machine.projected(),
+        before,
+        "a refused document changed a projected file"
+    );
+    let requests = machine.codex(&codex, &model, "Say hello.");
+    assert!(sent(&requests, "TEAM-RULES-1.1.0"));
+
+    // A rollback (a newer document naming 1.1.0 again after 1.2.0) takes 1.2.0 out.
+    machine.point_at(&v1_2);
+    assert!(machine.refresh().status.success());
+    let requests = machine.codex(&codex, &model, "Say hello.");
+    assert!(sent(&requests, "TEAM-RULES-1.2.0"));
+    // 1.2.0 ships no skill: its link is gone.
+    assert!(
+        !sent(&requests, "SKILL-RELEASE-NOTES"),
+        "a skill 1.2.0 does not ship was listed"
+    );
+    assert!(
+        machine
+            .root()
+            .join("home/.codex/skills/release-notes")
+            .symlink_metadata()
+            .is_err()
+    );
+    machine.point_at(&v1_1);
+    assert!(machine.refresh().status.success());
+    let requests = machine.codex(&codex, &model, "Say hello.");
+    assert!(
+        sent(&requests, "TEAM-RULES-1.1.0"),
+        "the rollback did not reach codex"
+    );
+    assert!(
+        !sent(&requests, "TEAM-RULES-1.2.0"),
+        "the rollback left 1.2.0 in"
+    );
+    assert!(sent(&requests, "CODEX-USER-NOTES"));
 }
