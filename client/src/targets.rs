@@ -193,9 +193,9 @@ fn plan(
                 .map(|m| ("codex/requirements.toml", m.join("requirements.toml"))),
         ),
         Agent::OpenCode => (
-            Some(user.join("skill")),
-            Some(user.join("agent")),
-            Some(user.join("command")),
+            Some(user.join("skills")),
+            Some(user.join("agents")),
+            Some(user.join("commands")),
             None,
         ),
     };
@@ -776,13 +776,13 @@ mod tests {
             (m.home(".claude/commands/ship.md"), "commands/ship.md"),
             (m.home(".codex/skills/review"), "skills/review"),
             (m.home(".codex/prompts/ship.md"), "commands/ship.md"),
-            (m.home(".config/opencode/skill/review"), "skills/review"),
+            (m.home(".config/opencode/skills/review"), "skills/review"),
             (
-                m.home(".config/opencode/agent/auditor.md"),
+                m.home(".config/opencode/agents/auditor.md"),
                 "agents/auditor.md",
             ),
             (
-                m.home(".config/opencode/command/ship.md"),
+                m.home(".config/opencode/commands/ship.md"),
                 "commands/ship.md",
             ),
             (
@@ -827,7 +827,7 @@ mod tests {
             "review skill 2.0.0\n"
         );
         assert_eq!(
-            text(&m.home(".config/opencode/agent/auditor.md")),
+            text(&m.home(".config/opencode/agents/auditor.md")),
             "auditor 2.0.0\n"
         );
         assert!(text(&m.home(".codex/AGENTS.md")).contains("team rules 2.0.0\n"));
@@ -1008,7 +1008,7 @@ mod tests {
         ".codex/prompts/a.md",
         ".codex/skills/c",
         ".config/opencode/AGENTS.md",
-        ".config/opencode/agent/b.md",
+        ".config/opencode/agents/b.md",
         ".config/opencode/opencode.json",
     ];
 

@@ -1,5 +1,6 @@
 //! Real coding agents from npm, unmodified, fed by `pack-client`'s targets: Claude Code
-//! (`@anthropic-ai/claude-code`) and Codex CLI (`@openai/codex`), the versions
+//! (`@anthropic-ai/claude-code`), Codex CLI (`@openai/codex`) and OpenCode (`opencode-ai`),
+//! the versions
 //! `scripts/test.sh` installs, each against a scripted model server on loopback speaking
 //! its wire, which records every request. packd, packer and pack-client are the workspace's
 //! binaries.
@@ -20,6 +21,8 @@ use serde_json::{Value, json};
 
 /// The Claude Code release `scripts/test.sh` installs.
 const CLAUDE_VERSION: &str = "2.1.328";
+/// The OpenCode release `scripts/test.sh` installs.
+const OPENCODE_VERSION: &str = "1.18.33";
 /// The Codex CLI release `scripts/test.sh` installs.
 const CODEX_VERSION: &str = "0.169.0";
 /// What the user's own `~/.claude/CLAUDE.md` says.
@@ -124,11 +127,12 @@ impl Machine {
         let config = publisher.client_config(
             &packd.url,
             &format!(
-                "builtin_dir = {:?}\n[targets.claude]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\n",
+                "builtin_dir = {:?}\n[targets.claude]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\n[targets.opencode]\nuser_dir = {:?}\n",
                 bundled.display().to_string(),
                 root.join("home/.claude").display().to_string(),
                 root.join("etc/claude-code").display().to_string(),
                 root.join("home/.codex").display().to_string(),
+                root.join("home/config/opencode").display().to_string(),
             ),
         );
         Machine {
@@ -312,6 +316,68 @@ impl Machine {
             out.push((rel, text));
         }
         out
+    }
+}
+
+impl Machine {
+    /// Runs `opencode run PROMPT` with its config directory at `home/config/opencode`, whose
+    /// `opencode.json` (the user's) names `model` as an OpenAI-compatible provider; the
+    /// requests it sent.
+    fn opencode(&self, exe: &Path, model: &ChatServer, prompt: &str) -> Vec<Value> {
+        let home = self.root().join("home");
+        let dir = home.join("config/opencode");
+        // OpenCode installs its plugin SDK into its config directory unless the lock file
+        // there already lists it; nothing here needs it, and the test no registry.
+        std::fs::create_dir_all(dir.join("node_modules")).unwrap();
+        std::fs::write(
+            dir.join("package-lock.json"),
+            json!({"packages": {"": {"dependencies": {"@opencode-ai/plugin": OPENCODE_VERSION}}}})
+                .to_string(),
+        )
+        .unwrap();
+        let config = json!({
+            "$schema": "https://opencode.ai/config.json",
+            "model": "scripted/scripted-model",
+            "provider": {"scripted": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Scripted",
+                "options": {"baseURL": model.base_url, "apiKey": "test"},
+                "models": {"scripted-model": {"name": "scripted-model"}},
+            }},
+        });
+        std::fs::write(dir.join("opencode.json"), config.to_string()).unwrap();
+        let before = model.requests().len();
+        let mut cmd = Command::new(exe);
+        cmd.args(["run", prompt])
+            .current_dir(self.root().join("project"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_DATA_HOME", home.join("data"))
+            .env("XDG_CACHE_HOME", home.join("cache"))
+            .env("XDG_STATE_HOME", home.join("state"))
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+            .env("OPENCODE_DISABLE_SHARE", "1")
+            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+            .env("OPENCODE_DISABLE_LSP_DOWNLOAD", "1")
+            .env("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1")
+            .env("OPENCODE_DISABLE_CLAUDE_CODE", "1")
+            .env("HTTP_PROXY", "http://127.0.0.1:9")
+            .env("HTTPS_PROXY", "http://127.0.0.1:9")
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .stdin(Stdio::null());
+        let out = finished(cmd, "opencode");
+        assert!(
+            out.status.success(),
+            "opencode failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let requests = model.requests()[before..].to_vec();
+        assert!(!requests.is_empty(), "opencode sent no request");
+        requests
     }
 }
 
@@ -637,4 +703,47 @@ fn codex_reads_the_pack_pack_client_projects_and_a_refused_document_changes_noth
         "the rollback left 1.2.0 in"
     );
     assert!(sent(&requests, "CODEX-USER-NOTES"));
+}
+
+#[test]
+fn opencode_reads_the_global_instructions_pack_client_projects() {
+    let Some(opencode) = agent_exe(
+        "PROMPTPACK_OPENCODE",
+        &format!("opencode-{OPENCODE_VERSION}"),
+        "opencode",
+        OPENCODE_VERSION,
+    ) else {
+        return;
+    };
+    let machine = Machine::new();
+    let model = ChatServer::start_on(Wire::Chat, |_| Reply::Text("Done.".to_string()));
+
+    let v1_1 = machine.release("1.1.0");
+    assert!(machine.refresh().status.success());
+    let requests = machine.opencode(&opencode, &model, "Say hello.");
+    assert!(
+        sent(&requests, "TEAM-RULES-1.1.0"),
+        "the release's text was not sent"
+    );
+    assert!(
+        sent(&requests, "SKILL-RELEASE-NOTES-1.1.0"),
+        "the pack's skill was not listed"
+    );
+
+    machine.release("1.2.0");
+    assert!(machine.refresh().status.success());
+    let requests = machine.opencode(&opencode, &model, "Say hello.");
+    assert!(sent(&requests, "TEAM-RULES-1.2.0"));
+    assert!(!sent(&requests, "TEAM-RULES-1.1.0"));
+    machine.point_at(&v1_1);
+    assert!(machine.refresh().status.success());
+    let requests = machine.opencode(&opencode, &model, "Say hello.");
+    assert!(
+        sent(&requests, "TEAM-RULES-1.1.0"),
+        "the rollback did not reach opencode"
+    );
+    assert!(
+        !sent(&requests, "TEAM-RULES-1.2.0"),
+        "the rollback left 1.2.0 in"
+    );
 }
