@@ -60,6 +60,10 @@ pub struct ClientConfig {
     /// organisation's before the team's): `[targets] before = ["../org-cache"]`. Each is a
     /// pack-client cache of its own, with its own config, keys, pin and rollout.
     pub targets_before: Vec<PathBuf>,
+    /// Other channels' caches projected after this one (`[targets] after = [...]`). Every
+    /// channel's pack-client may list the same targets with the others before and after it
+    /// in one order: whichever installs then projects the whole combination.
+    pub targets_after: Vec<PathBuf>,
     /// The pack that serves when nothing else can, read from this directory when the client
     /// opens (`[updates] builtin_dir`, checked as `packs/builtin` is at build time, see
     /// [`crate::builtin::from_dir`]) instead of the one compiled in: for an app whose
@@ -133,6 +137,7 @@ impl ClientConfig {
             files: None,
             targets: Vec::new(),
             targets_before: Vec::new(),
+            targets_after: Vec::new(),
             builtin_dir: None,
             outcomes_interval: crate::policy::PROVISIONAL_INTERVAL,
             clock: Clock::system(),
@@ -191,6 +196,9 @@ pub struct TargetsSection {
     /// [`ClientConfig::targets_before`]).
     #[serde(default)]
     pub before: Vec<String>,
+    /// Caches of other channels projected after this one.
+    #[serde(default)]
+    pub after: Vec<String>,
     pub claude: Option<TargetSection>,
     pub codex: Option<TargetSection>,
     pub opencode: Option<TargetSection>,
@@ -258,6 +266,9 @@ impl TargetsSection {
         }
         for dir in self.before {
             config.targets_before.push(path(&dir)?);
+        }
+        for dir in self.after {
+            config.targets_after.push(path(&dir)?);
         }
         if !config.targets.is_empty() && config.files.is_none() {
             config.files = Some(FilesConfig::default());

@@ -103,6 +103,11 @@ impl Machine {
     /// test's home, machine level in `etc/claude-code`) and Codex's, and whose bundled team
     /// pack says `BUNDLED-RULES`.
     fn new() -> Self {
+        Self::with_targets("")
+    }
+
+    /// [`Machine::new`] with `targets` in the client config's `[targets]` table.
+    fn with_targets(targets: &str) -> Self {
         let publisher = Publisher::new();
         let data = tempfile::tempdir().unwrap();
         let packd = Packd::start(data.path(), &publisher.server_config());
@@ -127,7 +132,7 @@ impl Machine {
         let config = publisher.client_config(
             &packd.url,
             &format!(
-                "builtin_dir = {:?}\n[targets.claude]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\n[targets.opencode]\nuser_dir = {:?}\n",
+                "builtin_dir = {:?}\n[targets]\n{targets}\n[targets.claude]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\n[targets.opencode]\nuser_dir = {:?}\n",
                 bundled.display().to_string(),
                 root.join("home/.claude").display().to_string(),
                 root.join("etc/claude-code").display().to_string(),
@@ -746,4 +751,71 @@ fn opencode_reads_the_global_instructions_pack_client_projects() {
         !sent(&requests, "TEAM-RULES-1.2.0"),
         "the rollback left 1.2.0 in"
     );
+}
+
+#[test]
+fn an_organisation_and_a_team_channel_reach_codex_at_once_in_order() {
+    let Some(codex) = agent_exe(
+        "PROMPTPACK_CODEX",
+        &format!("codex-{CODEX_VERSION}"),
+        "codex",
+        CODEX_VERSION,
+    ) else {
+        return;
+    };
+    // The organisation's channel: its own publisher (keys), packd and client cache.
+    let org = Publisher::new();
+    let org_data = tempfile::tempdir().unwrap();
+    let org_packd = Packd::start(org_data.path(), &org.server_config());
+    let org_dir = tempfile::tempdir().unwrap();
+    let org_cache = org_dir.path().join("org");
+    let org_config = org.client_config(&org_packd.url, "[files]\n");
+    let pack = org.build_edited("3.0.0", "ORG-MARKER", |src| {
+        std::fs::write(
+            src.join("AGENTS.md"),
+            "ORG-RULES-3.0.0: no secrets in logs.\n",
+        )
+        .unwrap();
+    });
+    org_packd.upload(&org, &pack);
+    org_packd.publish(&org, &org.sign(&[format!("*={}", pack.display())], "30d"));
+    let mut cmd = client_cmd(&org_cache, &org_config, "1.0.0");
+    cmd.arg("refresh");
+    run(cmd);
+
+    // The team's channel projects the organisation's pack first, then its own.
+    let machine =
+        Machine::with_targets(&format!("before = [{:?}]", org_cache.display().to_string()));
+    machine.release("1.1.0");
+    assert!(machine.refresh().status.success());
+    let requests = machine.codex(&codex, &model_for_codex(), "Say hello.");
+    let text = requests
+        .iter()
+        .map(Value::to_string)
+        .find(|r| r.contains("TEAM-RULES-1.1.0"))
+        .expect("the team's text was not sent");
+    let (Some(org_at), Some(team_at)) =
+        (text.find("ORG-RULES-3.0.0"), text.find("TEAM-RULES-1.1.0"))
+    else {
+        panic!("the organisation's text was not sent");
+    };
+    assert!(
+        org_at < team_at,
+        "the team's text came before the organisation's"
+    );
+    let status = machine.status();
+    let placed = status["targets"]["placed"].as_array().unwrap();
+    let agents_md = machine.root().join("home/.codex/AGENTS.md");
+    let block = placed
+        .iter()
+        .find(|p| p["path"] == agents_md.display().to_string())
+        .unwrap();
+    assert_eq!(
+        block["from"],
+        json!(["org:AGENTS.md@3.0.0", "stable:AGENTS.md@1.1.0"])
+    );
+}
+
+fn model_for_codex() -> ChatServer {
+    ChatServer::start_on(Wire::Responses, codex_script)
 }

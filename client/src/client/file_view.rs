@@ -36,25 +36,25 @@ impl Client {
             return;
         };
         let absolute = |p: std::path::PathBuf| std::path::absolute(&p).unwrap_or(p);
-        let mut sources: Vec<crate::targets::PackSource> = self
-            .config
-            .targets_before
-            .iter()
-            .map(|cache| crate::targets::PackSource {
-                channel: cache
-                    .file_name()
-                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-                link: absolute(
-                    cache
-                        .join(crate::files::FILES_DIR)
-                        .join(crate::config::DEFAULT_FILES_LINK),
-                ),
-            })
+        // Another channel's cache is named by its directory (its own config may differ).
+        let other = |cache: &std::path::PathBuf| crate::targets::PackSource {
+            channel: cache
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            link: absolute(
+                cache
+                    .join(crate::files::FILES_DIR)
+                    .join(crate::config::DEFAULT_FILES_LINK),
+            ),
+        };
+        let sources: Vec<crate::targets::PackSource> = (self.config.targets_before.iter())
+            .map(other)
+            .chain([crate::targets::PackSource {
+                channel: self.config.channel.clone(),
+                link: absolute(view.link_path()),
+            }])
+            .chain(self.config.targets_after.iter().map(other))
             .collect();
-        sources.push(crate::targets::PackSource {
-            channel: self.config.channel.clone(),
-            link: absolute(view.link_path()),
-        });
         let record = self.config.cache_dir.join(crate::targets::RECORD);
         let projection = crate::targets::project(&self.config.targets, &sources, &record);
         let mut files = lock(&self.files_state);
