@@ -485,3 +485,53 @@ pub fn key_set_fingerprint(keys: &ContentKeyRing) -> String {
     each.sort();
     pack_format::sha256_hex(each.join("\n").as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::targets::Agent;
+
+    fn load(text: &str) -> Result<ClientConfig, ClientError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client.toml");
+        std::fs::write(&path, text).unwrap();
+        ClientConfig::load(&path, dir.path().join("cache"), "1.0.0".parse().unwrap())
+    }
+
+    #[test]
+    fn targets_name_each_agents_places_and_turn_the_file_view_on() {
+        let config = load(
+            "[targets]\nbefore = [\"/var/cache/org\"]\n[targets.claude]\nuser_dir = \"/h/.claude\"\nmachine_dir = \"/etc/claude-code\"\n[targets.codex]\nuser_dir = \"/h/.codex\"\n[targets.opencode]\nenabled = false\n",
+        )
+        .unwrap();
+        let agents: Vec<(Agent, String, Option<String>)> = config
+            .targets
+            .iter()
+            .map(|t| {
+                (
+                    t.agent,
+                    t.user_dir.display().to_string(),
+                    t.machine_dir.as_ref().map(|d| d.display().to_string()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            agents,
+            [
+                (
+                    Agent::Claude,
+                    "/h/.claude".to_string(),
+                    Some("/etc/claude-code".to_string())
+                ),
+                (Agent::Codex, "/h/.codex".to_string(), None),
+            ]
+        );
+        assert_eq!(config.targets_before, [PathBuf::from("/var/cache/org")]);
+        assert_eq!(config.files, Some(FilesConfig::default()));
+
+        let error = load("[targets.cursor]\n").unwrap_err().to_string();
+        assert!(error.contains("cursor"), "{error}");
+        assert!(load("").unwrap().targets.is_empty());
+        assert!(load("").unwrap().files.is_none());
+    }
+}

@@ -129,7 +129,14 @@ enum Want {
 struct Shown {
     version: String,
     keys: BTreeSet<String>,
+    /// The names ([`OVERRIDABLE`]) a channel later in the order may ship instead.
+    overridable: BTreeSet<String>,
 }
+
+/// A pack file listing, one a line, the names of the pack (`skills/review`,
+/// `agents/auditor.md`, `commands/ship.md`) that a channel later in the order may ship
+/// instead: the organisation's default that a team may replace.
+pub const OVERRIDABLE: &str = "overridable.txt";
 
 fn read_shown(link: &Path) -> Result<Shown, String> {
     let path = link.join(crate::files::MANIFEST);
@@ -141,9 +148,22 @@ fn read_shown(link: &Path) -> Result<Shown, String> {
     }
     let manifest: Manifest =
         serde_json::from_slice(&text).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let overridable = if manifest.files.contains_key(OVERRIDABLE) {
+        let path = link.join(OVERRIDABLE);
+        std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
     Ok(Shown {
         version: manifest.version,
         keys: manifest.files.into_keys().collect(),
+        overridable,
     })
 }
 
@@ -167,6 +187,7 @@ fn entries_under<'a>(keys: &'a BTreeSet<String>, dir: &str, files: bool) -> BTre
 /// link is refused (neither is placed).
 fn plan(
     target: &Target,
+    channels: &[&str],
     packs: &[Option<Shown>],
     refused: &mut Vec<Refused>,
 ) -> BTreeMap<PathBuf, Want> {
@@ -238,13 +259,26 @@ fn plan(
     }
     let mut wants = BTreeMap::new();
     for (path, mut from) in links {
+        // The last channel wins when every earlier one marked the name overridable.
+        let overridden = from.split_last().is_some_and(|(_, earlier)| {
+            earlier.iter().all(|(source, key)| {
+                packs[*source]
+                    .as_ref()
+                    .is_some_and(|p| p.overridable.contains(key))
+            })
+        });
+        if overridden {
+            from.drain(..from.len() - 1);
+        }
         if from.len() > 1 {
-            let names: Vec<String> = from.iter().map(|(_, key)| key.clone()).collect();
+            let names: Vec<String> = from
+                .iter()
+                .map(|(source, key)| format!("{} ships {key}", channels[*source]))
+                .collect();
             refused.push(Refused {
                 path,
                 reason: format!(
-                    "{} packs ship {} for it; a name may come from one channel only",
-                    from.len(),
+                    "{} for it; a name may come from one channel only: left as it was",
                     names.join(" and ")
                 ),
             });
@@ -305,7 +339,8 @@ pub fn project(targets: &[Target], sources: &[PackSource], record: &Path) -> Pro
     let mut wanted = BTreeSet::new();
     for target in targets {
         let mut conflicts = Vec::new();
-        let wants = plan(target, &packs, &mut conflicts);
+        let channels: Vec<&str> = sources.iter().map(|s| s.channel.as_str()).collect();
+        let wants = plan(target, &channels, &packs, &mut conflicts);
         // A path two packs want keeps what it had.
         for conflict in conflicts {
             if let Some(was) = before.iter().find(|p| p.path == conflict.path) {
@@ -423,6 +458,7 @@ fn save_record(record: &Path, placed: &[Placed]) -> std::io::Result<()> {
     if load_record(record) == placed && record.exists() {
         return Ok(());
     }
+    std::fs::create_dir_all(pack_format::atomic::parent_dir(record))?;
     pack_format::atomic::write(record, &bytes)
 }
 
@@ -961,6 +997,35 @@ mod tests {
             p.refused
                 .iter()
                 .any(|r| r.reason.contains("one channel only"))
+        );
+        // Marked overridable by the organisation, the team's wins.
+        let marked = Machine::new().claude_user_only();
+        let mut org_marked = Machine::new().claude_user_only();
+        org_marked.install(&pack(
+            "1.0.1",
+            &[
+                ("skills/shared/SKILL.md", "org\n".to_string()),
+                (
+                    OVERRIDABLE,
+                    "# a team may replace these\nskills/shared\n".to_string(),
+                ),
+            ],
+        ));
+        let p = project(
+            &marked.targets,
+            &[
+                PackSource {
+                    channel: "org".to_string(),
+                    link: org_marked.view.link_path(),
+                },
+                sources[1].clone(),
+            ],
+            &marked.record(),
+        );
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        assert_eq!(
+            text(&marked.home(".claude/skills/shared/SKILL.md")),
+            "team\n"
         );
         let p = project(&team.targets, &sources, &team.record());
         assert_eq!(
