@@ -15,3 +15,19 @@ pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, ClientError> {
         reason: e.reason,
     })
 }
+
+/// [`from_dir`] held to the contract this client takes packs of (see
+/// [`crate::accepts::Accepts`]): the built-in pack of an app with its own contract must
+/// satisfy it, and one of plain files only has to parse.
+pub fn from_dir_for(
+    dir: &std::path::Path,
+    accepts: &crate::accepts::Accepts,
+) -> Result<Arc<Snapshot>, ClientError> {
+    let Some(contract) = accepts.builtin_contract() else {
+        return from_dir(dir);
+    };
+    pack_serving::builtin::from_dir_for(dir, &contract).map_err(|e| ClientError::Builtin {
+        path: e.path,
+        reason: e.reason,
+    })
+}

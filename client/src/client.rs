@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backon::Retryable;
-use pack_contract::Contract;
+
 use pack_format::{
     ContentKeyRing, EntryTarget, FormatError, Limits, PackRef, channel, pack, sha256_hex,
 };
@@ -80,7 +80,7 @@ impl Client {
     /// in, or the config's `builtin_dir`.
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
         let builtin = match &config.builtin_dir {
-            Some(dir) => builtin::from_dir(dir)?,
+            Some(dir) => builtin::from_dir_for(dir, &config.contract)?,
             None => builtin::snapshot(),
         };
         Client::with_builtin(config, builtin)

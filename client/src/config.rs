@@ -69,6 +69,10 @@ pub struct ClientConfig {
     /// [`crate::builtin::from_dir`]) instead of the one compiled in: for an app whose
     /// bundled prompts are not ours, such as a third-party agent reading the file view.
     pub builtin_dir: Option<PathBuf>,
+    /// The contract this app's packs must satisfy (`[updates] contract`; by default the
+    /// agent's, or the app contract `builtin_dir` ships as `contract.json`): packs of
+    /// another kind are refused, and the built-in directory is held to it.
+    pub contract: crate::accepts::Accepts,
     /// A row of today's outcome counts goes to the server at most this often, and only when
     /// it changed (`[updates] outcomes_interval_secs`, see [`crate::outcomes`]).
     pub outcomes_interval: Duration,
@@ -139,6 +143,7 @@ impl ClientConfig {
             targets_before: Vec::new(),
             targets_after: Vec::new(),
             builtin_dir: None,
+            contract: crate::accepts::Accepts::Agent,
             outcomes_interval: crate::policy::PROVISIONAL_INTERVAL,
             clock: Clock::system(),
         }
@@ -344,6 +349,9 @@ pub struct UpdatesSection {
     pub mark_bad_after_failures: Option<u32>,
     /// A directory laid out as a pack, served instead of the compiled-in built-in pack.
     pub builtin_dir: Option<String>,
+    /// `"agent"`, `"files"`, or the path of an app contract file (see
+    /// [`crate::accepts::Accepts::parse`]).
+    pub contract: Option<String>,
     /// Seconds between sends of a row of today's outcome counts (60 to 86400).
     pub outcomes_interval_secs: Option<u64>,
 }
@@ -403,6 +411,10 @@ impl ConfigFile {
         if let Some(dir) = u.builtin_dir {
             config.builtin_dir = Some(base.join(dir));
         }
+        config.contract = match u.contract {
+            Some(value) => crate::accepts::Accepts::parse(base, &value)?,
+            None => crate::accepts::Accepts::default_for(config.builtin_dir.as_deref())?,
+        };
         // The environment's "do not track" wins over a config that leaves telemetry on.
         if let Some(on) = u.telemetry {
             config.telemetry = on && !do_not_track();

@@ -379,7 +379,7 @@ fn render(
         );
         return render_failed(json, "not_a_template", &error);
     }
-    if let Err(e) = pack_client::snapshot::check_vars(snapshot.meta().schema, vars) {
+    if let Err(e) = snapshot.check_vars(vars) {
         return render_failed(json, "contract", &format!("--vars: {e}"));
     }
     // When neither pack renders it, the serving pack's error is the one to show: the

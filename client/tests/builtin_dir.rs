@@ -158,3 +158,108 @@ fn a_bundled_directory_that_does_not_exist_is_named() {
         "{said}"
     );
 }
+
+/// A directory of `files` (path, text) beside a config with `updates` in `[updates]`.
+fn plain(updates: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let path = dir.path().join("bundled").join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("client.toml"),
+        format!("[updates]\nbuiltin_dir = \"bundled\"\n{updates}\n[files]\n"),
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn a_client_of_plain_files_serves_a_bundled_directory_of_them_checked_as_packer_would() {
+    // The first start with nothing cached is managed: the bundled plain files serve, with no
+    // template anywhere.
+    let dir = plain(
+        "contract = \"files\"",
+        &[
+            ("AGENTS.md", "Team rules.\n"),
+            (
+                "skills/review/SKILL.md",
+                "---\nname: review\ndescription: Review a diff.\n---\nRead it.\n",
+            ),
+        ],
+    );
+    let out = pack_client(dir.path(), &["status"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("cache/files/current/AGENTS.md")).unwrap(),
+        "Team rules.\n"
+    );
+    // Without `contract = "files"` the same directory is held to the agent's contract.
+    std::fs::write(
+        dir.path().join("client.toml"),
+        "[updates]\nbuiltin_dir = \"bundled\"\n",
+    )
+    .unwrap();
+    let out = pack_client(dir.path(), &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("missing; the runtime renders it"), "{said}");
+
+    // A malformed skill stops the client, named as packer names it.
+    let dir = plain(
+        "contract = \"files\"",
+        &[(
+            "skills/review/SKILL.md",
+            "---\nname: reviews\ndescription: d\n---\n",
+        )],
+    );
+    let out = pack_client(dir.path(), &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(
+            "skills/review/SKILL.md:1: skill name 'reviews' does not match its directory \
+             'skills/review'"
+        ),
+        "{said}"
+    );
+}
+
+#[test]
+fn an_app_contract_comes_from_the_bundled_directory_or_the_config() {
+    let contract = r#"{"templates": ["main.hbs"], "variables": {"user": "string"}}"#;
+    // In the bundled directory: no setting needed.
+    let dir = plain(
+        "",
+        &[("contract.json", contract), ("main.hbs", "Hi {{user}}.")],
+    );
+    let out = pack_client(
+        dir.path(),
+        &["render", "main.hbs", "--vars", r#"{"user": "Ada"}"#],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), "Hi Ada.");
+    // Given by the config, the bundled directory is held to it.
+    let dir = plain(
+        "contract = \"app-contract.json\"",
+        &[("main.hbs", "Hi {{name}}.")],
+    );
+    std::fs::write(dir.path().join("app-contract.json"), contract).unwrap();
+    let out = pack_client(dir.path(), &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("main.hbs:1: unknown variable 'name'"),
+        "{said}"
+    );
+    // A contract value that is neither a kind nor a readable file.
+    let dir = plain("contract = \"agents\"", &[("AGENTS.md", "x")]);
+    let out = pack_client(dir.path(), &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("give \"agent\", \"files\" or the path of an app contract file"),
+        "{said}"
+    );
+}

@@ -47,10 +47,14 @@ use serde_json::Value;
 
 use pack_format::FileProblem;
 
+mod kind;
+pub mod layout;
 mod pieces;
+pub mod plain;
 mod syntax;
 mod validator;
 
+pub use kind::{APP_CONTRACT_PATH, APP_SCHEMA, FILES_SCHEMA, Kind};
 pub use validator::Validator;
 
 /// Text of every contract schema this build knows, by schema number.
@@ -167,6 +171,8 @@ pub struct Contract {
     root: Shape,
     /// The sample contexts for `true` and `false` (derived from `root`; shared by clones).
     samples: Arc<[Value; 2]>,
+    /// The `files` contract: templates must parse, and nothing is known of their variables.
+    open: bool,
 }
 
 impl Contract {
@@ -197,16 +203,93 @@ impl Contract {
         &[1]
     }
 
+    /// Every header `schema` this build can check a pack of: the agent schemas it knows,
+    /// [`FILES_SCHEMA`] and [`APP_SCHEMA`].
+    pub fn known_schemas() -> Vec<u32> {
+        let mut known = Contract::builtin_schemas().to_vec();
+        known.extend([FILES_SCHEMA, APP_SCHEMA]);
+        known
+    }
+
+    /// Whether this build can check a pack whose header says `schema`.
+    pub fn knows(schema: u32) -> bool {
+        match Kind::of_schema(schema) {
+            Kind::Agent(n) => Contract::builtin_schemas().contains(&n),
+            Kind::App | Kind::Files => true,
+        }
+    }
+
+    /// The `files` contract: no template or variable required; a template, if the pack has
+    /// any, must parse but is not checked against variables.
+    pub fn files() -> Contract {
+        let root = Shape::Object(BTreeMap::new());
+        let samples = Arc::new([root.sample("", true), root.sample("", false)]);
+        Contract {
+            schema: FILES_SCHEMA,
+            templates: Vec::new(),
+            root,
+            samples,
+            open: true,
+        }
+    }
+
+    /// The contract a pack whose header says `schema` is checked against, with `file` giving
+    /// the pack's files by path: the built-in agent contract, the `files` contract, or the
+    /// app contract the pack ships at [`APP_CONTRACT_PATH`]. `Ok(None)` for an agent schema
+    /// this build does not know.
+    pub fn of_pack<'f>(
+        schema: u32,
+        file: impl Fn(&str) -> Option<&'f [u8]>,
+    ) -> Result<Option<Contract>, ContractError> {
+        match Kind::of_schema(schema) {
+            Kind::Agent(n) => Ok(Contract::builtin(n)),
+            Kind::Files => Ok(Some(Contract::files())),
+            Kind::App => {
+                let bytes = file(APP_CONTRACT_PATH).ok_or_else(|| ContractError {
+                    reason: format!(
+                        "the pack declares an app contract but has no {APP_CONTRACT_PATH}"
+                    ),
+                })?;
+                let text = std::str::from_utf8(bytes).map_err(|_| ContractError {
+                    reason: format!("{APP_CONTRACT_PATH} is not UTF-8"),
+                })?;
+                Contract::app_from_json(text)
+                    .map(Some)
+                    .map_err(|e| ContractError {
+                        reason: format!("{APP_CONTRACT_PATH}: {}", e.reason),
+                    })
+            }
+        }
+    }
+
+    /// Parses an app's own contract: `{"templates": [...], "variables": {...}}`, the shape
+    /// of `contract/schema-1.json` without the schema number (a `schema` key is ignored).
+    pub fn app_from_json(text: &str) -> Result<Contract, ContractError> {
+        Contract::parse(text, Some(APP_SCHEMA))
+    }
+
     /// Parses a contract file: `{"schema": N, "variables": {...}}` (other top-level keys,
     /// such as `description`, are ignored).
     pub fn from_json(text: &str) -> Result<Contract, ContractError> {
+        Contract::parse(text, None)
+    }
+
+    fn parse(text: &str, app: Option<u32>) -> Result<Contract, ContractError> {
         let bad = |reason: String| ContractError { reason };
         let doc: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-        let schema = doc
-            .get("schema")
-            .and_then(Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| bad("expected a numeric \"schema\"".to_string()))?;
+        if !doc.is_object() {
+            return Err(bad(format!(
+                "expected an object with \"templates\" and \"variables\", found {doc}"
+            )));
+        }
+        let schema = match app {
+            Some(schema) => schema,
+            None => doc
+                .get("schema")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| bad("expected a numeric \"schema\"".to_string()))?,
+        };
         let variables = doc
             .get("variables")
             .ok_or_else(|| bad("expected a \"variables\" object".to_string()))?;
@@ -235,11 +318,82 @@ impl Contract {
             templates,
             root,
             samples,
+            open: false,
         })
     }
 
+    /// The header `schema` of a pack of this contract.
     pub fn schema(&self) -> u32 {
         self.schema
+    }
+
+    pub fn kind(&self) -> Kind {
+        Kind::of_schema(self.schema)
+    }
+
+    /// Whether templates are only parsed (the `files` contract), not checked against
+    /// variables.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Checks a pack's app contract (`self`) against the one the app gives: the app must
+    /// pass every variable the pack's templates may read, with the same shape, and every
+    /// template the app renders must be one the pack's contract requires. The app may pass
+    /// more variables and the pack may ship more templates. Returns what disagrees.
+    pub fn fits_within(&self, given: &Contract) -> Result<(), String> {
+        fn within(at: &str, pack: &Shape, app: &Shape) -> Result<(), String> {
+            let shown = |at: &str| {
+                if at.is_empty() {
+                    "the top level".to_string()
+                } else {
+                    format!("'{at}'")
+                }
+            };
+            match (pack, app) {
+                (Shape::String, Shape::String) | (Shape::Bool, Shape::Bool) => Ok(()),
+                (Shape::List(pack), Shape::List(app)) => within(&format!("{at}[]"), pack, app),
+                (Shape::Object(pack), Shape::Object(app)) => {
+                    for (name, field) in pack {
+                        let path = join(at, name);
+                        let Some(app_field) = app.get(name) else {
+                            return Err(format!(
+                                "the pack's contract has variable '{path}', which the app does \
+                                 not pass (under {} it passes {})",
+                                shown(at),
+                                if app.is_empty() {
+                                    "nothing".to_string()
+                                } else {
+                                    app.keys().cloned().collect::<Vec<_>>().join(", ")
+                                }
+                            ));
+                        };
+                        within(&path, field, app_field)?;
+                    }
+                    Ok(())
+                }
+                (pack, app) => Err(format!(
+                    "variable {} is {} in the pack's contract and {} in the app's",
+                    shown(at),
+                    pack.describe(),
+                    app.describe()
+                )),
+            }
+        }
+        within("", &self.root, &given.root)?;
+        let missing: Vec<&str> = given
+            .templates
+            .iter()
+            .filter(|path| !self.templates.contains(path))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "the app renders {}, which the pack's contract does not require",
+                missing.join(", ")
+            ));
+        }
+        Ok(())
     }
 
     /// Pack files the runtime needs (the contract's optional `templates` list).
@@ -365,6 +519,9 @@ pub fn compile_checked(
             }]);
         }
     };
+    if contract.open {
+        return Ok(template);
+    }
     let mut errors = static_check(file_name, &template, contract);
     if errors.is_empty() {
         // The static walk above is the real check. The render is a second opinion from the
@@ -419,13 +576,21 @@ pub fn read_complete_pack(
 
 /// The check a pack directory's reader runs on every file ([`pack_format::FileCheck`]):
 /// every `*.hbs` file must be UTF-8 and pass [`validate_template_all`] against `contract`;
-/// other files are data. One [`Validator`] serves every file, so a piece of template that
+/// under the `files` contract, other files pass [`plain::check_plain_file`]; otherwise they
+/// are data. One [`Validator`] serves every file, so a piece of template that
 /// many files share is compiled once.
 pub fn template_check(contract: &Contract) -> impl Fn(&str, &[u8]) -> Vec<FileProblem> + Sync + '_ {
     let validator = Validator::new(contract);
     move |path, bytes| {
         if !path.ends_with(".hbs") {
-            return Vec::new();
+            // The `files` contract also checks what the agents read (front matter, settings
+            // syntax); the other contracts leave non-template files alone, as they always
+            // have.
+            return if contract.open {
+                plain::check_plain_file(path, bytes)
+            } else {
+                Vec::new()
+            };
         }
         match std::str::from_utf8(bytes) {
             Ok(source) => validator
@@ -1322,6 +1487,89 @@ You are {{persona}}.
         let ok = Contract::from_json(r#"{"schema": 9, "variables": {"items": [{"n": "string"}]}}"#)
             .unwrap();
         validate_template("t.hbs", "{{#each items}}{{n}}{{/each}}", &ok).unwrap();
+    }
+
+    #[test]
+    fn a_pack_names_its_contract_by_its_schema_number() {
+        let app = br#"{"templates": ["main.hbs"], "variables": {"user": "string"}}"#;
+        let files = |path: &str| (path == APP_CONTRACT_PATH).then_some(&app[..]);
+        let none = |_: &str| None;
+        assert_eq!(Contract::of_pack(1, none).unwrap().unwrap().schema(), 1);
+        assert_eq!(Contract::of_pack(2, none).unwrap(), None);
+        let plain = Contract::of_pack(FILES_SCHEMA, none).unwrap().unwrap();
+        assert!(plain.is_open() && plain.required_templates().is_empty());
+        let contract = Contract::of_pack(APP_SCHEMA, files).unwrap().unwrap();
+        assert_eq!(contract.kind(), Kind::App);
+        assert_eq!(contract.required_templates(), ["main.hbs"]);
+        assert_eq!(
+            Contract::of_pack(APP_SCHEMA, none).unwrap_err().to_string(),
+            "malformed variable contract: the pack declares an app contract but has no contract.json"
+        );
+        assert!(Contract::knows(FILES_SCHEMA) && Contract::knows(APP_SCHEMA) && Contract::knows(1));
+        assert!(!Contract::knows(2));
+        assert_eq!(Contract::known_schemas(), [1, FILES_SCHEMA, APP_SCHEMA]);
+    }
+
+    #[test]
+    fn the_files_contract_only_parses_templates() {
+        let files = Contract::files();
+        validate_template("t.hbs", "{{anything.at.all}} {{#if x}}y{{/if}}", &files).unwrap();
+        assert!(
+            error_with(&files, "{{#if x}}never closed")
+                .starts_with("t.hbs:1: template does not parse")
+        );
+    }
+
+    fn error_with(contract: &Contract, source: &str) -> String {
+        validate_template("t.hbs", source, contract)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn an_app_contract_is_checked_like_an_agent_schema() {
+        let app = Contract::app_from_json(
+            r#"{"templates": ["prompts/agents/main/system.hbs"], "variables": {"user": "string"}}"#,
+        )
+        .unwrap();
+        validate_template("t.hbs", "You help {{user}}.", &app).unwrap();
+        assert_eq!(
+            error_with(&app, "{{users}}"),
+            "t.hbs:1: unknown variable 'users'"
+        );
+        assert_eq!(
+            Contract::app_from_json("[]").unwrap_err().to_string(),
+            "malformed variable contract: expected an object with \"templates\" and \"variables\", found []"
+        );
+    }
+
+    #[test]
+    fn a_pack_contract_fits_an_app_that_passes_at_least_its_variables() {
+        let app = |text: &str| Contract::app_from_json(text).unwrap();
+        let pack =
+            app(r#"{"templates": ["a.hbs"], "variables": {"user": "string", "o": {"b": "bool"}}}"#);
+        let given = app(
+            r#"{"templates": ["a.hbs"], "variables": {"user": "string", "extra": "bool", "o": {"b": "bool", "c": "string"}}}"#,
+        );
+        assert_eq!(pack.fits_within(&given), Ok(()));
+        assert_eq!(
+            given.fits_within(&pack).unwrap_err(),
+            "the pack's contract has variable 'extra', which the app does not pass (under the top level it passes o, user)"
+        );
+        let other = app(
+            r#"{"templates": ["a.hbs", "b.hbs"], "variables": {"user": "bool", "o": {"b": "bool"}}}"#,
+        );
+        assert_eq!(
+            pack.fits_within(&other).unwrap_err(),
+            "variable 'user' is a string in the pack's contract and a bool in the app's"
+        );
+        let more = app(
+            r#"{"templates": ["a.hbs", "b.hbs"], "variables": {"user": "string", "o": {"b": "bool"}}}"#,
+        );
+        assert_eq!(
+            pack.fits_within(&more).unwrap_err(),
+            "the app renders b.hbs, which the pack's contract does not require"
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use pack_contract::{Contract, template_check};
+use pack_contract::layout::{CLAUDE_INSTRUCTIONS, Role};
+use pack_contract::{APP_CONTRACT_PATH, Contract, Kind, template_check};
 use pack_format::{
     ContentKeyRing, DirProblem, FormatError, IndexEntry, Limits, PackDir, SealOptions, SealedDir,
     Unpack, sha256_hex, validate_name,
@@ -21,9 +22,13 @@ use crate::{ContentKeyArgs, print_json, shown};
     Symbolic links, special files, non-UTF-8 names, unsafe names and files over the size \
     limit are errors.\n\n\
     Every *.hbs file is a template: it must be UTF-8 and pass strict validation against the \
-    runtime's variable contract for --schema, and every template that contract requires (the \
-    files the runtime renders) must be present. All problems are listed as FILE:LINE: message \
-    and nothing is written.\n\n\
+    pack's contract, and every template that contract requires must be present. The contract \
+    is --contract: `agent` (the default), the agent runtime's variables for --schema; `app`, \
+    an app's own, read from PACK_DIR/contract.json and shipped in the pack; `files`, plain \
+    files for coding agents, nothing required (templates must parse; skill and agent front \
+    matter, managed-settings.json and requirements.toml are checked, and the build lists which \
+    agent reads each file). All problems are listed as FILE:LINE: message and nothing is \
+    written.\n\n\
     Builds are reproducible: the payload (the tar.zst before encryption) depends only on the \
     files and SOURCE_DATE_EPOCH (default 0), which is written as every file's mtime. The \
     sealed file itself differs on every build because each seal uses a fresh key and nonce."
@@ -45,9 +50,16 @@ pub struct BuildArgs {
     #[arg(short = 'o', long = "output", value_name = "OUT.pack")]
     output: PathBuf,
 
-    /// Variable-contract schema the templates are written for.
-    #[arg(long, default_value_t = 1)]
-    schema: u32,
+    /// The contract the pack declares: `agent` (the agent runtime's, of --schema), `app`
+    /// (the app's own, in PACK_DIR/contract.json) or `files` (plain files, nothing
+    /// required).
+    #[arg(long, value_enum, default_value_t = ContractArg::Agent)]
+    contract: ContractArg,
+
+    /// Agent variable-contract schema the templates are written for (default 1); only with
+    /// `--contract agent`.
+    #[arg(long)]
+    schema: Option<u32>,
 
     /// Pack name (default: the directory's name). packd keeps each name and version for
     /// good, and a channel serves one pack name: choose it here rather than by where the
@@ -98,13 +110,8 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     let limits = Limits::DEFAULT;
     check_format(args.format)?;
     let (name, name_from) = pack_name(args)?;
-    let Some(contract) = Contract::builtin(args.schema) else {
-        bail!(
-            "schema {} is not known to this packer; it knows schema {}",
-            args.schema,
-            join_numbers(Contract::builtin_schemas())
-        );
-    };
+    let contract = declared_contract(args)?;
+    let schema = contract.schema();
     let keys = content_keys(Some(&args.keys), &args.extra_keys.content_keys)?;
     let mtime = source_date_epoch()?;
     check_output_outside(&args.pack_dir, &args.output)?;
@@ -122,10 +129,16 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
     for missing in missing_templates(&contract, |path| dir.contains(path)) {
         dir.add_problem(DirProblem::new(
             args.pack_dir.join(missing),
-            format!(
-                "missing; clients of schema {} render {missing} and refuse a pack without it",
-                args.schema
-            ),
+            match contract.kind() {
+                Kind::App => format!(
+                    "missing; {APP_CONTRACT_PATH} lists it in \"templates\", so the app renders \
+                     it and clients refuse a pack without it"
+                ),
+                Kind::Agent(_) | Kind::Files => format!(
+                    "missing; clients of schema {schema} render {missing} and refuse a pack \
+                     without it"
+                ),
+            },
         ));
     }
     // Every file is read once, straight into the payload, and validated, hashed and
@@ -138,7 +151,7 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
         format: args.format,
         name: &name,
         version: &args.version,
-        schema: args.schema,
+        schema,
         mtime,
         zstd_level: args.zstd_level,
     };
@@ -211,6 +224,25 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
 
     let key_ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
     let content_bytes: u64 = index.iter().map(|entry| entry.size).sum();
+    // Who reads each file, for a pack of plain files: the table of `layout`.
+    let readers: Vec<(&str, Role, Vec<&str>)> = match contract.kind() {
+        Kind::Files => {
+            let has_claude_md = index.iter().any(|e| e.path == CLAUDE_INSTRUCTIONS);
+            index
+                .iter()
+                .map(|entry| {
+                    let role = Role::of(&entry.path);
+                    let targets = role
+                        .readers(has_claude_md)
+                        .iter()
+                        .map(|t| t.name())
+                        .collect();
+                    (entry.path.as_str(), role, targets)
+                })
+                .collect()
+        }
+        Kind::Agent(_) | Kind::App => Vec::new(),
+    };
     if json {
         print_json(&json!({
             "name": name,
@@ -219,7 +251,12 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
                 NameFrom::Directory(_) => "directory",
             },
             "version": args.version.to_string(),
-            "schema": args.schema,
+            "schema": schema,
+            "contract": contract_name(contract.kind()),
+            "read_by": readers
+                .iter()
+                .map(|(path, _, targets)| (path.to_string(), json!(targets)))
+                .collect::<serde_json::Map<_, _>>(),
             "format": args.format,
             "sha256": sha256,
             "size": sealed.len(),
@@ -232,14 +269,92 @@ pub fn run(args: &BuildArgs, json: bool) -> Result<()> {
         outln!("built     {} -> {}", name, shown(&args.output));
         outln!("name      {name} ({})", name_from.describe());
         outln!("version   {}", args.version);
-        outln!("schema    {}", args.schema);
+        outln!("schema    {schema}");
+        if !matches!(contract.kind(), Kind::Agent(_)) {
+            outln!("contract  {}", contract.kind());
+        }
         outln!("format    {}", args.format);
         outln!("files     {} ({content_bytes} bytes)", index.len());
         outln!("size      {} bytes", sealed.len());
         outln!("sha256    {sha256}");
         outln!("key ids   {}", key_ids.join(", "));
+        if !readers.is_empty() {
+            outln!("read by");
+            let width = readers
+                .iter()
+                .map(|(path, ..)| path.len())
+                .max()
+                .unwrap_or(0);
+            for (path, role, targets) in &readers {
+                let who = if targets.is_empty() {
+                    "no agent".to_string()
+                } else {
+                    targets.join(", ")
+                };
+                outln!("  {path:width$}  {who} ({})", role.describe());
+            }
+        }
     }
     Ok(())
+}
+
+/// `--contract`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ContractArg {
+    Agent,
+    App,
+    Files,
+}
+
+fn contract_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Agent(_) => "agent",
+        Kind::App => "app",
+        Kind::Files => "files",
+    }
+}
+
+/// The contract the pack declares, from `--contract` and `--schema`.
+fn declared_contract(args: &BuildArgs) -> Result<Contract> {
+    let other = match args.contract {
+        ContractArg::Agent => {
+            let schema = args.schema.unwrap_or(1);
+            return Contract::builtin(schema).with_context(|| {
+                format!(
+                    "schema {schema} is not known to this packer; it knows schema {}",
+                    join_numbers(Contract::builtin_schemas())
+                )
+            });
+        }
+        ContractArg::App => "app",
+        ContractArg::Files => "files",
+    };
+    if let Some(schema) = args.schema {
+        bail!(
+            "--schema {schema} names an agent schema, and --contract {other} declares no agent \
+             schema; leave out --schema (or use --contract agent)"
+        );
+    }
+    if args.contract == ContractArg::Files {
+        return Ok(Contract::files());
+    }
+    let path = args.pack_dir.join(APP_CONTRACT_PATH);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "--contract app reads the app's contract from {}, which does not exist; write \
+             it there (it ships in the pack), e.g. {{\"templates\": [\"prompts/main.hbs\"], \
+             \"variables\": {{\"user\": \"string\"}}}}; nothing was written",
+            shown(&path)
+        ),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", shown(&path))),
+    };
+    Contract::app_from_json(&text).with_context(|| {
+        format!(
+            "{} is not an app contract; fix it and build again (nothing was written)",
+            shown(&path)
+        )
+    })
 }
 
 /// Where the pack's name came from, said with the name so that a publisher sees it before

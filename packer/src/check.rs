@@ -7,7 +7,7 @@
 //! every file against the index, and the contract of the pack's schema.
 
 use anyhow::{Context, Result, bail};
-use pack_contract::{Contract, Validator};
+use pack_contract::{Contract, Validator, plain};
 use pack_format::{ContentKeyRing, FormatError, Limits, OpenedPack, PackRef, sha256_hex};
 
 use crate::build::missing_templates;
@@ -37,11 +37,13 @@ pub fn open_as_client(bytes: &[u8], keys: &ContentKeyRing, what: &str) -> Result
         Err(error) => return Err(error).with_context(|| format!("{what} does not open")),
     };
     let schema = opened.header.schema;
-    let Some(contract) = Contract::builtin(schema) else {
+    let contract = Contract::of_pack(schema, |path| opened.payload.get(path))
+        .with_context(|| format!("{what} opens, but every client would refuse it"))?;
+    let Some(contract) = contract else {
         bail!(
             "{what} targets schema {schema}, which this packer does not know (it knows {}); its \
              templates cannot be checked, and clients of this release refuse it",
-            Contract::builtin_schemas()
+            Contract::known_schemas()
                 .iter()
                 .map(u32::to_string)
                 .collect::<Vec<_>>()
@@ -54,9 +56,10 @@ pub fn open_as_client(bytes: &[u8], keys: &ContentKeyRing, what: &str) -> Result
             eprintln!("{problem}");
         }
         bail!(
-            "{what} opens, but {} template problem(s) against schema {schema}; every client \
-             would refuse it",
+            "{what} opens, but {} problem(s) against its contract ({}); every client would \
+             refuse it",
             problems.len(),
+            contract.kind(),
         );
     }
     Ok(opened)
@@ -119,6 +122,14 @@ fn contract_problems(opened: &OpenedPack, contract: &Contract) -> Vec<String> {
     let validator = Validator::new(contract);
     for (path, bytes) in opened.payload.files() {
         if !path.ends_with(".hbs") {
+            if contract.is_open() {
+                problems.extend(plain::check_plain_file(path, bytes).into_iter().map(|p| {
+                    match p.line {
+                        Some(line) => format!("{path}:{line}: {}", p.message),
+                        None => format!("{path}: {}", p.message),
+                    }
+                }));
+            }
             continue;
         }
         match std::str::from_utf8(bytes) {

@@ -956,11 +956,16 @@ fn check_as_client(
         .map(|slot| slot.key_id.as_str())
         .filter(|id| keys.get(id).is_some())
         .collect();
+    let fits = match pack_contract::Kind::of_schema(opened.header.schema) {
+        pack_contract::Kind::Agent(schema) => format!("every template fits schema {schema}"),
+        kind @ (pack_contract::Kind::App | pack_contract::Kind::Files) => {
+            format!("every file keeps its contract, {kind}")
+        }
+    };
     eprintln!(
-        "checked   {what}: opens with content key {}, {} files, every template fits schema {}",
+        "checked   {what}: opens with content key {}, {} files, {fits}",
         key_ids.join(", "),
         opened.payload.len(),
-        opened.header.schema
     );
     Ok(())
 }

@@ -45,7 +45,10 @@ class Client:
         builtin_dir: Optional[_Path] = None,
         config: Optional[_Path] = None,
         client_version: str = "0.0.0",
-    ) -> None: ...
+        contract: Optional[_Path] = None,
+    ) -> None:
+        """`contract`: "agent", "files", or an app contract file; by default the config's,
+        else the `contract.json` that `builtin_dir` ships, else the agent's."""
     def capture(self) -> Snapshot: ...
     def builtin(self) -> Snapshot: ...
     def serve(

@@ -2,9 +2,10 @@
 //! and `pack-client` run — verification, release pins, rollouts, crash-safe installs, the
 //! file view, failure reports, wholesale fallback — behind a small Python API.
 //!
-//! - `Client(cache_dir=…, builtin_dir=…, config=…, client_version=…)` opens the cache like
-//!   `pack-client` does, with the bundled prompts read from a directory (checked the way
-//!   `packs/builtin` is checked at build time), or the config's `builtin_dir`.
+//! - `Client(cache_dir=…, builtin_dir=…, config=…, client_version=…, contract=…)` opens the
+//!   cache like `pack-client` does, with the bundled prompts read from a directory (checked
+//!   the way `packs/builtin` is checked at build time, against the app's contract), or the
+//!   config's `builtin_dir`.
 //! - `capture()` gives an immutable `Snapshot`; `Snapshot.render` renders under the strict
 //!   contract and never falls back; `Client.render` serves a request whole from one pack, and
 //!   from the bundled pack when the installed one fails (counted, reported, marked bad after
@@ -17,6 +18,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use pack_client::accepts::Accepts;
 use pack_client::schedule::Schedule;
 use pack_client::{Client, ClientConfig, ClientError, Snapshot, SnapshotError, Source, builtin};
 use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
@@ -224,13 +226,14 @@ struct PyClient {
 #[pymethods]
 impl PyClient {
     #[new]
-    #[pyo3(signature = (*, cache_dir, builtin_dir = None, config = None, client_version = "0.0.0"))]
+    #[pyo3(signature = (*, cache_dir, builtin_dir = None, config = None, client_version = "0.0.0", contract = None))]
     fn new(
         py: Python<'_>,
         cache_dir: PathBuf,
         builtin_dir: Option<PathBuf>,
         config: Option<PathBuf>,
         client_version: &str,
+        contract: Option<PathBuf>,
     ) -> PyResult<Self> {
         let version = semver::Version::parse(client_version).map_err(|e| {
             PyValueError::new_err(format!(
@@ -243,6 +246,28 @@ impl PyClient {
                 None => Ok(ClientConfig::new(cache_dir, version)),
             }
             .map_err(|e| client_error(&e))?;
+            // The contract the app's packs keep: this argument ("agent", "files" or an app
+            // contract file), else the config's, else the one `builtin_dir` ships as
+            // contract.json.
+            let mut config = config;
+            let accepts = match (&contract, &builtin_dir) {
+                (Some(value), _) => {
+                    Accepts::parse(std::path::Path::new("."), &value.to_string_lossy()).map(Some)
+                }
+                (None, Some(dir)) if config.contract == Accepts::Agent => {
+                    Accepts::default_for(Some(dir)).map(Some)
+                }
+                (None, _) => Ok(None),
+            }
+            .map_err(|reason| {
+                client_error(&ClientError::Config {
+                    path: "contract".to_string(),
+                    reason,
+                })
+            })?;
+            if let Some(accepts) = accepts {
+                config.contract = accepts;
+            }
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .thread_name("promptpack")
@@ -256,7 +281,7 @@ impl PyClient {
             let client = {
                 let _entered = runtime.enter();
                 match &builtin_dir {
-                    Some(dir) => builtin::from_dir(dir)
+                    Some(dir) => builtin::from_dir_for(dir, &config.contract)
                         .and_then(|builtin| Client::with_builtin(config, builtin)),
                     None => Client::new(config),
                 }

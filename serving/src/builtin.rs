@@ -46,6 +46,20 @@ pub fn snapshot() -> Arc<Snapshot> {
 /// template the contract requires is there. Its `sha256` is that of its canonical tar, as
 /// for the compiled-in pack, so the same files give the same digest either way.
 pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, BuiltinError> {
+    let contract = pack_contract::Contract::builtin(1).ok_or_else(|| BuiltinError {
+        path: dir.display().to_string(),
+        reason: "the contract of schema 1 is not compiled into this build".to_string(),
+    })?;
+    from_dir_for(dir, &contract)
+}
+
+/// [`from_dir`] held to `contract` rather than the agent's schema 1: the contract the app
+/// takes packs of (an app's own, or plain files), which the built-in pack must satisfy as
+/// every pack it installs does.
+pub fn from_dir_for(
+    dir: &std::path::Path,
+    contract: &pack_contract::Contract,
+) -> Result<Arc<Snapshot>, BuiltinError> {
     use pack_format::{FormatError, Limits};
 
     let failed = |reason: String| BuiltinError {
@@ -55,10 +69,7 @@ pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, BuiltinError> {
     if !dir.is_dir() {
         return Err(failed("not a directory".to_string()));
     }
-    let contract = pack_contract::Contract::builtin(1).ok_or_else(|| {
-        failed("the contract of schema 1 is not compiled into this build".to_string())
-    })?;
-    let payload = match pack_contract::read_complete_pack(dir, &contract, &Limits::DEFAULT) {
+    let payload = match pack_contract::read_complete_pack(dir, contract, &Limits::DEFAULT) {
         Ok(payload) => payload,
         Err(FormatError::PackDirectory { problems, .. }) => {
             let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -73,8 +84,9 @@ pub fn from_dir(dir: &std::path::Path) -> Result<Arc<Snapshot>, BuiltinError> {
         sequence: 0,
         source: Source::Builtin,
         sha256: pack_format::sha256_hex(&tar),
-        schema: 1,
+        schema: contract.schema(),
     };
-    let snapshot = Snapshot::new(meta, payload.into_files()).map_err(|e| failed(e.to_string()))?;
+    let snapshot = Snapshot::with_contract(meta, payload.into_files(), contract.clone())
+        .map_err(|e| failed(e.to_string()))?;
     Ok(Arc::new(snapshot))
 }

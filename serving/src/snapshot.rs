@@ -74,6 +74,8 @@ pub struct Snapshot {
     meta: SnapshotMeta,
     files: HashMap<String, Box<[u8]>>,
     templates: handlebars::Handlebars<'static>,
+    /// The contract the templates were checked against, which renders are held to.
+    contract: Contract,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -87,21 +89,47 @@ impl std::fmt::Debug for Snapshot {
 
 impl Snapshot {
     /// Builds a snapshot, compiling every `.hbs` file once after checking it against the
-    /// contract of the pack's schema.
+    /// contract the pack declares ([`Contract::of_pack`]: its agent schema, its own
+    /// `contract.json`, or plain files).
     pub fn new(
         meta: SnapshotMeta,
         files: impl IntoIterator<Item = (String, Vec<u8>)>,
     ) -> Result<Self, SnapshotError> {
+        Snapshot::build(meta, files.into_iter().collect(), None)
+    }
+
+    /// [`Snapshot::new`] held to `contract` instead of the one the pack declares: for a
+    /// built-in pack directory, which has no header to declare one.
+    pub fn with_contract(
+        meta: SnapshotMeta,
+        files: impl IntoIterator<Item = (String, Vec<u8>)>,
+        contract: Contract,
+    ) -> Result<Self, SnapshotError> {
+        Snapshot::build(meta, files.into_iter().collect(), Some(contract))
+    }
+
+    fn build(
+        meta: SnapshotMeta,
+        files: Vec<(String, Vec<u8>)>,
+        contract: Option<Contract>,
+    ) -> Result<Self, SnapshotError> {
         let pack = format!("{} {}", meta.name, meta.version);
-        let contract =
-            Contract::builtin(meta.schema).ok_or_else(|| SnapshotError::UnknownSchema {
-                pack: pack.clone(),
-                schema: meta.schema,
-            })?;
         let files: HashMap<String, Box<[u8]>> = files
             .into_iter()
             .map(|(k, v)| (k, v.into_boxed_slice()))
             .collect();
+        let contract = match contract {
+            Some(contract) => contract,
+            None => Contract::of_pack(meta.schema, |path| files.get(path).map(|b| &b[..]))
+                .map_err(|e| SnapshotError::Invalid {
+                    pack: pack.clone(),
+                    problems: e.to_string(),
+                })?
+                .ok_or_else(|| SnapshotError::UnknownSchema {
+                    pack: pack.clone(),
+                    schema: meta.schema,
+                })?,
+        };
         let mut templates = strict_registry();
         let mut problems = Vec::new();
         let mut names: Vec<&String> = files.keys().filter(|k| k.ends_with(".hbs")).collect();
@@ -127,7 +155,22 @@ impl Snapshot {
             meta,
             files,
             templates,
+            contract,
         })
+    }
+
+    /// The contract the templates were checked against.
+    pub fn contract(&self) -> &Contract {
+        &self.contract
+    }
+
+    /// Checks `vars` against this pack's contract, as [`check_vars`] does for an agent
+    /// schema; under the `files` contract, which knows no variables, anything goes.
+    pub fn check_vars(&self, vars: &serde_json::Value) -> Result<(), VarsError> {
+        if self.contract.is_open() {
+            return Ok(());
+        }
+        vars_fit(&self.contract, vars)
     }
 
     pub fn meta(&self) -> &SnapshotMeta {
@@ -212,10 +255,19 @@ impl Snapshot {
 /// Variables given for a render that do not fit the contract of the pack's schema: a name
 /// the contract does not have, or a value of another shape than it says. Names the path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("variables do not fit the contract of schema {schema}: {problem}")]
+#[error("variables do not fit the contract of {}: {problem}", contract_named(*schema))]
 pub struct VarsError {
     pub schema: u32,
     pub problem: String,
+}
+
+/// The contract of a pack of header `schema`, as messages name it.
+fn contract_named(schema: u32) -> String {
+    match pack_contract::Kind::of_schema(schema) {
+        pack_contract::Kind::Agent(n) => format!("schema {n}"),
+        pack_contract::Kind::App => format!("the pack's {}", pack_contract::APP_CONTRACT_PATH),
+        pack_contract::Kind::Files => "plain files".to_string(),
+    }
 }
 
 /// Checks `vars` against the contract of `schema`: every name is one the contract lists, and
@@ -223,6 +275,16 @@ pub struct VarsError {
 /// the contract lists but `vars` lacks are left to the strict render, which refuses the ones
 /// a template reads.
 pub fn check_vars(schema: u32, vars: &serde_json::Value) -> Result<(), VarsError> {
+    let Some(contract) = Contract::builtin(schema) else {
+        return Err(VarsError {
+            schema,
+            problem: "this build does not know that schema".to_string(),
+        });
+    };
+    vars_fit(&contract, vars)
+}
+
+fn vars_fit(contract: &Contract, vars: &serde_json::Value) -> Result<(), VarsError> {
     use pack_contract::Shape;
     use serde_json::Value;
 
@@ -276,12 +338,7 @@ pub fn check_vars(schema: u32, vars: &serde_json::Value) -> Result<(), VarsError
         }
     }
 
-    let Some(contract) = Contract::builtin(schema) else {
-        return Err(VarsError {
-            schema,
-            problem: "this build does not know that schema".to_string(),
-        });
-    };
+    let schema = contract.schema();
     fields("", contract.variables(), vars).map_err(|problem| VarsError { schema, problem })
 }
 

@@ -126,6 +126,7 @@ impl Client {
             let sequence = download.sequence;
             let keys = self.config.content_keys.clone();
             let limits = self.config.limits;
+            let accepts = self.config.contract.clone();
             blocking(move || {
                 let bytes = fetched.body;
                 let found = sha256_hex(&bytes);
@@ -135,7 +136,9 @@ impl Client {
                         found,
                     });
                 }
-                let snapshot = open_pack(&bytes, &entry, &pack_name, sequence, &keys, &limits);
+                let snapshot = open_pack(
+                    &bytes, &entry, &pack_name, sequence, &keys, &limits, &accepts,
+                );
                 Ok(Opened { bytes, snapshot })
             })
             .await?

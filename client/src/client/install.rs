@@ -3,6 +3,8 @@
 //! signed entry, and step 7 of a refresh, which makes the plan durable and serves it whole.
 
 use super::*;
+use crate::SnapshotError;
+use crate::accepts::Accepts;
 
 /// What the store serves after [`Client::load_selected`].
 pub(super) enum Loaded {
@@ -161,6 +163,7 @@ fn select(selector: Selector) -> Result<Selection, ClientError> {
         doc.sequence,
         &config.content_keys,
         &config.limits,
+        &config.contract,
     )?;
     Ok(Selection::Open(Box::new(snapshot)))
 }
@@ -233,6 +236,7 @@ pub(super) fn open_pack(
     sequence: u64,
     content_keys: &ContentKeyRing,
     limits: &Limits,
+    accepts: &Accepts,
 ) -> Result<Snapshot, ClientError> {
     let (header, _) = pack::read_header(bytes, limits).map_err(ClientError::Pack)?;
     let mismatch =
@@ -258,6 +262,14 @@ pub(super) fn open_pack(
             header.schema.to_string(),
         ));
     }
+    // Before decrypting: a pack of a contract this client does not take is refused as an
+    // unknown schema is, whatever it holds.
+    if !accepts.takes(header.schema) {
+        return Err(ClientError::IncompatibleSchema {
+            schema: header.schema,
+            known: accepts.schemas(),
+        });
+    }
     let opened = pack::open(bytes, content_keys, limits).map_err(ClientError::Pack)?;
     let meta = SnapshotMeta {
         name: opened.header.name.clone(),
@@ -267,15 +279,17 @@ pub(super) fn open_pack(
         sha256: opened.sha256.clone(),
         schema: opened.header.schema,
     };
+    // Every template is checked against the contract the pack declares (its agent schema,
+    // its own contract.json, or none for plain files) as the snapshot compiles it.
     let snapshot =
         Snapshot::new(meta, opened.payload.into_files()).map_err(ClientError::Snapshot)?;
-    let contract = Contract::builtin(header.schema).ok_or(ClientError::IncompatibleSchema {
-        schema: header.schema,
-        known: Contract::builtin_schemas().to_vec(),
-    })?;
-    let required: Vec<&str> = contract
-        .required_templates()
-        .iter()
+    if let Err(problems) = accepts.check(snapshot.contract()) {
+        return Err(ClientError::Snapshot(SnapshotError::Invalid {
+            pack: format!("{} {}", snapshot.name(), snapshot.version()),
+            problems,
+        }));
+    }
+    let required: Vec<&str> = (snapshot.contract().required_templates().iter())
         .map(String::as_str)
         .collect();
     snapshot.require(&required).map_err(ClientError::Snapshot)?;
@@ -432,6 +446,103 @@ impl Client {
                 serving.name(),
                 serving.version()
             ),
+        }
+    }
+}
+
+/// The invariant of declared contracts, over generated app contracts, pack contracts and
+/// templates: a pack opens for installing only when every template keeps the pack's own
+/// `contract.json`, that contract fits the app's, and every template either requires is
+/// in the pack. Anything else never installs.
+#[cfg(test)]
+mod contract_property {
+    use std::collections::BTreeMap;
+
+    use pack_contract::APP_SCHEMA;
+    use pack_format::{ContentKey, Payload, PayloadFile, SealInput};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const NAMES: [&str; 4] = ["user", "team", "tone", "mode"];
+
+    /// `{"templates": [...], "variables": {...}}` with each variable a string or a bool.
+    fn contract(variables: &BTreeMap<usize, bool>, templates: &[&str]) -> String {
+        let variables: serde_json::Map<String, serde_json::Value> = variables
+            .iter()
+            .map(|(name, is_bool)| {
+                let shape = if *is_bool { "bool" } else { "string" };
+                (NAMES[*name].to_string(), shape.into())
+            })
+            .collect();
+        serde_json::json!({"templates": templates, "variables": variables}).to_string()
+    }
+
+    fn names() -> impl Strategy<Value = BTreeMap<usize, bool>> {
+        prop::collection::btree_map(0..NAMES.len(), any::<bool>(), 0..=NAMES.len())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn a_pack_that_breaks_its_contract_or_the_apps_never_opens(
+            app in names(),
+            pack in names(),
+            used in prop::collection::btree_set(0..NAMES.len(), 0..3),
+            app_renders_second in any::<bool>(),
+            pack_lists_second in any::<bool>(),
+            ships_second in any::<bool>(),
+        ) {
+            let app_templates: &[&str] =
+                if app_renders_second { &["main.hbs", "second.hbs"] } else { &["main.hbs"] };
+            let pack_templates: &[&str] =
+                if pack_lists_second { &["main.hbs", "second.hbs"] } else { &["main.hbs"] };
+            let main: String = used.iter().map(|n| format!("{{{{#if {}}}}}x{{{{/if}}}}", NAMES[*n])).collect();
+            let mut files = vec![
+                PayloadFile { path: "contract.json".into(), bytes: contract(&pack, pack_templates).into_bytes() },
+                PayloadFile { path: "main.hbs".into(), bytes: main.into_bytes() },
+            ];
+            if ships_second {
+                files.push(PayloadFile { path: "second.hbs".into(), bytes: b"second".to_vec() });
+            }
+            let payload = Payload::new(files, &Limits::DEFAULT).unwrap();
+            let key = ContentKey::generate();
+            let version = semver::Version::new(1, 0, 0);
+            let sealed = pack_format::seal(
+                &SealInput {
+                    format: pack_format::FORMAT_VERSION,
+                    name: "p",
+                    version: &version,
+                    schema: APP_SCHEMA,
+                    payload: &payload,
+                    mtime: 0,
+                    zstd_level: 1,
+                },
+                &[&key],
+            )
+            .unwrap();
+            let entry = PackRef {
+                version,
+                sha256: pack_format::sha256_hex(&sealed),
+                size: sealed.len() as u64,
+                schema: APP_SCHEMA,
+            };
+            let accepts = Accepts::App(
+                pack_contract::Contract::app_from_json(&contract(&app, app_templates)).unwrap(),
+            );
+            let ring = ContentKeyRing::new([key]);
+            let opened = open_pack(&sealed, &entry, "p", 1, &ring, &Limits::DEFAULT, &accepts);
+
+            let templates_keep_the_pack = used.iter().all(|n| pack.contains_key(n));
+            let pack_fits_the_app = pack.iter().all(|(n, shape)| app.get(n) == Some(shape))
+                && app_templates.iter().all(|t| pack_templates.contains(t));
+            let complete = ships_second || !pack_lists_second;
+            prop_assert_eq!(
+                opened.is_ok(),
+                templates_keep_the_pack && pack_fits_the_app && complete,
+                "{:?}",
+                opened.err().map(|e| e.to_string())
+            );
         }
     }
 }

@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-use pack_contract::Contract;
 use pack_format::{EntryTarget, FormatError, PackRef, channel, sha256_hex};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -368,10 +367,10 @@ fn decide_document(
             reason: held.render_detail.to_string(),
         });
     }
-    if Contract::builtin(entry.schema).is_none() {
+    if !config.contract.takes(entry.schema) {
         return Err(ClientError::IncompatibleSchema {
             schema: entry.schema,
-            known: Contract::builtin_schemas().to_vec(),
+            known: config.contract.schemas(),
         });
     }
     if entry.size > config.limits.max_sealed_len {
