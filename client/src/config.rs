@@ -52,7 +52,7 @@ pub struct ClientConfig {
     /// directory per pack version under `<cache>/files/` and a link to the one that serves,
     /// for agents that read their prompts from files. `None`: off (the default).
     pub files: Option<FilesConfig>,
-    /// Coding agents the served pack is projected into (`[targets.claude]`,
+    /// Coding agents the served pack is projected into (`[targets.claude-code]`,
     /// `[targets.codex]`, `[targets.opencode]`, see [`crate::targets`]). Any target turns the
     /// file view on: the projected links go through its link.
     pub targets: Vec<crate::targets::Target>,
@@ -204,6 +204,7 @@ pub struct TargetsSection {
     /// Caches of other channels projected after this one.
     #[serde(default)]
     pub after: Vec<String>,
+    #[serde(rename = "claude-code")]
     pub claude: Option<TargetSection>,
     pub codex: Option<TargetSection>,
     pub opencode: Option<TargetSection>,
@@ -513,7 +514,7 @@ mod tests {
     #[test]
     fn targets_name_each_agents_places_and_turn_the_file_view_on() {
         let config = load(
-            "[targets]\nbefore = [\"/var/cache/org\"]\n[targets.claude]\nuser_dir = \"/h/.claude\"\nmachine_dir = \"/etc/claude-code\"\n[targets.codex]\nuser_dir = \"/h/.codex\"\n[targets.opencode]\nenabled = false\n",
+            "[targets]\nbefore = [\"/var/cache/org\"]\n[targets.claude-code]\nuser_dir = \"/h/.claude\"\nmachine_dir = \"/etc/claude-code\"\n[targets.codex]\nuser_dir = \"/h/.codex\"\n[targets.opencode]\nenabled = false\n",
         )
         .unwrap();
         let agents: Vec<(Agent, String, Option<String>)> = config

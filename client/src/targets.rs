@@ -38,22 +38,32 @@ pub const BLOCK_BEGIN: &str =
 pub const BLOCK_END: &str = "<!-- promptpack: end -->";
 
 /// The agents a pack can be projected for.
+/// Named as the layout table names them (`claude-code`, `codex`, `opencode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum Agent {
+    #[serde(rename = "claude-code")]
     Claude,
+    #[serde(rename = "codex")]
     Codex,
     #[serde(rename = "opencode")]
     OpenCode,
 }
 
+impl Agent {
+    /// The same agent in the layout table ([`pack_contract::layout`]).
+    pub fn layout(self) -> pack_contract::layout::Target {
+        use pack_contract::layout::Target;
+        match self {
+            Agent::Claude => Target::ClaudeCode,
+            Agent::Codex => Target::Codex,
+            Agent::OpenCode => Target::OpenCode,
+        }
+    }
+}
+
 impl std::fmt::Display for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Agent::Claude => "claude",
-            Agent::Codex => "codex",
-            Agent::OpenCode => "opencode",
-        })
+        f.write_str(self.layout().name())
     }
 }
 
@@ -167,22 +177,6 @@ fn read_shown(link: &Path) -> Result<Shown, String> {
     })
 }
 
-/// The second path component of `key` under `dir/`, for `dir/<name>/...` (directories) or
-/// `dir/<name>.md` (files).
-fn entries_under<'a>(keys: &'a BTreeSet<String>, dir: &str, files: bool) -> BTreeSet<&'a str> {
-    keys.iter()
-        .filter_map(|key| {
-            let rest = key.strip_prefix(dir)?.strip_prefix('/')?;
-            if files {
-                (!rest.contains('/') && rest.ends_with(".md")).then_some(rest)
-            } else {
-                let (name, _) = rest.split_once('/')?;
-                (!name.starts_with('.')).then_some(name)
-            }
-        })
-        .collect()
-}
-
 /// Everything `target` should hold for `packs`, by path. A path two packs both want as a
 /// link is refused (neither is placed).
 fn plan(
@@ -191,74 +185,68 @@ fn plan(
     packs: &[Option<Shown>],
     refused: &mut Vec<Refused>,
 ) -> BTreeMap<PathBuf, Want> {
+    use pack_contract::layout::Role;
     let user = &target.user_dir;
-    let (skills, agents, commands, managed) = match target.agent {
+    // Where each kind of file goes for this agent (the layout table says which agent reads
+    // which file; this says where it looks).
+    let (commands, managed) = match target.agent {
         Agent::Claude => (
-            Some(user.join("skills")),
-            Some(user.join("agents")),
-            Some(user.join("commands")),
-            target.machine_dir.as_ref().map(|m| {
-                (
-                    "claude/managed-settings.json",
-                    m.join("managed-settings.json"),
-                )
-            }),
-        ),
-        Agent::Codex => (
-            Some(user.join("skills")),
-            None,
-            Some(user.join("prompts")),
+            user.join("commands"),
             target
                 .machine_dir
                 .as_ref()
-                .map(|m| ("codex/requirements.toml", m.join("requirements.toml"))),
+                .map(|m| m.join("managed-settings.json")),
         ),
-        Agent::OpenCode => (
-            Some(user.join("skills")),
-            Some(user.join("agents")),
-            Some(user.join("commands")),
-            None,
+        Agent::Codex => (
+            user.join("prompts"),
+            target
+                .machine_dir
+                .as_ref()
+                .map(|m| m.join("requirements.toml")),
         ),
+        Agent::OpenCode => (user.join("commands"), None),
     };
-    let mut links: BTreeMap<PathBuf, Vec<(usize, String)>> = BTreeMap::new();
+    let reader = target.agent.layout();
+    // A path with the pack files (channel, key) that want it; a set, as every file of a
+    // skill names the skill's directory.
+    let mut links: BTreeMap<PathBuf, BTreeSet<(usize, String)>> = BTreeMap::new();
     let mut parts = Vec::new();
     for (source, pack) in packs.iter().enumerate() {
         let Some(pack) = pack else { continue };
-        let keys = &pack.keys;
-        let instructions = match target.agent {
-            Agent::Claude if keys.contains("CLAUDE.md") => Some("CLAUDE.md"),
-            Agent::Claude | Agent::Codex | Agent::OpenCode => {
-                keys.contains("AGENTS.md").then_some("AGENTS.md")
+        let has_claude_md = pack
+            .keys
+            .contains(pack_contract::layout::CLAUDE_INSTRUCTIONS);
+        for key in &pack.keys {
+            let role = Role::of(key);
+            if !role.readers(has_claude_md).contains(&reader) {
+                continue;
             }
-        };
-        if let Some(key) = instructions {
-            parts.push((source, key.to_string()));
-        }
-        let mut add =
-            |path: PathBuf, key: String| links.entry(path).or_default().push((source, key));
-        if let Some(dir) = &skills {
-            for name in entries_under(keys, "skills", false) {
-                add(dir.join(name), format!("skills/{name}"));
+            let mut add = |path: PathBuf, key: String| {
+                links.entry(path).or_default().insert((source, key));
+            };
+            match role {
+                Role::Instructions | Role::ClaudeInstructions => {
+                    parts.push((source, key.clone()));
+                }
+                Role::Skill { name } | Role::SkillFile { skill: name } => {
+                    add(user.join("skills").join(&name), format!("skills/{name}"));
+                }
+                Role::Agent { name } => {
+                    add(user.join("agents").join(format!("{name}.md")), key.clone())
+                }
+                Role::Command { name } => add(commands.join(format!("{name}.md")), key.clone()),
+                Role::ClaudeSettings | Role::CodexRequirements => {
+                    if let Some(path) = &managed {
+                        add(path.clone(), key.clone());
+                    }
+                }
+                Role::Data => {}
             }
-        }
-        if let Some(dir) = &agents {
-            for name in entries_under(keys, "agents", true) {
-                add(dir.join(name), format!("agents/{name}"));
-            }
-        }
-        if let Some(dir) = &commands {
-            for name in entries_under(keys, "commands", true) {
-                add(dir.join(name), format!("commands/{name}"));
-            }
-        }
-        if let Some((key, path)) = &managed
-            && keys.contains(*key)
-        {
-            add(path.clone(), key.to_string());
         }
     }
     let mut wants = BTreeMap::new();
-    for (path, mut from) in links {
+    for (path, from) in links {
+        let mut from: Vec<(usize, String)> = from.into_iter().collect();
         // The last channel wins when every earlier one marked the name overridable.
         let overridden = from.split_last().is_some_and(|(_, earlier)| {
             earlier.iter().all(|(source, key)| {

@@ -132,7 +132,7 @@ impl Machine {
         let config = publisher.client_config(
             &packd.url,
             &format!(
-                "builtin_dir = {:?}\n[targets]\n{targets}\n[targets.claude]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\n[targets.opencode]\nuser_dir = {:?}\n",
+                "builtin_dir = {:?}\n[targets]\n{targets}\n[targets.claude-code]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\n[targets.opencode]\nuser_dir = {:?}\n",
                 bundled.display().to_string(),
                 root.join("home/.claude").display().to_string(),
                 root.join("etc/claude-code").display().to_string(),
