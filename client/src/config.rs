@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pack_format::{ContentKey, ContentKeyRing, Limits, TrustedKeys};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ClientError;
 use crate::clock::Clock;
@@ -55,7 +55,7 @@ pub struct ClientConfig {
     /// Coding agents the served pack is projected into (`[targets.claude-code]`,
     /// `[targets.codex]`, `[targets.opencode]`, see [`crate::targets`]). Any target turns the
     /// file view on: the projected links go through its link.
-    pub targets: Vec<crate::targets::Target>,
+    pub targets: Vec<Target>,
     /// Other channels' caches whose packs are projected with this one, before it (the
     /// organisation's before the team's): `[targets] before = ["../org-cache"]`. Each is a
     /// pack-client cache of its own, with its own config, keys, pin and rollout.
@@ -79,6 +79,46 @@ pub struct ClientConfig {
     /// The wall clock the client decides by (expiry, ramps, check times): the system clock,
     /// or one a test moves (see [`crate::clock`]).
     pub clock: Clock,
+}
+
+/// The agents a pack can be projected for.
+/// Named as the layout table names them (`claude-code`, `codex`, `opencode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Agent {
+    #[serde(rename = "claude-code")]
+    Claude,
+    #[serde(rename = "codex")]
+    Codex,
+    #[serde(rename = "opencode")]
+    OpenCode,
+}
+
+impl Agent {
+    /// The same agent in the layout table ([`pack_contract::layout`]).
+    pub fn layout(self) -> pack_contract::layout::Target {
+        use pack_contract::layout::Target;
+        match self {
+            Agent::Claude => Target::ClaudeCode,
+            Agent::Codex => Target::Codex,
+            Agent::OpenCode => Target::OpenCode,
+        }
+    }
+}
+
+impl std::fmt::Display for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.layout().name())
+    }
+}
+
+/// One agent's places: its user directory (`~/.claude`, `$CODEX_HOME`,
+/// `~/.config/opencode`) and, when set, its machine directory (`/etc/claude-code`,
+/// `/etc/codex`), where the managed files go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub agent: Agent,
+    pub user_dir: PathBuf,
+    pub machine_dir: Option<PathBuf>,
 }
 
 /// Where the file view's link is and how long a version stays after it stops serving.
@@ -225,7 +265,6 @@ pub struct TargetSection {
 
 impl TargetsSection {
     fn apply(self, base: &Path, config: &mut ClientConfig) -> Result<(), String> {
-        use crate::targets::{Agent, Target};
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let path = |text: &str| -> Result<PathBuf, String> {
             match text.strip_prefix("~/") {
@@ -502,7 +541,6 @@ pub fn key_set_fingerprint(keys: &ContentKeyRing) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::targets::Agent;
 
     fn load(text: &str) -> Result<ClientConfig, ClientError> {
         let dir = tempfile::tempdir().unwrap();

@@ -37,45 +37,7 @@ pub const BLOCK_BEGIN: &str =
 /// The last line of a block we own.
 pub const BLOCK_END: &str = "<!-- promptpack: end -->";
 
-/// The agents a pack can be projected for.
-/// Named as the layout table names them (`claude-code`, `codex`, `opencode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Agent {
-    #[serde(rename = "claude-code")]
-    Claude,
-    #[serde(rename = "codex")]
-    Codex,
-    #[serde(rename = "opencode")]
-    OpenCode,
-}
-
-impl Agent {
-    /// The same agent in the layout table ([`pack_contract::layout`]).
-    pub fn layout(self) -> pack_contract::layout::Target {
-        use pack_contract::layout::Target;
-        match self {
-            Agent::Claude => Target::ClaudeCode,
-            Agent::Codex => Target::Codex,
-            Agent::OpenCode => Target::OpenCode,
-        }
-    }
-}
-
-impl std::fmt::Display for Agent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.layout().name())
-    }
-}
-
-/// One agent's places: its user directory (`~/.claude`, `$CODEX_HOME`,
-/// `~/.config/opencode`) and, when set, its machine directory (`/etc/claude-code`,
-/// `/etc/codex`), where the managed files go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub agent: Agent,
-    pub user_dir: PathBuf,
-    pub machine_dir: Option<PathBuf>,
-}
+pub use crate::config::{Agent, Target};
 
 /// A pack to project: the file view's link of one channel (absolute), in combination order
 /// (the organisation's before the team's).
