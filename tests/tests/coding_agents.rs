@@ -594,7 +594,8 @@ fn codex_script(_body: &Value) -> Reply {
 }
 
 #[test]
-fn codex_reads_the_pack_pack_client_projects_and_a_refused_document_changes_nothing() {
+fn codex_reads_the_pack_pack_client_projects_and_a_refused_document_or_tampered_pack_changes_nothing()
+ {
     let Some(codex) = agent_exe(
         "PROMPTPACK_CODEX",
         &format!("codex-{CODEX_VERSION}"),
@@ -678,6 +679,38 @@ fn codex_reads_the_pack_pack_client_projects_and_a_refused_document_changes_noth
     );
     let requests = machine.codex(&codex, &model, "Say hello.");
     assert!(sent(&requests, "TEAM-RULES-1.1.0"));
+
+    // A pack whose bytes were changed in packd's storage after its document was signed:
+    // refused at its hash, and no projected file changes either.
+    let v1_3 = machine
+        .publisher
+        .build_edited("1.3.0", "MARKER-1.3.0", |src| {
+            std::fs::write(src.join("AGENTS.md"), "TEAM-RULES-1.3.0\n").unwrap();
+        });
+    let sha = machine.packd.upload(&machine.publisher, &v1_3);
+    machine.point_at(&v1_3);
+    let blob = machine._data.path().join("blobs").join(&sha);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(&blob, bytes).unwrap();
+    let out = machine.refresh();
+    assert!(!out.status.success(), "a tampered pack was accepted");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&sha[..12])
+            || String::from_utf8_lossy(&out.stderr).contains("sha256")
+            || String::from_utf8_lossy(&out.stderr).contains("hash"),
+        "refused for another reason: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        machine.projected(),
+        before,
+        "a tampered pack changed a projected file"
+    );
+    let requests = machine.codex(&codex, &model, "Say hello.");
+    assert!(sent(&requests, "TEAM-RULES-1.1.0"));
+    assert!(!sent(&requests, "TEAM-RULES-1.3.0"));
 
     // A rollback (a newer document naming 1.1.0 again after 1.2.0) takes 1.2.0 out.
     machine.point_at(&v1_2);
