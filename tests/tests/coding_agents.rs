@@ -132,11 +132,12 @@ impl Machine {
         let config = publisher.client_config(
             &packd.url,
             &format!(
-                "builtin_dir = {:?}\n[targets]\n{targets}\n[targets.claude-code]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\n[targets.opencode]\nuser_dir = {:?}\n",
+                "builtin_dir = {:?}\n[targets]\n{targets}\n[targets.claude-code]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.codex]\nuser_dir = {:?}\nmachine_dir = {:?}\n[targets.opencode]\nuser_dir = {:?}\n",
                 bundled.display().to_string(),
                 root.join("home/.claude").display().to_string(),
                 root.join("etc/claude-code").display().to_string(),
                 root.join("home/.codex").display().to_string(),
+                root.join("etc/codex").display().to_string(),
                 root.join("home/config/opencode").display().to_string(),
             ),
         );
@@ -158,7 +159,8 @@ impl Machine {
     }
 
     /// Publishes `version` of the team pack: its `AGENTS.md` says `TEAM-RULES-<version>`, it
-    /// ships the skill `release-notes` and Claude Code settings that deny `cat`.
+    /// ships the skill `release-notes`, Claude Code settings that deny `cat` and Codex
+    /// requirements that allow only the read-only sandbox.
     fn release(&self, version: &str) -> PathBuf {
         let path = self
             .publisher
@@ -175,6 +177,12 @@ impl Machine {
                     format!(
                         "---\nname: release-notes\ndescription: SKILL-RELEASE-NOTES-{version} writes the release notes of a version\n---\nList the commits since the last tag.\n"
                     ),
+                )
+                .unwrap();
+                std::fs::create_dir_all(src.join("codex")).unwrap();
+                std::fs::write(
+                    src.join("codex/requirements.toml"),
+                    "allowed_sandbox_modes = [\"read-only\"]\n",
                 )
                 .unwrap();
                 std::fs::create_dir_all(src.join("claude")).unwrap();
@@ -213,31 +221,44 @@ impl Machine {
         serde_json::from_str(&run(cmd)).unwrap()
     }
 
-    /// Runs `claude -p PROMPT ARGS…` against `model` in a namespace whose
-    /// `/etc/claude-code` is the machine directory; the requests it sent.
-    fn claude(&self, exe: &Path, model: &ChatServer, prompt: &str, args: &[&str]) -> Vec<Value> {
+    /// A command running `exe` in a user and mount namespace whose `/etc/claude-code` and
+    /// `/etc/codex` are the test's machine directories, and the rest of `/etc` the
+    /// machine's.
+    fn with_machine_etc(&self, exe: &Path) -> Command {
         let root = self.root();
         // `/etc` as the namespace sees it: every entry of the real one (bind-mounted at
-        // `real-etc`), and `claude-code`.
+        // `real-etc`), and the two machine directories.
         let farm = root.join(format!("etc-{}", rand::random::<u32>()));
         std::fs::create_dir(&farm).unwrap();
+        let ours = ["claude-code", "codex"];
         for entry in std::fs::read_dir("/etc").unwrap().flatten() {
             let name = entry.file_name();
-            if name != "claude-code" {
+            if !ours.iter().any(|o| name == *o) {
                 std::os::unix::fs::symlink(root.join("real-etc").join(&name), farm.join(&name))
                     .unwrap();
             }
         }
-        std::os::unix::fs::symlink(root.join("etc/claude-code"), farm.join("claude-code")).unwrap();
-        let before = model.requests().len();
+        for name in ours {
+            std::fs::create_dir_all(root.join("etc").join(name)).unwrap();
+            std::os::unix::fs::symlink(root.join("etc").join(name), farm.join(name)).unwrap();
+        }
         let mut cmd = Command::new("unshare");
         cmd.args(["-rm", "sh", "-c"])
             .arg(r#"mount --bind /etc "$1" && mount --bind "$2" /etc && shift 2 && exec "$@""#)
             .arg("sh")
             .arg(root.join("real-etc"))
             .arg(&farm)
-            .arg(exe)
-            .args(["-p", prompt])
+            .arg(exe);
+        cmd
+    }
+
+    /// Runs `claude -p PROMPT ARGS…` against `model` in a namespace whose
+    /// `/etc/claude-code` is the machine directory; the requests it sent.
+    fn claude(&self, exe: &Path, model: &ChatServer, prompt: &str, args: &[&str]) -> Vec<Value> {
+        let root = self.root();
+        let before = model.requests().len();
+        let mut cmd = self.with_machine_etc(exe);
+        cmd.args(["-p", prompt])
             .args(args)
             .current_dir(root.join("project"))
             .env_clear()
@@ -269,6 +290,19 @@ impl Machine {
     /// Runs `codex exec PROMPT` with `$CODEX_HOME` at `home/.codex`, whose `config.toml`
     /// (the user's) names `model` as a Responses provider; the requests it sent.
     fn codex(&self, exe: &Path, model: &ChatServer, prompt: &str) -> Vec<Value> {
+        self.codex_with(exe, model, prompt, &[], false).0
+    }
+
+    /// [`Machine::codex`] with `args` after `exec`, in a namespace whose `/etc/codex` is the
+    /// machine directory when `machine_etc`; the requests and its output.
+    fn codex_with(
+        &self,
+        exe: &Path,
+        model: &ChatServer,
+        prompt: &str,
+        args: &[&str],
+        machine_etc: bool,
+    ) -> (Vec<Value>, Output) {
         let root = self.root();
         let codex_home = root.join("home/.codex");
         std::fs::create_dir_all(&codex_home).unwrap();
@@ -281,8 +315,14 @@ impl Machine {
         )
         .unwrap();
         let before = model.requests().len();
-        let mut cmd = Command::new(exe);
-        cmd.args(["exec", "--skip-git-repo-check", prompt])
+        let mut cmd = if machine_etc {
+            self.with_machine_etc(exe)
+        } else {
+            Command::new(exe)
+        };
+        cmd.args(["exec", "--skip-git-repo-check"])
+            .args(args)
+            .arg(prompt)
             .current_dir(root.join("project"))
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -302,7 +342,7 @@ impl Machine {
         );
         let requests = model.requests()[before..].to_vec();
         assert!(!requests.is_empty(), "codex sent no request");
-        requests
+        (requests, out)
     }
 
     /// Every file and link under the test's home and machine directories: a link's
@@ -851,4 +891,54 @@ fn an_organisation_and_a_team_channel_reach_codex_at_once_in_order() {
 
 fn model_for_codex() -> ChatServer {
     ChatServer::start_on(Wire::Responses, codex_script)
+}
+
+#[test]
+fn codex_enforces_the_requirements_the_pack_ships() {
+    let Some(codex) = agent_exe(
+        "PROMPTPACK_CODEX",
+        &format!("codex-{CODEX_VERSION}"),
+        "codex",
+        CODEX_VERSION,
+    ) else {
+        return;
+    };
+    if !namespaces() {
+        return;
+    }
+    let machine = Machine::new();
+    let model = model_for_codex();
+    let sandbox = |out: &Output| {
+        let text = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|l| l.strip_prefix("sandbox: "))
+            .and_then(|mode| mode.split_whitespace().next())
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("codex printed no sandbox line:\n{text}"))
+    };
+    let ask = ["--sandbox", "workspace-write"];
+    // Nothing released yet: the bundled pack, which ships no requirements, is projected
+    // (any pack-client command does it), and the sandbox asked for is the one used.
+    machine.status();
+    let (_, out) = machine.codex_with(&codex, &model, "Say hello.", &ask, true);
+    assert_eq!(sandbox(&out), "workspace-write");
+
+    // The release's requirements allow only read-only: Codex falls back to it and says why.
+    machine.release("1.1.0");
+    assert!(machine.refresh().status.success());
+    assert_eq!(
+        std::fs::read_link(machine.root().join("etc/codex/requirements.toml")).unwrap(),
+        machine
+            .cache()
+            .join("files/current/codex/requirements.toml")
+    );
+    let (requests, out) = machine.codex_with(&codex, &model, "Say hello.", &ask, true);
+    assert_eq!(sandbox(&out), "read-only");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/etc/codex/requirements.toml"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(sent(&requests, "TEAM-RULES-1.1.0"));
 }
