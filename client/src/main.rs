@@ -220,7 +220,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some(targets) = &status.targets {
                     for placed in &targets.placed {
                         outln!(
-                            "target    {} {} ({:?}) {}",
+                            "target    {} {} ({}) {}",
                             placed.agent,
                             placed.path.display(),
                             placed.kind,

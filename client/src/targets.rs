@@ -70,6 +70,15 @@ pub enum PlaceKind {
     Block,
 }
 
+impl std::fmt::Display for PlaceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PlaceKind::Link => "link",
+            PlaceKind::Block => "block",
+        })
+    }
+}
+
 /// A path a pack wants that was left as it was, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refused {
@@ -339,7 +348,7 @@ pub fn project(targets: &[Target], sources: &[PackSource], record: &Path) -> Pro
                         reason,
                     });
                     // What is still there from before stays ours.
-                    if let Some(was) = was {
+                    if let Some(was) = was.filter(|w| still_there(w)) {
                         placed.push(was.clone());
                     }
                 }
@@ -387,6 +396,15 @@ pub fn project(targets: &[Target], sources: &[PackSource], record: &Path) -> Pro
         });
     }
     Projection { placed, refused }
+}
+
+/// Whether what `placed` records is still at its path (a link still naming its target, a
+/// file for a block): the user may have replaced it since.
+fn still_there(placed: &Placed) -> bool {
+    match placed.kind {
+        PlaceKind::Link => std::fs::read_link(&placed.path).ok() == placed.target,
+        PlaceKind::Block => placed.path.is_file(),
+    }
 }
 
 fn describe(source: &PackSource, pack: &Option<Shown>, key: &str) -> String {
@@ -450,11 +468,11 @@ fn place_link(path: &Path, to: &Path, ours: &dyn Fn(&Path) -> bool) -> Result<()
                 ));
             }
         }
-        Ok(_) => {
-            return Err(
-                "a file the user owns is there: left as it is; move it away to let the pack's file in"
-                    .to_string(),
-            );
+        Ok(meta) => {
+            let what = if meta.is_dir() { "directory" } else { "file" };
+            return Err(format!(
+                "a {what} the user owns is there: left as it is; move it away to let the pack's file in"
+            ));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("checking it: {e}")),
