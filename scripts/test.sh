@@ -80,6 +80,26 @@ if [ "$(opencode_version)" != "1.18.33" ]; then
   [ "$(opencode_version)" = "1.18.33" ] || { echo "OpenCode 1.18.33 does not run from $opencode_dir after installing it" >&2; exit 1; }
 fi
 
+# The coding agents tests/tests/coding_agents.rs runs: Claude Code and Codex CLI from npm,
+# pinned, each in a directory of its own that stays for next time (the test looks there).
+# Both packages put the platform's native binary in place as an optional dependency.
+claude_dir="${XDG_CACHE_HOME:-$HOME/.cache}/promptpack-tests/claude-code-2.1.328"
+claude_version() { env -i HOME="$claude_dir" PATH=/usr/bin:/bin "$claude_dir/node_modules/.bin/claude" --version 2>/dev/null || true; }
+if [[ "$(claude_version)" != 2.1.328* ]]; then
+  echo "installing Claude Code 2.1.328 (npm @anthropic-ai/claude-code) into $claude_dir"
+  mkdir -p "$claude_dir"
+  npm install --prefix "$claude_dir" --no-audit --no-fund --silent @anthropic-ai/claude-code@2.1.328
+  [[ "$(claude_version)" == 2.1.328* ]] || { echo "Claude Code 2.1.328 does not run from $claude_dir after installing it" >&2; exit 1; }
+fi
+codex_dir="${XDG_CACHE_HOME:-$HOME/.cache}/promptpack-tests/codex-0.169.0"
+codex_version() { env -i HOME="$codex_dir" PATH=/usr/bin:/bin "$codex_dir/node_modules/.bin/codex" --version 2>/dev/null || true; }
+if [[ "$(codex_version)" != *0.169.0* ]]; then
+  echo "installing Codex CLI 0.169.0 (npm @openai/codex) into $codex_dir"
+  mkdir -p "$codex_dir"
+  npm install --prefix "$codex_dir" --no-audit --no-fund --silent @openai/codex@0.169.0
+  [[ "$(codex_version)" == *0.169.0* ]] || { echo "Codex CLI 0.169.0 does not run from $codex_dir after installing it" >&2; exit 1; }
+fi
+
 # A clean build of the suite writes about 14 GB under target/ and fuzz/target/, and the
 # tests' servers refuse work on a full disk: say so up front, not as a failed test later.
 free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')

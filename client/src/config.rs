@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pack_format::{ContentKey, ContentKeyRing, Limits, TrustedKeys};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ClientError;
 use crate::clock::Clock;
@@ -52,6 +52,18 @@ pub struct ClientConfig {
     /// directory per pack version under `<cache>/files/` and a link to the one that serves,
     /// for agents that read their prompts from files. `None`: off (the default).
     pub files: Option<FilesConfig>,
+    /// Coding agents the served pack is projected into (`[targets.claude-code]`,
+    /// `[targets.codex]`, `[targets.opencode]`, see [`crate::targets`]). Any target turns the
+    /// file view on: the projected links go through its link.
+    pub targets: Vec<Target>,
+    /// Other channels' caches whose packs are projected with this one, before it (the
+    /// organisation's before the team's): `[targets] before = ["../org-cache"]`. Each is a
+    /// pack-client cache of its own, with its own config, keys, pin and rollout.
+    pub targets_before: Vec<PathBuf>,
+    /// Other channels' caches projected after this one (`[targets] after = [...]`). Every
+    /// channel's pack-client may list the same targets with the others before and after it
+    /// in one order: whichever installs then projects the whole combination.
+    pub targets_after: Vec<PathBuf>,
     /// The pack that serves when nothing else can, read from this directory when the client
     /// opens (`[updates] builtin_dir`, checked as `packs/builtin` is at build time, see
     /// [`crate::builtin::from_dir`]) instead of the one compiled in: for an app whose
@@ -70,6 +82,46 @@ pub struct ClientConfig {
     /// The file the settings came from, named by errors whose fix is a setting (`server`,
     /// `channel`, `trusted_keys`). `None`: the defaults, or a config the caller built.
     pub config_path: Option<PathBuf>,
+}
+
+/// The agents a pack can be projected for.
+/// Named as the layout table names them (`claude-code`, `codex`, `opencode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Agent {
+    #[serde(rename = "claude-code")]
+    Claude,
+    #[serde(rename = "codex")]
+    Codex,
+    #[serde(rename = "opencode")]
+    OpenCode,
+}
+
+impl Agent {
+    /// The same agent in the layout table ([`pack_contract::layout`]).
+    pub fn layout(self) -> pack_contract::layout::Target {
+        use pack_contract::layout::Target;
+        match self {
+            Agent::Claude => Target::ClaudeCode,
+            Agent::Codex => Target::Codex,
+            Agent::OpenCode => Target::OpenCode,
+        }
+    }
+}
+
+impl std::fmt::Display for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.layout().name())
+    }
+}
+
+/// One agent's places: its user directory (`~/.claude`, `$CODEX_HOME`,
+/// `~/.config/opencode`) and, when set, its machine directory (`/etc/claude-code`,
+/// `/etc/codex`), where the managed files go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub agent: Agent,
+    pub user_dir: PathBuf,
+    pub machine_dir: Option<PathBuf>,
 }
 
 /// Where the file view's link is and how long a version stays after it stops serving.
@@ -130,6 +182,9 @@ impl ClientConfig {
             telemetry: !do_not_track(),
             mark_bad_after_failures: MARK_BAD_AFTER_FAILURES,
             files: None,
+            targets: Vec::new(),
+            targets_before: Vec::new(),
+            targets_after: Vec::new(),
             builtin_dir: None,
             contract: crate::accepts::Accepts::Agent,
             outcomes_interval: crate::policy::PROVISIONAL_INTERVAL,
@@ -171,6 +226,11 @@ impl ClientConfig {
         if let Some(files) = file.files {
             config.files = files.apply().map_err(|e| bad(format!("[files]: {e}")))?;
         }
+        if let Some(targets) = file.targets {
+            targets
+                .apply(base, &mut config)
+                .map_err(|e| bad(format!("[targets]: {e}")))?;
+        }
         Ok(config)
     }
 }
@@ -184,6 +244,96 @@ struct ClientFile {
     #[serde(default)]
     updates: UpdatesSection,
     files: Option<FilesSection>,
+    targets: Option<TargetsSection>,
+}
+
+/// The `[targets]` table: one sub-table per agent the pack is projected into.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetsSection {
+    /// Caches of other channels projected before this one (see
+    /// [`ClientConfig::targets_before`]).
+    #[serde(default)]
+    pub before: Vec<String>,
+    /// Caches of other channels projected after this one.
+    #[serde(default)]
+    pub after: Vec<String>,
+    #[serde(rename = "claude-code")]
+    pub claude: Option<TargetSection>,
+    pub codex: Option<TargetSection>,
+    pub opencode: Option<TargetSection>,
+}
+
+/// `[targets.<agent>]`: where the agent's user files and (optionally) its managed files are.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSection {
+    pub enabled: Option<bool>,
+    /// Default: `$CLAUDE_CONFIG_DIR` or `~/.claude`; `$CODEX_HOME` or `~/.codex`;
+    /// `$XDG_CONFIG_HOME/opencode` or `~/.config/opencode`.
+    pub user_dir: Option<String>,
+    /// The machine-wide directory of managed files (`/etc/claude-code`, `/etc/codex`); unset:
+    /// no managed files are projected.
+    pub machine_dir: Option<String>,
+}
+
+impl TargetsSection {
+    fn apply(self, base: &Path, config: &mut ClientConfig) -> Result<(), String> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let path = |text: &str| -> Result<PathBuf, String> {
+            match text.strip_prefix("~/") {
+                Some(rest) => home
+                    .as_ref()
+                    .map(|h| h.join(rest))
+                    .ok_or_else(|| format!("{text:?} starts with ~/ but HOME is not set")),
+                None => Ok(base.join(text)),
+            }
+        };
+        let env_dir = |var: &str, under_home: &str| -> Result<PathBuf, String> {
+            match std::env::var_os(var).filter(|v| !v.is_empty()) {
+                Some(dir) => Ok(PathBuf::from(dir)),
+                None => path(&format!("~/{under_home}")),
+            }
+        };
+        let tables = [
+            (Agent::Claude, self.claude),
+            (Agent::Codex, self.codex),
+            (Agent::OpenCode, self.opencode),
+        ];
+        for (agent, table) in tables {
+            let Some(table) = table else { continue };
+            if table.enabled == Some(false) {
+                continue;
+            }
+            let user_dir = match &table.user_dir {
+                Some(dir) => path(dir)?,
+                None => match agent {
+                    Agent::Claude => env_dir("CLAUDE_CONFIG_DIR", ".claude")?,
+                    Agent::Codex => env_dir("CODEX_HOME", ".codex")?,
+                    Agent::OpenCode => match std::env::var_os("XDG_CONFIG_HOME") {
+                        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("opencode"),
+                        _ => path("~/.config/opencode")?,
+                    },
+                },
+            };
+            let machine_dir = table.machine_dir.as_deref().map(path).transpose()?;
+            config.targets.push(Target {
+                agent,
+                user_dir: std::path::absolute(&user_dir).unwrap_or(user_dir),
+                machine_dir: machine_dir.map(|d| std::path::absolute(&d).unwrap_or(d)),
+            });
+        }
+        for dir in self.before {
+            config.targets_before.push(path(&dir)?);
+        }
+        for dir in self.after {
+            config.targets_after.push(path(&dir)?);
+        }
+        if !config.targets.is_empty() && config.files.is_none() {
+            config.files = Some(FilesConfig::default());
+        }
+        Ok(())
+    }
 }
 
 /// The `[files]` table: present turns the file view on, unless `enabled = false`.
@@ -400,4 +550,53 @@ pub fn key_set_fingerprint(keys: &ContentKeyRing) -> String {
         .collect();
     each.sort();
     pack_format::sha256_hex(each.join("\n").as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<ClientConfig, ClientError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client.toml");
+        std::fs::write(&path, text).unwrap();
+        ClientConfig::load(&path, dir.path().join("cache"), "1.0.0".parse().unwrap())
+    }
+
+    #[test]
+    fn targets_name_each_agents_places_and_turn_the_file_view_on() {
+        let config = load(
+            "[targets]\nbefore = [\"/var/cache/org\"]\n[targets.claude-code]\nuser_dir = \"/h/.claude\"\nmachine_dir = \"/etc/claude-code\"\n[targets.codex]\nuser_dir = \"/h/.codex\"\n[targets.opencode]\nenabled = false\n",
+        )
+        .unwrap();
+        let agents: Vec<(Agent, String, Option<String>)> = config
+            .targets
+            .iter()
+            .map(|t| {
+                (
+                    t.agent,
+                    t.user_dir.display().to_string(),
+                    t.machine_dir.as_ref().map(|d| d.display().to_string()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            agents,
+            [
+                (
+                    Agent::Claude,
+                    "/h/.claude".to_string(),
+                    Some("/etc/claude-code".to_string())
+                ),
+                (Agent::Codex, "/h/.codex".to_string(), None),
+            ]
+        );
+        assert_eq!(config.targets_before, [PathBuf::from("/var/cache/org")]);
+        assert_eq!(config.files, Some(FilesConfig::default()));
+
+        let error = load("[targets.cursor]\n").unwrap_err().to_string();
+        assert!(error.contains("cursor"), "{error}");
+        assert!(load("").unwrap().targets.is_empty());
+        assert!(load("").unwrap().files.is_none());
+    }
 }

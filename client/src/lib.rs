@@ -35,6 +35,7 @@ pub mod outcomes;
 pub mod policy;
 pub mod report;
 pub mod schedule;
+pub mod targets;
 pub mod watch;
 
 pub use pack_serving::{snapshot, store};

@@ -253,6 +253,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         outln!("files     not updated: {e}");
                     }
                 }
+                if let Some(targets) = &status.targets {
+                    for placed in &targets.placed {
+                        outln!(
+                            "target    {} {} ({}) {}",
+                            placed.agent,
+                            placed.path.display(),
+                            placed.kind,
+                            placed.from.join(", ")
+                        );
+                    }
+                    for refused in &targets.refused {
+                        outln!(
+                            "target    refused {}: {}",
+                            refused.path.display(),
+                            refused.reason
+                        );
+                    }
+                }
                 for bad in &status.bad_packs {
                     outln!(
                         "refused   {} ({:?}): {}",

@@ -1,6 +1,8 @@
-//! A scripted model server for agents we did not write: OpenAI's chat-completions wire
-//! (`POST …/chat/completions`, answered as an SSE stream of `chat.completion.chunk`s, tool
-//! calls included) on loopback. It records every request body, so a test can read the
+//! A scripted model server for agents we did not write, on loopback, speaking one of three
+//! wires ([`Wire`]): OpenAI's chat completions (`POST …/chat/completions`, an SSE stream of
+//! `chat.completion.chunk`s), Anthropic's Messages (`POST /v1/messages`, an SSE stream of
+//! `message_start` … `message_stop`) or OpenAI's Responses (`POST …/responses`, an SSE
+//! stream of `response.*` events), tool calls included. It records every request body, so a test can read the
 //! system prompt an agent sent. What it answers is the script's choice, made per request.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -21,6 +23,28 @@ pub enum Reply {
 
 type Script = dyn Fn(&Value) -> Reply + Send + Sync;
 
+/// The API a server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// OpenAI chat completions (OpenCode's OpenAI-compatible provider).
+    Chat,
+    /// Anthropic Messages (Claude Code with `ANTHROPIC_BASE_URL`).
+    Messages,
+    /// OpenAI Responses (Codex with `wire_api = "responses"`).
+    Responses,
+}
+
+impl Wire {
+    fn serves(self, path: &str) -> bool {
+        let path = path.split('?').next().unwrap_or("");
+        match self {
+            Wire::Chat => path.ends_with("/chat/completions"),
+            Wire::Messages => path.ends_with("/v1/messages"),
+            Wire::Responses => path.ends_with("/responses"),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Recorded {
     /// Every chat-completions request body, in the order they arrived.
@@ -39,6 +63,11 @@ pub struct ChatServer {
 impl ChatServer {
     /// Answers each request with what `script` makes of its body.
     pub fn start(script: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Self {
+        Self::start_on(Wire::Chat, script)
+    }
+
+    /// [`ChatServer::start`] speaking `wire`.
+    pub fn start_on(wire: Wire, script: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
         let recorded = Arc::new((Mutex::new(Recorded::default()), Condvar::new()));
@@ -47,7 +76,7 @@ impl ChatServer {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (state, script) = (state.clone(), script.clone());
-                std::thread::spawn(move || serve(stream, &state, &*script));
+                std::thread::spawn(move || serve(wire, stream, &state, &*script));
             }
         });
         ChatServer { base_url, recorded }
@@ -107,7 +136,7 @@ pub fn content_text(content: &Value) -> String {
     }
 }
 
-fn serve(stream: TcpStream, state: &(Mutex<Recorded>, Condvar), script: &Script) {
+fn serve(wire: Wire, stream: TcpStream, state: &(Mutex<Recorded>, Condvar), script: &Script) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut writer = stream;
@@ -149,7 +178,7 @@ fn serve(stream: TcpStream, state: &(Mutex<Recorded>, Condvar), script: &Script)
         body
     };
     let (lock, arrived) = state;
-    if method != "POST" || !path.ends_with("/chat/completions") {
+    if method != "POST" || !wire.serves(&path) {
         lock.lock().unwrap().other.push(format!("{method} {path}"));
         let _ = writer
             .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
@@ -167,16 +196,128 @@ fn serve(stream: TcpStream, state: &(Mutex<Recorded>, Condvar), script: &Script)
     let _ = writer.write_all(
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
     );
-    for event in sse(&reply, body["model"].as_str().unwrap_or("scripted")) {
+    let model = body["model"].as_str().unwrap_or("scripted");
+    let events = match wire {
+        Wire::Chat => sse(&reply, model).into_iter().map(|e| (None, e)).collect(),
+        Wire::Messages => messages_sse(&reply, model),
+        Wire::Responses => responses_sse(&reply, model),
+    };
+    for (name, event) in events {
+        let name = name.map(|n| format!("event: {n}\n")).unwrap_or_default();
         if writer
-            .write_all(format!("data: {event}\n\n").as_bytes())
+            .write_all(format!("{name}data: {event}\n\n").as_bytes())
             .is_err()
         {
             return;
         }
         let _ = writer.flush();
     }
-    let _ = writer.write_all(b"data: [DONE]\n\n");
+    if wire == Wire::Chat {
+        let _ = writer.write_all(b"data: [DONE]\n\n");
+    }
+}
+
+/// One answer as Anthropic's Messages API streams it: named events, the text or the tool
+/// call's input in pieces.
+fn messages_sse(reply: &Reply, model: &str) -> Vec<(Option<&'static str>, Value)> {
+    let mut events = vec![(
+        Some("message_start"),
+        json!({"type": "message_start", "message": {"id": "msg_scripted", "type": "message",
+            "role": "assistant", "model": model, "content": [], "stop_reason": null,
+            "stop_sequence": null, "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+    )];
+    let stop = match reply {
+        Reply::Text(text) => {
+            events.push((
+                Some("content_block_start"),
+                json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "text", "text": ""}}),
+            ));
+            for piece in pieces(text) {
+                events.push((
+                    Some("content_block_delta"),
+                    json!({"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "text_delta", "text": piece}}),
+                ));
+            }
+            "end_turn"
+        }
+        Reply::ToolCall { name, arguments } => {
+            events.push((
+                Some("content_block_start"),
+                json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "tool_use", "id": "toolu_scripted_1",
+                        "name": name, "input": {}}}),
+            ));
+            for piece in pieces(&arguments.to_string()) {
+                events.push((
+                    Some("content_block_delta"),
+                    json!({"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                ));
+            }
+            "tool_use"
+        }
+    };
+    events.push((
+        Some("content_block_stop"),
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    events.push((
+        Some("message_delta"),
+        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+            "usage": {"output_tokens": 10}}),
+    ));
+    events.push((Some("message_stop"), json!({"type": "message_stop"})));
+    events
+}
+
+/// One answer as OpenAI's Responses API streams it: the response created, one output item
+/// (a message with its text in pieces, or a function call), the response completed.
+fn responses_sse(reply: &Reply, model: &str) -> Vec<(Option<&'static str>, Value)> {
+    let response = |status: &str, output: Value| {
+        json!({"id": "resp_scripted", "object": "response", "created_at": 1_700_000_000,
+            "status": status, "model": model, "output": output,
+            "usage": {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 110}})
+    };
+    let mut events = vec![(
+        Some("response.created"),
+        json!({"type": "response.created", "response": response("in_progress", json!([]))}),
+    )];
+    let item = match reply {
+        Reply::Text(text) => {
+            events.push((
+                Some("response.output_item.added"),
+                json!({"type": "response.output_item.added", "output_index": 0,
+                    "item": {"type": "message", "id": "msg_scripted", "role": "assistant",
+                        "status": "in_progress", "content": []}}),
+            ));
+            for piece in pieces(text) {
+                events.push((
+                    Some("response.output_text.delta"),
+                    json!({"type": "response.output_text.delta", "item_id": "msg_scripted",
+                        "output_index": 0, "content_index": 0, "delta": piece}),
+                ));
+            }
+            json!({"type": "message", "id": "msg_scripted", "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        }
+        Reply::ToolCall { name, arguments } => json!({"type": "function_call",
+            "id": "fc_scripted", "call_id": "call_scripted_1", "name": name,
+            "arguments": arguments.to_string(), "status": "completed"}),
+    };
+    events.push((
+        Some("response.output_item.done"),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+    ));
+    events.push((
+        Some("response.completed"),
+        json!({"type": "response.completed", "response": response("completed", json!([item]))}),
+    ));
+    events
 }
 
 fn read_chunked(reader: &mut impl BufRead) -> Vec<u8> {

@@ -8,6 +8,8 @@ pub(super) struct FilesState {
     /// SHA-256 of the pack whose directory this process last made the link name.
     pub(super) published: Option<String>,
     pub(super) error: Option<String>,
+    /// What the last projection into the configured targets placed and refused.
+    pub(super) projection: Option<crate::targets::Projection>,
 }
 
 impl Client {
@@ -22,6 +24,57 @@ impl Client {
     /// logged, kept for the status and told to listeners once; serving is not affected and
     /// the link keeps naming what it named.
     pub fn sync_files(&self) {
+        self.sync_view();
+        self.project_targets();
+    }
+
+    /// Projects what the view's link (and the links of the `before` caches) name into the
+    /// configured targets. A path refused or failed keeps what it had; a new refusal is
+    /// told to listeners once, like a failed refresh, and the status lists it.
+    fn project_targets(&self) {
+        let (Some(view), false) = (&self.files, self.config.targets.is_empty()) else {
+            return;
+        };
+        let absolute = |p: std::path::PathBuf| std::path::absolute(&p).unwrap_or(p);
+        // Another channel's cache is named by its directory (its own config may differ).
+        let other = |cache: &std::path::PathBuf| crate::targets::PackSource {
+            channel: cache
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            link: absolute(
+                cache
+                    .join(crate::files::FILES_DIR)
+                    .join(crate::config::DEFAULT_FILES_LINK),
+            ),
+        };
+        let sources: Vec<crate::targets::PackSource> = (self.config.targets_before.iter())
+            .map(other)
+            .chain([crate::targets::PackSource {
+                channel: self.config.channel.clone(),
+                link: absolute(view.link_path()),
+            }])
+            .chain(self.config.targets_after.iter().map(other))
+            .collect();
+        let record = self.config.cache_dir.join(crate::targets::RECORD);
+        let projection = crate::targets::project(&self.config.targets, &sources, &record);
+        let mut files = lock(&self.files_state);
+        let before = files.projection.as_ref().map(|p| &p.refused);
+        if before != Some(&projection.refused) {
+            for refused in &projection.refused {
+                let error = format!("target {}: {}", refused.path.display(), refused.reason);
+                tracing::warn!("{error}");
+                self.activity.emit(Event::FilesFailed { error });
+            }
+        }
+        files.projection = Some(projection);
+    }
+
+    /// What the last projection placed and refused, `None` before the first or without targets.
+    pub fn projection(&self) -> Option<crate::targets::Projection> {
+        lock(&self.files_state).projection.clone()
+    }
+
+    fn sync_view(&self) {
         let Some(view) = &self.files else {
             return;
         };

@@ -37,6 +37,9 @@ pub struct ClientStatus {
     pub pending_reports: usize,
     /// The file view, when the config turns it on.
     pub files: Option<FilesStatus>,
+    /// Every path projected into a coding agent's places, with the pack version it shows,
+    /// and every path refused with its reason; `None` without `[targets]`.
+    pub targets: Option<crate::targets::Projection>,
 }
 
 /// The file view's state, for [`ClientStatus`].
@@ -132,6 +135,7 @@ impl Client {
                 dir: view.resolve().map(|dir| dir.display().to_string()),
                 error: lock(&self.files_state).error.clone(),
             }),
+            targets: self.projection(),
         }
     }
 
