@@ -5,6 +5,7 @@
 #[path = "../../tests/shared/ports.rs"]
 mod ports;
 
+mod coding_agents;
 mod console_browser;
 mod contracts;
 mod crash_safety;
