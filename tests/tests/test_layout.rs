@@ -38,7 +38,10 @@ fn every_test_file_of_every_package_is_compiled() {
             unnamed.push(file.display().to_string());
         }
     }
-    assert!(suites >= 5, "found only {suites} packages with tests/suite.rs");
+    assert!(
+        suites >= 5,
+        "found only {suites} packages with tests/suite.rs"
+    );
     assert!(
         unnamed.is_empty(),
         "test files that no tests/suite.rs or [[test]] names (add `mod NAME;` to the \
