@@ -330,7 +330,7 @@ impl PyClient {
         let vars = vars_json(vars)?;
         // The variables are held to the contract first, as `pack-client render` holds them.
         let snapshot = self.client.store().capture();
-        if let Err(e) = pack_client::snapshot::check_vars(snapshot.meta().schema, &vars) {
+        if let Err(e) = snapshot.check_vars(&vars) {
             return Err(error(
                 "contract",
                 format!("vars: {e}"),
