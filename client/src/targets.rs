@@ -271,7 +271,14 @@ fn plan(
 /// Projects `sources` (in order) into every target, removes what they no longer ship, and
 /// writes the record to `record`. Never writes a path it does not own; a refused or failed
 /// path is listed with its reason and keeps what it had.
+///
+/// The channels one process follows share the targets and the record: their projections
+/// run one at a time, so none reads the record while another rewrites it.
 pub fn project(targets: &[Target], sources: &[PackSource], record: &Path) -> Projection {
+    static PROJECTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = PROJECTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let before = load_record(record);
     let mut refused = Vec::new();
     let packs: Vec<Option<Shown>> = sources
