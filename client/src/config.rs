@@ -64,7 +64,7 @@ pub struct ClientConfig {
     /// channel's pack-client may list the same targets with the others before and after it
     /// in one order: whichever installs then projects the whole combination.
     pub targets_after: Vec<PathBuf>,
-    /// Where the record of projected files is kept (see [`crate::targets::RECORD`]); `None`:
+    /// Where the record of projected files is kept (see [`TARGETS_RECORD`]); `None`:
     /// in this cache. The channels of one config share one, at the top of the `--cache`
     /// directory, since they project into the same places.
     pub targets_record: Option<PathBuf>,
@@ -310,7 +310,7 @@ impl ClientConfig {
                 .collect();
             let after = std::mem::take(&mut config.targets_after);
             config.targets_after = caches[i + 1..].iter().cloned().chain(after).collect();
-            config.targets_record = Some(cache_dir.join(crate::targets::RECORD));
+            config.targets_record = Some(cache_dir.join(TARGETS_RECORD));
             config.name = Some(name);
             configs.push(config);
         }
@@ -322,6 +322,10 @@ impl ClientConfig {
         self.name.as_deref().unwrap_or(&self.channel)
     }
 }
+
+/// The record of what a projection into the targets placed, under a cache (see
+/// [`crate::targets`]).
+pub const TARGETS_RECORD: &str = "targets.json";
 
 /// The directory under the `--cache` directory that holds one cache per channel of a
 /// config with `[[channels]]`.
@@ -798,7 +802,7 @@ mod tests {
         assert_eq!(org.targets_after, [cache.join("channels/team-payments")]);
         assert_eq!(team.targets_before, [cache.join("channels/org")]);
         assert!(team.targets_after.is_empty());
-        assert_eq!(org.targets_record, Some(cache.join(crate::targets::RECORD)));
+        assert_eq!(org.targets_record, Some(cache.join(TARGETS_RECORD)));
         assert_eq!(org.targets_record, team.targets_record);
         assert!(org.files.is_some() && team.files.is_some());
     }

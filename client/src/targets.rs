@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The record of what a projection placed, under the cache.
-pub const RECORD: &str = "targets.json";
+pub const RECORD: &str = crate::config::TARGETS_RECORD;
 /// The first line of a block we own in a user's file.
 pub const BLOCK_BEGIN: &str =
     "<!-- promptpack: begin (written by pack-client; edits between these lines are replaced) -->";
