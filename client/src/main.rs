@@ -171,11 +171,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    // In config order: each channel's start-up projection sees the ones opened before it.
     let clients = configs
         .into_iter()
         .map(Client::new)
         .collect::<Result<Vec<Client>, _>>()?;
+    // Each client projects when it opens, in config order: on the first start a channel's
+    // projection ran before the later channels' views existed. Once all are open, the
+    // earlier ones project again, so their status does not report those views missing.
+    if let Some((_, earlier)) = clients.split_last() {
+        for client in earlier {
+            client.sync_files();
+        }
+    }
     match cli.command {
         Command::Refresh if several => runtime.block_on(refresh_all(&clients, cli.json)),
         Command::Status if several => {

@@ -23,12 +23,31 @@ fn each_channel_is_named_and_one_snapshot_is_read_from_the_channel_given() {
     std::fs::write(
         dir.path().join("client.toml"),
         format!(
-            "[updates]\nattempts = 1\n\
+            "[updates]\nattempts = 1\n[targets.codex]\nuser_dir = \"home/.codex\"\n\
              [[channels]]\nname = \"org\"\nserver = \"http://127.0.0.1:{port}\"\nchannel = \"org\"\n\
              [[channels]]\nname = \"team-payments\"\nchannel = \"payments\"\n"
         ),
     )
     .unwrap();
+
+    // The first start: every channel projected into the targets, none reported missing
+    // (each channel's view is there by the time the status is taken).
+    let out = pack_client(dir.path(), &["--json", "status"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // (Both built-in packs ship `skills/init`: that refusal is the rule for a name two
+    // channels ship, not a missing view.)
+    for channel in doc["channels"].as_array().unwrap() {
+        for refused in channel["targets"]["refused"].as_array().unwrap() {
+            let reason = refused["reason"].as_str().unwrap();
+            assert!(!reason.contains("not projected"), "{reason}");
+            assert!(reason.contains("one channel only"), "{reason}");
+        }
+    }
 
     // `status` covers both, in order, each from its own cache.
     let out = pack_client(dir.path(), &["status"]);
