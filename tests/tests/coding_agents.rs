@@ -967,21 +967,24 @@ fn an_organisation_and_a_team_channel_reach_codex_at_once_in_order() {
             }
         }
     });
-    // Waits for a `files_published` line of `channel` naming `version`, which `run` logs
-    // after the link moved and the targets were projected.
-    let until_published = |channel: &str, version: &str| loop {
-        let event = logged
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("run never published {channel} {version}"));
-        if event["event"] == "files_published"
-            && event["channel_name"] == channel
-            && event["dir"].as_str().is_some_and(|d| d.contains(version))
-        {
-            break;
+    // Waits for a `files_published` line of each (channel, version), which `run` logs once
+    // that channel's link moved; the channels refresh side by side, in either order.
+    let until_published = |wanted: &[(&str, &str)]| {
+        let mut left: Vec<(&str, &str)> = wanted.to_vec();
+        while !left.is_empty() {
+            let event = logged
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("run never published {left:?}"));
+            if event["event"] != "files_published" {
+                continue;
+            }
+            left.retain(|(channel, version)| {
+                !(event["channel_name"] == *channel
+                    && event["dir"].as_str().is_some_and(|d| d.contains(version)))
+            });
         }
     };
-    until_published("org", "3.0.0");
-    until_published("team-payments", "1.1.0");
+    until_published(&[("org", "3.0.0"), ("team-payments", "1.1.0")]);
     until_in_order(&machine, "ORG-RULES-3.0.0", "TEAM-RULES-1.1.0");
     let requests = machine.codex(&codex, &model_for_codex(), "Say hello.");
     let text = requests
@@ -1003,7 +1006,7 @@ fn an_organisation_and_a_team_channel_reach_codex_at_once_in_order() {
     // text stays first.
     machine.packd.until_watching(1.0);
     machine.release("1.2.0");
-    until_published("team-payments", "1.2.0");
+    until_published(&[("team-payments", "1.2.0")]);
     let text = until_in_order(&machine, "ORG-RULES-3.0.0", "TEAM-RULES-1.2.0");
     assert!(
         in_order(&text, "ORG-RULES-3.0.0", "TEAM-RULES-1.2.0") && !text.contains("1.1.0"),
