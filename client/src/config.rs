@@ -64,6 +64,14 @@ pub struct ClientConfig {
     /// channel's pack-client may list the same targets with the others before and after it
     /// in one order: whichever installs then projects the whole combination.
     pub targets_after: Vec<PathBuf>,
+    /// Where the record of projected files is kept (see [`TARGETS_RECORD`]); `None`:
+    /// in this cache. The channels of one config share one, at the top of the `--cache`
+    /// directory, since they project into the same places.
+    pub targets_record: Option<PathBuf>,
+    /// This channel's name among the channels of one config (`[[channels]] name`), which
+    /// its cache directory (`<cache>/channels/<name>`) and the projected files' origins
+    /// (`name:key@version`) carry; `None` for a config of one channel, named by `channel`.
+    pub name: Option<String>,
     /// The pack that serves when nothing else can, read from this directory when the client
     /// opens (`[updates] builtin_dir`, checked as `packs/builtin` is at build time, see
     /// [`crate::builtin::from_dir`]) instead of the one compiled in: for an app whose
@@ -185,6 +193,8 @@ impl ClientConfig {
             targets: Vec::new(),
             targets_before: Vec::new(),
             targets_after: Vec::new(),
+            targets_record: None,
+            name: None,
             builtin_dir: None,
             contract: crate::accepts::Accepts::Agent,
             outcomes_interval: crate::policy::PROVISIONAL_INTERVAL,
@@ -202,13 +212,37 @@ impl ClientConfig {
         )
     }
 
-    /// Reads a TOML config file on top of the defaults. Paths in it are relative to the
-    /// file's directory.
+    /// Reads a TOML config file of one channel on top of the defaults. Paths in it are
+    /// relative to the file's directory. A file naming several channels (`[[channels]]`) is
+    /// refused: [`ClientConfig::load_channels`] reads those.
     pub fn load(
         path: &Path,
         cache_dir: PathBuf,
         client_version: semver::Version,
     ) -> Result<Self, ClientError> {
+        let mut configs = Self::load_channels(path, cache_dir, client_version)?;
+        match (configs.pop(), configs.is_empty()) {
+            (Some(config), true) if config.name.is_none() => Ok(config),
+            (Some(_) | None, _) => Err(ClientError::Config {
+                path: path.display().to_string(),
+                reason: "it names channels ([[channels]]), which only `pack-client` follows; \
+                         give this program a config of one channel (an [updates] table)"
+                    .to_string(),
+            }),
+        }
+    }
+
+    /// Reads a TOML config file: one config per channel it follows, in its order (the
+    /// organisation's first). A file without `[[channels]]` is one channel, read as it always
+    /// was, its cache `cache_dir`. With `[[channels]]`, `[updates]` holds what every channel
+    /// shares, each `[[channels]]` table (a `name` and the keys of `[updates]`) what is its
+    /// own, and each channel's cache is `<cache_dir>/channels/<name>`; the `[targets]` they
+    /// project into combine every channel in order.
+    pub fn load_channels(
+        path: &Path,
+        cache_dir: PathBuf,
+        client_version: semver::Version,
+    ) -> Result<Vec<Self>, ClientError> {
         let bad = |reason: String| ClientError::Config {
             path: path.display().to_string(),
             reason,
@@ -216,22 +250,115 @@ impl ClientConfig {
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let file: ClientFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let mut config = ClientConfig::new(cache_dir, client_version);
-        config.config_path = Some(path.to_path_buf());
-        ConfigFile {
-            updates: file.updates,
+        let channels = file
+            .channels
+            .into_iter()
+            .enumerate()
+            .map(|(i, table)| ChannelSection::parse(i, table))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(bad)?;
+        if let Some(twice) = channels
+            .iter()
+            .enumerate()
+            .find(|(i, c)| channels[..*i].iter().any(|o| o.name == c.name))
+        {
+            return Err(bad(format!(
+                "[[channels]]: the name {:?} is given twice; each channel needs its own (its cache is channels/<name>)",
+                twice.1.name
+            )));
         }
-        .apply(base, &mut config)
-        .map_err(bad)?;
-        if let Some(files) = file.files {
-            config.files = files.apply().map_err(|e| bad(format!("[files]: {e}")))?;
+        let one = |cache_dir: PathBuf, own: Option<UpdatesSection>| -> Result<Self, String> {
+            let mut config = ClientConfig::new(cache_dir, client_version.clone());
+            config.config_path = Some(path.to_path_buf());
+            // The shared [updates] table, parsed again for each channel (it owns no state).
+            let shared: ClientFile = toml::from_str(&text).map_err(|e| e.to_string())?;
+            ConfigFile {
+                updates: shared.updates,
+            }
+            .apply(base, &mut config)?;
+            if let Some(own) = own {
+                ConfigFile { updates: own }.apply(base, &mut config)?;
+            }
+            if let Some(files) = shared.files {
+                config.files = files.apply().map_err(|e| format!("[files]: {e}"))?;
+            }
+            if let Some(targets) = shared.targets {
+                targets
+                    .apply(base, &mut config)
+                    .map_err(|e| format!("[targets]: {e}"))?;
+            }
+            Ok(config)
+        };
+        if channels.is_empty() {
+            return Ok(vec![one(cache_dir, None).map_err(bad)?]);
         }
-        if let Some(targets) = file.targets {
-            targets
-                .apply(base, &mut config)
-                .map_err(|e| bad(format!("[targets]: {e}")))?;
+        let caches: Vec<PathBuf> = channels
+            .iter()
+            .map(|c| cache_dir.join(CHANNELS_DIR).join(&c.name))
+            .collect();
+        let mut configs = Vec::new();
+        for (i, channel) in channels.into_iter().enumerate() {
+            let name = channel.name;
+            let mut config = one(caches[i].clone(), Some(channel.updates))
+                .map_err(|e| bad(format!("channel {name:?}: {e}")))?;
+            // The other channels, in order around this one: whichever installs projects
+            // the whole combination, through the same record.
+            let before = std::mem::take(&mut config.targets_before);
+            config.targets_before = before
+                .into_iter()
+                .chain(caches[..i].iter().cloned())
+                .collect();
+            let after = std::mem::take(&mut config.targets_after);
+            config.targets_after = caches[i + 1..].iter().cloned().chain(after).collect();
+            config.targets_record = Some(cache_dir.join(TARGETS_RECORD));
+            config.name = Some(name);
+            configs.push(config);
         }
-        Ok(config)
+        Ok(configs)
+    }
+
+    /// The name the channel goes by in this config: its `[[channels]]` name, or `channel`.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.channel)
+    }
+}
+
+/// The record of what a projection into the targets placed, under a cache (see
+/// [`crate::targets`]).
+pub const TARGETS_RECORD: &str = "targets.json";
+
+/// The directory under the `--cache` directory that holds one cache per channel of a
+/// config with `[[channels]]`.
+pub const CHANNELS_DIR: &str = "channels";
+
+/// One `[[channels]]` table: `name`, then any key of `[updates]`.
+struct ChannelSection {
+    name: String,
+    updates: UpdatesSection,
+}
+
+impl ChannelSection {
+    fn parse(index: usize, mut table: toml::Table) -> Result<Self, String> {
+        let at = format!("[[channels]] number {}", index + 1);
+        let name = match table.remove("name") {
+            Some(toml::Value::String(name)) => name,
+            Some(other) => {
+                return Err(format!(
+                    "{at}: name must be a string, found {}",
+                    other.type_str()
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "{at}: no name; add one such as name = \"org\" (its cache is channels/<name>)"
+                ));
+            }
+        };
+        pack_format::validate_name("channel name", &name).map_err(|e| format!("{at}: {e}"))?;
+        let updates = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e| format!("{at} ({name}): {e}"))?;
+        Ok(ChannelSection { name, updates })
     }
 }
 
@@ -245,6 +372,10 @@ struct ClientFile {
     updates: UpdatesSection,
     files: Option<FilesSection>,
     targets: Option<TargetsSection>,
+    /// `[[channels]]`: the channels one client follows, in order (see
+    /// [`ClientConfig::load_channels`]).
+    #[serde(default)]
+    channels: Vec<toml::Table>,
 }
 
 /// The `[targets]` table: one sub-table per agent the pack is projected into.
@@ -598,5 +729,115 @@ mod tests {
         assert!(error.contains("cursor"), "{error}");
         assert!(load("").unwrap().targets.is_empty());
         assert!(load("").unwrap().files.is_none());
+    }
+
+    fn load_all(text: &str) -> Result<(tempfile::TempDir, Vec<ClientConfig>), ClientError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client.toml");
+        std::fs::write(&path, text).unwrap();
+        let configs =
+            ClientConfig::load_channels(&path, dir.path().join("cache"), "1.0.0".parse().unwrap())?;
+        Ok((dir, configs))
+    }
+
+    #[test]
+    fn a_config_without_channels_is_one_channel_as_before() {
+        let (dir, configs) =
+            load_all("[updates]\nserver = \"http://127.0.0.1:1/\"\nchannel = \"beta\"\n").unwrap();
+        assert_eq!(configs.len(), 1);
+        let config = &configs[0];
+        assert_eq!(config.name, None);
+        assert_eq!(config.label(), "beta");
+        assert_eq!(config.cache_dir, dir.path().join("cache"));
+        assert_eq!(config.targets_record, None);
+        assert_eq!(config.server.as_deref(), Some("http://127.0.0.1:1"));
+    }
+
+    #[test]
+    fn channels_share_updates_keep_their_own_keys_pin_and_cache_and_project_in_order() {
+        let keys = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packs/dev-keys");
+        let text = format!(
+            "[updates]\nserver = \"http://shared:1\"\nattempts = 2\n\
+             [targets.codex]\nuser_dir = \"/h/.codex\"\n\
+             [[channels]]\nname = \"org\"\nchannel = \"stable\"\npack = \"org\"\n\
+             trusted_keys = [{:?}]\ncontent_keys = [{:?}]\npin = \"3.0.0\"\n\
+             [[channels]]\nname = \"team-payments\"\nserver = \"http://team:2\"\n\
+             channel = \"payments\"\nwatch = false\n",
+            keys.join("signing.pub").display().to_string(),
+            keys.join("content.key").display().to_string(),
+        );
+        let (dir, configs) = load_all(&text).unwrap();
+        let cache = dir.path().join("cache");
+        let [org, team] = configs.as_slice() else {
+            panic!("two channels expected, found {}", configs.len());
+        };
+        assert_eq!((org.label(), team.label()), ("org", "team-payments"));
+        assert_eq!(org.cache_dir, cache.join("channels/org"));
+        assert_eq!(team.cache_dir, cache.join("channels/team-payments"));
+        // [updates] is shared, a channel's table is its own.
+        assert_eq!(org.server.as_deref(), Some("http://shared:1"));
+        assert_eq!(team.server.as_deref(), Some("http://team:2"));
+        assert_eq!((org.attempts, team.attempts), (2, 2));
+        assert_eq!((org.channel.as_str(), org.pack.as_str()), ("stable", "org"));
+        assert_eq!(
+            (team.channel.as_str(), team.pack.as_str()),
+            ("payments", "builtin")
+        );
+        assert_eq!(org.pin, Some("3.0.0".parse().unwrap()));
+        assert_eq!(team.pin, None);
+        assert!((org.watch, team.watch) == (true, false));
+        assert_eq!(
+            org.trusted_keys.ids().len(),
+            1 + compiled_in_trusted_keys().ids().len()
+        );
+        assert_eq!(team.trusted_keys.ids(), compiled_in_trusted_keys().ids());
+        assert_ne!(
+            key_set_fingerprint(&org.content_keys),
+            key_set_fingerprint(&team.content_keys)
+        );
+        // Both project into the same targets through one record, the organisation's first.
+        assert_eq!(org.targets, team.targets);
+        assert_eq!(org.targets.len(), 1);
+        assert!(org.targets_before.is_empty());
+        assert_eq!(org.targets_after, [cache.join("channels/team-payments")]);
+        assert_eq!(team.targets_before, [cache.join("channels/org")]);
+        assert!(team.targets_after.is_empty());
+        assert_eq!(org.targets_record, Some(cache.join(TARGETS_RECORD)));
+        assert_eq!(org.targets_record, team.targets_record);
+        assert!(org.files.is_some() && team.files.is_some());
+    }
+
+    #[test]
+    fn a_bad_channel_table_is_refused_with_where_and_what() {
+        let error = |text: &str| {
+            load_all(text)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let no_name = error("[[channels]]\nchannel = \"org\"\n");
+        assert!(
+            no_name.contains("[[channels]] number 1: no name"),
+            "{no_name}"
+        );
+        let twice = error("[[channels]]\nname = \"org\"\n[[channels]]\nname = \"org\"\n");
+        assert!(twice.contains("\"org\" is given twice"), "{twice}");
+        let unknown = error("[[channels]]\nname = \"org\"\nservr = \"http://x\"\n");
+        assert!(
+            unknown.contains("org") && unknown.contains("servr"),
+            "{unknown}"
+        );
+        let bad_pin = error("[[channels]]\nname = \"team\"\npin = \"latest\"\n");
+        assert!(
+            bad_pin.contains("channel \"team\"") && bad_pin.contains("pin"),
+            "{bad_pin}"
+        );
+        let bad_name = error("[[channels]]\nname = \"../up\"\n");
+        assert!(bad_name.contains("number 1"), "{bad_name}");
+        // A program that follows one channel refuses a config of several, saying why.
+        let one = load("[[channels]]\nname = \"org\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(one.contains("[[channels]]"), "{one}");
     }
 }

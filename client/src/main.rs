@@ -36,9 +36,13 @@ struct Cli {
     /// ~/Library/Caches/promptpack/pack-client on macOS]
     #[arg(long, env = "PROMPTPACK_CACHE")]
     cache: Option<PathBuf>,
-    /// Client config file (TOML, `[updates]` table).
+    /// Client config file (TOML, `[updates]` table; `[[channels]]` for several channels).
     #[arg(long, env = "PROMPTPACK_CONFIG")]
     config: Option<PathBuf>,
+    /// With a config of several channels: the one to act on (by its `[[channels]]` name).
+    /// `refresh`, `status` and `run` cover every channel without it.
+    #[arg(long, global = true)]
+    channel: Option<String>,
     /// The client release to match channel entries against.
     #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
     client_version: semver::Version,
@@ -143,25 +147,90 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Some(dir) => dir.clone(),
         None => default_cache()?,
     };
-    let mut config = match &cli.config {
-        Some(path) => ClientConfig::load(path, cache, cli.client_version.clone())?,
-        None => ClientConfig::new(cache, cli.client_version.clone()),
+    let mut configs = match &cli.config {
+        Some(path) => ClientConfig::load_channels(path, cache, cli.client_version.clone())?,
+        None => vec![ClientConfig::new(cache, cli.client_version.clone())],
     };
     if let Some(at) = test_now()? {
-        config.clock = pack_client::Clock::fixed(at);
+        for config in &mut configs {
+            config.clock = pack_client::Clock::fixed(at);
+        }
+    }
+    let several = configs.iter().any(|c| c.name.is_some());
+    if let Some(name) = &cli.channel {
+        let names: Vec<String> = configs.iter().map(|c| c.label().to_string()).collect();
+        configs.retain(|c| c.label() == name);
+        if configs.is_empty() {
+            anyhow::bail!(
+                "--channel {name}: the config has no such channel; its channels: {}",
+                names.join(", ")
+            );
+        }
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let client = Client::new(config)?;
+    let clients = configs
+        .into_iter()
+        .map(Client::new)
+        .collect::<Result<Vec<Client>, _>>()?;
+    // Each client projects when it opens, in config order: on the first start a channel's
+    // projection ran before the later channels' views existed. Once all are open, the
+    // earlier ones project again, so their status does not report those views missing.
+    if let Some((_, earlier)) = clients.split_last() {
+        for client in earlier {
+            client.sync_files();
+        }
+    }
     match cli.command {
+        Command::Refresh if several => runtime.block_on(refresh_all(&clients, cli.json)),
+        Command::Status if several => {
+            let statuses: Vec<_> = clients.iter().map(Client::status).collect();
+            if cli.json {
+                outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({"channels": statuses}))?
+                );
+            } else {
+                for (i, status) in statuses.iter().enumerate() {
+                    if i > 0 {
+                        outln!("");
+                    }
+                    outln!("[{}]", status.name.as_deref().unwrap_or(&status.channel));
+                    print_status(status);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run => runtime.block_on(run_all(clients, cli.json, several)),
+        command => {
+            let [client] = <[Client; 1]>::try_from(clients).map_err(|clients| {
+                let names: Vec<&str> = clients.iter().map(|c| c.config().label()).collect();
+                anyhow::anyhow!(
+                    "the config follows several channels ({}): name one with --channel NAME",
+                    names.join(", ")
+                )
+            })?;
+            run_one(&runtime, client, command, cli.json)
+        }
+    }
+}
+
+/// The commands that act on one channel's client.
+fn run_one(
+    runtime: &tokio::runtime::Runtime,
+    client: Client,
+    command: Command,
+    json: bool,
+) -> Result<ExitCode> {
+    match command {
         Command::Refresh => {
             let result = runtime.block_on(client.refresh_now());
             let status = client.status();
             match result {
                 Ok(outcome) => {
-                    if cli.json {
+                    if json {
                         outln!(
                             "{}",
                             serde_json::to_string(
@@ -181,7 +250,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    if cli.json {
+                    if json {
                         outln!(
                             "{}",
                             serde_json::to_string(
@@ -201,90 +270,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Status => {
             let status = client.status();
-            if cli.json {
+            if json {
                 outln!("{}", serde_json::to_string_pretty(&status)?);
             } else {
-                outln!(
-                    "serving   {} {} ({}, sequence {})",
-                    status.serving.name,
-                    status.serving.version,
-                    status.serving.source,
-                    status.serving.sequence
-                );
-                outln!("sha256    {}", status.serving.sha256);
-                outln!(
-                    "channel   {} (sequence {})",
-                    status.channel,
-                    status.sequence
-                );
-                outln!("release   {}", status.release);
-                if let Some(reason) = &status.serving_reason {
-                    outln!("why       {reason}");
-                }
-                outln!("checked   {}", when(status.last_check));
-                outln!("succeeded {}", when(status.last_success));
-                if let Some(failure) = &status.last_failure {
-                    outln!(
-                        "failed    {} ({}, release {}): {}{}",
-                        when(Some(failure.at)),
-                        failure.kind,
-                        failure.release,
-                        failure.message,
-                        if failure.resolved {
-                            format!(
-                                "; resolved: the refresh at {} succeeded",
-                                when(status.last_success)
-                            )
-                        } else {
-                            String::new()
-                        }
-                    );
-                }
-                if let Some(e) = &status.last_error {
-                    outln!("last error: {e}");
-                }
-                if let Some(files) = &status.files {
-                    outln!(
-                        "files     {} -> {}",
-                        files.link,
-                        files.dir.as_deref().unwrap_or("(nothing yet)")
-                    );
-                    if let Some(e) = &files.error {
-                        outln!("files     not updated: {e}");
-                    }
-                }
-                if let Some(targets) = &status.targets {
-                    for placed in &targets.placed {
-                        outln!(
-                            "target    {} {} ({}) {}",
-                            placed.agent,
-                            placed.path.display(),
-                            placed.kind,
-                            placed.from.join(", ")
-                        );
-                    }
-                    for refused in &targets.refused {
-                        outln!(
-                            "target    refused {}: {}",
-                            refused.path.display(),
-                            refused.reason
-                        );
-                    }
-                }
-                for bad in &status.bad_packs {
-                    outln!(
-                        "refused   {} ({:?}): {}",
-                        bad.sha256,
-                        bad.reason,
-                        bad.detail
-                    );
-                }
+                print_status(&status);
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::ForgetBad { sha256 } => {
             let cleared = runtime.block_on(client.forget_bad(&sha256))?;
-            if cli.json {
+            if json {
                 outln!(
                     "{}",
                     serde_json::to_string(&serde_json::json!({"cleared": cleared}))?
@@ -307,7 +302,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::io::stdout().write_all(bytes)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Render { template, vars } => render(&client, &template, &vars, cli.json),
+        Command::Render { template, vars } => render(&client, &template, &vars, json),
         Command::Dump => {
             let snapshot = client.store().capture();
             let files: Vec<(&str, String)> = snapshot
@@ -321,7 +316,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 })
                 .collect();
             let last_error = client.status().last_error;
-            if cli.json {
+            if json {
                 let files: Vec<serde_json::Value> = files
                     .iter()
                     .map(|(key, sha256)| serde_json::json!({"key": key, "sha256": sha256}))
@@ -352,85 +347,254 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run => runtime.block_on(async {
-            // Listening from the start: a signal while the schedule starts is handled too.
-            let stop = StopSignal::listen()?;
-            let client = std::sync::Arc::new(client);
-            let serving = client.status();
-            log_line(
-                cli.json,
-                &serde_json::json!({
-                    "event": "serving",
-                    "name": serving.serving.name,
-                    "version": serving.serving.version.to_string(),
-                    "source": serving.serving.source,
-                    "sha256": serving.serving.sha256,
-                    "reason": serving.serving_reason,
-                    "files": serving.files,
-                }),
-                &format!(
-                    "serving {} {} ({}){}{}",
-                    serving.serving.name,
-                    serving.serving.version,
-                    serving.serving.source,
-                    serving
-                        .serving_reason
-                        .as_ref()
-                        .map_or(String::new(), |r| format!(": {r}")),
-                    serving.files.as_ref().map_or(String::new(), |files| {
-                        match (&files.dir, &files.error) {
-                            (_, Some(error)) => format!("; {error}"),
-                            (Some(dir), None) => format!("; file view {} -> {dir}", files.link),
-                            (None, None) => String::new(),
-                        }
-                    })
-                ),
+        Command::Run => runtime.block_on(run_all(vec![client], json, false)),
+    }
+}
+
+/// The text `status` prints for one channel.
+fn print_status(status: &pack_client::ClientStatus) {
+    outln!(
+        "serving   {} {} ({}, sequence {})",
+        status.serving.name,
+        status.serving.version,
+        status.serving.source,
+        status.serving.sequence
+    );
+    outln!("sha256    {}", status.serving.sha256);
+    outln!(
+        "channel   {} (sequence {})",
+        status.channel,
+        status.sequence
+    );
+    outln!("release   {}", status.release);
+    if let Some(reason) = &status.serving_reason {
+        outln!("why       {reason}");
+    }
+    outln!("checked   {}", when(status.last_check));
+    outln!("succeeded {}", when(status.last_success));
+    if let Some(failure) = &status.last_failure {
+        outln!(
+            "failed    {} ({}, release {}): {}{}",
+            when(Some(failure.at)),
+            failure.kind,
+            failure.release,
+            failure.message,
+            if failure.resolved {
+                format!(
+                    "; resolved: the refresh at {} succeeded",
+                    when(status.last_success)
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    if let Some(e) = &status.last_error {
+        outln!("last error: {e}");
+    }
+    if let Some(files) = &status.files {
+        outln!(
+            "files     {} -> {}",
+            files.link,
+            files.dir.as_deref().unwrap_or("(nothing yet)")
+        );
+        if let Some(e) = &files.error {
+            outln!("files     not updated: {e}");
+        }
+    }
+    if let Some(targets) = &status.targets {
+        for placed in &targets.placed {
+            outln!(
+                "target    {} {} ({}) {}",
+                placed.agent,
+                placed.path.display(),
+                placed.kind,
+                placed.from.join(", ")
             );
-            let mut events = client.events();
-            let json = cli.json;
-            let logger = tokio::spawn(async move {
-                use tokio::sync::broadcast::error::RecvError;
-                loop {
-                    match events.recv().await {
-                        Ok(event) => log_line(
-                            json,
-                            &serde_json::to_value(&event).unwrap_or_default(),
-                            &event.to_string(),
-                        ),
-                        Err(RecvError::Lagged(missed)) => log_line(
-                            json,
-                            &serde_json::json!({"event": "lagged", "missed": missed}),
-                            &format!("{missed} events were not logged (logging fell behind)"),
-                        ),
-                        Err(RecvError::Closed) => break,
-                    }
+        }
+        for refused in &targets.refused {
+            outln!(
+                "target    refused {}: {}",
+                refused.path.display(),
+                refused.reason
+            );
+        }
+    }
+    for bad in &status.bad_packs {
+        outln!(
+            "refused   {} ({:?}): {}",
+            bad.sha256,
+            bad.reason,
+            bad.detail
+        );
+    }
+}
+/// `refresh` of a config with several channels: each in order, each on its own (one
+/// channel's failure changes nothing of another's), every outcome said with its channel's
+/// name. Exit [`REFRESH_FAILED`] when any failed.
+async fn refresh_all(clients: &[Client], json: bool) -> Result<ExitCode> {
+    let mut all_ok = true;
+    let mut each = Vec::new();
+    for client in clients {
+        let name = client.config().label();
+        let result = client.refresh_now().await;
+        let status = client.status();
+        match result {
+            Ok(outcome) => {
+                if json {
+                    each.push(serde_json::json!({"name": name, "ok": true, "outcome": outcome, "status": status}));
+                } else {
+                    outln!("{name}: {outcome}");
+                    outln!(
+                        "{name}: serving {} {} ({}, sha256 {}).",
+                        status.serving.name,
+                        status.serving.version,
+                        status.serving.source,
+                        status.serving.sha256
+                    );
                 }
-            });
-            let cron = pack_client::schedule::cron_for(client.install_id());
-            let schedule = pack_client::schedule::start(client).await?;
-            let watching = schedule.watching();
-            log_line(
-                json,
-                &serde_json::json!({"event": "scheduled", "cron": cron, "watching": watching}),
-                &format!(
-                    "refreshing on '{cron}' (UTC){}",
-                    if watching {
-                        " and watching the channel"
-                    } else {
-                        "; not watching (no server, auto_update or watch off)"
+            }
+            Err(e) => {
+                all_ok = false;
+                if json {
+                    each.push(serde_json::json!({"name": name, "ok": false, "error": e.to_string(), "status": status}));
+                } else {
+                    eprintln!(
+                        "{name}: refresh failed: {}",
+                        pack_protocol::error_text::report(&e)
+                    );
+                    eprintln!(
+                        "{name}: still serving {} {} ({})",
+                        status.serving.name, status.serving.version, status.serving.source
+                    );
+                }
+            }
+        }
+    }
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({"ok": all_ok, "channels": each}))?
+        );
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(REFRESH_FAILED)
+    })
+}
+
+/// `run`: every channel's schedule and watch in this one process, each its own client, until
+/// a signal. With several channels each line names its channel (`channel_name` in JSON).
+async fn run_all(clients: Vec<Client>, json: bool, several: bool) -> Result<ExitCode> {
+    // Listening from the start: a signal while the schedule starts is handled too.
+    let stop = StopSignal::listen()?;
+    let mut schedules = Vec::new();
+    let mut loggers = Vec::new();
+    for client in clients {
+        let client = std::sync::Arc::new(client);
+        let name = several.then(|| client.config().label().to_string());
+        let log = ChannelLog { json, name };
+        let serving = client.status();
+        log.line(
+            &serde_json::json!({
+                "event": "serving",
+                "name": serving.serving.name,
+                "version": serving.serving.version.to_string(),
+                "source": serving.serving.source,
+                "sha256": serving.serving.sha256,
+                "reason": serving.serving_reason,
+                "files": serving.files,
+            }),
+            &format!(
+                "serving {} {} ({}){}{}",
+                serving.serving.name,
+                serving.serving.version,
+                serving.serving.source,
+                serving
+                    .serving_reason
+                    .as_ref()
+                    .map_or(String::new(), |r| format!(": {r}")),
+                serving.files.as_ref().map_or(String::new(), |files| {
+                    match (&files.dir, &files.error) {
+                        (_, Some(error)) => format!("; {error}"),
+                        (Some(dir), None) => format!("; file view {} -> {dir}", files.link),
+                        (None, None) => String::new(),
                     }
-                ),
+                })
+            ),
+        );
+        let mut events = client.events();
+        let events_log = log.clone();
+        loggers.push(tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                match events.recv().await {
+                    Ok(event) => events_log.line(
+                        &serde_json::to_value(&event).unwrap_or_default(),
+                        &event.to_string(),
+                    ),
+                    Err(RecvError::Lagged(missed)) => events_log.line(
+                        &serde_json::json!({"event": "lagged", "missed": missed}),
+                        &format!("{missed} events were not logged (logging fell behind)"),
+                    ),
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        }));
+        let cron = pack_client::schedule::cron_for(client.install_id());
+        let schedule = pack_client::schedule::start(client).await?;
+        let watching = schedule.watching();
+        log.line(
+            &serde_json::json!({"event": "scheduled", "cron": cron, "watching": watching}),
+            &format!(
+                "refreshing on '{cron}' (UTC){}",
+                if watching {
+                    " and watching the channel"
+                } else {
+                    "; not watching (no server, auto_update or watch off)"
+                }
+            ),
+        );
+        schedules.push(schedule);
+    }
+    let signal = stop.wait().await;
+    for schedule in schedules {
+        schedule.shutdown().await?;
+    }
+    for logger in loggers {
+        logger.abort();
+    }
+    log_line(
+        json,
+        &serde_json::json!({"event": "stopped", "signal": signal}),
+        &format!("stopped: {signal}; the next start serves what is installed"),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How `run` logs one channel's lines: as [`log_line`], named by the channel when the config
+/// has several.
+#[derive(Clone)]
+struct ChannelLog {
+    json: bool,
+    name: Option<String>,
+}
+
+impl ChannelLog {
+    fn line(&self, value: &serde_json::Value, text: &str) {
+        let Some(name) = &self.name else {
+            return log_line(self.json, value, text);
+        };
+        let mut value = value.clone();
+        if let Some(object) = value.as_object_mut() {
+            // `channel` is taken: the watch's event names the server's channel with it.
+            object.insert(
+                "channel_name".to_string(),
+                serde_json::Value::String(name.clone()),
             );
-            let signal = stop.wait().await;
-            schedule.shutdown().await?;
-            logger.abort();
-            log_line(
-                json,
-                &serde_json::json!({"event": "stopped", "signal": signal}),
-                &format!("stopped: {signal}; the next start serves what is installed"),
-            );
-            Ok(ExitCode::SUCCESS)
-        }),
+        }
+        log_line(self.json, &value, &format!("{name}: {text}"));
     }
 }
 

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The record of what a projection placed, under the cache.
-pub const RECORD: &str = "targets.json";
+pub const RECORD: &str = crate::config::TARGETS_RECORD;
 /// The first line of a block we own in a user's file.
 pub const BLOCK_BEGIN: &str =
     "<!-- promptpack: begin (written by pack-client; edits between these lines are replaced) -->";
@@ -271,7 +271,14 @@ fn plan(
 /// Projects `sources` (in order) into every target, removes what they no longer ship, and
 /// writes the record to `record`. Never writes a path it does not own; a refused or failed
 /// path is listed with its reason and keeps what it had.
+///
+/// The channels one process follows share the targets and the record: their projections
+/// run one at a time, so none reads the record while another rewrites it.
 pub fn project(targets: &[Target], sources: &[PackSource], record: &Path) -> Projection {
+    static PROJECTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = PROJECTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let before = load_record(record);
     let mut refused = Vec::new();
     let packs: Vec<Option<Shown>> = sources
@@ -717,11 +724,16 @@ mod tests {
         }
 
         fn install(&mut self, snapshot: &Snapshot) -> Projection {
+            self.publish(snapshot);
+            self.project()
+        }
+
+        /// Moves this cache's view to `snapshot`, projecting nothing.
+        fn publish(&mut self, snapshot: &Snapshot) {
             self.tick += 1;
             let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + self.tick);
             let published = self.view.publish(snapshot, now, || true).unwrap();
             assert!(matches!(published, Published::Current { .. }));
-            self.project()
         }
 
         fn project(&self) -> Projection {
@@ -1190,6 +1202,78 @@ mod tests {
                 for p in &projection.placed {
                     prop_assert!(p.path.symlink_metadata().is_ok(), "{}", p.path.display());
                 }
+            }
+        }
+
+        /// Two channels projected together: at every step one installs a generated pack
+        /// and the other fails (its link stays). Whatever the moving channel ships, every
+        /// path the still channel alone had placed keeps its link or its part of the block,
+        /// and the organisation's text stays before the team's.
+        #[test]
+        fn a_channel_that_does_not_move_keeps_every_file_it_projected(
+            first in (generated_pack(), generated_pack()),
+            steps in proptest::collection::vec((any::<bool>(), generated_pack()), 1..5),
+        ) {
+            let mut views = [Machine::new(), Machine::new()];
+            let places = Machine::new().claude_user_only();
+            let sources: Vec<PackSource> = ["org", "team"]
+                .iter()
+                .zip(&views)
+                .map(|(channel, m)| PackSource {
+                    channel: channel.to_string(),
+                    link: m.view.link_path(),
+                })
+                .collect();
+            let snapshot = |i: usize, version: String, files: &[(String, String)]| {
+                let mut files: Vec<(&str, String)> =
+                    files.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+                // Each channel's instruction text says whose it is.
+                for (key, text) in &mut files {
+                    if *key == "AGENTS.md" {
+                        *text = format!("{} {text}", sources[i].channel);
+                    }
+                }
+                pack(&version, &files)
+            };
+            views[0].publish(&snapshot(0, "1.0.0".to_string(), &first.0));
+            views[1].publish(&snapshot(1, "2.0.0".to_string(), &first.1));
+            let mut before = project(&places.targets, &sources, &places.record());
+            for (step, (org_moves, files)) in steps.iter().enumerate() {
+                let (moving, still) = if *org_moves { (0, 1) } else { (1, 0) };
+                let version = format!("{}.{}.0", moving + 1, step + 1);
+                views[moving].publish(&snapshot(moving, version, files));
+                let after = project(&places.targets, &sources, &places.record());
+                let origin = |from: &str| from.split_once(':').map(|(c, _)| c.to_string());
+                let still_name = &sources[still].channel;
+                for was in &before.placed {
+                    let only_still = was.from.iter().all(|f| origin(f).as_ref() == Some(still_name));
+                    let now = after.placed.iter().find(|p| p.path == was.path);
+                    match was.kind {
+                        PlaceKind::Link if only_still => {
+                            let now = now.map(|p| &p.target);
+                            prop_assert_eq!(now, Some(&was.target), "{} lost its link", was.path.display());
+                            let on_disk = std::fs::read_link(&was.path).ok();
+                            prop_assert_eq!(on_disk.as_ref(), was.target.as_ref());
+                        }
+                        PlaceKind::Link => {}
+                        PlaceKind::Block => {
+                            let kept: Vec<&String> = was
+                                .from
+                                .iter()
+                                .filter(|f| origin(f).as_ref() == Some(still_name))
+                                .collect();
+                            let now_from: Vec<&String> = now
+                                .map(|p| p.from.iter().filter(|f| origin(f).as_ref() == Some(still_name)).collect())
+                                .unwrap_or_default();
+                            prop_assert_eq!(&now_from, &kept, "{}", was.path.display());
+                            let text = std::fs::read_to_string(&was.path).unwrap_or_default();
+                            if text.contains("org rules") && text.contains("team rules") {
+                                prop_assert!(text.find("org rules") < text.find("team rules"), "{}", text);
+                            }
+                        }
+                    }
+                }
+                before = after;
             }
         }
     }

@@ -10,6 +10,7 @@ mod module_layers;
 mod ports;
 
 mod builtin_dir;
+mod channels;
 mod dependencies;
 mod errors;
 mod files_and_render;

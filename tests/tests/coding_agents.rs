@@ -826,6 +826,112 @@ fn opencode_reads_the_global_instructions_pack_client_projects() {
     );
 }
 
+/// The organisation's channel: its own publisher (keys) and packd, its pack saying
+/// `ORG-RULES-<version>` and shipping the skill `org-style`.
+struct Org {
+    publisher: Publisher,
+    _data: tempfile::TempDir,
+    packd: Packd,
+}
+
+impl Org {
+    fn start() -> Self {
+        let publisher = Publisher::new();
+        let data = tempfile::tempdir().unwrap();
+        let packd = Packd::start(data.path(), &publisher.server_config());
+        Org {
+            publisher,
+            _data: data,
+            packd,
+        }
+    }
+
+    /// Publishes `version` for everyone, its document valid for `expires`.
+    fn release(&self, version: &str, expires: &str) {
+        let pack = self
+            .publisher
+            .build_edited(version, &format!("ORG-MARKER-{version}"), |src| {
+                std::fs::write(
+                    src.join("AGENTS.md"),
+                    format!("ORG-RULES-{version}: no secrets in logs.\n"),
+                )
+                .unwrap();
+                let skill = src.join("skills/org-style");
+                std::fs::create_dir_all(&skill).unwrap();
+                std::fs::write(
+                    skill.join("SKILL.md"),
+                    "---\nname: org-style\ndescription: ORG-STYLE the house style\n---\nShort sentences.\n",
+                )
+                .unwrap();
+            });
+        self.packd.upload(&self.publisher, &pack);
+        self.packd.publish(
+            &self.publisher,
+            &self
+                .publisher
+                .sign(&[format!("*={}", pack.display())], expires),
+        );
+    }
+}
+
+/// A machine whose one pack-client config follows two channels, the organisation's first
+/// (`org`), then the team's (`team-payments`, the machine's own publisher and packd, with
+/// its bundled pack), each with its own server and keys, projected into Codex.
+fn org_and_team(org: &Org) -> Machine {
+    let machine = Machine::new();
+    let root = machine.root();
+    let channel = |name: &str, publisher: &Publisher, server: &str, extra: &str| {
+        format!(
+            "[[channels]]\nname = {name:?}\nserver = {server:?}\nchannel = \"stable\"\npack = \"builtin\"\ntrusted_keys = [{:?}]\ncontent_keys = [{:?}]\n{extra}",
+            publisher.keys().join("signing.pub").display().to_string(),
+            publisher.keys().join("content.key").display().to_string(),
+        )
+    };
+    let config = format!(
+        "[updates]\nattempts = 1\n[targets.codex]\nuser_dir = {:?}\n{}{}",
+        root.join("home/.codex").display().to_string(),
+        channel("org", &org.publisher, &org.packd.url, ""),
+        channel(
+            "team-payments",
+            &machine.publisher,
+            &machine.packd.url,
+            &format!(
+                "builtin_dir = {:?}\n",
+                root.join("bundled").display().to_string()
+            )
+        ),
+    );
+    std::fs::write(&machine.config, config).unwrap();
+    machine
+}
+
+/// The text of Codex's AGENTS.md under the machine's home.
+fn codex_agents_md(machine: &Machine) -> String {
+    std::fs::read_to_string(machine.root().join("home/.codex/AGENTS.md")).unwrap_or_default()
+}
+
+/// Waits until Codex's AGENTS.md holds `first` before `second` (the projection follows the
+/// link's move, which `run` logs); its text.
+fn until_in_order(machine: &Machine, first: &str, second: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let text = codex_agents_md(machine);
+        if in_order(&text, first, second) {
+            return text;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{first} then {second} expected in AGENTS.md:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `first` and `second` are both in `text`, `first` before `second`.
+fn in_order(text: &str, first: &str, second: &str) -> bool {
+    matches!((text.find(first), text.find(second)), (Some(a), Some(b)) if a < b)
+}
+
 #[test]
 fn an_organisation_and_a_team_channel_reach_codex_at_once_in_order() {
     let Some(codex) = agent_exe(
@@ -836,56 +942,210 @@ fn an_organisation_and_a_team_channel_reach_codex_at_once_in_order() {
     ) else {
         return;
     };
-    // The organisation's channel: its own publisher (keys), packd and client cache.
-    let org = Publisher::new();
-    let org_data = tempfile::tempdir().unwrap();
-    let org_packd = Packd::start(org_data.path(), &org.server_config());
-    let org_dir = tempfile::tempdir().unwrap();
-    let org_cache = org_dir.path().join("org");
-    let org_config = org.client_config(&org_packd.url, "[files]\n");
-    let pack = org.build_edited("3.0.0", "ORG-MARKER", |src| {
-        std::fs::write(
-            src.join("AGENTS.md"),
-            "ORG-RULES-3.0.0: no secrets in logs.\n",
-        )
-        .unwrap();
-    });
-    org_packd.upload(&org, &pack);
-    org_packd.publish(&org, &org.sign(&[format!("*={}", pack.display())], "30d"));
-    let mut cmd = client_cmd(&org_cache, &org_config, "1.0.0");
-    cmd.arg("refresh");
-    run(cmd);
-
-    // The team's channel projects the organisation's pack first, then its own.
-    let machine =
-        Machine::with_targets(&format!("before = [{:?}]", org_cache.display().to_string()));
+    let org = Org::start();
+    org.release("3.0.0", "30d");
+    let machine = org_and_team(&org);
     machine.release("1.1.0");
-    assert!(machine.refresh().status.success());
+
+    // One `pack-client run` follows both channels: each its own refresh, watch and keys.
+    let mut running = client_cmd(&machine.cache(), &machine.config, "1.0.0")
+        .args(["--json", "run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = running.stderr.take().unwrap();
+    let (lines, logged) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(event) = serde_json::from_str(&line.unwrap()) else {
+                continue;
+            };
+            if lines.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    // Waits for a `files_published` line of each (channel, version), which `run` logs once
+    // that channel's link moved; the channels refresh side by side, in either order.
+    let until_published = |wanted: &[(&str, &str)]| {
+        let mut left: Vec<(&str, &str)> = wanted.to_vec();
+        while !left.is_empty() {
+            let event = logged
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("run never published {left:?}"));
+            if event["event"] != "files_published" {
+                continue;
+            }
+            left.retain(|(channel, version)| {
+                !(event["channel_name"] == *channel
+                    && event["dir"].as_str().is_some_and(|d| d.contains(version)))
+            });
+        }
+    };
+    until_published(&[("org", "3.0.0"), ("team-payments", "1.1.0")]);
+    until_in_order(&machine, "ORG-RULES-3.0.0", "TEAM-RULES-1.1.0");
     let requests = machine.codex(&codex, &model_for_codex(), "Say hello.");
     let text = requests
         .iter()
         .map(Value::to_string)
         .find(|r| r.contains("TEAM-RULES-1.1.0"))
         .expect("the team's text was not sent");
-    let (Some(org_at), Some(team_at)) =
-        (text.find("ORG-RULES-3.0.0"), text.find("TEAM-RULES-1.1.0"))
-    else {
-        panic!("the organisation's text was not sent");
-    };
     assert!(
-        org_at < team_at,
-        "the team's text came before the organisation's"
+        in_order(&text, "ORG-RULES-3.0.0", "TEAM-RULES-1.1.0"),
+        "the organisation's text did not come first: {text}"
     );
+    assert!(
+        sent(&requests, "ORG-STYLE"),
+        "the org's skill was not listed"
+    );
+    assert!(sent(&requests, "SKILL-RELEASE-NOTES-1.1.0"));
+
+    // The team's next release reaches the same process through its watch; the organisation's
+    // text stays first.
+    machine.packd.until_watching(1.0);
+    machine.release("1.2.0");
+    until_published(&[("team-payments", "1.2.0")]);
+    let text = until_in_order(&machine, "ORG-RULES-3.0.0", "TEAM-RULES-1.2.0");
+    assert!(
+        in_order(&text, "ORG-RULES-3.0.0", "TEAM-RULES-1.2.0") && !text.contains("1.1.0"),
+        "{text}"
+    );
+    running.kill().unwrap();
+    running.wait().unwrap();
+
+    // One status names both channels, and the block's origins in order.
     let status = machine.status();
-    let placed = status["targets"]["placed"].as_array().unwrap();
+    let channels = status["channels"].as_array().unwrap();
+    let names: Vec<&Value> = channels.iter().map(|c| &c["name"]).collect();
+    assert_eq!(names, [&json!("org"), &json!("team-payments")], "{status}");
+    assert_eq!(channels[0]["serving"]["version"], "3.0.0");
+    assert_eq!(channels[1]["serving"]["version"], "1.2.0");
     let agents_md = machine.root().join("home/.codex/AGENTS.md");
-    let block = placed
+    let block = channels[1]["targets"]["placed"]
+        .as_array()
+        .unwrap()
         .iter()
         .find(|p| p["path"] == agents_md.display().to_string())
-        .unwrap();
+        .cloned()
+        .unwrap_or_default();
     assert_eq!(
         block["from"],
-        json!(["org:AGENTS.md@3.0.0", "stable:AGENTS.md@1.1.0"])
+        json!(["org:AGENTS.md@3.0.0", "team-payments:AGENTS.md@1.2.0"]),
+        "{status}"
+    );
+}
+
+#[test]
+fn one_channels_failure_leaves_the_other_channels_files_as_they_were() {
+    let mut org = Org::start();
+    org.release("3.0.0", "30d");
+    let machine = org_and_team(&org);
+    machine.release("1.1.0");
+    let refresh = |machine: &Machine, env: &[(&str, String)]| {
+        let mut cmd = client_cmd(&machine.cache(), &machine.config, "1.0.0");
+        cmd.arg("refresh").envs(env.iter().map(|(k, v)| (k, v)));
+        cmd.output().unwrap()
+    };
+    let out = refresh(&machine, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = codex_agents_md(&machine);
+    assert!(
+        in_order(&text, "ORG-RULES-3.0.0", "TEAM-RULES-1.1.0"),
+        "{text}"
+    );
+    let skill = machine.root().join("home/.codex/skills/org-style");
+    assert!(
+        skill.join("SKILL.md").exists(),
+        "the org's skill was not projected"
+    );
+
+    // The organisation's server is down: the refresh says so, and nothing projected changes.
+    let before = machine.projected();
+    org.packd.stop();
+    let out = refresh(&machine, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a failed channel must fail the refresh"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("org: refresh failed"), "{stderr}");
+    assert!(
+        !stderr.contains("team-payments: refresh failed"),
+        "{stderr}"
+    );
+    assert_eq!(
+        machine.projected(),
+        before,
+        "a channel that failed changed projected files"
+    );
+
+    // Still down, while the team releases: the team's text moves, the organisation's stays
+    // as it was projected (its text first, its skill in place).
+    machine.release("1.2.0");
+    let out = refresh(&machine, &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let text = codex_agents_md(&machine);
+    assert!(
+        in_order(&text, "ORG-RULES-3.0.0", "TEAM-RULES-1.2.0")
+            && !text.contains("TEAM-RULES-1.1.0"),
+        "{text}"
+    );
+    assert!(
+        skill.join("SKILL.md").exists(),
+        "the org's skill went with its server"
+    );
+
+    // The other way round: the team's document is refused (expired by the client's clock),
+    // the organisation's next release goes through, and the team's text stays.
+    org.packd.restart();
+    org.release("3.1.0", "30d");
+    let v1_3 = machine
+        .publisher
+        .build_edited("1.3.0", "MARKER-1.3.0", |src| {
+            std::fs::write(src.join("AGENTS.md"), "TEAM-RULES-1.3.0\n").unwrap();
+        });
+    machine.packd.upload(&machine.publisher, &v1_3);
+    machine.packd.publish(
+        &machine.publisher,
+        &machine
+            .publisher
+            .sign(&[format!("*={}", v1_3.display())], "1h"),
+    );
+    let later = time::OffsetDateTime::now_utc() + time::Duration::hours(2);
+    let later = later
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let out = refresh(&machine, &[("PROMPTPACK_TEST_NOW", later)]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "an expired document was accepted"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("team-payments: refresh failed"), "{stderr}");
+    assert!(!stderr.contains("org: refresh failed"), "{stderr}");
+    let text = codex_agents_md(&machine);
+    assert!(
+        in_order(&text, "ORG-RULES-3.1.0", "TEAM-RULES-1.2.0")
+            && !text.contains("ORG-RULES-3.0.0")
+            && !text.contains("TEAM-RULES-1.3.0"),
+        "{text}"
+    );
+    // The team's skill is the one it had.
+    let skills = machine
+        .root()
+        .join("home/.codex/skills/release-notes/SKILL.md");
+    assert!(
+        std::fs::read_to_string(&skills)
+            .unwrap()
+            .contains("SKILL-RELEASE-NOTES-1.2.0")
     );
 }
 

@@ -50,12 +50,13 @@ impl Client {
         let sources: Vec<crate::targets::PackSource> = (self.config.targets_before.iter())
             .map(other)
             .chain([crate::targets::PackSource {
-                channel: self.config.channel.clone(),
+                channel: self.config.label().to_string(),
                 link: absolute(view.link_path()),
             }])
             .chain(self.config.targets_after.iter().map(other))
             .collect();
-        let record = self.config.cache_dir.join(crate::targets::RECORD);
+        let record = (self.config.targets_record.clone())
+            .unwrap_or_else(|| self.config.cache_dir.join(crate::targets::RECORD));
         let projection = crate::targets::project(&self.config.targets, &sources, &record);
         let mut files = lock(&self.files_state);
         let before = files.projection.as_ref().map(|p| &p.refused);

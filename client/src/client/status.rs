@@ -6,6 +6,10 @@ use super::*;
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientStatus {
     pub serving: SnapshotMeta,
+    /// The channel's name among the channels of one config (`[[channels]] name`); absent
+    /// for a config of one channel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub channel: String,
     pub server: Option<String>,
     pub sequence: u64,
@@ -98,6 +102,7 @@ impl Client {
         });
         ClientStatus {
             serving: self.store.capture().meta().clone(),
+            name: self.config.name.clone(),
             channel: self.config.channel.clone(),
             server: self.config.server.clone(),
             sequence: state.sequence,
