@@ -374,19 +374,9 @@ fn print_status(status: &pack_client::ClientStatus) {
     outln!("succeeded {}", when(status.last_success));
     if let Some(failure) = &status.last_failure {
         outln!(
-            "failed    {} ({}, release {}): {}{}",
+            "failed    {} ({}",
             when(Some(failure.at)),
-            failure.kind,
-            failure.release,
-            failure.message,
-            if failure.resolved {
-                format!(
-                    "; resolved: the refresh at {} succeeded",
-                    when(status.last_success)
-                )
-            } else {
-                String::new()
-            }
+            failure.summary(&when(status.last_success))
         );
     }
     if let Some(e) = &status.last_error {

@@ -236,19 +236,9 @@ impl Packs {
         }
         if let Some(failure) = &status.last_failure {
             out.push_str(&format!(
-                "last failure: {} ({}, release {}): {}{}\n",
+                "last failure: {} ({}\n",
                 ts(Some(failure.at)),
-                failure.kind,
-                failure.release,
-                failure.message,
-                if failure.resolved {
-                    format!(
-                        "; resolved: the refresh at {} succeeded",
-                        ts(status.last_success)
-                    )
-                } else {
-                    String::new()
-                }
+                failure.summary(&ts(status.last_success))
             ));
         }
         if let Some(error) = &status.last_error {

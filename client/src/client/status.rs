@@ -72,6 +72,23 @@ pub struct FailureRecord {
     pub resolved: bool,
 }
 
+impl FailureRecord {
+    /// `KIND, release RELEASE): MESSAGE` and, when a later refresh succeeded (at
+    /// `succeeded_at`, as the caller writes times), that it is resolved: the part of a status
+    /// line after the failure's time and an opening parenthesis.
+    pub fn summary(&self, succeeded_at: &str) -> String {
+        let resolved = if self.resolved {
+            format!("; resolved: the refresh at {succeeded_at} succeeded")
+        } else {
+            String::new()
+        };
+        format!(
+            "{}, release {}): {}{resolved}",
+            self.kind, self.release, self.message
+        )
+    }
+}
+
 /// One bad-pack mark, for [`ClientStatus`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RefusedPack {
