@@ -610,9 +610,32 @@ fn place_block(path: &Path, body: &str) -> Result<bool, String> {
             }
         }
     } else {
-        staged.commit().map_err(|e| format!("writing it: {e}"))?;
+        commit_unless_edited(staged, path, text_read(&existing))?;
         Ok(false)
     }
+}
+
+fn text_read(existing: &Option<(String, u32)>) -> &str {
+    existing.as_ref().map_or("", |(text, _)| text.as_str())
+}
+
+/// Puts `staged` in place of the user's file at `path` only if the file still holds `read`,
+/// the text the new one was made from: an edit the user saved meanwhile is kept, and the
+/// next projection writes the block again into it.
+fn commit_unless_edited(
+    staged: pack_format::atomic::Staged,
+    path: &Path,
+    read: &str,
+) -> Result<(), String> {
+    let now = read_user_file(path)?;
+    if now.as_ref().map(|(text, _)| text.as_str()) != Some(read) {
+        return Err(
+            "the file changed while the block was written: left as it is (the next projection \
+             tries again)"
+                .to_string(),
+        );
+    }
+    staged.commit().map_err(|e| format!("writing it: {e}"))
 }
 
 fn trim_eol(line: &str) -> &str {
@@ -640,9 +663,9 @@ fn remove_block(path: &Path, created: bool) -> Result<(), String> {
     if created && rest.trim().is_empty() {
         return std::fs::remove_file(path).map_err(|e| format!("removing it: {e}"));
     }
-    pack_format::atomic::stage(path, rest.as_bytes(), Some(mode))
-        .and_then(|s| s.commit())
-        .map_err(|e| format!("writing it: {e}"))
+    let staged = pack_format::atomic::stage(path, rest.as_bytes(), Some(mode))
+        .map_err(|e| format!("writing it: {e}"))?;
+    commit_unless_edited(staged, path, &text)
 }
 
 #[cfg(test)]
@@ -850,6 +873,27 @@ mod tests {
         assert!(text(&m.home(".config/opencode/AGENTS.md")).contains("team rules 2.0.0\n"));
         let record = load_record(&m.record());
         assert!(record.iter().all(|p| p.from[0].ends_with("@2.0.0")));
+    }
+
+    #[test]
+    fn a_block_is_not_written_over_an_edit_the_user_saved_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("AGENTS.md");
+        std::fs::write(&path, "mine\n").unwrap();
+        let staged = pack_format::atomic::stage(&path, b"mine\n\nours\n", Some(0o644)).unwrap();
+        std::fs::write(&path, "mine, edited\n").unwrap();
+        let err = commit_unless_edited(staged, &path, "mine\n").unwrap_err();
+        assert!(
+            err.contains("the file changed while the block was written"),
+            "{err}"
+        );
+        assert_eq!(text(&path), "mine, edited\n");
+        // No temporary file is left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // Unchanged, the staged text takes its place.
+        let staged = pack_format::atomic::stage(&path, b"mine, edited\n\nours\n", None).unwrap();
+        commit_unless_edited(staged, &path, "mine, edited\n").unwrap();
+        assert_eq!(text(&path), "mine, edited\n\nours\n");
     }
 
     #[test]
