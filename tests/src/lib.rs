@@ -8,7 +8,7 @@ pub mod browser;
 pub mod chat_server;
 pub mod rollout_sim;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -82,4 +82,45 @@ pub fn reseal_for(
         zstd_level: 3,
     };
     pack_format::seal(&input, &[key]).unwrap()
+}
+
+/// An npm package's executable under `~/.cache/promptpack-tests/<dir>` (`env` names another)
+/// whose `--version` names `version`. Missing: a failure under `CI`, else the test
+/// says it skipped.
+pub fn npm_tool(env: &str, dir: &str, exe: &str, version: &str) -> Option<PathBuf> {
+    let path = match std::env::var_os(env) {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
+            cache
+                .join("promptpack-tests")
+                .join(dir)
+                .join("node_modules/.bin")
+                .join(exe)
+        }
+    };
+    let home = tempfile::tempdir().unwrap();
+    let found = Command::new(&path)
+        .arg("--version")
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    if found.as_deref().is_some_and(|v| v.contains(version)) {
+        return Some(path);
+    }
+    let why = format!(
+        "{exe} {version} is not at {} (found {found:?}); scripts/test.sh installs it",
+        path.display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    skipped(&why);
+    None
 }

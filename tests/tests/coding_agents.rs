@@ -31,47 +31,6 @@ const USER_TEXT: &str = "USER-OWN-NOTES: answer in British English.";
 /// transcript.
 const NOTES: &str = "NOTES-SECRET: the release train leaves at noon.";
 
-/// An npm package's executable under `~/.cache/promptpack-tests/<dir>` (`env` names another)
-/// whose `--version` starts with `version`. Missing: a failure under `CI`, else the test
-/// says it skipped.
-fn agent_exe(env: &str, dir: &str, exe: &str, version: &str) -> Option<PathBuf> {
-    let path = match std::env::var_os(env) {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
-            cache
-                .join("promptpack-tests")
-                .join(dir)
-                .join("node_modules/.bin")
-                .join(exe)
-        }
-    };
-    let home = tempfile::tempdir().unwrap();
-    let found = Command::new(&path)
-        .arg("--version")
-        .env_clear()
-        .env("HOME", home.path())
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
-    if found.as_deref().is_some_and(|v| v.contains(version)) {
-        return Some(path);
-    }
-    let why = format!(
-        "{exe} {version} is not at {} (found {found:?}); scripts/test.sh installs it",
-        path.display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{why}");
-    }
-    skipped(&why);
-    None
-}
-
 /// Whether this machine lets an unprivileged process make a user and mount namespace.
 fn namespaces() -> bool {
     let ok = Command::new("unshare")
@@ -518,7 +477,7 @@ fn claude_script(body: &Value) -> Reply {
 
 #[test]
 fn claude_code_reads_the_pack_pack_client_projects_and_enforces_its_settings() {
-    let Some(claude) = agent_exe(
+    let Some(claude) = npm_tool(
         "PROMPTPACK_CLAUDE",
         &format!("claude-code-{CLAUDE_VERSION}"),
         "claude",
@@ -636,7 +595,7 @@ fn codex_script(_body: &Value) -> Reply {
 #[test]
 fn codex_reads_the_pack_pack_client_projects_and_a_refused_document_or_tampered_pack_changes_nothing()
  {
-    let Some(codex) = agent_exe(
+    let Some(codex) = npm_tool(
         "PROMPTPACK_CODEX",
         &format!("codex-{CODEX_VERSION}"),
         "codex",
@@ -785,7 +744,7 @@ fn codex_reads_the_pack_pack_client_projects_and_a_refused_document_or_tampered_
 
 #[test]
 fn opencode_reads_the_global_instructions_pack_client_projects() {
-    let Some(opencode) = agent_exe(
+    let Some(opencode) = npm_tool(
         "PROMPTPACK_OPENCODE",
         &format!("opencode-{OPENCODE_VERSION}"),
         "opencode",
@@ -934,7 +893,7 @@ fn in_order(text: &str, first: &str, second: &str) -> bool {
 
 #[test]
 fn an_organisation_and_a_team_channel_reach_codex_at_once_in_order() {
-    let Some(codex) = agent_exe(
+    let Some(codex) = npm_tool(
         "PROMPTPACK_CODEX",
         &format!("codex-{CODEX_VERSION}"),
         "codex",
@@ -1155,7 +1114,7 @@ fn model_for_codex() -> ChatServer {
 
 #[test]
 fn codex_enforces_the_requirements_the_pack_ships() {
-    let Some(codex) = agent_exe(
+    let Some(codex) = npm_tool(
         "PROMPTPACK_CODEX",
         &format!("codex-{CODEX_VERSION}"),
         "codex",

@@ -3,7 +3,6 @@
 //! of `integrations/opencode/`, reading the pack through `pack-client`'s file view. The agent
 //! talks to a scripted model server on loopback, which records what it sends.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -26,40 +25,12 @@ const ENVIRONMENT_BLOCK: &str = "You are powered by the model named";
 /// The OpenCode executable `scripts/test.sh` installs (`PROMPTPACK_OPENCODE` names another).
 /// Missing: a failure under `CI`, else the test says it skipped.
 fn opencode() -> Option<PathBuf> {
-    let path = match std::env::var_os("PROMPTPACK_OPENCODE") {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
-            cache
-                .join(format!("promptpack-tests/opencode-{OPENCODE_VERSION}"))
-                .join("node_modules/.bin/opencode")
-        }
-    };
-    // Even `--version` makes OpenCode's directories under its home.
-    let home = tempfile::tempdir().unwrap();
-    let version = Command::new(&path)
-        .arg("--version")
-        .env_clear()
-        .env("HOME", home.path())
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
-    if version.as_deref() == Some(OPENCODE_VERSION) {
-        return Some(path);
-    }
-    let why = format!(
-        "OpenCode {OPENCODE_VERSION} is not at {} (found {version:?}); scripts/test.sh installs it",
-        path.display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{why}");
-    }
-    let _ = std::io::stderr().write_all(format!("\n!!! {why}\n").as_bytes());
-    skipped(&why);
-    None
+    npm_tool(
+        "PROMPTPACK_OPENCODE",
+        &format!("opencode-{OPENCODE_VERSION}"),
+        "opencode",
+        OPENCODE_VERSION,
+    )
 }
 
 /// packd, a publisher and a client cache whose `pack-client run` keeps the file view.
