@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -85,7 +85,7 @@ pub fn pause_before_placing() {
     let Some(signal) = std::env::var_os("PACKER_TEST_PAUSE_BEFORE_PLACING") else {
         return;
     };
-    let signal = PathBuf::from(signal);
+    let signal = std::path::PathBuf::from(signal);
     if std::fs::write(&signal, b"").is_err() {
         return;
     }
