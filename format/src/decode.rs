@@ -142,6 +142,9 @@ fn stream<T>(
         Compressed::Stream(_) => STREAM_DEPTH,
     };
     let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(depth);
+    // The reader hands back each buffer it has read through, for the next frame: a fresh
+    // buffer of a frame's size is fresh pages, each faulted in and zeroed by the kernel.
+    let (give_back, spent) = mpsc::channel::<Vec<u8>>();
     std::thread::scope(|scope| {
         let decoder = scope.spawn(move || {
             let mut listening = true;
@@ -151,12 +154,16 @@ fn stream<T>(
                 }
             };
             match compressed {
-                Compressed::Frames(source) => decode_frames(source, &mut sink),
-                Compressed::Stream(bytes) => decompress_chunks(bytes, limits, &mut sink),
+                Compressed::Frames(source) => decode_frames(source, &spent, &mut sink),
+                Compressed::Stream(bytes) => {
+                    // Chunks are not filled again: none may wait here unread.
+                    drop(spent);
+                    decompress_chunks(bytes, limits, &mut sink)
+                }
             }
         });
         // `read` drops the stream when it returns, which lets the decoder go on unheard.
-        let read = read(TarStream::new(receiver), max_len);
+        let read = read(TarStream::new(receiver, give_back), max_len);
         crate::joined(decoder)?;
         read
     })
@@ -164,18 +171,23 @@ fn stream<T>(
 
 /// Decodes `source`'s frames in order, as many at once as rayon has threads, each batch
 /// handed to `sink` in order before the next starts; stops at the first frame that fails.
+/// Each frame is decoded into a buffer the reader gave back (`spent`) when there is one.
 fn decode_frames(
     source: &dyn FrameSource,
+    spent: &mpsc::Receiver<Vec<u8>>,
     sink: &mut impl FnMut(Vec<u8>),
 ) -> Result<(), FormatError> {
     let numbers: Vec<usize> = (0..source.count()).collect();
     for batch in numbers.chunks(rayon::current_num_threads().max(1)) {
-        let decoded: Vec<Result<Vec<u8>, FormatError>> = batch
-            .par_iter()
+        let work: Vec<(usize, Vec<u8>)> = batch
+            .iter()
+            .map(|&number| (number, spent.try_recv().unwrap_or_default()))
+            .collect();
+        let decoded: Vec<Result<Vec<u8>, FormatError>> = work
+            .into_par_iter()
             .map_init(
                 || (frame_context(source.authenticated()), Vec::new()),
-                |(context, scratch), &number| {
-                    let mut out = Vec::new();
+                |(context, scratch), (number, mut out)| {
                     source.decode(number, scratch, context, &mut out)?;
                     Ok(out)
                 },
@@ -340,14 +352,17 @@ pub(crate) fn frames_within(compressed: &[u8], budget: u64) -> Option<Vec<Frame>
 /// The decoded `tar` as the decoding thread sends it, read in order as one stream.
 pub(crate) struct TarStream {
     chunks: mpsc::Receiver<Vec<u8>>,
+    /// Where a chunk read through goes back to, to be filled again.
+    give_back: mpsc::Sender<Vec<u8>>,
     current: Vec<u8>,
     offset: usize,
 }
 
 impl TarStream {
-    fn new(chunks: mpsc::Receiver<Vec<u8>>) -> Self {
+    fn new(chunks: mpsc::Receiver<Vec<u8>>, give_back: mpsc::Sender<Vec<u8>>) -> Self {
         TarStream {
             chunks,
+            give_back,
             current: Vec::new(),
             offset: 0,
         }
@@ -359,7 +374,11 @@ impl Read for TarStream {
         while self.offset == self.current.len() {
             match self.chunks.recv() {
                 Ok(chunk) => {
-                    self.current = chunk;
+                    let spent = std::mem::replace(&mut self.current, chunk);
+                    if spent.capacity() > 0 {
+                        // Nobody may be taking buffers back any more: then it is dropped.
+                        let _ = self.give_back.send(spent);
+                    }
                     self.offset = 0;
                 }
                 // The sender is gone: the stream ended (or failed, which the caller
@@ -676,6 +695,8 @@ mod tests {
         bad: Vec<usize>,
         panics: Option<usize>,
         decoded: Mutex<Vec<usize>>,
+        /// How many frames were decoded into a buffer with no room yet (a new one).
+        fresh: Mutex<usize>,
     }
 
     impl Scripted {
@@ -685,6 +706,7 @@ mod tests {
                 bad,
                 panics,
                 decoded: Mutex::new(Vec::new()),
+                fresh: Mutex::new(0),
             }
         }
     }
@@ -714,7 +736,11 @@ mod tests {
             if self.bad.contains(&number) {
                 return Err(FormatError::malformed("test", format!("frame {number}")));
             }
-            *out = vec![number as u8; self.lens[number]];
+            if out.capacity() == 0 {
+                *self.fresh.lock().unwrap() += 1;
+            }
+            out.clear();
+            out.resize(self.lens[number], number as u8);
             Ok(())
         }
     }
@@ -739,6 +765,16 @@ mod tests {
             .flat_map(|n| std::iter::repeat_n(n, source.lens[n as usize]))
             .collect();
         assert_eq!(read, expected);
+    }
+
+    #[test]
+    fn buffers_the_reader_read_through_are_filled_again() {
+        let source = Scripted::new(vec![4096; 64], vec![], None);
+        let (read, outcome) = read_all(&source);
+        assert_eq!(outcome, Ok(()));
+        assert_eq!(read.len(), 64 * 4096);
+        let fresh = *source.fresh.lock().unwrap();
+        assert!(fresh < 64, "every frame took a new buffer");
     }
 
     #[test]
