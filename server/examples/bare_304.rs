@@ -26,16 +26,6 @@ fn main() -> std::io::Result<()> {
     let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = probe.local_addr()?;
     drop(probe);
-    if std::env::var("BARE_MULTI").is_ok() {
-        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        return runtime.block_on(async move {
-            let socket = tokio::net::TcpSocket::new_v4()?;
-            socket.bind("127.0.0.1:0".parse().map_err(std::io::Error::other)?)?;
-            println!("listening on http://{}", socket.local_addr()?);
-            serve(socket, etag).await;
-            Ok(())
-        });
-    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut threads = Vec::new();
     for _ in 0..cores {

@@ -1,6 +1,8 @@
-//! The accept loop: every connection served by hyper's HTTP/1.1 with the router
-//! ([`crate::app`]), the peer's address in each request's extensions, a header-read timeout,
-//! a cap on open connections, and a graceful shutdown that lets in-flight requests finish.
+//! The accept loops, one per core, each on a thread of its own with a single-threaded
+//! runtime and its own `SO_REUSEPORT` socket on the one address: every connection served by
+//! hyper's HTTP/1.1 with the router ([`crate::app`]), the peer's address in each request's
+//! extensions, a header-read timeout, one cap on open connections for all the loops, and a
+//! graceful shutdown that lets in-flight requests finish.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,7 +16,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use pack_protocol::retry::Backoff;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 
 use crate::config::{Settings, StorageConfig};
 use crate::live::LiveChannels;
@@ -90,7 +92,7 @@ fn raise_open_file_limit(connections: usize) {
 
 /// A bound, not yet running server.
 pub struct Server {
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     router: axum::Router,
     header_timeout: Duration,
     shutdown_grace: Duration,
@@ -120,13 +122,10 @@ impl Server {
                 });
             }
         }
-        let listener =
-            TcpListener::bind(settings.listen)
-                .await
-                .map_err(|source| ServeError::Bind {
-                    addr: settings.listen,
-                    source,
-                })?;
+        let listener = bind_listener(settings.listen).map_err(|source| ServeError::Bind {
+            addr: settings.listen,
+            source,
+        })?;
         let min_age = STALE_STAGING_AGE.max(settings.request_timeout.saturating_mul(2));
         let (header_timeout, shutdown_grace, max_connections) = (
             settings.header_timeout,
@@ -189,21 +188,37 @@ impl Server {
         } = self;
         let (phase, phases) = watch::channel(Phase::Serve);
         let serving = Serving::new(router, header_timeout, max_connections, phases);
-        let graceful = GracefulShutdown::new();
-        {
-            let accepting = accept_loop(listener, &serving, &graceful);
-            tokio::pin!(accepting);
-            tokio::select! {
-                () = &mut accepting => {
-                    tracing::error!("the accept loop ended: packd no longer serves");
+        // One accept loop per core, each on its own thread with its own single-threaded
+        // runtime and its own socket on the same port: the kernel spreads new connections
+        // over the sockets, and a connection's requests never move between threads (nginx's
+        // worker model; BENCHMARKS.md has what it buys). This runtime keeps only the
+        // background work (fleet flushes, the staging sweep, the guard, shutdown).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let addr = listener.local_addr();
+        let mut first = Some(listener);
+        let mut loops = Vec::new();
+        for core in 0..cores {
+            let socket = match first.take() {
+                Some(bound) => Ok(bound),
+                None => addr
+                    .as_ref()
+                    .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+                    .and_then(|addr| reuse_port_listener(*addr)),
+            };
+            match socket.and_then(|socket| spawn_accept_thread(core, socket, serving.clone())) {
+                Ok(finished) => loops.push(finished),
+                Err(err) if core == 0 => {
+                    tracing::error!(%err, "cannot serve: no accept loop could start");
                     return;
                 }
-                () = shutdown => {}
+                Err(err) => {
+                    tracing::warn!(%err, core, "serving on fewer threads: no accept loop for this core");
+                    break;
+                }
             }
-            let _ = phase.send(Phase::Drain);
-            // Stops accepting: the listener closes with the loop.
-            accepting.await;
         }
+        shutdown.await;
+        let _ = phase.send(Phase::Drain);
         // Watches are answered now (304, or the newer document) instead of holding the
         // shutdown for their whole wait; their clients reconnect, to another node.
         live.close();
@@ -211,24 +226,35 @@ impl Server {
             grace_secs = shutdown_grace.as_secs(),
             "shutting down: finishing in-flight requests"
         );
+        let finishing = async {
+            // A loop leaves the list once it has ended, so none is awaited twice.
+            while let Some(finished) = loops.last_mut() {
+                let _ = finished.await;
+                loops.pop();
+            }
+        };
         tokio::select! {
-            () = graceful.shutdown() => tracing::info!("all connections closed"),
+            () = finishing => tracing::info!("all connections closed"),
             () = tokio::time::sleep(shutdown_grace) => {
                 tracing::warn!("grace period over; closing remaining connections");
-                // Each connection still open drops itself.
-                let _ = phase.send(Phase::Abort);
             }
+        }
+        // The loops drop what is still open and end.
+        let _ = phase.send(Phase::Abort);
+        for finished in loops {
+            let _ = finished.await;
         }
         // What this node counted since its last write would otherwise be lost.
         fleet.flush(&store).await;
     }
 }
 
-/// What the accept loop serves its connections with.
+/// What every accept loop serves its connections with.
+#[derive(Clone)]
 struct Serving {
     router: axum::Router,
     http: hyper::server::conn::http1::Builder,
-    /// The cap on open connections.
+    /// One cap on open connections for all the loops.
     connections: Arc<Semaphore>,
     /// Whether the node serves, drains or is past its grace period.
     phases: watch::Receiver<Phase>,
@@ -263,9 +289,14 @@ enum Phase {
     Abort,
 }
 
-/// Accepts connections on `listener` until the node drains, each served on its own task
-/// and watched by `graceful`.
-async fn accept_loop(listener: TcpListener, serving: &Serving, graceful: &GracefulShutdown) {
+/// Accepts connections on `listener` until the node drains, each served on its own task of
+/// this thread's runtime and watched by `graceful`.
+async fn accept_loop(
+    core: usize,
+    listener: TcpListener,
+    serving: &Serving,
+    graceful: &GracefulShutdown,
+) {
     let mut phases = serving.phases.clone();
     let draining = phases.wait_for(|p| *p != Phase::Serve);
     tokio::pin!(draining);
@@ -299,7 +330,7 @@ async fn accept_loop(listener: TcpListener, serving: &Serving, graceful: &Gracef
                     // Back off instead of spinning; the schedule has no retry limit.
                     failing = true;
                     let pause = pauses.next().unwrap_or(backoff.cap / 2);
-                    tracing::warn!(%err, pause_ms = pause.as_millis() as u64, "accept failed");
+                    tracing::warn!(%err, core, pause_ms = pause.as_millis() as u64, "accept failed");
                     tokio::time::sleep(pause).await;
                     continue;
                 }
@@ -324,6 +355,85 @@ async fn accept_loop(listener: TcpListener, serving: &Serving, graceful: &Gracef
             drop(permit);
         });
     }
+}
+
+/// Threads for blocking work at most, per accept loop: each loop's runtime has its own pool
+/// (file reads of the data directory), capped so that a machine with many cores does not
+/// multiply tokio's default of 512 threads by its core count.
+const BLOCKING_THREADS_PER_LOOP: usize = 64;
+
+/// Starts the accept loop of one core on `listener`: a thread with a single-threaded
+/// runtime. The receiver fires once the thread's runtime is gone, every connection of it
+/// closed.
+fn spawn_accept_thread(
+    core: usize,
+    listener: std::net::TcpListener,
+    serving: Serving,
+) -> std::io::Result<oneshot::Receiver<()>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS_PER_LOOP)
+        .build()?;
+    let (done, finished) = oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("packd-accept-{core}"))
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match TcpListener::from_std(listener) {
+                    Ok(listener) => listener,
+                    Err(err) => {
+                        tracing::error!(%err, core, "no accept loop for this core");
+                        return;
+                    }
+                };
+                let graceful = GracefulShutdown::new();
+                accept_loop(core, listener, &serving, &graceful).await;
+                let mut aborting = serving.phases.clone();
+                tokio::select! {
+                    () = graceful.shutdown() => {}
+                    _ = aborting.wait_for(|p| *p == Phase::Abort) => {}
+                }
+            });
+            // Dropping the runtime closes every connection still open on it.
+            drop(runtime);
+            let _ = done.send(());
+        })?;
+    Ok(finished)
+}
+
+/// The first listening socket, on an address nobody listens on yet. The accept loops'
+/// sockets share their port (`SO_REUSEPORT`), which would let a second packd started on the
+/// same address silently take half the connections: a plain bind first refuses an address
+/// in use, another packd's included, the way a single socket always did.
+fn bind_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let probe = tcp_socket(addr)?;
+    probe.bind(addr)?;
+    // With port 0 the probe picked the port; the real sockets take that one.
+    let addr = probe.local_addr()?;
+    drop(probe);
+    reuse_port_listener(addr)
+}
+
+/// A listening socket that other sockets of this process may bind beside it
+/// (`SO_REUSEPORT`): the kernel spreads new connections over them.
+fn reuse_port_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = tcp_socket(addr)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)?.into_std()
+}
+
+/// A TCP socket for `addr`'s family that may bind an address still in `TIME_WAIT` (as
+/// `TcpListener::bind` does).
+fn tcp_socket(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    Ok(socket)
 }
 
 /// Serves one connection with `router` until the client closes it or, once `graceful`
@@ -382,7 +492,7 @@ mod tests {
             (local, answers)
         };
         let ((), (local, answers)) =
-            tokio::join!(accept_loop(listener, &serving, &graceful), client);
+            tokio::join!(accept_loop(0, listener, &serving, &graceful), client);
         assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), 2, "{answers}");
         assert_eq!(
             answers.matches(&local.to_string()).count(),

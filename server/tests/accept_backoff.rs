@@ -21,15 +21,23 @@ fn healthz(addr: SocketAddr) -> Option<String> {
     Some(answer)
 }
 
-/// The `pause_ms` of every "accept failed" line, in order.
+/// The `pause_ms` of every "accept failed" line, in order, of the accept loop that logged
+/// the most of them (packd runs one loop per core, each on its own schedule).
 fn pauses(log: &str) -> Vec<u64> {
-    log.lines()
-        .filter(|line| line.contains("accept failed"))
-        .filter_map(|line| {
-            let value = line.split("pause_ms=").nth(1)?;
-            value.split_whitespace().next()?.parse().ok()
-        })
-        .collect()
+    let field = |line: &str, name: &str| -> Option<u64> {
+        let value = line.split(&format!("{name}=")).nth(1)?;
+        value.split_whitespace().next()?.parse().ok()
+    };
+    let mut by_loop = std::collections::BTreeMap::<u64, Vec<u64>>::new();
+    for line in log.lines().filter(|line| line.contains("accept failed")) {
+        if let (Some(core), Some(pause)) = (field(line, "core"), field(line, "pause_ms")) {
+            by_loop.entry(core).or_default().push(pause);
+        }
+    }
+    by_loop
+        .into_values()
+        .max_by_key(Vec::len)
+        .unwrap_or_default()
 }
 
 #[test]
