@@ -199,8 +199,8 @@ async fn main() -> Result<()> {
         for sequence in 1..args.history {
             let doc = document(sequence);
             let signed = doc.sign(&key)?;
-            let record = ChannelRecord {
-                summary: ChannelSummary {
+            let record = ChannelRecord::new(
+                ChannelSummary {
                     channel: channel.clone(),
                     pack: pack_name.clone(),
                     sequence,
@@ -213,9 +213,9 @@ async fn main() -> Result<()> {
                         ["release-ci", "alice", "bob"][sequence as usize % 3].into(),
                     ),
                 },
-                document: String::from_utf8(signed.document)?,
-                signature: signed.signature,
-            };
+                String::from_utf8(signed.document)?,
+                signed.signature,
+            );
             std::fs::write(
                 dir.join(format!("{sequence:020}.json")),
                 serde_json::to_vec(&record)?,

@@ -329,7 +329,7 @@ async fn serve_blob(
     response_headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     response_headers.insert(header::ETAG, header_value(&tag)?);
 
-    if if_none_match(header_str(headers, "if-none-match"), &tag) {
+    if if_none_match(header_str(headers, header::IF_NONE_MATCH), &tag) {
         return Ok((StatusCode::NOT_MODIFIED, response_headers).into_response());
     }
     let range_header = match header_str(headers, "if-range") {

@@ -155,11 +155,7 @@ pub(crate) async fn publish_signed(
         check_guarded(state, channel, &verified).await?;
     }
     let checked = check_packs(state, &verified).await?;
-    let record = ChannelRecord {
-        summary: summary(&verified, by),
-        document,
-        signature,
-    };
+    let record = ChannelRecord::new(summary(&verified, by), document, signature);
     let created = commit(state, &record, &checked).await?;
     if created {
         tracing::info!(
@@ -507,18 +503,20 @@ fn revalidated(
     content_type: &'static str,
     summary: &ChannelSummary,
 ) -> Result<Response, ApiError> {
-    let unchanged = if_none_match(header_str(headers, "if-none-match"), tag);
-    answer(unchanged, body, tag, content_type, summary)
+    let unchanged = if_none_match(header_str(headers, header::IF_NONE_MATCH), tag);
+    let tag = HeaderValue::from_str(tag).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(answer(unchanged, body, tag, content_type, summary))
 }
 
 /// Builds a `304` when the client holds this document (`unchanged`), else a `200`.
 fn answer(
     unchanged: bool,
     body: &str,
-    tag: &str,
+    tag: HeaderValue,
     content_type: &'static str,
     summary: &ChannelSummary,
-) -> Result<Response, ApiError> {
+) -> Response {
+    const SEQUENCE: HeaderName = HeaderName::from_static(headers::SEQUENCE);
     // The headers go straight into the response's own map (no second map to merge).
     let mut response = if unchanged {
         StatusCode::NOT_MODIFIED.into_response()
@@ -527,15 +525,12 @@ fn answer(
     };
     let out = response.headers_mut();
     out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    out.insert(
-        header::ETAG,
-        HeaderValue::from_str(tag).map_err(|e| ApiError::Internal(e.to_string()))?,
-    );
-    out.insert(headers::SEQUENCE, HeaderValue::from(summary.sequence));
+    out.insert(header::ETAG, tag);
+    out.insert(SEQUENCE, HeaderValue::from(summary.sequence));
     if !unchanged {
         out.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     }
-    Ok(response)
+    response
 }
 
 /// The live channel document, byte for byte as signed; with `wait`, a watch.
@@ -616,8 +611,8 @@ async fn channel_answer(
     let holds = |record: &ChannelRecord| match after {
         Some(after) => record.summary.sequence == after,
         None => if_none_match(
-            header_str(incoming, "if-none-match"),
-            &etag(&record.summary.sha256),
+            header_str(incoming, header::IF_NONE_MATCH),
+            record.etag().to_str().unwrap_or_default(),
         ),
     };
     if let Some(granted) = wait
@@ -642,7 +637,7 @@ async fn channel_answer(
     if let Some(granted) = wait {
         response
             .headers_mut()
-            .insert(headers::WAIT, HeaderValue::from(granted.as_secs()));
+            .insert(WAIT, HeaderValue::from(granted.as_secs()));
         response.extensions_mut().insert(Watched);
     }
     Ok(response)
@@ -650,6 +645,9 @@ async fn channel_answer(
 
 /// The content type of a channel document.
 const DOCUMENT_TYPE: &str = "application/json";
+
+/// The header a watch's answer says its granted wait in.
+const WAIT: HeaderName = HeaderName::from_static(headers::WAIT);
 
 /// The `200` or `304` for a client fetching `record`, counted in the metrics and the fleet
 /// view. `unchanged` says whether the client holds it; `None` asks its `If-None-Match`.
@@ -660,15 +658,16 @@ fn counted_answer(
     unchanged: Option<bool>,
     fetch: &FetchHeaders<'_>,
 ) -> Result<Response, ApiError> {
-    let tag = etag(&record.summary.sha256);
-    let unchanged = unchanged.unwrap_or_else(|| if_none_match(fetch.if_none_match, &tag));
+    let tag = record.etag();
+    let unchanged = unchanged
+        .unwrap_or_else(|| if_none_match(fetch.if_none_match, tag.to_str().unwrap_or_default()));
     let response = answer(
         unchanged,
         &record.document,
-        &tag,
+        tag.clone(),
         DOCUMENT_TYPE,
         &record.summary,
-    )?;
+    );
     count_fetch(state, channel, unchanged, fetch);
     Ok(response)
 }
