@@ -344,13 +344,10 @@ async fn accept_loop(
             &serving.http,
             graceful,
         );
-        let mut phases = serving.phases.clone();
+        // A connection still open past the grace period goes with this thread's runtime.
         tokio::spawn(async move {
-            tokio::select! {
-                served = connection => if let Err(err) = served {
-                    tracing::debug!(%peer, %err, "connection ended with an error");
-                },
-                _ = phases.wait_for(|p| *p == Phase::Abort) => {}
+            if let Err(err) = connection.await {
+                tracing::debug!(%peer, %err, "connection ended with an error");
             }
             drop(permit);
         });
