@@ -40,6 +40,16 @@ fn pauses(log: &str) -> Vec<u64> {
         .unwrap_or_default()
 }
 
+/// Kills the packd it holds when dropped, so a failing assertion does not leave it running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn failed_accepts_back_off_under_a_second_and_serving_resumes() {
     let data = tempfile::tempdir().unwrap();
@@ -58,6 +68,7 @@ fn failed_accepts_back_off_under_a_second_and_serving_resumes() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let _child = KillOnDrop(child);
     let addr: SocketAddr = loop {
         let line = lines
             .next()
@@ -108,6 +119,4 @@ fn failed_accepts_back_off_under_a_second_and_serving_resumes() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
