@@ -217,7 +217,13 @@ impl Server {
                 }
             }
         }
-        shutdown.await;
+        tokio::select! {
+            () = shutdown => {}
+            () = all_ended(&mut loops) => {
+                tracing::error!("every accept loop ended: packd no longer serves");
+                return;
+            }
+        }
         let _ = phase.send(Phase::Drain);
         // Watches are answered now (304, or the newer document) instead of holding the
         // shutdown for their whole wait; their clients reconnect, to another node.
@@ -226,15 +232,8 @@ impl Server {
             grace_secs = shutdown_grace.as_secs(),
             "shutting down: finishing in-flight requests"
         );
-        let finishing = async {
-            // A loop leaves the list once it has ended, so none is awaited twice.
-            while let Some(finished) = loops.last_mut() {
-                let _ = finished.await;
-                loops.pop();
-            }
-        };
         tokio::select! {
-            () = finishing => tracing::info!("all connections closed"),
+            () = all_ended(&mut loops) => tracing::info!("all connections closed"),
             () = tokio::time::sleep(shutdown_grace) => {
                 tracing::warn!("grace period over; closing remaining connections");
             }
@@ -246,6 +245,15 @@ impl Server {
         }
         // What this node counted since its last write would otherwise be lost.
         fleet.flush(&store).await;
+    }
+}
+
+/// Waits until every loop in `loops` has ended. A loop leaves the list once it has ended, so
+/// none is awaited twice when this is started again after being dropped.
+async fn all_ended(loops: &mut Vec<oneshot::Receiver<()>>) {
+    while let Some(finished) = loops.last_mut() {
+        let _ = finished.await;
+        loops.pop();
     }
 }
 
