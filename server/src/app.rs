@@ -1,13 +1,15 @@
 //! The router: every route, its OpenAPI description, and the middleware that bounds and
 //! measures each request.
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::HttpBody;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::{Method, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use pack_protocol::paths;
 use tokio::sync::Semaphore;
@@ -142,7 +144,7 @@ pub fn router_with_fleet(
         .with_state(state.clone())
         .merge(console)
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), observe));
+        .layer(ObserveLayer(state.clone()));
     Ok((router, live))
 }
 
@@ -190,38 +192,109 @@ async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
 }
 
 /// Bounds each request by the request timeout (body upload included; a download streams
-/// after this returns; a watch gets its longest wait on top), then counts and logs it.
-async fn observe(State(state): State<SharedState>, request: Request, next: Next) -> Response {
-    // A clone of the matched path is a reference count, not a copy of the string.
-    let matched = request.extensions().get::<MatchedPath>().cloned();
-    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let method = match *request.method() {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::PUT => "PUT",
-        Method::POST => "POST",
-        Method::DELETE => "DELETE",
-        _ => "OTHER",
-    };
-    let start = Instant::now();
-    let mut timeout = state.settings.request_timeout;
-    if route == paths::CHANNEL_ROUTE && method == "GET" {
-        // The most a watch is held: the cap plus a sixteenth of stretch.
-        let wait = state.settings.max_watch_wait;
-        timeout += wait + wait / 16;
-    }
-    let response = match tokio::time::timeout(timeout, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::Timeout {
-            secs: timeout.as_secs(),
+/// after this returns; a watch gets its longest wait on top), then counts and logs it. A
+/// layer of its own rather than `middleware::from_fn`, which boxes a future and clones the
+/// route's service for every request: a tenth of the rate on 304s.
+#[derive(Clone)]
+struct ObserveLayer(SharedState);
+
+impl<S> tower_layer::Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe {
+            inner,
+            state: self.0.clone(),
         }
-        .into_response(),
-    };
-    let route = if response.extensions().get::<Watched>().is_some() {
-        WATCH_ROUTE
-    } else {
-        route
-    };
-    count(&state, route, method, &response, start.elapsed());
-    response
+    }
+}
+
+#[derive(Clone)]
+struct Observe<S> {
+    inner: S,
+    state: SharedState,
+}
+
+impl<S> tower_service::Service<Request> for Observe<S>
+where
+    S: tower_service::Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Observed<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        // A clone of the matched path is a reference count, not a copy of the string.
+        let route = request.extensions().get::<MatchedPath>().cloned();
+        let method = match *request.method() {
+            Method::GET => "GET",
+            Method::HEAD => "HEAD",
+            Method::PUT => "PUT",
+            Method::POST => "POST",
+            Method::DELETE => "DELETE",
+            _ => "OTHER",
+        };
+        let settings = &self.state.settings;
+        let mut timeout = settings.request_timeout;
+        if route.as_ref().map(MatchedPath::as_str) == Some(paths::CHANNEL_ROUTE) && method == "GET"
+        {
+            // The most a watch is held: the cap plus a sixteenth of stretch.
+            let wait = settings.max_watch_wait;
+            timeout += wait + wait / 16;
+        }
+        Observed {
+            response: tokio::time::timeout(timeout, self.inner.call(request)),
+            state: self.state.clone(),
+            route,
+            method,
+            start: Instant::now(),
+            timeout,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's response under its timeout, counted when it is ready.
+    struct Observed<F> {
+        #[pin]
+        response: tokio::time::Timeout<F>,
+        state: SharedState,
+        route: Option<MatchedPath>,
+        method: &'static str,
+        start: Instant,
+        timeout: Duration,
+    }
+}
+
+impl<F: Future<Output = Result<Response, Infallible>>> Future for Observed<F> {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = match std::task::ready!(this.response.poll(cx)) {
+            Ok(Ok(response)) => response,
+            Ok(Err(never)) => match never {},
+            Err(_) => ApiError::Timeout {
+                secs: this.timeout.as_secs(),
+            }
+            .into_response(),
+        };
+        let route = if response.extensions().get::<Watched>().is_some() {
+            WATCH_ROUTE
+        } else {
+            this.route.as_ref().map_or("unmatched", MatchedPath::as_str)
+        };
+        count(
+            this.state,
+            route,
+            this.method,
+            &response,
+            this.start.elapsed(),
+        );
+        Poll::Ready(Ok(response))
+    }
 }
