@@ -228,6 +228,7 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        let start = Instant::now();
         // A clone of the matched path is a reference count, not a copy of the string.
         let route = request.extensions().get::<MatchedPath>().cloned();
         let method = match *request.method() {
@@ -251,7 +252,7 @@ where
             state: self.state.clone(),
             route,
             method,
-            start: Instant::now(),
+            start,
             timeout,
         }
     }
