@@ -18,9 +18,9 @@ pub struct ChannelRecord {
     pub document: String,
     pub signature: String,
     /// The document's ETag header, made on first use: a record in memory answers every
-    /// revalidation of its channel.
+    /// revalidation of its channel. `None` when the stored SHA-256 cannot be a header.
     #[serde(skip)]
-    etag: std::sync::OnceLock<axum::http::HeaderValue>,
+    etag: std::sync::OnceLock<Option<axum::http::HeaderValue>>,
 }
 
 /// Records are equal by what is stored, whether or not either made its ETag yet.
@@ -43,17 +43,49 @@ impl ChannelRecord {
         }
     }
 
-    /// The document's strong ETag (its SHA-256 in quotes), as a header value.
-    pub fn etag(&self) -> &axum::http::HeaderValue {
-        self.etag.get_or_init(|| {
-            let tag = format!("\"{}\"", self.summary.sha256);
-            axum::http::HeaderValue::from_str(&tag)
-                .unwrap_or_else(|_| axum::http::HeaderValue::from_static("\"\""))
-        })
+    /// The document's strong ETag (its SHA-256 in quotes), as a header value; `None` for a
+    /// record whose stored SHA-256 is not one (a damaged record: never a tag that matches).
+    pub fn etag(&self) -> Option<&axum::http::HeaderValue> {
+        self.etag
+            .get_or_init(|| {
+                let tag = format!("\"{}\"", self.summary.sha256);
+                axum::http::HeaderValue::from_str(&tag).ok()
+            })
+            .as_ref()
     }
 }
 
 /// RFC 3339, as everywhere in the API.
 pub fn rfc3339(t: OffsetDateTime) -> String {
     pack_format::channel::format_time(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(sha256: &str) -> ChannelRecord {
+        let at = OffsetDateTime::UNIX_EPOCH;
+        let summary = ChannelSummary {
+            channel: "stable".into(),
+            pack: "demo".into(),
+            sequence: 1,
+            sha256: sha256.into(),
+            key_id: "k".into(),
+            issued_at: at,
+            expires_at: at,
+            published_at: at,
+            published_by: None,
+        };
+        ChannelRecord::new(summary, "{}".into(), "sig".into())
+    }
+
+    #[test]
+    fn the_etag_is_the_sha256_in_quotes_and_a_damaged_one_gives_none() {
+        let hex = "ab".repeat(32);
+        let tag = record(&hex).etag().map(|t| t.to_str().unwrap().to_string());
+        assert_eq!(tag, Some(format!("\"{hex}\"")));
+        // Never a stand-in such as `""` that an `If-None-Match: ""` would match.
+        assert_eq!(record("ab\ncd").etag(), None);
+    }
 }

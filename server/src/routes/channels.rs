@@ -610,10 +610,10 @@ async fn channel_answer(
     // client) the document's ETag in `If-None-Match`.
     let holds = |record: &ChannelRecord| match after {
         Some(after) => record.summary.sequence == after,
-        None => if_none_match(
-            header_str(incoming, header::IF_NONE_MATCH),
-            record.etag().to_str().unwrap_or_default(),
-        ),
+        None => record
+            .etag()
+            .and_then(|tag| tag.to_str().ok())
+            .is_some_and(|tag| if_none_match(header_str(incoming, header::IF_NONE_MATCH), tag)),
     };
     if let Some(granted) = wait
         && holds(&record)
@@ -658,7 +658,11 @@ fn counted_answer(
     unchanged: Option<bool>,
     fetch: &FetchHeaders<'_>,
 ) -> Result<Response, ApiError> {
-    let tag = record.etag();
+    let tag = record.etag().ok_or_else(|| {
+        ApiError::Internal(format!(
+            "channel {channel}: the stored record's sha256 cannot be an ETag"
+        ))
+    })?;
     let unchanged = unchanged
         .unwrap_or_else(|| if_none_match(fetch.if_none_match, tag.to_str().unwrap_or_default()));
     let response = answer(
