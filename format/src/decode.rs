@@ -11,10 +11,9 @@
 //! end even when the reader stops early, so a bad frame after the end of the `tar` still
 //! fails the payload.
 
+use std::collections::VecDeque;
 use std::io::Read;
-use std::sync::mpsc;
-
-use rayon::prelude::*;
+use std::sync::{Mutex, mpsc};
 
 use crate::payload::Payload;
 use crate::{FormatError, Limits};
@@ -169,35 +168,49 @@ fn stream<T>(
     })
 }
 
-/// Decodes `source`'s frames in order, as many at once as rayon has threads, each batch
-/// handed to `sink` in order before the next starts; stops at the first frame that fails.
+/// Decodes `source`'s frames in order, one more at a time than rayon has threads, each
+/// handed to `sink` as soon as the frames before it were: no thread waits for a slower
+/// frame of its batch. Stops starting frames at the first that fails, which is the error.
 /// Each frame is decoded into a buffer the reader gave back (`spent`) when there is one.
 fn decode_frames(
     source: &dyn FrameSource,
     spent: &mpsc::Receiver<Vec<u8>>,
     sink: &mut impl FnMut(Vec<u8>),
 ) -> Result<(), FormatError> {
-    let numbers: Vec<usize> = (0..source.count()).collect();
-    for batch in numbers.chunks(rayon::current_num_threads().max(1)) {
-        let work: Vec<(usize, Vec<u8>)> = batch
-            .iter()
-            .map(|&number| (number, spent.try_recv().unwrap_or_default()))
-            .collect();
-        let decoded: Vec<Result<Vec<u8>, FormatError>> = work
-            .into_par_iter()
-            .map_init(
-                || (frame_context(source.authenticated()), Vec::new()),
-                |(context, scratch), (number, mut out)| {
-                    source.decode(number, scratch, context, &mut out)?;
-                    Ok(out)
-                },
-            )
-            .collect();
-        for frame in decoded {
+    let ahead = rayon::current_num_threads().max(1) + 1;
+    // Zstd contexts and scratch buffers, each used again by the next frame decoded.
+    let slots = Mutex::new(Vec::new());
+    rayon::in_place_scope(|scope| {
+        let mut pending = VecDeque::new();
+        let mut started = 0;
+        loop {
+            while started < source.count() && pending.len() < ahead {
+                let (number, mut out) = (started, spent.try_recv().unwrap_or_default());
+                let (done, decoded) = mpsc::sync_channel(1);
+                let slots = &slots;
+                scope.spawn(move |_| {
+                    let taken = slots.lock().ok().and_then(|mut free| free.pop());
+                    let (mut context, mut scratch) = taken
+                        .unwrap_or_else(|| (frame_context(source.authenticated()), Vec::new()));
+                    let frame = source.decode(number, &mut scratch, &mut context, &mut out);
+                    if let Ok(mut free) = slots.lock() {
+                        free.push((context, scratch));
+                    }
+                    let _ = done.send(frame.map(|()| out));
+                });
+                pending.push_back(decoded);
+                started += 1;
+            }
+            let Some(next) = pending.pop_front() else {
+                return Ok(());
+            };
+            // A frame whose task panicked has no answer: the scope re-raises the panic.
+            let Ok(frame) = next.recv() else {
+                return Ok(());
+            };
             sink(frame?);
         }
-    }
-    Ok(())
+    })
 }
 
 /// A zstd decompression context for frames that were `authenticated` or not.
@@ -780,7 +793,7 @@ mod tests {
     #[test]
     fn the_first_failed_frame_wins_and_ends_the_stream_there() {
         // Frames 2 and 4 fail: 2's error is the one, the reader saw frames 0 and 1 only, and
-        // no frame after the batch that failed is decoded.
+        // no frame is started once 2's failure is known.
         let source = Scripted::new(vec![2; 16], vec![2, 4], None);
         let (read, outcome) = read_all(&source);
         assert_eq!(outcome.unwrap_err(), "malformed test: frame 2");
