@@ -135,9 +135,10 @@ fn stream<T>(
     max_len: u64,
     read: impl FnOnce(TarStream, u64) -> Result<T, FormatError>,
 ) -> Result<T, FormatError> {
-    // Whole frames wait for the reader: as many as are decoded at once.
+    // One whole frame waits for the reader: the frames being decoded behind it keep the
+    // cores busy meanwhile, and each more waiting would be one more frame's fresh pages.
     let depth = match compressed {
-        Compressed::Frames(_) => rayon::current_num_threads(),
+        Compressed::Frames(_) => 1,
         Compressed::Stream(_) => STREAM_DEPTH,
     };
     let (sender, receiver) = mpsc::sync_channel::<Vec<u8>>(depth);
