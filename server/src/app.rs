@@ -194,7 +194,7 @@ async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
 /// Bounds each request by the request timeout (body upload included; a download streams
 /// after this returns; a watch gets its longest wait on top), then counts and logs it. A
 /// layer of its own rather than `middleware::from_fn`, which boxes a future and clones the
-/// route's service for every request: a tenth of the rate on 304s.
+/// route's service for every request (BENCHMARKS.md, packd).
 #[derive(Clone)]
 struct ObserveLayer(SharedState);
 

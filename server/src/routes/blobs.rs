@@ -77,8 +77,8 @@ pub async fn put_blob(
 const FREE_OFF_THREAD: usize = 1 << 20;
 
 /// Drops what may be the last reference to a request body. Freeing 64 MiB hands 16,384 pages
-/// back to the kernel, about 8 ms of this thread's time, and the connections it serves would
-/// wait for it as for a hash in one go. One body is freed at a time: uploads that end
+/// back to the kernel, milliseconds of this thread's time, and the connections it serves
+/// would wait for it as for a hash in one go. One body is freed at a time: uploads that end
 /// together would otherwise take as many threads as there are uploads, and the serving
 /// threads only a share of the cores while they run.
 fn free_off_thread(bytes: Bytes) {
