@@ -348,10 +348,8 @@ impl FileView {
                 .map_err(|e| self.io(dir, "making read-only", e))?;
         }
         // Synced together at the end rather than each right after its write: on ext4 syncs
-        // that wait at the same moment share one journal commit. The built-in pack's view
-        // (56 files) added a median 12 ms to a first `pack-client status` (24 ms against 11 ms
-        // without the view) on this project's machine (ext4); synced one by one right after
-        // each write it had added 320 ms (365 ms against 45 ms, the machine busier then).
+        // that wait at the same moment share one journal commit, where syncing each file
+        // right after its write made a first `pack-client status` many times slower.
         let syncs: Vec<&Path> = written
             .iter()
             .map(PathBuf::as_path)
