@@ -43,13 +43,16 @@ impl ChannelRecord {
         }
     }
 
-    /// The document's strong ETag (its SHA-256 in quotes), as a header value; `None` for a
-    /// record whose stored SHA-256 is not one (a damaged record: never a tag that matches).
+    /// The document's strong ETag (its SHA-256 in quotes), as a header value of visible
+    /// ASCII (its `to_str` never fails); `None` for a record whose stored SHA-256 is not one
+    /// (a damaged record: never a tag that matches).
     pub fn etag(&self) -> Option<&axum::http::HeaderValue> {
         self.etag
             .get_or_init(|| {
                 let tag = format!("\"{}\"", self.summary.sha256);
-                axum::http::HeaderValue::from_str(&tag).ok()
+                axum::http::HeaderValue::from_str(&tag)
+                    .ok()
+                    .filter(|value| value.to_str().is_ok())
             })
             .as_ref()
     }
@@ -85,7 +88,9 @@ mod tests {
         let hex = "ab".repeat(32);
         let tag = record(&hex).etag().map(|t| t.to_str().unwrap().to_string());
         assert_eq!(tag, Some(format!("\"{hex}\"")));
-        // Never a stand-in such as `""` that an `If-None-Match: ""` would match.
+        // Never a stand-in such as `""` that an `If-None-Match: ""` would match: neither a
+        // value no header may hold nor one that is not visible ASCII.
         assert_eq!(record("ab\ncd").etag(), None);
+        assert_eq!(record("ab\u{e9}cd").etag(), None);
     }
 }

@@ -663,8 +663,10 @@ fn counted_answer(
             "channel {channel}: the stored record's sha256 cannot be an ETag"
         ))
     })?;
-    let unchanged = unchanged
-        .unwrap_or_else(|| if_none_match(fetch.if_none_match, tag.to_str().unwrap_or_default()));
+    let unchanged = unchanged.unwrap_or_else(|| {
+        tag.to_str()
+            .is_ok_and(|tag| if_none_match(fetch.if_none_match, tag))
+    });
     let response = answer(
         unchanged,
         &record.document,
