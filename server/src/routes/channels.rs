@@ -610,10 +610,7 @@ async fn channel_answer(
     // client) the document's ETag in `If-None-Match`.
     let holds = |record: &ChannelRecord| match after {
         Some(after) => record.summary.sequence == after,
-        None => record
-            .etag()
-            .and_then(|tag| tag.to_str().ok())
-            .is_some_and(|tag| if_none_match(header_str(incoming, header::IF_NONE_MATCH), tag)),
+        None => sent_etag_of(record, header_str(incoming, header::IF_NONE_MATCH)),
     };
     if let Some(granted) = wait
         && holds(&record)
@@ -663,10 +660,7 @@ fn counted_answer(
             "channel {channel}: the stored record's sha256 cannot be an ETag"
         ))
     })?;
-    let unchanged = unchanged.unwrap_or_else(|| {
-        tag.to_str()
-            .is_ok_and(|tag| if_none_match(fetch.if_none_match, tag))
-    });
+    let unchanged = unchanged.unwrap_or_else(|| sent_etag_of(record, fetch.if_none_match));
     let response = answer(
         unchanged,
         &record.document,
@@ -676,6 +670,15 @@ fn counted_answer(
     );
     count_fetch(state, channel, unchanged, fetch);
     Ok(response)
+}
+
+/// Whether an `If-None-Match` value (`sent`) names `record`'s ETag; a record without one
+/// is held by no client.
+fn sent_etag_of(record: &ChannelRecord, sent: Option<&str>) -> bool {
+    record
+        .etag()
+        .and_then(|tag| tag.to_str().ok())
+        .is_some_and(|tag| if_none_match(sent, tag))
 }
 
 /// Counts a fetch of `channel`'s document in the metrics and the fleet view.
