@@ -186,7 +186,8 @@ fn decode_frames(
         let mut started = 0;
         loop {
             while started < source.count() && pending.len() < ahead {
-                let (number, mut out) = (started, spent.try_recv().unwrap_or_default());
+                let number = started;
+                let mut out = spent.try_recv().unwrap_or_default();
                 let (done, decoded) = mpsc::sync_channel(1);
                 let slots = &slots;
                 scope.spawn(move |_| {
